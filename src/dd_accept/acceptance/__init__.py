@@ -1,0 +1,1 @@
+"""Acceptance scenarios, written as pytest tests so they run under plain pytest too."""

@@ -1,0 +1,1 @@
+"""Evidence: sanitizing at the boundary, digests, bundles and the reports people read."""

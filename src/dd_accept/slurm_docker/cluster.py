@@ -1,0 +1,343 @@
+"""A Slurm cluster (slurmctld + N slurmd + munge) in Docker, with a lifecycle that cleans up.
+
+Every object it creates carries `io.dd-accept.cluster=<name>`, cleanup is registered before
+anything is acquired, and a failed or interrupted `up` removes what it had started. The
+munge key is generated in memory and exists only inside the cluster's containers.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import secrets
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Self
+
+import docker
+import docker.errors
+import docker.types
+import jinja2
+from docker.models.containers import Container
+
+from dd_accept.errors import ClusterError, UsageError
+from dd_accept.harness.waiting import WaitAborted, WaitTimeout, wait_until
+from dd_accept.slurm_docker import engine
+from dd_accept.slurm_docker.records import CommandLog, CommandRecord
+from dd_accept.slurm_docker.state import cluster_dir
+
+CONTROLLER = "ctl"
+SHARED_PATH = "/shared"  # the cluster's shared filesystem, at the same path on every node
+PARTITION = "dd"
+MAX_NODES = 64
+MAX_CPUS_PER_NODE = 1024
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
+LABEL_NODES = "io.dd-accept.nodes"
+LABEL_CPUS = "io.dd-accept.cpus-per-node"
+
+
+def node_names(count: int) -> list[str]:
+    return [f"node{index}" for index in range(1, count + 1)]
+
+
+def _positive_int(value: object, what: str, maximum: int) -> int:
+    try:
+        number = int(str(value), 10)
+    except ValueError:
+        raise UsageError(f"{what} must be a whole number, got {value!r}") from None
+    if not 1 <= number <= maximum:
+        raise UsageError(f"{what} must be between 1 and {maximum}, got {number}")
+    return number
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """What to start. Validated on construction, so bad input fails before anything runs."""
+
+    name: str = "dd-accept"
+    nodes: int = 2
+    cpus_per_node: int = 16
+    subnet: str | None = None
+    kill_wait: int = 30
+
+    def __post_init__(self) -> None:
+        if not NAME_PATTERN.match(self.name):
+            raise UsageError(
+                f"cluster name must be lower-case letters, digits and '-', starting with a letter "
+                f"(at most 40), got {self.name!r}"
+            )
+        object.__setattr__(self, "nodes", _positive_int(self.nodes, "--nodes", MAX_NODES))
+        object.__setattr__(
+            self, "cpus_per_node", _positive_int(self.cpus_per_node, "--cpus-per-node", MAX_CPUS_PER_NODE)
+        )
+        if self.subnet is not None:
+            try:
+                network = ipaddress.ip_network(self.subnet, strict=True)
+            except ValueError:
+                raise UsageError(f"--subnet must be a network such as 10.231.0.0/24, got {self.subnet!r}") from None
+            if network.version != 4 or not network.is_private:
+                raise UsageError(f"--subnet must be a private IPv4 network, got {self.subnet}")
+            if network.num_addresses < self.nodes + 4:
+                raise UsageError(f"--subnet {self.subnet} is too small for {self.nodes} nodes")
+
+    @property
+    def node_range(self) -> str:
+        return "node1" if self.nodes == 1 else f"node[1-{self.nodes}]"
+
+
+def render_slurm_conf(spec: ClusterSpec) -> str:
+    template_text = resources.files("dd_accept.slurm_docker").joinpath("templates", "slurm.conf.j2").read_text()
+    template = jinja2.Template(template_text, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return template.render(
+        cluster_name=spec.name,
+        slurm_cluster_name=re.sub(r"[^a-z0-9]", "", spec.name)[:30] or "dd",
+        controller_host=CONTROLLER,
+        node_range=spec.node_range,
+        cpus_per_node=spec.cpus_per_node,
+        partition=PARTITION,
+        kill_wait=spec.kill_wait,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    name: str
+    state: str
+    cpus: str
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatus:
+    nodes: tuple[NodeState, ...]
+    jobs: tuple[tuple[str, ...], ...]
+    steps: tuple[tuple[str, ...], ...]
+
+
+@dataclass
+class SlurmCluster:
+    """One dockerized Slurm cluster. Use as a context manager, or call `up()` and `down()`."""
+
+    spec: ClusterSpec
+    image: str | None = None
+    client: docker.DockerClient | None = None
+    records: CommandLog = field(default_factory=CommandLog)
+    _containers: dict[str, Container] = field(default_factory=dict)
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def attach(cls, name: str, client: docker.DockerClient | None = None) -> Self:
+        """Reattach to a running cluster by name (for `status`, `exec` and `down`)."""
+        client = client or engine.connect()
+        objects = engine.find_labelled(client, name)
+        if not objects.containers:
+            raise UsageError(f"no dd-accept cluster named {name!r} (see `dd-accept cluster status`)")
+        controller = next(
+            (c for c in objects.containers if c.labels.get(engine.LABEL_ROLE) == "controller"),
+            objects.containers[0],
+        )
+        spec = ClusterSpec(
+            name=name,
+            nodes=int(controller.labels.get(LABEL_NODES, "1")),
+            cpus_per_node=int(controller.labels.get(LABEL_CPUS, "1")),
+        )
+        cluster = cls(spec=spec, client=client)
+        for container in objects.containers:
+            cluster._containers[container.labels.get("io.dd-accept.node", container.name)] = container
+        return cluster
+
+    @property
+    def engine(self) -> docker.DockerClient:
+        if self.client is None:
+            self.client = engine.connect()
+        return self.client
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def nodes(self) -> list[str]:
+        return node_names(self.spec.nodes)
+
+    @property
+    def network_name(self) -> str:
+        return f"{self.name}-net"
+
+    @property
+    def host_shared_dir(self) -> Path:
+        """The host side of the shared filesystem (never written into evidence)."""
+        return cluster_dir(self.name) / "shared"
+
+    def __enter__(self) -> Self:
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def up(self, ready_timeout: float = 60.0) -> Self:
+        """Start the cluster and return once every node is idle; on any failure, tear down."""
+        if self.image is None:
+            from dd_accept.slurm_docker.images import ensure_images
+
+            self.image = ensure_images(self.engine)
+        try:
+            self._remove_stale()
+            self._start()
+            self.wait_ready(timeout=ready_timeout)
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def _remove_stale(self) -> None:
+        """A killed earlier run may have left a cluster of this name: remove it first."""
+        leftovers = engine.find_labelled(self.engine, self.name)
+        if not leftovers.empty:
+            engine.remove_labelled(self.engine, leftovers)
+        shutil.rmtree(cluster_dir(self.name), ignore_errors=True)
+
+    def _start(self) -> None:
+        shared = self.host_shared_dir
+        shared.mkdir(parents=True, exist_ok=True)
+        ipam = None
+        if self.spec.subnet:
+            ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=self.spec.subnet)])
+        try:
+            self.engine.networks.create(
+                self.network_name,
+                driver="bridge",
+                internal=True,
+                ipam=ipam,
+                labels=engine.cluster_labels(self.name, "network"),
+            )
+        except docker.errors.APIError as error:
+            raise ClusterError(f"cannot create network for cluster {self.name}: {error.explanation}") from error
+        munge_key = secrets.token_bytes(1024)
+        slurm_conf = render_slurm_conf(self.spec).encode()
+        for host, role in [(CONTROLLER, "controller"), *((n, "compute") for n in self.nodes)]:
+            container = self._create_container(host, role, shared)
+            self._containers[host] = container
+            engine.put_file(container, "/etc/munge/munge.key", munge_key, mode=0o400)
+            engine.put_file(container, "/etc/slurm/slurm.conf", slurm_conf)
+        del munge_key
+        for container in self._containers.values():
+            container.start()
+
+    def _create_container(self, host: str, role: str, shared: Path) -> Container:
+        labels = engine.cluster_labels(self.name, role)
+        labels.update(
+            {"io.dd-accept.node": host, LABEL_NODES: str(self.spec.nodes), LABEL_CPUS: str(self.spec.cpus_per_node)}
+        )
+        assert self.image is not None
+        return self.engine.containers.create(
+            self.image,
+            name=f"{self.name}-{host}",
+            hostname=host,
+            labels=labels,
+            environment={"DD_ROLE": role},
+            network=self.network_name,
+            init=True,
+            volumes={str(shared): {"bind": SHARED_PATH, "mode": "rw"}},
+            detach=True,
+        )
+
+    def down(self) -> list[str]:
+        """Remove every object labelled with this cluster's name, and its run directory."""
+        removed = engine.remove_labelled(self.engine, engine.find_labelled(self.engine, self.name))
+        self._containers.clear()
+        shutil.rmtree(cluster_dir(self.name), ignore_errors=True)
+        return removed
+
+    # ---- readiness ----------------------------------------------------------------------
+    def _exited_container(self) -> str | None:
+        for host, container in self._containers.items():
+            container.reload()
+            if container.status in {"exited", "dead"}:
+                return f"container {host} exited: {engine.container_log_tail(container, 10).strip()[-400:]}"
+        return None
+
+    def _node_states(self) -> dict[str, str]:
+        record = self.exec(["sinfo", "-N", "-h", "-o", "%N %T"], timeout=10)
+        if not record.ok:
+            return {}
+        states: dict[str, str] = {}
+        for line in record.stdout_tail.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                states[parts[0]] = parts[1]
+        return states
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Poll `scontrol ping` then `sinfo` until every node is idle; errors carry log tails."""
+        try:
+            wait_until(
+                lambda: self.exec(["scontrol", "ping"], timeout=10),
+                lambda record: record.ok and "UP" in record.stdout_tail,
+                timeout=timeout,
+                what="slurmctld to answer `scontrol ping`",
+                terminal=lambda _: self._exited_container(),
+            )
+            wanted = set(self.nodes)
+            wait_until(
+                self._node_states,
+                lambda states: set(states) >= wanted and all(states[n] == "idle" for n in wanted),
+                timeout=timeout,
+                what=f"{len(wanted)} node(s) idle in sinfo",
+                terminal=lambda _: self._exited_container(),
+            )
+        except (WaitTimeout, WaitAborted) as error:
+            raise ClusterError(f"cluster {self.name} not ready: {error}\n{self.log_tails()}") from error
+
+    def log_tails(self, lines: int = 15) -> str:
+        parts = []
+        for host, container in self._containers.items():
+            parts.append(f"--- {host} log (last {lines} lines) ---\n{engine.container_log_tail(container, lines)}")
+        return "\n".join(parts)
+
+    # ---- commands -----------------------------------------------------------------------
+    def container(self, node: str = CONTROLLER) -> Container:
+        try:
+            return self._containers[node]
+        except KeyError:
+            raise UsageError(f"cluster {self.name} has no node {node!r}") from None
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        node: str = CONTROLLER,
+        timeout: float = 60.0,
+        environment: Mapping[str, str] | None = None,
+    ) -> CommandRecord:
+        """Run a command on a node; every call is recorded in `self.records`."""
+        return engine.exec_command(
+            self.container(node), argv, node=node, log=self.records, timeout=timeout, environment=environment
+        )
+
+    def status(self) -> ClusterStatus:
+        states = self.exec(["sinfo", "-N", "-h", "-o", "%N|%T|%c"], timeout=10)
+        jobs = self.exec(["squeue", "-h", "-o", "%i|%j|%T|%D|%N"], timeout=10)
+        steps = self.exec(["squeue", "-h", "-s", "-o", "%i|%j|%N"], timeout=10)
+        return ClusterStatus(
+            nodes=tuple(NodeState(*line.split("|")) for line in states.stdout_tail.splitlines() if line.count("|") == 2),
+            jobs=tuple(tuple(line.split("|")) for line in jobs.stdout_tail.splitlines() if line),
+            steps=tuple(tuple(line.split("|")) for line in steps.stdout_tail.splitlines() if line),
+        )
+
+    def shared_path(self, *parts: str) -> tuple[str, Path]:
+        """A path in the shared filesystem: (as the cluster sees it, as the host sees it)."""
+        relative = "/".join(parts)
+        return f"{SHARED_PATH}/{relative}", self.host_shared_dir.joinpath(*parts)
+
+
+def list_clusters(client: docker.DockerClient) -> dict[str, list[str]]:
+    """Cluster name → container names, for every dd-accept cluster on the engine."""
+    result: dict[str, list[str]] = {}
+    for container in engine.find_labelled(client).containers:
+        result.setdefault(container.labels[engine.LABEL_CLUSTER], []).append(container.name)
+    return result

@@ -1,0 +1,203 @@
+"""The only module that talks to the docker SDK.
+
+Keeping the SDK behind one small surface means the rest of the harness deals in clusters,
+nodes and command records, and that every exec becomes a record without exception.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import docker
+import docker.errors
+from docker.models.containers import Container
+
+from dd_accept.errors import EnvironmentProblem
+from dd_accept.slurm_docker.records import (
+    TIMEOUT_EXIT_CODES,
+    CommandLog,
+    CommandRecord,
+    decode,
+    tail,
+    utc_now_iso,
+)
+
+LABEL_CLUSTER = "io.dd-accept.cluster"
+LABEL_ROLE = "io.dd-accept.role"
+LABEL_OWNER = "io.dd-accept.owner"
+LABEL_IMAGE_RECIPE = "io.dd-accept.recipe"
+
+ENGINE_FIX = (
+    "no Docker engine answers; start one (`make accept` and `make test` start it for you, "
+    "or run `dockerd &` as root) and check with `dd-accept doctor`"
+)
+
+
+def connect(timeout: int = 120) -> docker.DockerClient:
+    """Return a client to a live engine, or fail with the one line a user needs."""
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+    except docker.errors.DockerException as error:
+        raise EnvironmentProblem(ENGINE_FIX) from error
+    return client
+
+
+def engine_version(client: docker.DockerClient) -> str:
+    return str(client.version().get("Version", "unknown"))
+
+
+def cluster_labels(cluster: str, role: str) -> dict[str, str]:
+    return {LABEL_CLUSTER: cluster, LABEL_ROLE: role}
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledObjects:
+    """Everything on the engine that carries a dd-accept cluster label."""
+
+    containers: tuple[Container, ...]
+    networks: tuple[object, ...]
+    volumes: tuple[object, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not (self.containers or self.networks or self.volumes)
+
+    def cluster_names(self) -> set[str]:
+        names: set[str] = set()
+        for obj in (*self.containers, *self.networks, *self.volumes):
+            labels = getattr(obj, "labels", None) or obj.attrs.get("Labels") or {}
+            if LABEL_CLUSTER in labels:
+                names.add(labels[LABEL_CLUSTER])
+        return names
+
+
+def find_labelled(client: docker.DockerClient, cluster: str | None = None) -> LabelledObjects:
+    """Objects of one cluster, or of every dd-accept cluster when `cluster` is None."""
+    selector = LABEL_CLUSTER if cluster is None else f"{LABEL_CLUSTER}={cluster}"
+    filters = {"label": selector}
+    return LabelledObjects(
+        containers=tuple(client.containers.list(all=True, filters=filters)),
+        networks=tuple(client.networks.list(filters=filters)),
+        volumes=tuple(client.volumes.list(filters=filters)),
+    )
+
+
+def remove_labelled(client: docker.DockerClient, objects: LabelledObjects) -> list[str]:
+    """Remove containers first (they hold the networks and volumes), then the rest.
+
+    Objects already gone count as removed: a concurrent teardown must not fail this one.
+    """
+    removed: list[str] = []
+    for container in objects.containers:
+        try:
+            container.remove(force=True, v=True)
+            removed.append(f"container {container.name}")
+        except docker.errors.NotFound:
+            pass
+    for network in objects.networks:
+        try:
+            network.remove()
+            removed.append(f"network {network.name}")
+        except docker.errors.NotFound:
+            pass
+    for volume in objects.volumes:
+        try:
+            volume.remove(force=True)
+            removed.append(f"volume {volume.name}")
+        except docker.errors.NotFound:
+            pass
+    return removed
+
+
+def put_file(container: Container, path: str, data: bytes, mode: int = 0o644, uid: int = 0) -> None:
+    """Write one file into a container without it ever touching the host's disk.
+
+    Used for the munge key: it exists only in memory and inside the cluster's containers.
+    """
+    directory, _, name = path.rpartition("/")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        info.mode = mode
+        info.uid = uid
+        info.gid = uid
+        info.mtime = int(time.time())
+        archive.addfile(info, io.BytesIO(data))
+    container.put_archive(directory or "/", buffer.getvalue())
+
+
+def exec_command(
+    container: Container,
+    argv: Sequence[str],
+    *,
+    node: str,
+    log: CommandLog,
+    timeout: float = 60.0,
+    environment: Mapping[str, str] | None = None,
+    user: str = "",
+    workdir: str | None = None,
+) -> CommandRecord:
+    """Run argv in a container under coreutils `timeout`, record it, and return the record.
+
+    The docker exec API has no deadline of its own, so the deadline is enforced inside the
+    container: a hung `srun` cannot hang the harness.
+    """
+    wrapped = ["timeout", "--kill-after=2", f"{max(timeout, 0.1):.1f}", *argv]
+    start = utc_now_iso()
+    started = time.monotonic()
+    result = container.exec_run(
+        wrapped,
+        demux=True,
+        environment=dict(environment or {}),
+        user=user,
+        workdir=workdir,
+    )
+    duration = time.monotonic() - started
+    stdout, stderr = result.output if result.output else (b"", b"")
+    exit_code = result.exit_code
+    timed_out = exit_code in TIMEOUT_EXIT_CODES and duration >= timeout - 0.05
+    record = CommandRecord(
+        argv=tuple(argv),
+        node=node,
+        start=start,
+        duration_s=round(duration, 4),
+        exit_code=exit_code,
+        stdout_tail=tail(decode(stdout)),
+        stderr_tail=tail(decode(stderr)),
+        timed_out=timed_out,
+    )
+    return log.add(record)
+
+
+def exec_detached(container: Container, argv: Sequence[str], environment: Mapping[str, str] | None = None) -> None:
+    """Start a process in a container and return at once; its wrapper reports through files."""
+    container.exec_run(list(argv), detach=True, environment=dict(environment or {}))
+
+
+def container_log_tail(container: Container, lines: int = 40) -> str:
+    try:
+        return decode(container.logs(tail=lines))
+    except docker.errors.APIError:
+        return ""
+
+
+def image_exists(client: docker.DockerClient, tag: str) -> bool:
+    try:
+        client.images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+def image_id(client: docker.DockerClient, tag: str) -> str:
+    return str(client.images.get(tag).id)
+
+
+def list_images(client: docker.DockerClient, label: str) -> Iterable[object]:
+    return client.images.list(filters={"label": label})

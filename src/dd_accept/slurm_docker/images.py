@@ -1,0 +1,201 @@
+"""Node images built from Debian packages alone: no container registry is ever contacted.
+
+Two content-addressed layers. The base is a debootstrapped bookworm root filesystem with
+Slurm, munge and Python, imported through the SDK; the Slurm layer adds dd-accept's
+entrypoint and helpers. Each tag is a hash of its recipe inputs, so an unchanged recipe
+is found on the engine and never rebuilt, and a changed one can never be mistaken for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Protocol
+
+import docker
+import docker.errors
+
+from dd_accept.errors import ClusterError, EnvironmentProblem
+from dd_accept.slurm_docker import engine
+from dd_accept.slurm_docker.mirror import find_mirror
+from dd_accept.slurm_docker.state import file_lock, state_root
+
+SUITE = "bookworm"
+VARIANT = "minbase"
+PACKAGES = (
+    "slurmctld",
+    "slurmd",
+    "slurm-client",
+    "munge",
+    "python3",
+    "python3-venv",
+    "procps",
+    "iproute2",
+)
+RECIPE_VERSION = "1"  # bump to force a rebuild when the build procedure itself changes
+BASE_REPOSITORY = "dd-accept/base"
+SLURM_REPOSITORY = "dd-accept/slurm"
+RECIPE_FILES = ("Dockerfile", "dd-node-entrypoint", "dd-bg")
+
+
+class BuildListener(Protocol):
+    """Observer of a build; the console display is one implementation, tests another."""
+
+    def on_step(self, name: str) -> None: ...
+
+    def on_detail(self, text: str) -> None: ...
+
+
+class QuietListener:
+    def on_step(self, name: str) -> None:
+        pass
+
+    def on_detail(self, text: str) -> None:
+        pass
+
+
+def _digest(*parts: str | bytes) -> str:
+    hasher = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        hasher.update(len(data).to_bytes(8, "big"))
+        hasher.update(data)
+    return hasher.hexdigest()[:16]
+
+
+def _recipe_bytes(name: str) -> bytes:
+    return resources.files("dd_accept.slurm_docker").joinpath("recipe", name).read_bytes()
+
+
+def base_tag() -> str:
+    recipe = _digest(RECIPE_VERSION, SUITE, VARIANT, ",".join(sorted(PACKAGES)))
+    return f"{BASE_REPOSITORY}:{recipe}"
+
+
+def slurm_tag() -> str:
+    recipe = _digest(base_tag(), *(name.encode() + _recipe_bytes(name) for name in RECIPE_FILES))
+    return f"{SLURM_REPOSITORY}:{recipe}"
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    tag: str
+    built: bool
+    seconds: float
+
+
+def _run_streaming(argv: list[str], listener: BuildListener, what: str) -> None:
+    """Run a host build tool, feeding its lines to the listener and keeping a tail for errors."""
+    tail_lines: list[str] = []
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            line = line.rstrip()
+            if line:
+                listener.on_detail(line[:120])
+                tail_lines = [*tail_lines[-19:], line]
+        code = process.wait()
+    except BaseException:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        raise
+    if code != 0:
+        raise ClusterError(f"{what} failed (exit {code}): {' | '.join(tail_lines[-5:])}")
+
+
+def build_base(client: docker.DockerClient, listener: BuildListener) -> BuildResult:
+    tag = base_tag()
+    if engine.image_exists(client, tag):
+        return BuildResult(tag, built=False, seconds=0.0)
+    debootstrap = shutil.which("debootstrap")
+    if debootstrap is None:
+        raise EnvironmentProblem(
+            "debootstrap is missing and the base image is not built: apt-get install -y debootstrap"
+        )
+    mirror = find_mirror()
+    started = time.monotonic()
+    scratch = Path(tempfile.mkdtemp(prefix="build-", dir=state_root()))
+    try:
+        rootfs = scratch / "rootfs"
+        listener.on_step(f"debootstrap {SUITE} ({len(PACKAGES)} packages)")
+        _run_streaming(
+            [
+                debootstrap,
+                f"--variant={VARIANT}",
+                f"--include={','.join(PACKAGES)}",
+                SUITE,
+                str(rootfs),
+                mirror,
+            ],
+            listener,
+            "debootstrap",
+        )
+        for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for entry in (rootfs / cache).glob("*"):
+                if entry.is_file():
+                    entry.unlink()
+        listener.on_step("packing root filesystem")
+        archive = scratch / "rootfs.tar"
+        _run_streaming(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(archive), "."], listener, "tar")
+        listener.on_step(f"importing {tag}")
+        repository, _, version = tag.partition(":")
+        client.api.import_image_from_file(
+            str(archive),
+            repository=repository,
+            tag=version,
+            changes=[f"LABEL {engine.LABEL_IMAGE_RECIPE}={version}", 'CMD ["/bin/bash"]'],
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if not engine.image_exists(client, tag):
+        raise ClusterError(f"import of {tag} reported success but the image is not on the engine")
+    return BuildResult(tag, built=True, seconds=time.monotonic() - started)
+
+
+def build_slurm_layer(client: docker.DockerClient, listener: BuildListener) -> BuildResult:
+    tag = slurm_tag()
+    if engine.image_exists(client, tag):
+        return BuildResult(tag, built=False, seconds=0.0)
+    started = time.monotonic()
+    listener.on_step(f"building {tag}")
+    with tempfile.TemporaryDirectory(prefix="ctx-", dir=state_root()) as context:
+        for name in RECIPE_FILES:
+            (Path(context) / name).write_bytes(_recipe_bytes(name))
+        try:
+            client.images.build(
+                path=context,
+                tag=tag,
+                buildargs={"BASE": base_tag()},
+                labels={engine.LABEL_IMAGE_RECIPE: tag.partition(":")[2]},
+                network_mode="none",
+                pull=False,
+                rm=True,
+                forcerm=True,
+            )
+        except docker.errors.BuildError as error:
+            lines = [str(item.get("stream", item.get("error", ""))).strip() for item in error.build_log]
+            raise ClusterError(f"building {tag} failed: {' | '.join(x for x in lines if x)[-400:]}") from error
+    return BuildResult(tag, built=True, seconds=time.monotonic() - started)
+
+
+def ensure_images(client: docker.DockerClient, listener: BuildListener | None = None) -> str:
+    """Build whatever is missing, once, even when several processes ask at the same time."""
+    listener = listener or QuietListener()
+    with file_lock(state_root() / "locks" / "images.lock"):
+        build_base(client, listener)
+        return build_slurm_layer(client, listener).tag
+
+
+def images_present(client: docker.DockerClient) -> dict[str, bool]:
+    return {tag: engine.image_exists(client, tag) for tag in (base_tag(), slurm_tag())}
