@@ -18,7 +18,8 @@ class WaitTimeout(TimeoutError):
     """Raised with the last observed value, so a failure explains itself."""
 
     def __init__(self, what: str, timeout: float, last: object, error: BaseException | None) -> None:
-        detail = f"last observed: {last!r}"
+        shown = last.describe() if callable(getattr(last, "describe", None)) else repr(last)
+        detail = f"last observed: {shown}"
         if error is not None:
             detail = f"last error: {type(error).__name__}: {error}"
         super().__init__(f"timed out after {timeout:.1f}s waiting for {what}; {detail}")

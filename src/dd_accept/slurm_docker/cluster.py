@@ -24,6 +24,7 @@ import jinja2
 from docker.models.containers import Container
 
 from dd_accept.errors import ClusterError, UsageError
+from dd_accept.harness.interrupts import deferred_interrupts
 from dd_accept.harness.waiting import WaitAborted, WaitTimeout, wait_until
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
@@ -125,6 +126,7 @@ class SlurmCluster:
     client: docker.DockerClient | None = None
     records: CommandLog = field(default_factory=CommandLog)
     _containers: dict[str, Container] = field(default_factory=dict)
+    _host_shared: Path | None = None
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -144,6 +146,9 @@ class SlurmCluster:
             cpus_per_node=int(controller.labels.get(LABEL_CPUS, "1")),
         )
         cluster = cls(spec=spec, client=client)
+        for mount in controller.attrs.get("Mounts", []):
+            if mount.get("Destination") == SHARED_PATH:
+                cluster._host_shared = Path(mount["Source"])
         for container in objects.containers:
             cluster._containers[container.labels.get("io.dd-accept.node", container.name)] = container
         return cluster
@@ -168,8 +173,12 @@ class SlurmCluster:
 
     @property
     def host_shared_dir(self) -> Path:
-        """The host side of the shared filesystem (never written into evidence)."""
-        return cluster_dir(self.name) / "shared"
+        """The host side of the shared filesystem (never written into evidence).
+
+        A reattached cluster takes it from the bind mount, since the process that started
+        the cluster may have had another state directory.
+        """
+        return self._host_shared or cluster_dir(self.name) / "shared"
 
     def __enter__(self) -> Self:
         self.up()
@@ -196,10 +205,7 @@ class SlurmCluster:
 
     def _remove_stale(self) -> None:
         """A killed earlier run may have left a cluster of this name: remove it first."""
-        leftovers = engine.find_labelled(self.engine, self.name)
-        if not leftovers.empty:
-            engine.remove_labelled(self.engine, leftovers)
-        shutil.rmtree(cluster_dir(self.name), ignore_errors=True)
+        remove_cluster(self.engine, self.name)
 
     def _start(self) -> None:
         shared = self.host_shared_dir
@@ -207,26 +213,31 @@ class SlurmCluster:
         ipam = None
         if self.spec.subnet:
             ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=self.spec.subnet)])
-        try:
-            self.engine.networks.create(
-                self.network_name,
-                driver="bridge",
-                internal=True,
-                ipam=ipam,
-                labels=engine.cluster_labels(self.name, "network"),
-            )
-        except docker.errors.APIError as error:
-            raise ClusterError(f"cannot create network for cluster {self.name}: {error.explanation}") from error
+        # Engine mutations run with interrupts deferred: an abandoned create would still
+        # complete on the engine after teardown had looked for it (see harness.interrupts).
+        with deferred_interrupts():
+            try:
+                self.engine.networks.create(
+                    self.network_name,
+                    driver="bridge",
+                    internal=True,
+                    ipam=ipam,
+                    labels=engine.cluster_labels(self.name, "network"),
+                )
+            except docker.errors.APIError as error:
+                raise ClusterError(f"cannot create network for cluster {self.name}: {error.explanation}") from error
         munge_key = secrets.token_bytes(1024)
         slurm_conf = render_slurm_conf(self.spec).encode()
         for host, role in [(CONTROLLER, "controller"), *((n, "compute") for n in self.nodes)]:
-            container = self._create_container(host, role, shared)
-            self._containers[host] = container
-            engine.put_file(container, "/etc/munge/munge.key", munge_key, mode=0o400)
-            engine.put_file(container, "/etc/slurm/slurm.conf", slurm_conf)
+            with deferred_interrupts():
+                container = self._create_container(host, role, shared)
+                self._containers[host] = container
+                engine.put_file(container, "/etc/munge/munge.key", munge_key, mode=0o400)
+                engine.put_file(container, "/etc/slurm/slurm.conf", slurm_conf)
         del munge_key
         for container in self._containers.values():
-            container.start()
+            with deferred_interrupts():
+                container.start()
 
     def _create_container(self, host: str, role: str, shared: Path) -> Container:
         labels = engine.cluster_labels(self.name, role)
@@ -248,10 +259,8 @@ class SlurmCluster:
 
     def down(self) -> list[str]:
         """Remove every object labelled with this cluster's name, and its run directory."""
-        removed = engine.remove_labelled(self.engine, engine.find_labelled(self.engine, self.name))
         self._containers.clear()
-        shutil.rmtree(cluster_dir(self.name), ignore_errors=True)
-        return removed
+        return remove_cluster(self.engine, self.name)
 
     # ---- readiness ----------------------------------------------------------------------
     def _exited_container(self) -> str | None:
@@ -324,7 +333,9 @@ class SlurmCluster:
         jobs = self.exec(["squeue", "-h", "-o", "%i|%j|%T|%D|%N"], timeout=10)
         steps = self.exec(["squeue", "-h", "-s", "-o", "%i|%j|%N"], timeout=10)
         return ClusterStatus(
-            nodes=tuple(NodeState(*line.split("|")) for line in states.stdout_tail.splitlines() if line.count("|") == 2),
+            nodes=tuple(
+                NodeState(*line.split("|")) for line in states.stdout_tail.splitlines() if line.count("|") == 2
+            ),
             jobs=tuple(tuple(line.split("|")) for line in jobs.stdout_tail.splitlines() if line),
             steps=tuple(tuple(line.split("|")) for line in steps.stdout_tail.splitlines() if line),
         )
@@ -341,3 +352,19 @@ def list_clusters(client: docker.DockerClient) -> dict[str, list[str]]:
     for container in engine.find_labelled(client).containers:
         result.setdefault(container.labels[engine.LABEL_CLUSTER], []).append(container.name)
     return result
+
+
+def remove_cluster(client: docker.DockerClient, name: str) -> list[str]:
+    """Remove a cluster's labelled objects and its host run directory, whoever created them."""
+    objects = engine.find_labelled(client, name)
+    run_dirs = {cluster_dir(name)}
+    for container in objects.containers:
+        for mount in container.attrs.get("Mounts", []):
+            source = Path(mount.get("Source", ""))
+            # Only ever delete a directory of the exact shape dd-accept creates for this name.
+            if mount.get("Destination") == SHARED_PATH and source.match(f"clusters/{name}/shared"):
+                run_dirs.add(source.parent)
+    removed = engine.remove_labelled(client, objects)
+    for directory in run_dirs:
+        shutil.rmtree(directory, ignore_errors=True)
+    return removed

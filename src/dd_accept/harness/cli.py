@@ -1,0 +1,242 @@
+"""The `dd-accept` command line.
+
+Exit statuses are a contract with release gates: 0 pass, 1 a check failed, 2 usage or
+environment error (always one clear line, never a traceback), 130 interrupted (after
+cleaning up what this invocation started).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from rich.table import Table
+
+from dd_accept import __version__
+from dd_accept.errors import EXIT_PASS, EXIT_USAGE, DDAcceptError, UsageError
+from dd_accept.harness.console import ConsoleListener, fail_line
+
+EXIT_INTERRUPTED = 130
+DEFAULT_CLUSTER = "dd-accept"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit 2, as for every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        fail_line(f"{message} (see `{self.prog} --help`)")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _interrupt_on_term() -> None:
+    """Treat SIGTERM like Ctrl-C so the same cleanup paths run when CI cancels a job."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+# ---- cluster ------------------------------------------------------------------------------
+def _cmd_cluster_build(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.slurm_docker import engine, images
+
+    client = engine.connect()
+    with console:
+        base = images.build_base(client, console)
+        layer = images.build_slurm_layer(client, console)
+    for result in (base, layer):
+        state = f"built in {result.seconds:.1f}s" if result.built else "up to date"
+        console.out.print(f"{result.tag}  {state}")
+    return EXIT_PASS
+
+
+def _cmd_cluster_up(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
+
+    spec = ClusterSpec(name=args.name, nodes=args.nodes, cpus_per_node=args.cpus_per_node, subnet=args.subnet)
+    client = engine.connect()
+    with console:
+        image = images.ensure_images(client, console)
+        console.on_step(f"starting cluster {spec.name} ({spec.nodes} nodes)")
+        cluster = SlurmCluster(spec, image=image, client=client)
+        cluster.up(ready_timeout=args.ready_timeout)
+    console.out.print(
+        f"cluster {spec.name} is up: {spec.nodes} node(s) idle; "
+        f"`dd-accept cluster exec --name {spec.name} -- sinfo`, `dd-accept cluster down --name {spec.name}`"
+    )
+    return EXIT_PASS
+
+
+def _cmd_cluster_down(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.slurm_docker import SlurmCluster
+
+    cluster = SlurmCluster.attach(args.name)
+    removed = cluster.down()
+    console.out.print(f"cluster {args.name} removed ({len(removed)} objects)")
+    return EXIT_PASS
+
+
+def _cmd_cluster_status(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.slurm_docker import SlurmCluster, engine
+    from dd_accept.slurm_docker.cluster import list_clusters
+
+    client = engine.connect()
+    names = [args.name] if args.name else sorted(list_clusters(client))
+    if not names:
+        console.out.print("no dd-accept clusters on this engine")
+        return EXIT_PASS
+    for name in names:
+        cluster = SlurmCluster.attach(name, client)
+        status = cluster.status()
+        table = Table(title=f"cluster {name}")
+        for column in ("kind", "id", "state", "detail"):
+            table.add_column(column)
+        for node in status.nodes:
+            table.add_row("node", node.name, node.state, f"{node.cpus} CPUs")
+        for job in status.jobs:
+            table.add_row("job", job[0], job[2] if len(job) > 2 else "", " ".join(job[3:]))
+        for step in status.steps:
+            table.add_row("step", step[0], "RUNNING", " ".join(step[1:]))
+        console.table(table)
+    return EXIT_PASS
+
+
+def _cmd_cluster_exec(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.slurm_docker import SlurmCluster
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("cluster exec needs a command after `--`, e.g. `dd-accept cluster exec -- sinfo`")
+    cluster = SlurmCluster.attach(args.name)
+    record = cluster.exec(command, node=args.node, timeout=args.timeout)
+    sys.stdout.write(record.stdout_tail)
+    sys.stderr.write(record.stderr_tail)
+    if record.timed_out:
+        fail_line(f"command timed out after {args.timeout:.0f}s")
+    return int(record.exit_code or 0) if not record.timed_out else 124
+
+
+def _cmd_cluster_prune(args: argparse.Namespace, console: ConsoleListener) -> int:
+    import shutil
+
+    from dd_accept.slurm_docker import engine
+    from dd_accept.slurm_docker.state import state_root
+
+    client = engine.connect()
+    removed = engine.remove_labelled(client, engine.find_labelled(client))
+    shutil.rmtree(state_root() / "clusters", ignore_errors=True)
+    if args.images:
+        for image in engine.list_images(client, engine.LABEL_IMAGE_RECIPE):
+            for tag in image.tags:
+                client.images.remove(tag, force=True)
+                removed.append(f"image {tag}")
+    console.out.print(f"removed {len(removed)} dd-accept objects")
+    for item in removed:
+        console.info(f"  {item}")
+    return EXIT_PASS
+
+
+def _cmd_doctor(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.harness.doctor import run_checks
+
+    findings = run_checks()
+    table = Table(title="dd-accept doctor")
+    for column in ("check", "status", "observed", "fix"):
+        table.add_column(column)
+    for finding in findings:
+        table.add_row(
+            finding.name,
+            "[green]ok[/green]" if finding.ok else "[red]problem[/red]",
+            finding.observed,
+            "" if finding.ok else finding.fix,
+        )
+    console.table(table)
+    return EXIT_PASS if all(f.ok for f in findings) else EXIT_USAGE
+
+
+# ---- parser -------------------------------------------------------------------------------
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="dd-accept",
+        description="Acceptance harness for Slurm-hosted LLM runtimes, on a real Slurm cluster in Docker.",
+        epilog="Exit status: 0 pass, 1 a check failed, 2 usage or environment error, 130 interrupted.",
+    )
+    parser.add_argument("--version", action="version", version=f"dd-accept {__version__}")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    doctor = commands.add_parser("doctor", help="check the machine and print the fix for each problem")
+    doctor.set_defaults(handler=_cmd_doctor)
+
+    cluster = commands.add_parser("cluster", help="build, start, inspect and remove the dockerized Slurm cluster")
+    actions = cluster.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    cluster.set_defaults(handler=lambda args, console: cluster.print_help() or EXIT_USAGE)
+
+    build = actions.add_parser("build", help="build the node images from Debian packages (no registry)")
+    build.set_defaults(handler=_cmd_cluster_build)
+
+    up = actions.add_parser("up", help="start a controller and N compute nodes; returns when all are idle")
+    up.add_argument("--name", default=DEFAULT_CLUSTER, help="cluster name (default: %(default)s)")
+    up.add_argument("--nodes", default="2", help="compute nodes, 1-64 (default: %(default)s)")
+    up.add_argument("--cpus-per-node", default="16", help="CPUs Slurm declares per node (default: %(default)s)")
+    up.add_argument("--subnet", help="IPv4 subnet for the internal network (default: chosen by Docker)")
+    up.add_argument("--ready-timeout", type=_positive, default=60.0, help="seconds to wait for idle nodes")
+    up.set_defaults(handler=_cmd_cluster_up)
+
+    down = actions.add_parser("down", help="remove a cluster's containers, network, volumes and run directory")
+    down.add_argument("--name", default=DEFAULT_CLUSTER)
+    down.set_defaults(handler=_cmd_cluster_down)
+
+    status = actions.add_parser("status", help="nodes, jobs and steps as a table")
+    status.add_argument("--name", help="one cluster (default: every dd-accept cluster)")
+    status.set_defaults(handler=_cmd_cluster_status)
+
+    execute = actions.add_parser("exec", help="run a command on a node; exits with its status")
+    execute.add_argument("--name", default=DEFAULT_CLUSTER)
+    execute.add_argument("--node", default="ctl", help="ctl (default) or nodeN")
+    execute.add_argument("--timeout", type=_positive, default=300.0)
+    execute.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
+    execute.set_defaults(handler=_cmd_cluster_exec)
+
+    prune = actions.add_parser("prune", help="remove every dd-accept container, network and volume")
+    prune.add_argument("--images", action="store_true", help="also remove dd-accept images")
+    prune.set_defaults(handler=_cmd_cluster_prune)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "handler", None):
+        parser.print_help()
+        return EXIT_USAGE
+    _interrupt_on_term()
+    console = ConsoleListener(quiet=args.quiet)
+    try:
+        return int(args.handler(args, console))
+    except DDAcceptError as error:
+        fail_line(str(error))
+        return error.exit_status
+    except KeyboardInterrupt:
+        fail_line("interrupted; everything this command started has been removed")
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

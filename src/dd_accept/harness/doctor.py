@@ -1,0 +1,80 @@
+"""`dd-accept doctor`: every precondition checked at once, each problem with its exact fix."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+
+from dd_accept.errors import DDAcceptError
+from dd_accept.slurm_docker import engine, images
+from dd_accept.slurm_docker.mirror import find_mirror
+from dd_accept.slurm_docker.state import state_root
+
+MIN_FREE_BYTES = 3 * 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    name: str
+    ok: bool
+    observed: str
+    fix: str = ""
+
+
+def run_checks() -> list[Finding]:
+    findings: list[Finding] = []
+    version = sys.version_info
+    findings.append(
+        Finding(
+            "python",
+            version >= (3, 11),
+            f"{version.major}.{version.minor}.{version.micro}",
+            "install Python 3.11 or newer (apt-get install -y python3 python3-venv)",
+        )
+    )
+    free = shutil.disk_usage(state_root()).free
+    findings.append(
+        Finding(
+            "disk",
+            free >= MIN_FREE_BYTES,
+            f"{free / 1024**3:.1f} GiB free for images and run directories",
+            f"free at least {MIN_FREE_BYTES // 1024**3} GiB (try `dd-accept cluster prune --images`)",
+        )
+    )
+    try:
+        client = engine.connect(timeout=10)
+    except DDAcceptError:
+        findings.append(Finding("docker engine", False, "not answering", "start it: `dockerd &` as root"))
+        client = None
+    else:
+        findings.append(Finding("docker engine", True, f"version {engine.engine_version(client)}"))
+    present = images.images_present(client) if client is not None else {}
+    images_ok = bool(present) and all(present.values())
+    if client is not None:
+        missing = [tag for tag, ok in present.items() if not ok]
+        findings.append(
+            Finding(
+                "images",
+                images_ok,
+                "all built" if images_ok else f"missing {', '.join(missing)}",
+                "build them: `dd-accept cluster build`",
+            )
+        )
+    if not images_ok:
+        has_debootstrap = shutil.which("debootstrap") is not None
+        findings.append(
+            Finding(
+                "debootstrap",
+                has_debootstrap,
+                "present" if has_debootstrap else "missing (needed to build the base image)",
+                "apt-get install -y debootstrap",
+            )
+        )
+        try:
+            find_mirror()
+        except DDAcceptError as error:
+            findings.append(Finding("debian mirror", False, str(error), "configure apt sources or set the variable"))
+        else:
+            findings.append(Finding("debian mirror", True, "found in apt's configuration"))
+    return findings

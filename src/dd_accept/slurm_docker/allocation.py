@@ -1,0 +1,209 @@
+"""Allocations and steps: `salloc --no-shell`, `srun` launchers in the background, `scancel`.
+
+Drain checks depend on the difference between signalling a step's *launcher* (srun, which
+turns TERM into "forcing job termination") and signalling the step itself with
+`scancel --signal=TERM JOB.STEP`; so a background step keeps its launcher's PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import re
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+from dd_accept.errors import ClusterError
+from dd_accept.harness.waiting import wait_until
+from dd_accept.slurm_docker import engine
+from dd_accept.slurm_docker.cluster import CONTROLLER, SlurmCluster
+from dd_accept.slurm_docker.records import CommandRecord, tail, utc_now_iso
+
+_GRANTED = re.compile(r"Granted job allocation (\d+)")
+_counter = itertools.count(1)
+
+
+@dataclass
+class BackgroundCommand:
+    """A command started through `dd-bg`, which reports pid, output and exit through files."""
+
+    cluster: SlurmCluster
+    argv: tuple[str, ...]
+    node: str
+    cluster_dir: str
+    host_dir: Path
+    start: str
+    started_monotonic: float
+    record: CommandRecord | None = None
+
+    def _read(self, name: str) -> str | None:
+        try:
+            return (self.host_dir / name).read_text()
+        except FileNotFoundError:
+            return None
+
+    def pid(self, timeout: float = 10.0) -> int:
+        """The launcher's PID inside its container (e.g. the srun process)."""
+        text = wait_until(
+            lambda: self._read("pid"),
+            lambda value: bool(value and value.strip().isdigit()),
+            timeout=timeout,
+            what=f"pid of `{shlex.join(self.argv)}`",
+        )
+        assert text is not None
+        return int(text.strip())
+
+    @property
+    def finished(self) -> bool:
+        return self._read("exit") is not None
+
+    def signal(self, signal_name: str) -> CommandRecord:
+        """Send a signal to the launcher process by its own PID (never by name)."""
+        return self.cluster.exec(["kill", f"-{signal_name}", str(self.pid())], node=self.node, timeout=10)
+
+    def wait(self, timeout: float = 60.0) -> CommandRecord:
+        """Wait for the command to end and return (and log) its record."""
+        if self.record is not None:
+            return self.record
+        wait_until(
+            lambda: self._read("exit"),
+            lambda value: value is not None and value.strip() != "",
+            timeout=timeout,
+            what=f"`{shlex.join(self.argv)}` to end",
+        )
+        return self._finish(timed_out=False)
+
+    def _finish(self, timed_out: bool) -> CommandRecord:
+        exit_text = (self._read("exit") or "").strip()
+        record = CommandRecord(
+            argv=self.argv,
+            node=self.node,
+            start=self.start,
+            duration_s=round(time.monotonic() - self.started_monotonic, 4),
+            exit_code=int(exit_text) if exit_text.lstrip("-").isdigit() else None,
+            stdout_tail=tail(self._read("stdout") or ""),
+            stderr_tail=tail(self._read("stderr") or ""),
+            timed_out=timed_out,
+            background=True,
+        )
+        self.record = self.cluster.records.add(record)
+        return record
+
+    def stop(self) -> CommandRecord:
+        """KILL a launcher still running (teardown) and record it as timed out."""
+        if self.record is not None:
+            return self.record
+        if not self.finished:
+            self.signal("KILL")
+            try:
+                wait_until(lambda: self.finished, bool, timeout=10, what="killed launcher to end")
+            except TimeoutError:
+                return self._finish(timed_out=True)
+        return self._finish(timed_out=not self.finished)
+
+
+def start_background(
+    cluster: SlurmCluster,
+    argv: Sequence[str],
+    *,
+    node: str = CONTROLLER,
+    environment: Mapping[str, str] | None = None,
+) -> BackgroundCommand:
+    name = f"cmd-{int(time.time() * 1000)}-{next(_counter)}"
+    cluster_path, host_path = cluster.shared_path("commands", name)
+    command = BackgroundCommand(
+        cluster=cluster,
+        argv=tuple(argv),
+        node=node,
+        cluster_dir=cluster_path,
+        host_dir=host_path,
+        start=utc_now_iso(),
+        started_monotonic=time.monotonic(),
+    )
+    engine.exec_detached(cluster.container(node), ["dd-bg", cluster_path, *argv], environment=environment)
+    return command
+
+
+@dataclass
+class Allocation:
+    """A job allocation held with `salloc --no-shell`; steps run in it with `srun`."""
+
+    cluster: SlurmCluster
+    job_id: str
+    background: list[BackgroundCommand] = field(default_factory=list)
+
+    @classmethod
+    def acquire(
+        cls,
+        cluster: SlurmCluster,
+        *,
+        nodes: int = 1,
+        job_name: str = "dd-accept",
+        time_limit: str = "30:00",
+        extra: Sequence[str] = (),
+        timeout: float = 60.0,
+    ) -> Self:
+        argv = ["salloc", "--no-shell", f"--nodes={nodes}", f"--job-name={job_name}", f"--time={time_limit}", *extra]
+        record = cluster.exec(argv, timeout=timeout)
+        match = _GRANTED.search(record.stderr_tail + record.stdout_tail)
+        if not record.ok or match is None:
+            raise ClusterError(f"allocation failed: {record.describe()}")
+        return cls(cluster=cluster, job_id=match.group(1))
+
+    def srun(self, argv: Sequence[str], *, options: Sequence[str] = (), timeout: float = 60.0) -> CommandRecord:
+        return self.cluster.exec(["srun", f"--jobid={self.job_id}", "--overlap", *options, *argv], timeout=timeout)
+
+    def start_step(
+        self,
+        argv: Sequence[str],
+        *,
+        options: Sequence[str] = (),
+        environment: Mapping[str, str] | None = None,
+    ) -> BackgroundCommand:
+        """Launch `srun` in the background on the controller; its PID is the launcher's."""
+        command = start_background(
+            self.cluster,
+            ["srun", f"--jobid={self.job_id}", "--overlap", *options, *argv],
+            environment=environment,
+        )
+        self.background.append(command)
+        return command
+
+    def steps(self) -> list[str]:
+        """Running step ids (JOB.STEP) of this allocation, excluding Slurm's own extern step."""
+        record = self.cluster.exec(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i"], timeout=10)
+        return [s for s in record.stdout_tail.split() if not s.endswith((".extern", ".batch", ".interactive"))]
+
+    def scancel_step(self, step: str, signal_name: str = "TERM") -> CommandRecord:
+        return self.cluster.exec(["scancel", f"--signal={signal_name}", step], timeout=10)
+
+    def job_state(self) -> str:
+        record = self.cluster.exec(["squeue", "-h", "-j", self.job_id, "-o", "%T"], timeout=10)
+        return record.stdout_tail.strip() or "GONE"
+
+    def release(self, timeout: float = 30.0) -> list[str]:
+        """Cancel the allocation; return the steps that were still running (leaks)."""
+        leaked = self.steps()
+        self.cluster.exec(["scancel", self.job_id], timeout=10)
+        for command in self.background:
+            if not command.finished:
+                with contextlib.suppress(TimeoutError):
+                    wait_until(lambda c=command: c.finished, bool, timeout=10, what="launcher to end after scancel")
+            command.stop()
+        wait_until(
+            self.job_state,
+            lambda state: state in {"GONE", "COMPLETED", "CANCELLED"},
+            timeout=timeout,
+            what=f"job {self.job_id} to leave the queue",
+        )
+        return leaked
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

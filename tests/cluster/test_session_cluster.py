@@ -1,0 +1,63 @@
+"""The shared session cluster: real slurmctld, slurmd and munge, reached only through records."""
+
+import base64
+
+import docker
+import pytest
+
+from dd_accept.slurm_docker.state import state_root
+from tests.helpers import LABEL, files_under
+
+pytestmark = pytest.mark.cluster
+
+
+def test_srun_reaches_every_node(slurm_cluster):
+    record = slurm_cluster.exec(["srun", f"-N{slurm_cluster.spec.nodes}", "hostname"])
+    assert record.ok, record.describe()
+    assert sorted(record.stdout_tail.split()) == slurm_cluster.nodes
+
+
+def test_every_command_is_recorded_with_its_outcome(slurm_cluster):
+    before = len(slurm_cluster.records)
+    slurm_cluster.exec(["sh", "-c", "echo out; echo err >&2; exit 3"], node="node1")
+    (record,) = slurm_cluster.records.since(before)
+    assert record.argv == ("sh", "-c", "echo out; echo err >&2; exit 3")
+    assert (record.node, record.exit_code, record.stdout_tail, record.stderr_tail) == ("node1", 3, "out\n", "err\n")
+    assert record.start.endswith("Z") and record.duration_s > 0 and not record.timed_out
+
+
+def test_command_deadline_is_enforced_inside_the_container(slurm_cluster):
+    record = slurm_cluster.exec(["sleep", "30"], timeout=1)
+    assert record.timed_out and record.duration_s < 10
+
+
+def test_every_object_is_labelled_and_the_network_is_internal(slurm_cluster):
+    client = docker.from_env()
+    containers = client.containers.list(filters={"label": f"{LABEL}={slurm_cluster.name}"})
+    assert len(containers) == slurm_cluster.spec.nodes + 1
+    (network,) = client.networks.list(filters={"label": f"{LABEL}={slurm_cluster.name}"})
+    assert network.attrs["Internal"] is True
+    for container in containers:
+        assert set(container.attrs["NetworkSettings"]["Networks"]) == {network.name}
+
+
+def test_declared_cpus_are_independent_of_host_cores(slurm_cluster):
+    record = slurm_cluster.exec(["sinfo", "-h", "-N", "-o", "%c"])
+    assert set(record.stdout_tail.split()) == {str(slurm_cluster.spec.cpus_per_node)}
+
+
+def test_munge_key_never_leaves_the_cluster(slurm_cluster, tmp_path_factory):
+    record = slurm_cluster.exec(["base64", "-w0", "/etc/munge/munge.key"])
+    key = base64.b64decode(record.stdout_tail)
+    assert len(key) == 1024
+    node_key = slurm_cluster.exec(["base64", "-w0", "/etc/munge/munge.key"], node="node1").stdout_tail
+    assert base64.b64decode(node_key) == key, "all nodes share the cluster's key"
+    for path in files_under(state_root()) + files_under(tmp_path_factory.getbasetemp()):
+        assert key not in path.read_bytes(), f"munge key found on the host in {path.name}"
+
+
+def test_shared_directory_is_the_same_on_every_node(slurm_cluster):
+    path, host_path = slurm_cluster.shared_path("probe", "hello.txt")
+    slurm_cluster.exec(["sh", "-c", f"mkdir -p /shared/probe && hostname > {path}"], node="node1")
+    assert slurm_cluster.exec(["cat", path], node=f"node{slurm_cluster.spec.nodes}").stdout_tail == "node1\n"
+    assert host_path.read_text() == "node1\n"

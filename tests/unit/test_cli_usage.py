@@ -1,0 +1,53 @@
+"""Bad input gets one clear line on stderr and exit status 2, with no traceback."""
+
+import pytest
+
+from tests.helpers import run_cli
+
+
+def _assert_one_line_usage_error(result, needle):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("dd-accept: error: ")
+    assert needle in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["cluster", "up", "--nodes", "0"], "--nodes must be between 1 and 64"),
+        (["cluster", "up", "--nodes=-1"], "--nodes must be between 1 and 64"),
+        (["cluster", "up", "--nodes", "abc"], "--nodes must be a whole number"),
+        (["cluster", "up", "--nodes", "100000"], "--nodes must be between 1 and 64"),
+        (["cluster", "up", "--subnet", "10.1.2.0/33"], "--subnet"),
+        (["cluster", "up", "--subnet", "10.1.2.3/24"], "--subnet"),
+        (["cluster", "up", "--name", "Bad Name"], "cluster name"),
+        (["cluster", "up", "--ready-timeout", "-3"], "--ready-timeout"),
+        (["cluster", "frobnicate"], "invalid choice"),
+        (["nosuchcommand"], "invalid choice"),
+        (["cluster", "exec", "--"], "needs a command"),
+    ],
+)
+def test_bad_arguments(args, needle):
+    _assert_one_line_usage_error(run_cli(*args), needle)
+
+
+@pytest.mark.parametrize("args", [["cluster", "up", "--name", "ddnoengine"], ["cluster", "status"], ["doctor"]])
+def test_missing_docker_engine_is_one_line_and_exit_2(args, tmp_path):
+    env = {"DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock", "DD_ACCEPT_STATE_DIR": str(tmp_path / "state")}
+    result = run_cli(*args, env=env)
+    assert result.returncode == 2
+    if args != ["doctor"]:
+        _assert_one_line_usage_error(result, "no Docker engine answers")
+    else:
+        assert "docker engine" in result.stdout and "problem" in result.stdout
+    assert not (tmp_path / "state" / "clusters").exists()
+
+
+def test_help_lists_commands_and_exit_statuses():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    assert "cluster" in result.stdout and "doctor" in result.stdout
+    assert "2 usage or environment error" in " ".join(result.stdout.split())
