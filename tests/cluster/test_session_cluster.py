@@ -61,3 +61,13 @@ def test_shared_directory_is_the_same_on_every_node(slurm_cluster):
     slurm_cluster.exec(["sh", "-c", f"mkdir -p /shared/probe && hostname > {path}"], node="node1")
     assert slurm_cluster.exec(["cat", path], node=f"node{slurm_cluster.spec.nodes}").stdout_tail == "node1\n"
     assert host_path.read_text() == "node1\n"
+
+
+def test_names_resolve_from_files_only_so_no_lookup_leaves_the_cluster(slurm_cluster):
+    members = ["ctl", *slurm_cluster.nodes]
+    for node in members:
+        nsswitch = slurm_cluster.exec(["grep", "^hosts:", "/etc/nsswitch.conf"], node=node).stdout_tail.split()
+        assert nsswitch == ["hosts:", "files"], node
+        resolved = slurm_cluster.exec(["getent", "hosts", *members], node=node).stdout_tail.split("\n")
+        assert sorted(line.split()[-1] for line in resolved if line) == sorted(members), node
+    assert slurm_cluster.exec(["getent", "hosts", "outside.example"], timeout=5).exit_code == 2

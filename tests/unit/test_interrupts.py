@@ -11,10 +11,9 @@ def test_a_signal_inside_the_block_is_raised_only_after_it(signum):
     steps = []
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
-        with pytest.raises(KeyboardInterrupt):
-            with deferred_interrupts():
-                os.kill(os.getpid(), signum)
-                steps.append("block finished")
+        with pytest.raises(KeyboardInterrupt), deferred_interrupts():
+            os.kill(os.getpid(), signum)
+            steps.append("block finished")
         assert steps == ["block finished"]
     finally:
         signal.signal(signal.SIGTERM, previous)

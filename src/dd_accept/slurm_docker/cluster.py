@@ -40,6 +40,35 @@ LABEL_NODES = "io.dd-accept.nodes"
 LABEL_CPUS = "io.dd-accept.cpus-per-node"
 
 
+def _host_routes() -> list[ipaddress.IPv4Network]:
+    """Networks the host routes to, so a picked subnet never shadows the host's own LAN."""
+    routes: list[ipaddress.IPv4Network] = []
+    try:
+        lines = Path("/proc/net/route").read_text().splitlines()[1:]
+    except OSError:
+        return routes
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 8:
+            continue
+        destination = ipaddress.IPv4Address(int(fields[1], 16).to_bytes(4, "little"))
+        mask = ipaddress.IPv4Address(int(fields[7], 16).to_bytes(4, "little"))
+        if int(mask):
+            routes.append(ipaddress.IPv4Network(f"{destination}/{mask}", strict=False))
+    return routes
+
+
+def free_subnets(client: docker.DockerClient) -> list[str]:
+    """Candidate /24s in 10.213.0.0/16 that no docker network or host route uses."""
+    used: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = list(_host_routes())
+    for network in client.networks.list():
+        for config in (network.attrs.get("IPAM") or {}).get("Config") or []:
+            if config.get("Subnet"):
+                used.append(ipaddress.ip_network(config["Subnet"], strict=False))
+    pool = ipaddress.ip_network("10.213.0.0/16")
+    return [str(c) for c in pool.subnets(new_prefix=24) if not any(c.overlaps(u) for u in used if u.version == 4)]
+
+
 def node_names(count: int) -> list[str]:
     return [f"node{index}" for index in range(1, count + 1)]
 
@@ -210,27 +239,13 @@ class SlurmCluster:
     def _start(self) -> None:
         shared = self.host_shared_dir
         shared.mkdir(parents=True, exist_ok=True)
-        ipam = None
-        if self.spec.subnet:
-            ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=self.spec.subnet)])
-        # Engine mutations run with interrupts deferred: an abandoned create would still
-        # complete on the engine after teardown had looked for it (see harness.interrupts).
-        with deferred_interrupts():
-            try:
-                self.engine.networks.create(
-                    self.network_name,
-                    driver="bridge",
-                    internal=True,
-                    ipam=ipam,
-                    labels=engine.cluster_labels(self.name, "network"),
-                )
-            except docker.errors.APIError as error:
-                raise ClusterError(f"cannot create network for cluster {self.name}: {error.explanation}") from error
+        network = self._create_network()
+        addresses = self._assign_addresses(network)
         munge_key = secrets.token_bytes(1024)
         slurm_conf = render_slurm_conf(self.spec).encode()
         for host, role in [(CONTROLLER, "controller"), *((n, "compute") for n in self.nodes)]:
             with deferred_interrupts():
-                container = self._create_container(host, role, shared)
+                container = self._create_container(host, role, shared, addresses)
                 self._containers[host] = container
                 engine.put_file(container, "/etc/munge/munge.key", munge_key, mode=0o400)
                 engine.put_file(container, "/etc/slurm/slurm.conf", slurm_conf)
@@ -239,7 +254,49 @@ class SlurmCluster:
             with deferred_interrupts():
                 container.start()
 
-    def _create_container(self, host: str, role: str, shared: Path) -> Container:
+    def _create_network(self) -> object:
+        """The internal network, on the user's subnet or on a free one dd-accept picks.
+
+        Fixed member addresses need a user-configured subnet; two clusters starting at once
+        may pick the same free one, so an overlap is retried on the next candidate.
+        """
+        candidates = [self.spec.subnet] if self.spec.subnet else free_subnets(self.engine)
+        last_error: docker.errors.APIError | None = None
+        for subnet in candidates[:8]:
+            ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
+            # Engine mutations run with interrupts deferred: an abandoned create would still
+            # complete on the engine after teardown had looked for it (see harness.interrupts).
+            with deferred_interrupts():
+                try:
+                    return self.engine.networks.create(
+                        self.network_name,
+                        driver="bridge",
+                        internal=True,
+                        ipam=ipam,
+                        labels=engine.cluster_labels(self.name, "network"),
+                    )
+                except docker.errors.APIError as error:
+                    last_error = error
+                    if "overlap" not in str(error.explanation) or self.spec.subnet:
+                        break
+        detail = last_error.explanation if last_error is not None else "no free subnet"
+        raise ClusterError(f"cannot create network for cluster {self.name}: {detail}")
+
+    def _assign_addresses(self, network: object) -> dict[str, str]:
+        """Fixed addresses for every member, so names resolve from /etc/hosts alone.
+
+        The image resolves hosts from files only: Docker's embedded DNS does not answer
+        unknown names on an internal network, and each such lookup (slurmctld makes one at
+        start) otherwise costs the full resolver timeout. No lookup ever leaves the cluster.
+        """
+        network.reload()  # type: ignore[attr-defined]
+        ipam = network.attrs["IPAM"]["Config"][0]  # type: ignore[attr-defined]
+        subnet = ipaddress.ip_network(ipam["Subnet"])
+        gateway = ipam.get("Gateway") or str(next(subnet.hosts()))
+        free = (str(ip) for ip in subnet.hosts() if str(ip) != gateway)
+        return {host: next(free) for host in [CONTROLLER, *self.nodes]}
+
+    def _create_container(self, host: str, role: str, shared: Path, addresses: dict[str, str]) -> Container:
         labels = engine.cluster_labels(self.name, role)
         labels.update(
             {"io.dd-accept.node": host, LABEL_NODES: str(self.spec.nodes), LABEL_CPUS: str(self.spec.cpus_per_node)}
@@ -252,6 +309,12 @@ class SlurmCluster:
             labels=labels,
             environment={"DD_ROLE": role},
             network=self.network_name,
+            networking_config={
+                self.network_name: docker.types.EndpointConfig(
+                    self.engine.api._version, aliases=[host], ipv4_address=addresses[host]
+                )
+            },
+            extra_hosts={name: address for name, address in addresses.items() if name != host},
             init=True,
             volumes={str(shared): {"bind": SHARED_PATH, "mode": "rw"}},
             detach=True,

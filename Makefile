@@ -1,0 +1,28 @@
+# Two commands do everything on a fresh Debian machine (as root): they install what is
+# missing, start a Docker engine if none answers (and stop it afterwards), build images
+# when they are missing, then run.
+.PHONY: accept test setup lint format bench clean
+
+accept: setup
+	scripts/with-engine.sh scripts/accept.sh
+
+test: setup
+	scripts/with-engine.sh scripts/test.sh
+
+setup:
+	scripts/setup.sh
+
+lint: setup
+	.venv/bin/ruff check src tests benchmarks
+	.venv/bin/ruff format --check src tests benchmarks
+
+format: setup
+	.venv/bin/ruff format src tests benchmarks
+	.venv/bin/ruff check --fix src tests benchmarks
+
+bench: setup
+	scripts/with-engine.sh .venv/bin/python benchmarks/cluster_lifecycle.py
+
+clean:
+	-.venv/bin/dd-accept cluster prune
+	rm -rf .venv .pytest_cache .ruff_cache
