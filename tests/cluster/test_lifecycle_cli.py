@@ -43,6 +43,41 @@ def test_up_status_exec_down_through_the_cli(cleanup_names):
     status = run_cli("cluster", "status", "--name", name)
     assert status.returncode == 0 and "node1" in status.stdout and "idle" in status.stdout
 
+    held = run_cli("cluster", "exec", "--name", name, "--", "salloc", "--no-shell", "-N1", "-J", "held")
+    assert held.returncode == 0, held.stderr
+    step = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dd_accept.harness.cli",
+            "cluster",
+            "exec",
+            "--name",
+            name,
+            "--",
+            "srun",
+            "--jobid=1",
+            "--overlap",
+            "-J",
+            "napping",
+            "sleep",
+            "60",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        busy = wait_until(
+            lambda: run_cli("cluster", "status", "--name", name).stdout,
+            lambda out: "1.0" in out,
+            timeout=30,
+            what="the step in status",
+        )
+        assert "job" in busy and "RUNNING" in busy and "step" in busy and "napping" in busy
+    finally:
+        run_cli("cluster", "exec", "--name", name, "--", "scancel", "1")
+        step.wait(timeout=30)
+
     hostname = run_cli("cluster", "exec", "--name", name, "--", "srun", "-N1", "hostname")
     assert (hostname.returncode, hostname.stdout.strip()) == (0, "node1")
     failing = run_cli("cluster", "exec", "--name", name, "--", "sh", "-c", "exit 7")
