@@ -1,0 +1,222 @@
+"""The replica over real HTTP, as a local process: what the SUT and its clients see."""
+
+import asyncio
+import json
+import urllib.request
+
+import aiohttp
+import pytest
+from openai import OpenAI
+from prometheus_client.parser import text_string_to_metric_families
+
+from dd_accept.fixtures.backends.control import ControlError
+
+FAST = ("--ttft-ms", "5", "--itl-ms", "1")
+MIDDLEWARE = "data_designer.slurm.runtime.backpressure:QueueDepthBackpressureMiddleware"
+
+
+def _client(replica):
+    return OpenAI(base_url=f"{replica.url}/v1", api_key="unused", max_retries=0)
+
+
+def _metrics(replica):
+    text = urllib.request.urlopen(f"{replica.url}/metrics").read().decode()
+    return {
+        s.name: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if not s.labels or set(s.labels) == {"model_name"}
+    }
+
+
+async def _raw_stream(url, path="/v1/chat/completions", max_tokens=8, **extra):
+    body = {"model": "m", "max_tokens": max_tokens, "stream": True, **extra}
+    if path.endswith("chat/completions"):
+        body["messages"] = [{"role": "user", "content": "x"}]
+    else:
+        body["prompt"] = "x"
+    events = []
+    async with aiohttp.ClientSession() as session, session.post(f"{url}{path}", json=body) as response:
+        headers = dict(response.headers)
+        async for line in response.content:
+            if line.startswith(b"data: "):
+                events.append(line[6:].strip())
+    return response.status, headers, events
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_client_parses_chat_completions(local_replica, stream):
+    replica = local_replica(*FAST)
+    client = _client(replica)
+    messages = [{"role": "user", "content": "hello"}]
+    if stream:
+        chunks = list(
+            client.chat.completions.create(
+                model="m", messages=messages, max_tokens=6, stream=True, stream_options={"include_usage": True}
+            )
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+        assert chunks[-1].usage.completion_tokens == 6 and chunks[-1].choices == []
+    else:
+        response = client.chat.completions.create(model="m", messages=messages, max_tokens=6)
+        text = response.choices[0].message.content
+        assert response.usage.completion_tokens == 6 and response.choices[0].finish_reason == "length"
+    assert text.split() == ["tok"] * 6
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_openai_client_parses_text_completions(local_replica, stream):
+    replica = local_replica(*FAST)
+    client = _client(replica)
+    if stream:
+        chunks = list(client.completions.create(model="m", prompt="p", max_tokens=4, stream=True))
+        text = "".join(c.choices[0].text for c in chunks)
+    else:
+        text = client.completions.create(model="m", prompt="p", max_tokens=4).choices[0].text
+    assert text.split() == ["tok"] * 4
+
+
+def test_stream_ends_with_done_and_usage_only_when_asked(local_replica):
+    replica = local_replica(*FAST)
+    status, headers, events = asyncio.run(_raw_stream(replica.url, max_tokens=3))
+    assert status == 200 and headers["Content-Type"].startswith("text/event-stream")
+    assert events[-1] == b"[DONE]" and len(events) == 3 + 1 + 1
+    assert all("usage" not in json.loads(e) for e in events[:-1])
+    _, _, with_usage = asyncio.run(_raw_stream(replica.url, max_tokens=3, stream_options={"include_usage": True}))
+    assert json.loads(with_usage[-2])["usage"]["completion_tokens"] == 3
+
+
+def test_metrics_parse_with_prometheus_parser_and_count_work(local_replica):
+    replica = local_replica(*FAST)
+    _client(replica).chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=5)
+    metrics = _metrics(replica)
+    assert metrics["vllm:num_requests_waiting"] == 0 and metrics["vllm:num_requests_running"] == 0
+    assert metrics["vllm:generation_tokens_total"] == 5
+    assert metrics["vllm:prompt_tokens_total"] >= 1
+    assert metrics["ddaccept_replica_connections_accepted_total"] >= 1
+
+
+def test_probes_and_model_list(local_replica):
+    replica = local_replica(*FAST)
+    assert urllib.request.urlopen(f"{replica.url}/health").status == 200
+    assert json.load(urllib.request.urlopen(f"{replica.url}/version"))["version"]
+    assert json.load(urllib.request.urlopen(f"{replica.url}/v1/models"))["data"][0]["object"] == "model"
+
+
+def test_held_queue_depth_is_published_and_released(local_replica):
+    replica = local_replica(*FAST)
+    assert replica.control("hold", depth=5)["waiting"] == 5
+    assert _metrics(replica)["vllm:num_requests_waiting"] == 5
+    replica.control("release")
+    assert _metrics(replica)["vllm:num_requests_waiting"] == 0
+
+
+def test_failing_health_answers_503(local_replica):
+    replica = local_replica(*FAST)
+    replica.control("health", ok=False)
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(f"{replica.url}/health")
+    assert caught.value.code == 503
+    replica.control("health", ok=True)
+    assert urllib.request.urlopen(f"{replica.url}/health").status == 200
+
+
+def test_next_k_requests_get_the_forced_status_then_normal_service(local_replica):
+    replica = local_replica(*FAST)
+    replica.control("respond", status=503, count=2, retry_after=4)
+    statuses = []
+    for _ in range(3):
+        try:
+            _client(replica).completions.create(model="m", prompt="p", max_tokens=1)
+            statuses.append(200)
+        except Exception as error:  # openai.APIStatusError
+            statuses.append(error.status_code)
+            assert error.response.headers["retry-after"] == "4"
+    assert statuses == [503, 503, 200]
+
+
+def test_closing_keepalive_makes_every_request_a_new_connection(local_replica):
+    replica = local_replica(*FAST)
+
+    async def three_requests():
+        async with aiohttp.ClientSession() as session:
+            for _ in range(3):
+                async with session.post(
+                    f"{replica.url}/v1/completions", json={"prompt": "p", "max_tokens": 1}
+                ) as response:
+                    await response.read()
+                    closes = response.headers.get("Connection", "")
+        return closes
+
+    def accepted_since(before):
+        return replica.control("state")["connections_accepted"] - before - 1  # minus the state query's own
+
+    before = replica.control("state")["connections_accepted"]
+    asyncio.run(three_requests())
+    reused = accepted_since(before)
+    replica.control("keepalive", close=True)
+    before = replica.control("state")["connections_accepted"]
+    assert asyncio.run(three_requests()).lower() == "close"
+    closed_each_time = accepted_since(before)
+    assert (reused, closed_each_time) == (1, 3)
+
+
+def test_a_cut_stream_fails_at_the_client_after_k_chunks(local_replica):
+    replica = local_replica(*FAST)
+    replica.control("cut", after_chunks=3, count=1)
+    with pytest.raises(aiohttp.ClientPayloadError):
+        asyncio.run(_raw_stream(replica.url, max_tokens=20))
+    assert replica.control("state")["chunks_sent"] == 3
+    status, _, events = asyncio.run(_raw_stream(replica.url, max_tokens=4))
+    assert status == 200 and events[-1] == b"[DONE]", "only the next stream is cut"
+
+
+def test_stalled_tokens_hold_streams_until_released(local_replica):
+    replica = local_replica(*FAST)
+    replica.control("stall", on=True)
+
+    async def scenario():
+        task = asyncio.create_task(_raw_stream(replica.url, max_tokens=2))
+        await asyncio.sleep(0.5)
+        assert not task.done()
+        await asyncio.to_thread(replica.control, "stall", on=False)
+        return await task
+
+    assert asyncio.run(scenario())[2][-1] == b"[DONE]"
+
+
+@pytest.mark.parametrize(("action", "expected"), [("exit", 3), ("kill", -9)])
+def test_exit_and_kill(local_replica, action, expected):
+    replica = local_replica(*FAST)
+    replica.control(action, **({"code": 3} if action == "exit" else {}))
+    assert replica.process.wait(timeout=20) == expected
+
+
+def test_control_plane_requires_the_run_token(local_replica):
+    replica = local_replica(*FAST)
+    replica.token = "wrong"
+    with pytest.raises(ControlError, match="403"):
+        replica.control("state")
+
+
+def test_real_sut_middleware_rejects_above_threshold_and_passes_below(local_replica, sut_local_path):
+    replica = local_replica(
+        *FAST,
+        "--middleware",
+        MIDDLEWARE,
+        python_path=(sut_local_path,),
+        environment={"DD_VLLM_MAX_WAITING_REQUESTS": "0", "DD_VLLM_RETRY_AFTER_SECONDS": "3"},
+    )
+    client = _client(replica)
+    assert client.completions.create(model="m", prompt="p", max_tokens=1).choices[0].text.strip() == "tok"
+    replica.control("hold", depth=1)
+    asyncio.run(asyncio.sleep(0.3))  # the middleware samples the gauge every 0.1 s
+    with pytest.raises(Exception) as caught:
+        client.completions.create(model="m", prompt="p", max_tokens=1)
+    assert caught.value.status_code == 429 and caught.value.response.headers["retry-after"] == "3"
+    assert urllib.request.urlopen(f"{replica.url}/health").status == 200, "probes stay exempt"
+    replica.control("hold", depth=0)
+    asyncio.run(asyncio.sleep(0.3))
+    assert client.completions.create(model="m", prompt="p", max_tokens=1).choices[0].text.strip() == "tok"
