@@ -1,0 +1,136 @@
+"""Two layers on the Slurm image: the SUT, then dd-accept's in-cluster code.
+
+`dd-accept/sut:<hash>` is `/opt/sut`, a venv installed offline from the wheelhouse; its
+tag is a hash of the Slurm layer and the wheel digests, so a new SUT means a new image and
+the same SUT never reinstalls. `dd-accept/node:<hash>` adds dd-accept's in-cluster code
+(replica, load client) in seconds; its tag adds the harness's source digest. Both are
+built with `network_mode=none`: nothing can reach an index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import docker
+import docker.errors
+
+import dd_accept
+from dd_accept.errors import ClusterError, UsageError
+from dd_accept.fixtures.sut.wheelhouse import Wheelhouse, sha256_file
+from dd_accept.slurm_docker import engine
+from dd_accept.slurm_docker.images import BuildListener, BuildResult, QuietListener, ensure_images, slurm_tag
+from dd_accept.slurm_docker.state import file_lock, state_root
+
+SUT_REPOSITORY = "dd-accept/sut"
+NODE_REPOSITORY = "dd-accept/node"
+SUT_VENV = "/opt/sut"
+SUT_PYTHON = f"{SUT_VENV}/bin/python"
+HARNESS_DIR = "/opt/dd-accept"
+INSTALL_MARKER = "dd-accept: installing the SUT"
+
+SUT_DOCKERFILE = f"""\
+ARG BASE
+FROM ${{BASE}}
+COPY wheelhouse /tmp/wheelhouse
+RUN echo "{INSTALL_MARKER}" \\
+ && python3 -m venv {SUT_VENV} \\
+ && {SUT_VENV}/bin/pip install --quiet --no-index --no-cache-dir --disable-pip-version-check \\
+      --find-links /tmp/wheelhouse -r /tmp/wheelhouse/requirements.txt \\
+ && {SUT_VENV}/bin/pip freeze --all > {SUT_VENV}/dd-accept-freeze.txt \\
+ && rm -rf /tmp/wheelhouse
+"""
+
+NODE_DOCKERFILE = f"""\
+ARG BASE
+FROM ${{BASE}}
+COPY dd_accept {HARNESS_DIR}/dd_accept
+RUN {SUT_PYTHON} -c 'import site, sys; open(site.getsitepackages()[0] + "/dd_accept.pth", "w").write(sys.argv[1])' \\
+      {HARNESS_DIR}
+"""
+
+
+def harness_files() -> list[Path]:
+    """dd-accept's package files, as copied into the node image (caches excluded)."""
+    root = Path(dd_accept.__file__).parent
+    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
+
+
+def harness_source_digest() -> str:
+    root = Path(dd_accept.__file__).parent
+    hasher = hashlib.sha256()
+    for path in harness_files():
+        hasher.update(str(path.relative_to(root)).encode() + b"\0" + sha256_file(path).encode() + b"\n")
+    return hasher.hexdigest()
+
+
+def sut_tag(wheelhouse: Wheelhouse) -> str:
+    recipe = hashlib.sha256("\n".join([slurm_tag(), wheelhouse.digest, SUT_DOCKERFILE]).encode()).hexdigest()[:16]
+    return f"{SUT_REPOSITORY}:{recipe}"
+
+
+def node_tag(wheelhouse: Wheelhouse) -> str:
+    recipe = hashlib.sha256(
+        "\n".join([sut_tag(wheelhouse), harness_source_digest(), NODE_DOCKERFILE]).encode()
+    ).hexdigest()[:16]
+    return f"{NODE_REPOSITORY}:{recipe}"
+
+
+def _build(client: docker.DockerClient, context: Path, tag: str, base: str, labels: dict[str, str]) -> None:
+    try:
+        client.images.build(
+            path=str(context),
+            tag=tag,
+            buildargs={"BASE": base},
+            labels={engine.LABEL_IMAGE_RECIPE: tag.partition(":")[2], **labels},
+            network_mode="none",
+            pull=False,
+            rm=True,
+            forcerm=True,
+        )
+    except docker.errors.BuildError as error:
+        lines = [str(item.get("stream", item.get("error", ""))).strip() for item in error.build_log]
+        text = [line for line in lines if line]
+        if any(INSTALL_MARKER in line for line in text):
+            errors = [line for line in text if "ERROR" in line] or text
+            detail = errors[-1].removeprefix("ERROR: ")
+            raise UsageError(f"the SUT does not install offline in the node image: {detail}") from None
+        raise ClusterError(f"building {tag} failed: {' | '.join(text)[-400:]}") from error
+
+
+def build_node_image(
+    client: docker.DockerClient, wheelhouse: Wheelhouse, listener: BuildListener | None = None
+) -> BuildResult:
+    """The image a SUT's cluster runs: Slurm + `/opt/sut` + dd-accept's in-cluster code."""
+    listener = listener or QuietListener()
+    slurm = ensure_images(client, listener)
+    sut, node = sut_tag(wheelhouse), node_tag(wheelhouse)
+    started = time.monotonic()
+    built = False
+    with file_lock(state_root() / "locks" / "sut-image.lock"):
+        if not engine.image_exists(client, sut):
+            listener.on_step(f"installing the SUT into {sut} ({len(wheelhouse.wheels)} wheels, offline)")
+            with tempfile.TemporaryDirectory(prefix="sutctx-", dir=state_root()) as context_dir:
+                context = Path(context_dir)
+                (context / "Dockerfile").write_text(SUT_DOCKERFILE)
+                shutil.copytree(wheelhouse.path, context / "wheelhouse")
+                requirements = "\n".join(wheelhouse.install_requirements())
+                (context / "wheelhouse" / "requirements.txt").write_text(requirements)
+                _build(client, context, sut, slurm, {"io.dd-accept.sut": wheelhouse.digest})
+            built = True
+        if not engine.image_exists(client, node):
+            listener.on_step(f"adding dd-accept's in-cluster code ({node})")
+            with tempfile.TemporaryDirectory(prefix="nodectx-", dir=state_root()) as context_dir:
+                context = Path(context_dir)
+                (context / "Dockerfile").write_text(NODE_DOCKERFILE)
+                package = Path(dd_accept.__file__).parent
+                for path in harness_files():
+                    target = context / "dd_accept" / path.relative_to(package)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, target)
+                _build(client, context, node, sut, {"io.dd-accept.sut": wheelhouse.digest})
+            built = True
+    return BuildResult(node, built=built, seconds=time.monotonic() - started)
