@@ -178,6 +178,29 @@ class Allocation:
         record = self.cluster.exec(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i"], timeout=10)
         return [s for s in record.stdout_tail.split() if not s.endswith((".extern", ".batch", ".interactive"))]
 
+    def steps_by_name(self) -> dict[str, list[str]]:
+        """Running steps grouped by their `-J` name (e.g. "proxy", "replicas")."""
+        record = self.cluster.exec(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i %j"], timeout=10)
+        named: dict[str, list[str]] = {}
+        for line in record.stdout_tail.splitlines():
+            step, _, name = line.partition(" ")
+            if step and not step.endswith((".extern", ".batch", ".interactive")):
+                named.setdefault(name.strip(), []).append(step)
+        return named
+
+    def stop_step(
+        self, launcher: BackgroundCommand, name: str, signal_name: str = "TERM", timeout: float = 30.0
+    ) -> CommandRecord:
+        """Signal a named step's tasks with scancel (not its launcher) and wait for the launcher."""
+        for step in self.steps_by_name().get(name, []):
+            self.scancel_step(step, signal_name)
+        try:
+            return launcher.wait(timeout=timeout)
+        except TimeoutError:
+            for step in self.steps_by_name().get(name, []):
+                self.scancel_step(step, "KILL")
+            return launcher.wait(timeout=timeout)
+
     def scancel_step(self, step: str, signal_name: str = "TERM") -> CommandRecord:
         return self.cluster.exec(["scancel", f"--signal={signal_name}", step], timeout=10)
 
