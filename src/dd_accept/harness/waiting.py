@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T")
+SHOWN_LIMIT = 600  # a failure message shows the last value, not a page of it
 
 
 class WaitTimeout(TimeoutError):
@@ -19,6 +20,8 @@ class WaitTimeout(TimeoutError):
 
     def __init__(self, what: str, timeout: float, last: object, error: BaseException | None) -> None:
         shown = last.describe() if callable(getattr(last, "describe", None)) else repr(last)
+        if len(shown) > SHOWN_LIMIT:
+            shown = f"{shown[: SHOWN_LIMIT // 2]} … {shown[-SHOWN_LIMIT // 2 :]} ({len(shown)} characters)"
         detail = f"last observed: {shown}"
         if error is not None:
             detail = f"last error: {type(error).__name__}: {error}"
