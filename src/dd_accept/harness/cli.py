@@ -11,6 +11,7 @@ import argparse
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import NoReturn
 
 from rich.table import Table
@@ -142,6 +143,30 @@ def _cmd_cluster_prune(args: argparse.Namespace, console: ConsoleListener) -> in
     return EXIT_PASS
 
 
+def _cmd_sut_prepare(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.fixtures.sut.profile import load_profile, profile_for
+    from dd_accept.fixtures.sut.spec import SutSpec
+    from dd_accept.fixtures.sut.wheelhouse import build_wheelhouse
+    from dd_accept.slurm_docker import engine
+    from dd_accept.slurm_docker.sut_image import build_node_image
+
+    spec = SutSpec.parse(args.sut)
+    profile = load_profile(Path(args.profile)) if args.profile else None
+    client = engine.connect()
+    with console:
+        wheelhouse = build_wheelhouse(spec, console)
+        sut_wheel = wheelhouse.sut_wheels[0]
+        profile = profile or profile_for(sut_wheel.name, sut_wheel.version)
+        image = build_node_image(client, wheelhouse, console)
+    # Whole digests in sha256sum's format, so they can be checked with `sha256sum -c`.
+    print(f"SUT {spec.display} (profile {profile.name}); wheel digests:")
+    for wheel in wheelhouse.sut_wheels:
+        print(f"{wheel.sha256}  {wheel.file}")
+    print(f"{len(wheelhouse.wheels)} wheels in the wheelhouse; wheelhouse digest {wheelhouse.digest}")
+    print(f"node image {image.tag}")
+    return EXIT_PASS
+
+
 def _cmd_doctor(args: argparse.Namespace, console: ConsoleListener) -> int:
     from dd_accept.harness.doctor import run_checks
 
@@ -169,6 +194,17 @@ def _positive(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
+
+
+def add_sut_options(parser: argparse.ArgumentParser) -> None:
+    from dd_accept.fixtures.sut.spec import DEFAULT_SUT
+
+    parser.add_argument(
+        "--sut",
+        default=DEFAULT_SUT,
+        help="a requirement, a .whl, a directory of wheels, or a source directory (default: %(default)s)",
+    )
+    parser.add_argument("--profile", help="SUT profile file (default: the built-in profile matching the SUT)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -213,6 +249,13 @@ def build_parser() -> argparse.ArgumentParser:
     execute.add_argument("--timeout", type=_positive, default=300.0)
     execute.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     execute.set_defaults(handler=_cmd_cluster_exec)
+
+    sut = commands.add_parser("sut", help="prepare the system under test (wheelhouse, digests, node image)")
+    sut_actions = sut.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    sut.set_defaults(handler=lambda args, console: sut.print_help() or EXIT_USAGE)
+    prepare = sut_actions.add_parser("prepare", help="fetch and digest the SUT's wheels and build its node image")
+    add_sut_options(prepare)
+    prepare.set_defaults(handler=_cmd_sut_prepare)
 
     prune = actions.add_parser("prune", help="remove every dd-accept container, network and volume")
     prune.add_argument("--images", action="store_true", help="also remove dd-accept images")

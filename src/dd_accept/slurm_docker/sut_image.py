@@ -10,6 +10,7 @@ built with `network_mode=none`: nothing can reach an index.
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import tempfile
 import time
@@ -31,6 +32,7 @@ SUT_VENV = "/opt/sut"
 SUT_PYTHON = f"{SUT_VENV}/bin/python"
 HARNESS_DIR = "/opt/dd-accept"
 INSTALL_MARKER = "dd-accept: installing the SUT"
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 SUT_DOCKERFILE = f"""\
 ARG BASE
@@ -92,8 +94,8 @@ def _build(client: docker.DockerClient, context: Path, tag: str, base: str, labe
             forcerm=True,
         )
     except docker.errors.BuildError as error:
-        lines = [str(item.get("stream", item.get("error", ""))).strip() for item in error.build_log]
-        text = [line for line in lines if line]
+        raw = "\n".join(str(item.get("stream", item.get("error", ""))) for item in error.build_log)
+        text = [line.strip() for line in ANSI_ESCAPE.sub("", raw).splitlines() if line.strip()]
         if any(INSTALL_MARKER in line for line in text):
             errors = [line for line in text if "ERROR" in line] or text
             detail = errors[-1].removeprefix("ERROR: ")

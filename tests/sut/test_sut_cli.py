@@ -1,0 +1,82 @@
+"""`--sut` bad input through the real CLI: one clear line, exit 2, nothing half-written."""
+
+import zipfile
+
+import pytest
+
+from dd_accept.slurm_docker.state import state_root
+from tests.helpers import run_cli
+
+
+def _wheel(path, name="ddcanary", requires=(), extra_files=()):
+    dist = f"{name}-1.0.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{name}/__init__.py", "")
+        for file_name in extra_files:
+            archive.writestr(file_name, "x")
+        archive.writestr(f"{dist}/METADATA", metadata)
+        archive.writestr(
+            f"{dist}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        archive.writestr(f"{dist}/RECORD", "")
+    return path
+
+
+def _one_line_exit_2(result, needle):
+    """Exactly one error line; anything else on stderr is a `• ` progress line."""
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    errors = [line for line in lines if line.startswith("dd-accept: error: ")]
+    assert len(errors) == 1, result.stderr
+    assert all(line in errors or line.startswith("• ") for line in lines), result.stderr
+    assert needle in errors[0], errors[0]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.fixture
+def profile_file(tmp_path):
+    from importlib import resources
+
+    path = tmp_path / "profile.toml"
+    source = resources.files("dd_accept.fixtures.sut").joinpath("profiles", "data-designer-slurm-1.0.toml")
+    path.write_text(source.read_text())
+    return str(path)
+
+
+def _no_scratch_left():
+    root = state_root() / "wheelhouses"
+    return [p.name for p in root.glob("tmp-*")] if root.exists() else []
+
+
+def test_a_file_that_is_not_a_wheel(tmp_path):
+    notes = tmp_path / "notes.whl"
+    notes.write_text("not a zip")
+    _one_line_exit_2(run_cli("sut", "prepare", "--sut", str(notes)), "is not a wheel")
+
+
+def test_an_unknown_requirement():
+    _one_line_exit_2(
+        run_cli("sut", "prepare", "--sut", "data-designer-slurm==99.0.0"), "No matching distribution found"
+    )
+    assert _no_scratch_left() == []
+
+
+def test_a_wheel_whose_dependency_does_not_exist(tmp_path, profile_file):
+    wheel = _wheel(tmp_path / "ddcanary-1.0-py3-none-any.whl", requires=["dd-accept-no-such-package-zzz"])
+    result = run_cli("sut", "prepare", "--sut", str(wheel), "--profile", profile_file)
+    _one_line_exit_2(result, "cannot fetch the wheels")
+    assert _no_scratch_left() == []
+
+
+@pytest.mark.cluster
+def test_a_wheel_that_does_not_install_in_the_node_image(tmp_path, profile_file):
+    wheel = _wheel(tmp_path / "ddcanary-1.0-py3-none-any.whl", extra_files=["../escape.txt"])
+    result = run_cli("sut", "prepare", "--sut", str(wheel), "--profile", profile_file)
+    _one_line_exit_2(result, "the SUT does not install offline in the node image")
+
+
+def test_an_unreadable_profile(tmp_path):
+    _one_line_exit_2(run_cli("sut", "prepare", "--profile", str(tmp_path / "nope.toml")), "cannot read the file")
