@@ -71,3 +71,17 @@ def test_names_resolve_from_files_only_so_no_lookup_leaves_the_cluster(slurm_clu
         resolved = slurm_cluster.exec(["getent", "hosts", *members], node=node).stdout_tail.split("\n")
         assert sorted(line.split()[-1] for line in resolved if line) == sorted(members), node
     assert slurm_cluster.exec(["getent", "hosts", "outside.example"], timeout=5).exit_code == 2
+
+
+def test_exclusive_allocations_know_their_own_distinct_nodes(slurm_cluster):
+    from dd_accept.slurm_docker.allocation import Allocation
+
+    first = Allocation.acquire(slurm_cluster, extra=["--exclusive"])
+    try:
+        second = Allocation.acquire(slurm_cluster, extra=["--exclusive"])
+        try:
+            assert {first.first_node, second.first_node} == {"node1", "node2"}
+        finally:
+            second.release()
+    finally:
+        first.release()

@@ -134,6 +134,7 @@ class Allocation:
 
     cluster: SlurmCluster
     job_id: str
+    nodes: tuple[str, ...] = ()
     background: list[BackgroundCommand] = field(default_factory=list)
 
     @classmethod
@@ -152,7 +153,16 @@ class Allocation:
         match = _GRANTED.search(record.stderr_tail + record.stdout_tail)
         if not record.ok or match is None:
             raise ClusterError(f"allocation failed: {record.describe()}")
-        return cls(cluster=cluster, job_id=match.group(1))
+        job_id = match.group(1)
+        node_list = cluster.exec(["squeue", "-h", "-j", job_id, "-o", "%N"], timeout=10).stdout_tail.strip()
+        hosts = cluster.exec(["scontrol", "show", "hostnames", node_list], timeout=10).stdout_tail.split()
+        return cls(cluster=cluster, job_id=job_id, nodes=tuple(hosts))
+
+    @property
+    def first_node(self) -> str:
+        if not self.nodes:
+            raise ClusterError(f"allocation {self.job_id} has no nodes recorded")
+        return self.nodes[0]
 
     def srun(self, argv: Sequence[str], *, options: Sequence[str] = (), timeout: float = 60.0) -> CommandRecord:
         return self.cluster.exec(["srun", f"--jobid={self.job_id}", "--overlap", *options, *argv], timeout=timeout)
