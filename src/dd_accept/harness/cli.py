@@ -133,10 +133,7 @@ def _cmd_cluster_prune(args: argparse.Namespace, console: ConsoleListener) -> in
     removed = engine.remove_labelled(client, engine.find_labelled(client))
     shutil.rmtree(state_root() / "clusters", ignore_errors=True)
     if args.images:
-        for image in engine.list_images(client, engine.LABEL_IMAGE_RECIPE):
-            for tag in image.tags:
-                client.images.remove(tag, force=True)
-                removed.append(f"image {tag}")
+        removed += engine.remove_images(client, engine.LABEL_IMAGE_RECIPE)
     console.out.print(f"removed {len(removed)} dd-accept objects")
     for item in removed:
         console.info(f"  {item}")

@@ -201,3 +201,19 @@ def image_id(client: docker.DockerClient, tag: str) -> str:
 
 def list_images(client: docker.DockerClient, label: str) -> Iterable[object]:
     return client.images.list(filters={"label": label})
+
+
+def remove_images(client: docker.DockerClient, label: str) -> list[str]:
+    """Remove every image carrying `label`, children before parents (newest first).
+
+    The engine refuses to remove an image that another image is built on, even forced.
+    """
+    images = sorted(client.images.list(filters={"label": label}), key=lambda i: i.attrs["Created"], reverse=True)
+    removed: list[str] = []
+    for image in images:
+        try:
+            client.images.remove(image.id, force=True)
+        except docker.errors.NotFound:
+            continue
+        removed.append(f"image {', '.join(image.tags) or image.short_id}")
+    return removed
