@@ -1,0 +1,226 @@
+"""Backends benchmark: is the harness fast enough that the SUT, not the harness, is measured?
+
+1. SSE chunks/s from one synthetic replica process pinned to one core, side by side with a
+   plain aiohttp SSE server (the reference) pinned the same way. Goal: >= 20,000 chunks/s.
+2. Requests/s the raw load client sustains on loopback against each.
+3. 8 replicas + the SUT's rc1 proxy + the load client on 2 cores: throughput through the
+   proxy and each component's CPU share (from /proc), so the harness's share is visible.
+
+Everything runs on 127.0.0.1 as local processes; prints a table and writes JSON.
+
+    python benchmarks/backends.py [--seconds 5] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import aiohttp
+from rich.console import Console
+from rich.table import Table
+
+from dd_accept.fixtures.backends.local import LocalReplica, free_port
+from dd_accept.fixtures.sut.spec import DEFAULT_SUT, SutSpec
+from dd_accept.fixtures.sut.wheelhouse import build_wheelhouse, install_local
+from dd_accept.harness.waiting import wait_until
+
+REFERENCE_SERVER = textwrap.dedent(
+    """
+    import json, sys
+    from aiohttp import web
+
+    CHUNK = b"data: " + json.dumps({"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
+        "choices": [{"index": 0, "delta": {"content": "tok "}, "finish_reason": None, "logprobs": None}]},
+        separators=(",", ":")).encode() + b"\\n\\n"
+
+    async def completions(request):
+        body = await request.json()
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        for _ in range(int(body.get("max_tokens", 16))):
+            await response.write(CHUNK)
+        await response.write(b"data: [DONE]\\n\\n")
+        return response
+
+    async def health(request):
+        return web.Response(text="")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    app.router.add_get("/health", health)
+    web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None, access_log=None)
+    """
+)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def stream_load(url: str, seconds: float, concurrency: int, max_tokens: int) -> dict[str, float]:
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": max_tokens, "stream": True}
+    chunks = requests = 0
+    deadline = time.monotonic() + seconds
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            nonlocal chunks, requests
+            while time.monotonic() < deadline:
+                async with session.post(f"{url}/v1/chat/completions", json=body) as response:
+                    async for line in response.content:
+                        if line.startswith(b"data: "):
+                            chunks += 1
+                requests += 1
+
+        started = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        elapsed = time.monotonic() - started
+    return {"chunks_per_s": chunks / elapsed, "requests_per_s": requests / elapsed, "elapsed_s": elapsed}
+
+
+def pin(pid: int, core: int) -> None:
+    if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
+        os.sched_setaffinity(pid, {core})
+
+
+def measure_server(url: str, pid: int, seconds: float) -> dict[str, float]:
+    pin(pid, 0)
+    pin(os.getpid(), 1)
+    before = cpu_seconds(pid)
+    streams = asyncio.run(stream_load(url, seconds, concurrency=16, max_tokens=256))
+    server_cpu = cpu_seconds(pid) - before
+    short = asyncio.run(stream_load(url, seconds, concurrency=16, max_tokens=1))
+    return {
+        "chunks_per_s": round(streams["chunks_per_s"]),
+        "server_cpu_share": round(server_cpu / streams["elapsed_s"], 3),
+        "short_requests_per_s": round(short["requests_per_s"]),
+    }
+
+
+def reference(seconds: float) -> dict[str, float]:
+    port = free_port()
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as handle:
+        handle.write(REFERENCE_SERVER)
+    process = subprocess.Popen([sys.executable, handle.name, str(port)])
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(
+            lambda: subprocess.run(["true"]).returncode == 0 and _up(url), bool, timeout=20, what="reference server"
+        )
+        return measure_server(url, process.pid, seconds)
+    finally:
+        process.terminate()
+        process.wait()
+        os.unlink(handle.name)
+
+
+def _up(url: str) -> bool:
+    import urllib.request
+
+    try:
+        return urllib.request.urlopen(f"{url}/health", timeout=1).status == 200
+    except OSError:
+        return False
+
+
+def replica(seconds: float) -> dict[str, float]:
+    with LocalReplica(options=("--ttft-ms", "0", "--itl-ms", "0", "--max-num-seqs", "64")) as local:
+        assert local.process is not None
+        return measure_server(local.url, local.process.pid, seconds)
+
+
+def full_stack(seconds: float) -> dict[str, object]:
+    """8 replicas behind the rc1 proxy, driven by the raw load client; CPU share per component."""
+    os.sched_setaffinity(os.getpid(), set(range(os.cpu_count() or 1))) if hasattr(os, "sched_setaffinity") else None
+    wheelhouse = build_wheelhouse(SutSpec.parse(DEFAULT_SUT))
+    sut_path = install_local(wheelhouse, Path(tempfile.mkdtemp(prefix="dd-bench-sut-")))
+    replicas = [LocalReplica(options=("--ttft-ms", "10", "--itl-ms", "2", "--max-num-seqs", "64")) for _ in range(8)]
+    for each in replicas:
+        each.start()
+    port = free_port()
+    argv = [sys.executable, str(sut_path / "data_designer/slurm/runtime/proxy.py"), "--listen-port", str(port)]
+    for each in replicas:
+        argv += ["--backend", each.url]
+    env = {**os.environ, "PYTHONPATH": str(sut_path)}
+    proxy = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _up(url), bool, timeout=30, what="proxy health")
+        pids = {"proxy (SUT)": [proxy.pid], "replicas (harness)": [r.process.pid for r in replicas]}  # type: ignore[union-attr]
+        before = {name: sum(cpu_seconds(p) for p in group) for name, group in pids.items()}
+        client_before = time.process_time()
+        result = asyncio.run(stream_load(url, seconds, concurrency=32, max_tokens=64))
+        client_cpu = time.process_time() - client_before
+        used = {name: sum(cpu_seconds(p) for p in group) - before[name] for name, group in pids.items()}
+        used["load client (harness)"] = client_cpu
+        total = sum(used.values())
+        return {
+            "chunks_per_s": round(result["chunks_per_s"]),
+            "requests_per_s": round(result["requests_per_s"], 1),
+            "cpu_seconds": {k: round(v, 2) for k, v in used.items()},
+            "cpu_share": {k: round(v / total, 3) for k, v in used.items()},
+            "harness_cpu_share": round((used["replicas (harness)"] + used["load client (harness)"]) / total, 3),
+        }
+    finally:
+        proxy.terminate()
+        proxy.wait()
+        for each in replicas:
+            each.stop()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "backends.json")
+    args = parser.parse_args()
+    console = Console()
+    console.print("reference aiohttp SSE server…")
+    ref = reference(args.seconds)
+    console.print("synthetic replica…")
+    rep = replica(args.seconds)
+    console.print("8 replicas + rc1 proxy + load client…")
+    stack = full_stack(args.seconds)
+
+    table = Table(title="dd-accept backends (one replica process pinned to one core; client on the other)")
+    for column in ("measure", "synthetic replica", "plain aiohttp reference", "goal"):
+        table.add_column(column, justify="right" if column != "measure" else "left")
+    table.add_row("SSE chunks/s", f"{rep['chunks_per_s']:,}", f"{ref['chunks_per_s']:,}", "≥ 20,000")
+    table.add_row(
+        "server CPU share while streaming", f"{rep['server_cpu_share']:.2f}", f"{ref['server_cpu_share']:.2f}", ""
+    )
+    table.add_row(
+        "short requests/s (raw client)", f"{rep['short_requests_per_s']:,}", f"{ref['short_requests_per_s']:,}", ""
+    )
+    console.print(table)
+    shares = Table(title="8 replicas + rc1 proxy + load client on 2 cores")
+    shares.add_column("component")
+    shares.add_column("CPU s", justify="right")
+    shares.add_column("share", justify="right")
+    for name, seconds in stack["cpu_seconds"].items():  # type: ignore[union-attr]
+        shares.add_row(name, f"{seconds:.2f}", f"{stack['cpu_share'][name]:.0%}")  # type: ignore[index]
+    console.print(shares)
+    console.print(
+        f"through the proxy: {stack['chunks_per_s']:,} chunks/s, {stack['requests_per_s']} requests/s; "
+        f"harness CPU share {stack['harness_cpu_share']:.0%}"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps({"benchmark": "backends", "replica": rep, "reference": ref, "full_stack": stack}, indent=2) + "\n"
+    )
+    console.print(f"wrote {args.out.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
