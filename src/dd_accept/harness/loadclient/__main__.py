@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-record-attempts", type=int, default=50)
     parser.add_argument("--model", default="dd-accept-synthetic")
     parser.add_argument("--events", type=Path)
+    parser.add_argument("--run-tag", default="", help="prefix of request ids (x-dd-request-id)")
     return parser
 
 
@@ -54,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             admission_limit=args.admission_limit,
             deadline_s=args.deadline_s,
             max_record_attempts=args.max_record_attempts,
+            run_tag=args.run_tag,
         )
     except ValueError as error:
         print(f"loadclient: {error}", file=sys.stderr)

@@ -81,10 +81,12 @@ async def run_sut(workload: Workload, events: EventWriter) -> dict[str, int]:
     completed = 0
 
     async def one(record: int, attempt: int) -> bool:
+        request_id = f"{workload.run_tag}{record}.{attempt}"
         request = ChatCompletionRequest(
             model=workload.model,
             messages=[{"role": "user", "content": workload.prompt()}],
             max_tokens=workload.max_tokens,
+            extra_headers={"x-dd-request-id": request_id},
         )
         started = time.monotonic()
         try:
@@ -93,6 +95,7 @@ async def run_sut(workload: Workload, events: EventWriter) -> dict[str, int]:
             events.emit(
                 "request",
                 mode="sut",
+                request_id=request_id,
                 record=record,
                 attempt=attempt,
                 status=error.status_code,
@@ -106,6 +109,7 @@ async def run_sut(workload: Workload, events: EventWriter) -> dict[str, int]:
         events.emit(
             "request",
             mode="sut",
+            request_id=request_id,
             record=record,
             attempt=attempt,
             status=200,

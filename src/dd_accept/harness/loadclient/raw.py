@@ -25,6 +25,7 @@ async def _one(
         "max_tokens": workload.max_tokens,
         "stream": workload.stream,
     }
+    request_id = f"{workload.run_tag}{record}.{attempt}"
     started = time.monotonic()
     first: float | None = None
     last: float | None = None
@@ -36,7 +37,8 @@ async def _one(
     outcome = "ok"
     error = None
     try:
-        async with session.post(f"{workload.endpoint}/v1/chat/completions", json=body) as response:
+        headers = {"x-dd-request-id": request_id}
+        async with session.post(f"{workload.endpoint}/v1/chat/completions", json=body, headers=headers) as response:
             status = response.status
             retry_after = response.headers.get("Retry-After")
             async for line in response.content:
@@ -62,6 +64,8 @@ async def _one(
     events.emit(
         "request",
         mode="raw",
+        request_id=request_id,
+        started=round(time.time() - (time.monotonic() - started), 6),
         record=record,
         attempt=attempt,
         status=status,

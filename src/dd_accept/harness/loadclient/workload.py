@@ -18,6 +18,7 @@ class Workload:
     deadline_s: float = 120.0
     max_record_attempts: int = 50
     seed: int = 0
+    run_tag: str = ""  # prefix of request ids, so several client runs never share an id
 
     def __post_init__(self) -> None:
         for name in ("records", "concurrency", "max_tokens", "admission_limit", "max_record_attempts"):

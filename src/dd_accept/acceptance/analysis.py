@@ -1,0 +1,78 @@
+"""Reading the evidence: client requests matched with the upstream attempts made for them.
+
+Every client request carries an id (`x-dd-request-id`) that the proxy forwards; every
+replica records each request it sees with that id. So the number of upstream attempts a
+proxy made for a request is counted from the replicas' side, independently of the
+proxy's own accounting.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+Event = dict[str, Any]
+
+
+def of_kind(events: Iterable[Event], kind: str) -> list[Event]:
+    return [event for event in events if event.get("kind") == kind]
+
+
+def with_prefix(events: Iterable[Event], prefix: str) -> list[Event]:
+    return [event for event in events if str(event.get("request_id") or "").startswith(prefix)]
+
+
+def attempts_by_request(upstream: Iterable[Event]) -> dict[str, list[Event]]:
+    grouped: dict[str, list[Event]] = defaultdict(list)
+    for event in upstream:
+        if event.get("request_id"):
+            grouped[event["request_id"]].append(event)
+    for attempts in grouped.values():
+        attempts.sort(key=lambda e: e.get("started") or e["t"])
+    return dict(grouped)
+
+
+def admission(events: Iterable[Event], name: str) -> list[Event]:
+    return [e for e in events if e.get("kind") == "admission" and e.get("event") == name]
+
+
+def expected_decreases(limit: int, factor: float, rounds: int) -> list[int]:
+    """The AIMD sequence: each rate-limited round multiplies the limit down (at least 1)."""
+    values, current = [], limit
+    for _ in range(rounds):
+        current = max(1, math.floor(current * factor))
+        values.append(current)
+    return values
+
+
+@dataclass(frozen=True, slots=True)
+class CooldownBreach:
+    window_start: float
+    window_end: float
+    admitted_at: float
+
+
+def cooldown_breaches(events: list[Event], tolerance_s: float = 0.05) -> list[CooldownBreach]:
+    """Leases acquired while a cooldown that a 429 started was still running."""
+    windows = [
+        (e["t"], e["t"] + float(e["cooldown_s"]))
+        for e in admission(events, "request_rate_limited")
+        if e.get("cooldown_s")
+    ]
+    breaches = []
+    for lease in admission(events, "request_lease_acquired"):
+        for start, end in windows:
+            if start < lease["t"] < end - tolerance_s:
+                breaches.append(CooldownBreach(start, end, lease["t"]))
+                break
+    return breaches
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]

@@ -1,0 +1,178 @@
+"""The overload scenario: partial overload absorbed by failover, total overload answered
+with 429 + Retry-After and met by client admission (AIMD decrease, cooldown), recovery.
+
+Phases, each with its own client run so the evidence of one cannot leak into another:
+  partial — K of N replicas held at queue depth D (> threshold); the SUT's real client
+            drives R records through the proxy.
+  total   — every replica held; the client drives records until two admission decreases
+            are seen, then the overload is lifted and the same client recovers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from dd_accept.acceptance import overload_checks as checks
+from dd_accept.acceptance.analysis import admission, of_kind, with_prefix
+from dd_accept.acceptance.progress import ProgressWriter
+from dd_accept.acceptance.results import ScenarioResult
+from dd_accept.fixtures import deployment
+from dd_accept.fixtures.sut.profile import SutProfile
+from dd_accept.harness.waiting import wait_until
+from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand
+
+
+@dataclass(frozen=True, slots=True)
+class OverloadOptions:
+    replicas: int = 8
+    overloaded: int = 2
+    queue_depth: int = 1
+    threshold: int = 0
+    retry_after: int = 3
+    admission_limit: int = 8
+    records: int = 32
+    recovery_records: int = 40
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.replicas <= 64:
+            raise ValueError("--replicas must be between 1 and 64")
+        if not 1 <= self.overloaded <= self.replicas:
+            raise ValueError("--overloaded must be between 1 and --replicas")
+        if self.queue_depth <= self.threshold:
+            raise ValueError("--queue-depth must be above --threshold, or nothing is overloaded")
+        if self.retry_after < 1 or self.admission_limit < 1 or self.records < 1 or self.threshold < 0:
+            raise ValueError("--retry-after, --admission-limit and --records must be positive, --threshold >= 0")
+
+
+def _watch(
+    command: BackgroundCommand,
+    run: deployment.RunDirectory,
+    name: str,
+    progress: ProgressWriter,
+    phase: str,
+    timeout: float,
+) -> list[dict[str, Any]]:
+    """Follow a client run to its end, reporting requests, 429s and the admission limit."""
+    deadline = time.monotonic() + timeout
+    while not command.finished and time.monotonic() < deadline:
+        events = deployment.read_events(run, name)
+        _report(events, progress, phase)
+        time.sleep(0.5)
+    record = command.wait(timeout=max(1.0, deadline - time.monotonic()))
+    events = deployment.read_events(run, name)
+    _report(events, progress, phase)
+    if not record.ok:
+        raise RuntimeError(f"load client failed: {record.describe()}")
+    return events
+
+
+def _report(events: list[dict[str, Any]], progress: ProgressWriter, phase: str) -> None:
+    requests = of_kind(events, "request")
+    limits = [e["limit"] for e in of_kind(events, "admission") if e.get("limit") is not None]
+    progress.emit(
+        phase,
+        requests=len(requests),
+        done=sum(1 for e in requests if e.get("outcome") == "ok"),
+        rate_limited=sum(1 for e in requests if e.get("status") == 429),
+        limit=limits[-1] if limits else None,
+    )
+
+
+def run_overload(
+    allocation: Allocation,
+    run: deployment.RunDirectory,
+    profile: SutProfile,
+    options: OverloadOptions,
+    progress: ProgressWriter,
+    *,
+    fast: tuple[str, ...] = ("--ttft-ms", "5", "--itl-ms", "1"),
+) -> ScenarioResult:
+    result = ScenarioResult("overload", started=time.time())
+    max_attempts = profile.proxy.max_upstream_attempts
+    progress.emit("deploying", replicas=options.replicas)
+    replicas = deployment.start_replicas(
+        allocation,
+        options.replicas,
+        run=run,
+        profile=profile,
+        threshold=options.threshold,
+        retry_after=options.retry_after,
+        options=fast,
+    )
+    proxy = deployment.start_proxy(allocation, replicas, profile=profile, retry_after=options.retry_after)
+    try:
+        # -- partial ------------------------------------------------------------------------
+        progress.emit("partial overload", overloaded=options.overloaded)
+        replicas.overload(range(options.overloaded), depth=options.queue_depth)
+        before = proxy.get(profile.proxy.metrics_path)["json"]
+        client = deployment.run_client(
+            allocation,
+            proxy,
+            run,
+            mode="sut",
+            profile=profile,
+            name="partial",
+            arguments=_client_args(options, options.records, deadline=120),
+        )
+        partial = _watch(client, run, "partial", progress, "partial overload", timeout=150)
+        after = proxy.get(profile.proxy.metrics_path)["json"]
+        retries = {k: after["retries"].get(k, 0) - before["retries"].get(k, 0) for k in after.get("retries", {})}
+        upstream = with_prefix(replicas.events(), "partial-")
+        result.add(checks.partial_completes(partial, options.records, options.overloaded, max_attempts))
+        result.add(checks.partial_failover(upstream, retries, max_attempts))
+        replicas.relieve()
+
+        # -- total, then recovery ---------------------------------------------------------------
+        progress.emit("total overload", overloaded=options.replicas)
+        replicas.overload(None, depth=options.queue_depth)
+        client = deployment.run_client(
+            allocation,
+            proxy,
+            run,
+            mode="sut",
+            profile=profile,
+            name="total",
+            arguments=_client_args(options, options.recovery_records, deadline=150),
+        )
+        try:
+            wait_until(
+                lambda: deployment.read_events(run, "total"),
+                lambda events: len(admission(events, "request_limit_decreased")) >= 2 or client.finished,
+                timeout=60,
+                what="two admission decreases under total overload",
+            )
+        finally:
+            relieved_at = time.time()
+            replicas.relieve()
+        progress.emit("recovery")
+        total = _watch(client, run, "total", progress, "recovery", timeout=180)
+        upstream = with_prefix(replicas.events(), "total-")
+        result.add(checks.total_attempts(total, upstream, options.replicas, max_attempts))
+        result.add(checks.total_retry_after(total, options.retry_after))
+        result.add(checks.total_admission_decrease(total, options.admission_limit, profile.client.decrease_factor))
+        result.add(checks.total_cooldown(total))
+        result.add(checks.recovery(total, options.recovery_records, relieved_at))
+    finally:
+        proxy.stop()
+        replicas.stop()
+        result.ended = time.time()
+    progress.emit("done", verdict=result.verdict())
+    return result
+
+
+def _client_args(options: OverloadOptions, records: int, deadline: float) -> tuple[str, ...]:
+    return (
+        "--records",
+        str(records),
+        "--concurrency",
+        str(options.admission_limit),
+        "--admission-limit",
+        str(options.admission_limit),
+        "--max-tokens",
+        "4",
+        "--no-stream",
+        "--deadline-s",
+        str(deadline),
+    )
