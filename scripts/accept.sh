@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# The main job. Until `dd-accept run` exists: a 2-node cluster, `srun -N2 hostname`, down.
+# The main job: the overload scenario against the SUT (default: data-designer-slurm rc1),
+# 8 synthetic replicas, on a fresh dockerized Slurm cluster. Extra arguments pass through,
+# e.g. `make accept ARGS="--sut ./my.whl"`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name=dd-accept-smoke
-trap '.venv/bin/dd-accept --quiet cluster down --name "${name}" >/dev/null 2>&1 || true' EXIT
-.venv/bin/dd-accept cluster up --name "${name}" --nodes 2
-.venv/bin/dd-accept cluster exec --name "${name}" -- srun -N2 hostname
+exec .venv/bin/dd-accept run overload --replicas 8 "$@"

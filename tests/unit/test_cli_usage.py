@@ -51,3 +51,15 @@ def test_help_lists_commands_and_exit_statuses():
     assert result.returncode == 0
     assert "cluster" in result.stdout and "doctor" in result.stdout
     assert "2 usage or environment error" in " ".join(result.stdout.split())
+
+
+def test_the_scenario_runner_never_passes_pytest_state_to_its_child(monkeypatch):
+    """Inherited xdist ids would make a nested run reuse, and then remove, the outer cluster."""
+    from dd_accept.harness.runner import child_environment
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "abc")
+    monkeypatch.setenv("DD_ACCEPT_KEEP", "1")
+    environment = child_environment()
+    assert not any(key.startswith("PYTEST_") for key in environment)
+    assert environment["DD_ACCEPT_KEEP"] == "1"

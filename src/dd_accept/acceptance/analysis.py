@@ -55,13 +55,18 @@ class CooldownBreach:
     admitted_at: float
 
 
-def cooldown_breaches(events: list[Event], tolerance_s: float = 0.05) -> list[CooldownBreach]:
-    """Leases acquired while a cooldown that a 429 started was still running."""
-    windows = [
-        (e["t"], e["t"] + float(e["cooldown_s"]))
-        for e in admission(events, "request_rate_limited")
-        if e.get("cooldown_s")
-    ]
+def cooldown_breaches(events: list[Event], default_s: float, tolerance_s: float = 0.05) -> list[CooldownBreach]:
+    """Leases acquired inside a cooldown that a 429 demanded.
+
+    Each window starts when the client saw a 429 and lasts the Retry-After it carried (the
+    controller's documented default when it carried none). The controller's own idea of
+    its cooldown is deliberately not used: that is what a broken controller gets wrong.
+    """
+    windows = []
+    for event in of_kind(events, "request"):
+        if event.get("status") == 429:
+            length = float(event["retry_after"]) if event.get("retry_after") else default_s
+            windows.append((event["t"], event["t"] + length))
     breaches = []
     for lease in admission(events, "request_lease_acquired"):
         for start, end in windows:

@@ -10,6 +10,7 @@ Phases, each with its own client run so the evidence of one cannot leak into ano
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from dd_accept.acceptance.progress import ProgressWriter
 from dd_accept.acceptance.results import ScenarioResult
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.sut.profile import SutProfile
-from dd_accept.harness.waiting import wait_until
+from dd_accept.harness.waiting import WaitTimeout, wait_until
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand
 
 
@@ -34,6 +35,7 @@ class OverloadOptions:
     admission_limit: int = 8
     records: int = 32
     recovery_records: int = 40
+    decrease_wait_s: float = 30.0  # two rounds take ~2 x Retry-After on a correct SUT
 
     def __post_init__(self) -> None:
         if not 1 <= self.replicas <= 64:
@@ -137,12 +139,14 @@ def run_overload(
             arguments=_client_args(options, options.recovery_records, deadline=150),
         )
         try:
-            wait_until(
-                lambda: deployment.read_events(run, "total"),
-                lambda events: len(admission(events, "request_limit_decreased")) >= 2 or client.finished,
-                timeout=60,
-                what="two admission decreases under total overload",
-            )
+            # A SUT that never decreases is a finding for the checks below, not an error here.
+            with contextlib.suppress(WaitTimeout):
+                wait_until(
+                    lambda: deployment.read_events(run, "total"),
+                    lambda events: len(admission(events, "request_limit_decreased")) >= 2 or client.finished,
+                    timeout=options.decrease_wait_s,
+                    what="two admission decreases under total overload",
+                )
         finally:
             relieved_at = time.time()
             replicas.relieve()
@@ -152,7 +156,7 @@ def run_overload(
         result.add(checks.total_attempts(total, upstream, options.replicas, max_attempts))
         result.add(checks.total_retry_after(total, options.retry_after))
         result.add(checks.total_admission_decrease(total, options.admission_limit, profile.client.decrease_factor))
-        result.add(checks.total_cooldown(total))
+        result.add(checks.total_cooldown(total, profile.client.cooldown_seconds))
         result.add(checks.recovery(total, options.recovery_records, relieved_at))
     finally:
         proxy.stop()

@@ -98,11 +98,12 @@ def total_admission_decrease(client: list[Event], limit: int, factor: float, rou
     )
 
 
-def total_cooldown(client: list[Event]) -> CheckResult:
-    windows = admission(client, "request_rate_limited")
-    breaches = cooldown_breaches(client)
-    ok = bool(windows) and not breaches
-    observed = f"{len(windows)} cooldown window(s), {len(breaches)} admission(s) inside one"
+def total_cooldown(client: list[Event], default_cooldown_s: float) -> CheckResult:
+    """No request is admitted while a cooldown demanded by a 429 (its Retry-After) runs."""
+    limited = [e for e in of_kind(client, "request") if e.get("status") == 429]
+    breaches = cooldown_breaches(client, default_cooldown_s)
+    ok = bool(limited) and not breaches
+    observed = f"{len(limited)} cooldown window(s) from 429s, {len(breaches)} admission(s) inside one"
     detail = ""
     if breaches:
         first = breaches[0]

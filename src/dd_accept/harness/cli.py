@@ -164,6 +164,49 @@ def _cmd_sut_prepare(args: argparse.Namespace, console: ConsoleListener) -> int:
     return EXIT_PASS
 
 
+def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.acceptance.overload import OverloadOptions
+    from dd_accept.harness.runner import RunRequest, run
+
+    options = {
+        "replicas": args.replicas,
+        "overloaded": args.overloaded,
+        "queue_depth": args.queue_depth,
+        "threshold": args.threshold,
+        "retry_after": args.retry_after,
+        "admission_limit": args.admission_limit,
+        "records": args.records,
+    }
+    try:
+        OverloadOptions(**options)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    request = RunRequest(
+        scenario=args.scenario,
+        sut=args.sut,
+        profile=args.profile,
+        out=Path(args.out) if args.out else None,
+        options=options,
+        allow_unsupported=args.allow_unsupported,
+        parallel=args.parallel,
+        keep_cluster=args.keep_cluster,
+    )
+    return run(request, console)
+
+
+def _whole(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
 def _cmd_doctor(args: argparse.Namespace, console: ConsoleListener) -> int:
     from dd_accept.harness.doctor import run_checks
 
@@ -246,6 +289,28 @@ def build_parser() -> argparse.ArgumentParser:
     execute.add_argument("--timeout", type=_positive, default=300.0)
     execute.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     execute.set_defaults(handler=_cmd_cluster_exec)
+
+    from dd_accept.harness.runner import SCENARIOS
+
+    run = commands.add_parser(
+        "run",
+        help="run acceptance scenarios against the SUT; exit 0 pass, 1 a check failed, 2 error",
+        description="Run acceptance scenarios on a fresh dockerized Slurm cluster and judge the SUT.",
+    )
+    run.add_argument("scenario", metavar="SCENARIO", help=f"one of: {', '.join((*SCENARIOS, 'all'))}")
+    add_sut_options(run)
+    run.add_argument("--out", help="output directory (default: evidence/<utc-time>-<scenario>/); must be new")
+    run.add_argument("--replicas", type=_whole(1), default=8, help="synthetic replicas (default: 8)")
+    run.add_argument("--overloaded", type=_whole(1), default=2, help="replicas overloaded in partial overload")
+    run.add_argument("--queue-depth", type=_whole(1), default=1, help="queue depth held on overloaded replicas")
+    run.add_argument("--threshold", type=_whole(0), default=0, help="queue admission threshold override")
+    run.add_argument("--retry-after", type=_whole(1), default=3, help="Retry-After seconds (default: 3)")
+    run.add_argument("--admission-limit", type=_whole(1), default=8, help="client's initial admission limit")
+    run.add_argument("--records", type=_whole(1), default=32, help="records per client run (default: 32)")
+    run.add_argument("--allow-unsupported", action="store_true", help="checks the SUT declares unsupported pass")
+    run.add_argument("--parallel", type=_whole(1), default=2, help="parallel allocations for `run all`")
+    run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
+    run.set_defaults(handler=_cmd_run)
 
     sut = commands.add_parser("sut", help="prepare the system under test (wheelhouse, digests, node image)")
     sut_actions = sut.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)

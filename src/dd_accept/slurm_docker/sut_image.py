@@ -136,3 +136,37 @@ def build_node_image(
                 _build(client, context, node, sut, {"io.dd-accept.sut": wheelhouse.digest})
             built = True
     return BuildResult(node, built=built, seconds=time.monotonic() - started)
+
+
+OVERLAY_DOCKERFILE = f"""\
+ARG BASE
+FROM ${{BASE}}
+COPY wheels /tmp/overlay
+RUN {SUT_VENV}/bin/pip install --quiet --no-index --no-deps --force-reinstall --disable-pip-version-check \\
+      /tmp/overlay/*.whl \\
+ && {SUT_VENV}/bin/pip freeze --all > {SUT_VENV}/dd-accept-freeze.txt \\
+ && rm -rf /tmp/overlay
+"""
+
+
+def build_overlay_image(client: docker.DockerClient, base_image: str, wheels: list[Path]) -> str:
+    """The base node image with some wheels force-reinstalled over it (for control variants).
+
+    Seconds instead of a full offline install: only the changed wheels are installed.
+    """
+    digests = sorted(f"{w.name}:{sha256_file(w)}" for w in wheels)
+    tag = (
+        "dd-accept/variant:"
+        + hashlib.sha256("\n".join([base_image, *digests, OVERLAY_DOCKERFILE]).encode()).hexdigest()[:16]
+    )
+    with file_lock(state_root() / "locks" / "sut-image.lock"):
+        if engine.image_exists(client, tag):
+            return tag
+        with tempfile.TemporaryDirectory(prefix="overlayctx-", dir=state_root()) as context_dir:
+            context = Path(context_dir)
+            (context / "Dockerfile").write_text(OVERLAY_DOCKERFILE)
+            (context / "wheels").mkdir()
+            for wheel in wheels:
+                shutil.copy2(wheel, context / "wheels" / wheel.name)
+            _build(client, context, tag, base_image, {"io.dd-accept.variant": ",".join(w.name for w in wheels)})
+    return tag

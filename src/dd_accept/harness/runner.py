@@ -1,0 +1,215 @@
+"""`dd-accept run`: prepare the SUT, run scenarios under pytest, show progress, judge.
+
+The scenarios are pytest tests (`dd_accept.acceptance`), so the runner starts pytest in a
+child process with the options translated, and follows the progress file the scenarios
+write. The child owns the cluster (its session fixture starts and removes it), so Ctrl-C
+is passed on to it and the runner waits for its cleanup before exiting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from dd_accept.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
+from dd_accept.harness.console import ConsoleListener
+
+SCENARIOS = ("overload",)  # grows as scenarios land; `all` runs every one of them
+MODULES = {name: f"dd_accept.acceptance.test_{name}" for name in SCENARIOS}
+
+
+@dataclass
+class RunRequest:
+    scenario: str
+    sut: str
+    profile: str | None
+    out: Path | None
+    options: dict[str, int] = field(default_factory=dict)
+    allow_unsupported: bool = False
+    parallel: int = 2
+    keep_cluster: bool = False
+
+    def scenarios(self) -> list[str]:
+        if self.scenario == "all":
+            return list(SCENARIOS)
+        if self.scenario not in SCENARIOS:
+            raise UsageError(f"unknown scenario {self.scenario!r}; valid: {', '.join((*SCENARIOS, 'all'))}")
+        return [self.scenario]
+
+
+def default_out(scenario: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return Path("evidence") / f"{stamp}-{scenario}"
+
+
+def prepare_out(out: Path) -> Path:
+    """A fresh output directory: an existing non-empty one is never overwritten."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"--out {out.name} already exists and is not empty; choose another directory")
+    out.mkdir(parents=True, exist_ok=True)
+    return out.resolve()
+
+
+def _pytest_argv(request: RunRequest, out: Path) -> list[str]:
+    names = request.scenarios()
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", "-c", os.devnull]
+    argv += ["--rootdir", str(out), "--pyargs", *(MODULES[name] for name in names)]
+    argv += ["--dd-out", str(out), "--dd-sut", request.sut]
+    if request.profile:
+        argv += ["--dd-profile", str(Path(request.profile).resolve())]
+    if request.allow_unsupported:
+        argv.append("--dd-allow-unsupported")
+    if request.keep_cluster:
+        argv.append("--dd-keep-cluster")
+    for key, value in request.options.items():
+        argv += [f"--dd-{key.replace('_', '-')}", str(value)]
+    if len(names) > 1 and request.parallel > 1:
+        workers = min(request.parallel, len(names))
+        argv += ["-n", str(workers), "--dist", "load", "--dd-nodes", str(workers)]
+    else:
+        argv += ["--dd-nodes", "1"]
+    return argv
+
+
+class ProgressFollower:
+    """Reads new lines of the scenarios' progress file and shows them."""
+
+    def __init__(self, path: Path, console: ConsoleListener) -> None:
+        self.path = path
+        self.console = console
+        self.offset = 0
+        self.last_phase: dict[str, str] = {}
+
+    def poll(self) -> None:
+        try:
+            with open(self.path) as handle:
+                handle.seek(self.offset)
+                lines = handle.readlines()
+                self.offset = handle.tell()
+        except FileNotFoundError:
+            return
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            self._show(event)
+
+    def _show(self, event: dict[str, Any]) -> None:
+        scenario, phase = event.get("scenario", "?"), event.get("phase", "?")
+        numbers = [
+            f"{label} {event[key]}"
+            for key, label in (
+                ("done", "done"),
+                ("requests", "requests"),
+                ("rate_limited", "429s"),
+                ("limit", "admission limit"),
+                ("failovers", "failovers"),
+            )
+            if event.get(key) is not None
+        ]
+        text = f"{scenario}: {phase}" + (f" — {', '.join(numbers)}" if numbers else "")
+        text += f" [{event.get('elapsed_s', 0):.0f}s]"
+        if self.last_phase.get(scenario) != phase:
+            self.last_phase[scenario] = phase
+            self.console.on_step(text)
+        else:
+            self.console.on_detail(text)
+
+
+def run(request: RunRequest, console: ConsoleListener) -> int:
+    from dd_accept.fixtures.sut.profile import load_profile, profile_for
+    from dd_accept.fixtures.sut.spec import SutSpec
+    from dd_accept.fixtures.sut.wheelhouse import build_wheelhouse
+    from dd_accept.slurm_docker import engine
+    from dd_accept.slurm_docker.sut_image import build_node_image
+
+    request.scenarios()  # validate before anything is created
+    spec = SutSpec.parse(request.sut)
+    if request.profile:
+        load_profile(Path(request.profile))
+    client = engine.connect()
+    out = prepare_out(request.out or default_out(request.scenario))
+    started = time.monotonic()
+    with console:
+        wheelhouse = build_wheelhouse(spec, console)
+        wheel = wheelhouse.sut_wheels[0]
+        if not request.profile:
+            profile_for(wheel.name, wheel.version)
+        build_node_image(client, wheelhouse, console)
+        console.on_step(f"running {', '.join(request.scenarios())} against {spec.display}")
+        code = _run_pytest(request, out, console)
+    return _report(out, code, console, time.monotonic() - started)
+
+
+def child_environment() -> dict[str, str]:
+    """The environment for the scenarios' pytest: this one without inherited pytest state.
+
+    A run started from inside another pytest session (a test of dd-accept, a CI job under
+    xdist) would otherwise inherit its worker id and run id, take the outer session's
+    cluster name, and remove that cluster as "stale" when it starts its own.
+    """
+    return {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+
+
+def _run_pytest(request: RunRequest, out: Path, console: ConsoleListener) -> int:
+    log = open(out / "pytest.log", "w")  # noqa: SIM115 - closed below
+    process = subprocess.Popen(
+        _pytest_argv(request, out), stdout=log, stderr=subprocess.STDOUT, cwd=out, env=child_environment()
+    )
+    follower = ProgressFollower(out / "progress.jsonl", console)
+    try:
+        while process.poll() is None:
+            follower.poll()
+            time.sleep(0.25)
+        follower.poll()
+        return process.returncode
+    except KeyboardInterrupt:
+        console.info("interrupted: stopping the scenarios and removing the cluster…")
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        raise
+    finally:
+        log.close()
+
+
+def _report(out: Path, pytest_code: int, console: ConsoleListener, seconds: float) -> int:
+    results_path = out / "results.json"
+    if not results_path.is_file():
+        tail = (out / "pytest.log").read_text(errors="replace").strip().splitlines()[-3:]
+        raise EnvironmentProblem(f"the scenarios produced no results (pytest exit {pytest_code}): {' | '.join(tail)}")
+    results = json.loads(results_path.read_text())
+    table = Table(title=f"dd-accept {results['verdict'].upper()} — {results['sut'].get('spec', '?')}")
+    for column in ("check", "verdict", "expected", "observed"):
+        table.add_column(column, overflow="fold")
+    errors = []
+    for scenario in results["scenarios"]:
+        if scenario.get("error"):
+            errors.append(f"{scenario['name']}: {scenario['error']}")
+        for check in scenario["checks"]:
+            colour = {"pass": "green", "fail": "red"}.get(check["verdict"], "yellow")
+            table.add_row(check["id"], f"[{colour}]{check['verdict']}[/{colour}]", check["expected"], check["observed"])
+    console.table(table)
+    for wheel in results["sut"].get("wheels", []):
+        print(f"{wheel['sha256']}  {wheel['file']}")
+    print(f"results: {results_path}  ({seconds:.0f}s)")
+    if errors:
+        for error in errors:
+            print(f"dd-accept: error: scenario {error}", file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_PASS if results["verdict"] == "pass" else EXIT_CHECK_FAILED

@@ -1,0 +1,29 @@
+"""Shared machinery of the overload controls: run the scenario against a variant image."""
+
+from __future__ import annotations
+
+import uuid
+
+from dd_accept.acceptance.overload import OverloadOptions, run_overload
+from dd_accept.acceptance.progress import ProgressWriter
+from dd_accept.fixtures.deployment import RunDirectory
+from dd_accept.fixtures.sut.variants import FAULTS, make_variant
+from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine
+from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.slurm_docker.sut_image import build_overlay_image
+
+
+def run_against_fault(fault_name, wheelhouse, base_image, profile, tmp_path):
+    """The overload scenario against rc1 with one fault; returns {check id: CheckResult}."""
+    fault = FAULTS[fault_name]
+    (wheel,) = [w for w in wheelhouse.wheels if w.name == fault.distribution]
+    variant = make_variant(wheelhouse.path / wheel.file, fault, tmp_path)
+    image = build_overlay_image(engine.connect(), base_image, [variant])
+    spec = ClusterSpec(name=f"ctl-{fault_name}-{uuid.uuid4().hex[:6]}", nodes=1, cpus_per_node=64)
+    with SlurmCluster(spec, image=image) as cluster:
+        installed = cluster.exec(["grep", "-c", "ddfault", "/opt/sut/dd-accept-freeze.txt"], node="node1")
+        assert installed.stdout_tail.strip() == "1", "the variant must be what is installed"
+        with Allocation.acquire(cluster, extra=["--exclusive"]) as allocation:
+            run = RunDirectory.create(cluster)
+            result = run_overload(allocation, run, profile, OverloadOptions(), ProgressWriter(None, "overload"))
+    return {check.id: check for check in result.checks}

@@ -1,0 +1,59 @@
+"""Overload controls: faults in the client's admission controller, and the positive control."""
+
+import json
+
+import pytest
+
+from tests.controls.overload_controls import run_against_fault
+from tests.helpers import run_cli
+
+pytestmark = pytest.mark.cluster
+
+
+def test_missing_cooldown_is_caught_by_total_cooldown(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+    checks = run_against_fault("no-cooldown", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    cooldown = checks["overload.total.cooldown"]
+    assert cooldown.verdict == "fail" and not cooldown.observed.endswith(", 0 admission(s) inside one")
+    assert checks["overload.total.retry_after"].verdict == "pass"
+
+
+def test_missing_increase_is_caught_by_recovery(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+    checks = run_against_fault("no-increase", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    recovery = checks["overload.recovery"]
+    assert recovery.verdict == "fail" and recovery.observed.endswith("highest after recovery None")
+    assert checks["overload.total.admission_decrease"].verdict == "pass"
+
+
+def test_positive_control_rc1_passes_every_overload_check_through_the_cli(tmp_path):
+    out = tmp_path / "evidence"
+    result = run_cli("--quiet", "run", "overload", "--replicas", "8", "--out", str(out), timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["schema"] == "dd-accept/results/v1" and results["verdict"] == "pass"
+    (scenario,) = results["scenarios"]
+    assert [c["id"] for c in scenario["checks"]] == [
+        "overload.partial.completes",
+        "overload.partial.failover",
+        "overload.total.attempts",
+        "overload.total.retry_after",
+        "overload.total.admission_decrease",
+        "overload.total.cooldown",
+        "overload.recovery",
+    ]
+    assert all(c["verdict"] == "pass" for c in scenario["checks"])
+    assert results["sut"]["wheels"][0]["file"] == "data_designer_slurm-1.0.0rc1-py3-none-any.whl"
+    assert "5410c6bca7c035c4cb215cc0319071e00acab3f124a8ebb9a44d24daaa4d4520" in result.stdout
+
+
+def test_run_reports_a_failed_check_with_exit_1(tmp_path, sut_wheelhouse):
+    """A faulty SUT given through --sut fails the run with exit status 1 (not 2)."""
+    from dd_accept.fixtures.sut.variants import FAULTS, make_variant
+
+    (wheel,) = [w for w in sut_wheelhouse.wheels if w.name == "data-designer-slurm"]
+    variant = make_variant(sut_wheelhouse.path / wheel.file, FAULTS["five-attempts"], tmp_path / "wheels")
+    out = tmp_path / "evidence"
+    result = run_cli("--quiet", "run", "overload", "--sut", str(variant), "--out", str(out), timeout=900)
+    assert result.returncode == 1, result.stdout + result.stderr
+    results = json.loads((out / "results.json").read_text())
+    failed = [c["id"] for s in results["scenarios"] for c in s["checks"] if c["verdict"] == "fail"]
+    assert failed == ["overload.total.attempts"]

@@ -1,0 +1,102 @@
+"""The overload rules on hand-made evidence: each rule's pass and fail, and its edges."""
+
+from dd_accept.acceptance import overload_checks as checks
+from dd_accept.acceptance.analysis import expected_decreases
+
+
+def request(t, record, status=200, outcome="ok", request_id=None, retry_after=None):
+    return {
+        "t": t,
+        "kind": "request",
+        "record": record,
+        "status": status,
+        "outcome": outcome,
+        "request_id": request_id or f"r{record}.{int(t * 10)}",
+        "retry_after": retry_after,
+    }
+
+
+def upstream(request_id, status, started):
+    return {"t": started, "kind": "upstream", "request_id": request_id, "status": status, "started": started}
+
+
+def lease(t):
+    return {"t": t, "kind": "admission", "event": "request_lease_acquired", "limit": 8}
+
+
+def change(t, name, limit):
+    return {"t": t, "kind": "admission", "event": name, "limit": limit}
+
+
+def test_expected_decreases_follow_floor_times_factor():
+    assert expected_decreases(8, 0.75, 2) == [6, 4]
+    assert expected_decreases(2, 0.5, 3) == [1, 1, 1]
+
+
+def test_partial_completes_requires_every_record_and_no_visible_429_when_absorbable():
+    ok = [request(1, r) for r in range(3)]
+    assert checks.partial_completes(ok, 3, overloaded=2, max_attempts=3).verdict == "pass"
+    visible = [request(0.5, 0, 429, "rate_limited"), *ok]
+    assert checks.partial_completes(visible, 3, overloaded=2, max_attempts=3).verdict == "fail"
+    # with as many overloaded replicas as attempts, a 429 can legitimately reach the client
+    assert checks.partial_completes(visible, 3, overloaded=3, max_attempts=3).verdict == "pass"
+    assert checks.partial_completes(ok[:2], 3, overloaded=2, max_attempts=3).verdict == "fail"
+
+
+def test_partial_failover_needs_failovers_on_both_sides_and_the_attempt_bound():
+    failed_over = [upstream("a", 429, 1.0), upstream("a", 200, 1.1), upstream("b", 200, 1.2)]
+    assert checks.partial_failover(failed_over, {"http_429": 1}, 3).verdict == "pass"
+    assert checks.partial_failover(failed_over, {}, 3).verdict == "fail"
+    no_failover = [upstream("a", 200, 1.0), upstream("b", 200, 1.2)]
+    assert checks.partial_failover(no_failover, {"http_429": 1}, 3).verdict == "fail"
+    four = [upstream("a", 429, 1.0 + i / 10) for i in range(4)]
+    assert checks.partial_failover(four, {"http_429": 3}, 3).verdict == "fail"
+
+
+def test_total_attempts_counts_the_replicas_view_of_each_client_429():
+    client = [request(2, 0, 429, "rate_limited", "x")]
+    three = [upstream("x", 429, 1.0), upstream("x", 429, 1.1), upstream("x", 429, 1.2)]
+    assert checks.total_attempts(client, three, replicas=8, max_attempts=3).verdict == "pass"
+    assert checks.total_attempts(client, three[:2], replicas=8, max_attempts=3).verdict == "fail"
+    assert checks.total_attempts(client, three[:2], replicas=2, max_attempts=3).verdict == "pass"
+    mixed = [*three[:2], upstream("x", 503, 1.2)]
+    assert checks.total_attempts(client, mixed, replicas=8, max_attempts=3).verdict == "fail"
+    assert checks.total_attempts([], three, replicas=8, max_attempts=3).verdict == "fail", "no 429 seen at all"
+
+
+def test_total_retry_after_must_match_on_every_429():
+    good = [request(1, 0, 429, "rate_limited", retry_after=3.0), request(2, 1, 429, "rate_limited", retry_after=3.0)]
+    assert checks.total_retry_after(good, 3).verdict == "pass"
+    assert checks.total_retry_after([*good, request(3, 2, 429, "rate_limited")], 3).verdict == "fail"
+    assert checks.total_retry_after(good, 1).verdict == "fail"
+
+
+def test_admission_decrease_compares_the_first_rounds_in_order():
+    events = [change(1, "request_limit_decreased", 6), change(4, "request_limit_decreased", 4)]
+    assert checks.total_admission_decrease(events, 8, 0.75).verdict == "pass"
+    assert checks.total_admission_decrease(events[:1], 8, 0.75).verdict == "fail"
+    result = checks.total_admission_decrease([], 8, 0.75)
+    assert (result.verdict, result.observed) == ("fail", "8 (no decrease)")
+
+
+def test_cooldown_windows_come_from_the_retry_after_the_client_saw():
+    limited = request(10.0, 0, 429, "rate_limited", retry_after=3.0)
+    assert checks.total_cooldown([limited, lease(9.0), lease(13.1)], 2.0).verdict == "pass"
+    breach = checks.total_cooldown([limited, lease(10.5)], 2.0)
+    assert breach.verdict == "fail" and "admitted 0.50s into a 3.00s cooldown" in breach.detail
+    # no Retry-After: the controller's documented default applies
+    bare = request(10.0, 0, 429, "rate_limited")
+    assert checks.total_cooldown([bare, lease(11.0)], 2.0).verdict == "fail"
+    assert checks.total_cooldown([bare, lease(12.5)], 2.0).verdict == "pass"
+    assert checks.total_cooldown([lease(1.0)], 2.0).verdict == "fail", "no 429, nothing was tested"
+
+
+def test_recovery_needs_all_records_and_a_rise_after_relief():
+    events = [
+        change(1, "request_limit_decreased", 4),
+        *[request(5, r) for r in range(3)],
+        change(6, "request_limit_increased", 5),
+    ]
+    assert checks.recovery(events, 3, relieved_at=4.0).verdict == "pass"
+    assert checks.recovery(events, 3, relieved_at=7.0).verdict == "fail"
+    assert checks.recovery(events[:-1], 3, relieved_at=4.0).verdict == "fail"
