@@ -1,0 +1,219 @@
+"""The drain scenario: stopping endpoints with real `scancel` and through the SUT's cleanup.
+
+  A scancel_step — streams in flight, the endpoint step gets `scancel --signal=TERM JOB.STEP`
+  B allowance    — a stream longer than the drain window; TERM, then KILL once the allowance
+                   has passed (the controller's escalation, done here by the harness)
+  C sut_cleanup  — the SUT's own cleanup stops the endpoint at normal completion, after a
+                   failure, and on controller cancellation (`sut_cleanup_drill.sh`)
+Replicas stay up throughout: only the endpoint is stopped, as in production shutdown order.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from dd_accept.acceptance import drain_checks as checks
+from dd_accept.acceptance.progress import ProgressWriter
+from dd_accept.acceptance.results import ScenarioResult
+from dd_accept.fixtures import deployment
+from dd_accept.fixtures.sut.profile import SutProfile
+from dd_accept.harness.waiting import wait_until
+from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, start_background
+from dd_accept.slurm_docker.sut_image import HARNESS_DIR, SUT_PYTHON
+
+DRILL = f"{HARNESS_DIR}/dd_accept/fixtures/sut_cleanup_drill.sh"
+MODES = ("completion", "failure", "cancel")
+_KILLED = re.compile(r"task \d+: Killed")
+_EXITED = re.compile(r"task \d+: Exited with exit code (\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class DrainOptions:
+    replicas: int = 2
+    streams: int = 4
+    itl_ms: int = 50
+    short_tokens: int = 80  # 4 s streams: well inside the drain window
+    long_tokens: int = 400  # 20 s streams: longer than the drain window and the allowance
+    stop_after_s: float = 1.0
+
+
+def _wait_running(replicas: deployment.ReplicaSet, count: int) -> None:
+    wait_until(
+        lambda: sum(state["running"] for state in replicas.control(None, "state")),
+        lambda running: running >= count,
+        timeout=30,
+        what=f"{count} stream(s) running on the replicas",
+    )
+
+
+def _client(
+    allocation: Allocation,
+    proxy: deployment.Proxy,
+    run: deployment.RunDirectory,
+    profile: SutProfile,
+    name: str,
+    streams: int,
+    tokens: int,
+) -> BackgroundCommand:
+    return deployment.run_client(
+        allocation,
+        proxy,
+        run,
+        mode="raw",
+        profile=profile,
+        name=name,
+        arguments=(
+            "--records",
+            str(streams),
+            "--concurrency",
+            str(streams),
+            "--max-tokens",
+            str(tokens),
+            "--max-record-attempts",
+            "1",
+            "--deadline-s",
+            "60",
+        ),
+    )
+
+
+def _stop_step(
+    allocation: Allocation, proxy: deployment.Proxy, profile: SutProfile
+) -> tuple[float, float | None, checks.StepEnd]:
+    """TERM the endpoint step; KILL it if it is still running when the allowance has passed."""
+    (step,) = allocation.steps_by_name()["proxy"]
+    stop_at = time.time()
+    allocation.scancel_step(step, "TERM")
+    forced_at = None
+    try:
+        record = proxy.step.wait(timeout=profile.drain.allowance_seconds)
+    except TimeoutError:
+        forced_at = time.time()
+        allocation.scancel_step(step, "KILL")
+        record = proxy.step.wait(timeout=30)
+    return stop_at, forced_at, checks.StepEnd(record.exit_code, time.time() - stop_at)
+
+
+def run_drain(
+    allocation: Allocation,
+    run: deployment.RunDirectory,
+    profile: SutProfile,
+    options: DrainOptions,
+    progress: ProgressWriter,
+) -> ScenarioResult:
+    result = ScenarioResult("drain", started=time.time())
+    window, allowance_s = profile.drain.window_seconds, profile.drain.allowance_seconds
+    progress.emit("deploying", replicas=options.replicas)
+    replicas = deployment.start_replicas(
+        allocation,
+        options.replicas,
+        run=run,
+        profile=profile,
+        options=("--ttft-ms", "20", "--itl-ms", str(options.itl_ms)),
+    )
+    try:
+        # -- A: scancel --signal=TERM JOB.STEP --------------------------------------------------
+        progress.emit("scancel TERM to the endpoint step")
+        proxy = deployment.start_proxy(allocation, replicas, profile=profile)
+        client = _client(allocation, proxy, run, profile, "scancel", options.streams, options.short_tokens)
+        _wait_running(replicas, options.streams)
+        time.sleep(options.stop_after_s)  # let the streams get under way: work is left when the stop begins
+        stop_at, _, end = _stop_step(allocation, proxy, profile)
+        client.wait(timeout=60)
+        left = allocation.steps_by_name().get("proxy", [])
+        result.add(checks.scancel_step(deployment.read_events(run, "scancel"), stop_at, end, left, window))
+
+        # -- B: a stream longer than the allowance ----------------------------------------------
+        progress.emit("allowance: TERM, then KILL after the allowance")
+        proxy = deployment.start_proxy(allocation, replicas, profile=profile)
+        client = _client(allocation, proxy, run, profile, "allowance", 1, options.long_tokens)
+        _wait_running(replicas, 1)
+        time.sleep(options.stop_after_s)
+        stop_at, forced_at, end = _stop_step(allocation, proxy, profile)
+        client.wait(timeout=60)
+        result.add(checks.allowance(deployment.read_events(run, "allowance"), stop_at, forced_at, window, allowance_s))
+
+        # -- C: the SUT's own cleanup -------------------------------------------------------------
+        for mode in MODES:
+            progress.emit(f"SUT cleanup: {mode}")
+            result.add(_cleanup_drill(allocation, replicas, run, profile, options, mode))
+    finally:
+        replicas.stop()
+        result.ended = time.time()
+    progress.emit("done", verdict=result.verdict())
+    return result
+
+
+def _cleanup_drill(
+    allocation: Allocation,
+    replicas: deployment.ReplicaSet,
+    run: deployment.RunDirectory,
+    profile: SutProfile,
+    options: DrainOptions,
+    mode: str,
+) -> checks.CheckResult:
+    cleanup = profile.cleanup
+    script = cleanup.script.format(site_packages=deployment.SITE_PACKAGES)
+    state_cluster, state_host = run.path(f"drill-{mode}")
+    log_cluster, _ = run.path(f"drill-{mode}-endpoint.log")
+    node = allocation.first_node
+    argv = profile.proxy_argv(
+        python=SUT_PYTHON,
+        site_packages=deployment.SITE_PACKAGES,
+        port=deployment.PROXY_PORT,
+        backends=replicas.backends,
+        retry_after=None,
+    )
+    srun = [
+        "srun",
+        f"--jobid={allocation.job_id}",
+        "--overlap",
+        "-J",
+        "drill-endpoint",
+        "-N1",
+        "-n1",
+        f"--nodelist={node}",
+        "-o",
+        log_cluster,
+        *argv,
+    ]
+    drill = start_background(
+        allocation.cluster,
+        ["bash", DRILL, mode, script, cleanup.register_function, cleanup.stop_function, state_cluster, "--", *srun],
+        environment={"SLURM_JOB_ID": allocation.job_id},
+    )
+    allocation.background.append(drill)
+    wait_until(lambda: (state_host / "ready").exists() or drill.finished, bool, timeout=30, what="the drill to start")
+    if drill.finished:
+        raise RuntimeError(f"the cleanup drill ended early: {drill.wait(1).describe()}")
+    proxy = deployment.Proxy(allocation, drill, node, deployment.PROXY_PORT, argv, log_cluster, state_host)
+    wait_until(lambda: proxy.get("/health").get("status"), lambda s: s == 200, timeout=30, what="drilled endpoint")
+    client = _client(allocation, proxy, run, profile, f"cleanup-{mode}", options.streams, options.short_tokens)
+    _wait_running(replicas, options.streams)
+    time.sleep(options.stop_after_s)
+    stop_at = time.time()
+    if mode == "cancel":
+        drill.signal("TERM")
+    else:
+        allocation.cluster.exec(["touch", f"{state_cluster}/go"])
+    record = drill.wait(timeout=profile.drain.allowance_seconds + 30)
+    client.wait(timeout=60)
+    end = checks.StepEnd(_endpoint_exit(record.stderr_tail), time.time() - stop_at)
+    details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
+    return checks.sut_cleanup(mode, deployment.read_events(run, f"cleanup-{mode}"), stop_at, end, details)
+
+
+def _endpoint_exit(launcher_stderr: str) -> int | None:
+    """The endpoint task's exit as its srun launcher reported it (no accounting needed)."""
+    if _KILLED.search(launcher_stderr):
+        return 137
+    exited = _EXITED.search(launcher_stderr)
+    return int(exited.group(1)) if exited else 0
+
+
+def drill_script_text() -> str:
+    return resources.files("dd_accept.fixtures").joinpath("sut_cleanup_drill.sh").read_text()
