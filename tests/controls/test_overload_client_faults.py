@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.controls.overload_controls import run_against_fault
+from tests.controls.controls import run_against_fault
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.cluster

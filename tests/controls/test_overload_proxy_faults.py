@@ -6,7 +6,7 @@ numbers show the fault) and that checks the fault does not touch still pass.
 
 import pytest
 
-from tests.controls.overload_controls import run_against_fault
+from tests.controls.controls import run_against_fault
 
 pytestmark = pytest.mark.cluster
 

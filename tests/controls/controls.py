@@ -1,4 +1,4 @@
-"""Shared machinery of the overload controls: run the scenario against a variant image."""
+"""Shared machinery of the controls: run a scenario against rc1 with one deliberate fault."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.sut_image import build_overlay_image
 
 
-def run_against_fault(fault_name, wheelhouse, base_image, profile, tmp_path):
-    """The overload scenario against rc1 with one fault; returns {check id: CheckResult}."""
+def run_with_fault(scenario, fault_name, wheelhouse, base_image, profile, tmp_path):
+    """Run `scenario(allocation, run, profile, progress)` on a cluster whose SUT carries the
+    fault; returns {check id: CheckResult}."""
     fault = FAULTS[fault_name]
     (wheel,) = [w for w in wheelhouse.wheels if w.name == fault.distribution]
     variant = make_variant(wheelhouse.path / wheel.file, fault, tmp_path)
@@ -25,5 +26,15 @@ def run_against_fault(fault_name, wheelhouse, base_image, profile, tmp_path):
         assert installed.stdout_tail.strip() == "1", "the variant must be what is installed"
         with Allocation.acquire(cluster, extra=["--exclusive"]) as allocation:
             run = RunDirectory.create(cluster)
-            result = run_overload(allocation, run, profile, OverloadOptions(), ProgressWriter(None, "overload"))
+            result = scenario(allocation, run, profile, ProgressWriter(None, "control"))
+    assert result.error is None, result.error
     return {check.id: check for check in result.checks}
+
+
+def run_against_fault(fault_name, wheelhouse, base_image, profile, tmp_path):
+    """The overload scenario against rc1 with one fault."""
+
+    def overload(allocation, run, profile, progress):
+        return run_overload(allocation, run, profile, OverloadOptions(), progress)
+
+    return run_with_fault(overload, fault_name, wheelhouse, base_image, profile, tmp_path)
