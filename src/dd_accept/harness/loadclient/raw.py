@@ -89,7 +89,9 @@ async def run_raw(workload: Workload, events: EventWriter) -> dict[str, int]:
     pending = list(range(workload.records))
     completed = 0
     timeout = aiohttp.ClientTimeout(total=None, sock_read=workload.deadline_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    # aiohttp's default pool holds 100 connections: a saturation run needs one per stream.
+    connector = aiohttp.TCPConnector(limit=workload.concurrency)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
 
         async def worker() -> None:
             nonlocal completed

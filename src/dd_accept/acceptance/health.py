@@ -1,0 +1,297 @@
+"""The health scenario: losing a required replica mid-generation, and probes under saturation.
+
+loss       — replicas run as separate required steps under a drill that waits for the
+             client with the SUT's own wait function; one replica is killed mid-generation.
+saturation — stalled streams hold every upstream connection the proxy allows; its /health
+             must still answer.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from dd_accept.acceptance import health_checks as checks
+from dd_accept.acceptance.progress import ProgressWriter
+from dd_accept.acceptance.results import ScenarioResult
+from dd_accept.fixtures import deployment
+from dd_accept.fixtures.backends.control import TOKEN_ENV
+from dd_accept.fixtures.sut.profile import SutProfile
+from dd_accept.harness.waiting import WaitTimeout, wait_until
+from dd_accept.slurm_docker.allocation import Allocation, start_background
+from dd_accept.slurm_docker.sut_image import HARNESS_DIR, SUT_PYTHON
+
+DRILL = f"{HARNESS_DIR}/dd_accept/fixtures/sut_health_drill.sh"
+UPSTREAM_CONNECTION_LIMIT = 256  # rc1's proxy: TCPConnector(limit=256)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthOptions:
+    replicas: int = 4
+    saturation_replicas: int = 8
+    saturating_streams: int = UPSTREAM_CONNECTION_LIMIT + 8
+    loss_detect_timeout_s: float = 15.0
+
+
+def _probe(proxy: deployment.Proxy, since: float) -> checks.Probe:
+    started = time.monotonic()
+    row = proxy.get("/health", timeout=30)
+    return checks.Probe(row.get("status"), time.monotonic() - started, row.get("json"), time.time() - since)
+
+
+def run_health(
+    allocation: Allocation,
+    run: deployment.RunDirectory,
+    profile: SutProfile,
+    options: HealthOptions,
+    progress: ProgressWriter,
+) -> ScenarioResult:
+    result = ScenarioResult("health", started=time.time())
+    try:
+        progress.emit("backend loss: detection", replicas=options.replicas)
+        result.add(_loss_detection(allocation, run, profile, options))
+        progress.emit("backend loss: the attempt", replicas=options.replicas)
+        result.add(_attempt_after_loss(allocation, run, profile, options))
+        progress.emit("probe isolation", streams=options.saturating_streams)
+        result.add(_probe_isolation(allocation, run, profile, options))
+    finally:
+        result.ended = time.time()
+    progress.emit("done", verdict=result.verdict())
+    return result
+
+
+def _write_command(path: Any, argv: list[str]) -> None:
+    path.write_bytes(b"".join(part.encode() + b"\0" for part in argv))
+
+
+def _attempt_after_loss(
+    allocation: Allocation, run: deployment.RunDirectory, profile: SutProfile, options: HealthOptions
+) -> checks.CheckResult:
+    import secrets
+
+    node = allocation.first_node
+    state_cluster, state_host = run.path("health-drill")
+    replica_dir, replica_host = run.path("replicas")
+    state_host.mkdir(parents=True, exist_ok=True)
+    replica_host.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(16)
+    for index in range(options.replicas):
+        port = deployment.REPLICA_PORT_BASE + index
+        _write_command(
+            state_host / f"replica-{index}.cmd",
+            [
+                "srun",
+                f"--jobid={allocation.job_id}",
+                "--overlap",
+                "-J",
+                "replicas",
+                "-N1",
+                "-n1",
+                f"--nodelist={node}",
+                "-o",
+                f"{replica_dir}/replica-{index}.log",
+                SUT_PYTHON,
+                "-m",
+                "dd_accept.fixtures.backends.server",
+                "--port",
+                str(port),
+                "--ready-file",
+                f"{replica_dir}/ready-{index}.json",
+                "--events",
+                f"{replica_dir}/events-{index}.jsonl",
+                "--middleware",
+                profile.queue_admission.middleware,
+                "--ttft-ms",
+                "20",
+                "--itl-ms",
+                "50",
+            ],
+        )
+    events_cluster, _ = run.path("loss.jsonl")
+    cleanup = profile.cleanup
+    script = cleanup.script.format(site_packages=deployment.SITE_PACKAGES)
+    drill = start_background(
+        allocation.cluster,
+        ["bash", DRILL, script, cleanup.register_function, cleanup.wait_function, cleanup.stop_function, state_cluster],
+        environment={"SLURM_JOB_ID": allocation.job_id, TOKEN_ENV: token},
+    )
+    allocation.background.append(drill)
+    wait_until(
+        lambda: len(list(replica_host.glob("ready-*.json"))),
+        lambda n: n == options.replicas,
+        timeout=60,
+        what="replica steps to be ready",
+        terminal=lambda _: "the drill ended" if drill.finished else None,
+    )
+    import json
+
+    info = sorted((json.loads(p.read_text()) for p in replica_host.glob("ready-*.json")), key=lambda e: e["port"])
+    replicas = deployment.ReplicaSet(allocation, drill, run, token, options.replicas, info)
+    proxy = deployment.start_proxy(allocation, replicas, profile=profile)
+    _write_command(
+        state_host / "client.cmd",
+        [
+            "srun",
+            f"--jobid={allocation.job_id}",
+            "--overlap",
+            "-J",
+            "client",
+            "-N1",
+            "-n1",
+            f"--nodelist={node}",
+            SUT_PYTHON,
+            "-m",
+            "dd_accept.harness.loadclient",
+            "--endpoint",
+            proxy.url,
+            "--mode",
+            "raw",
+            "--events",
+            events_cluster,
+            "--run-tag",
+            "loss-",
+            "--records",
+            "24",
+            "--concurrency",
+            "8",
+            "--max-tokens",
+            "80",
+            "--max-record-attempts",
+            "3",
+            "--deadline-s",
+            "60",
+        ],
+    )
+    allocation.cluster.exec(["touch", f"{state_cluster}/go"])
+    wait_until(
+        lambda: sum(s["running"] for s in replicas.control(None, "state")),
+        lambda n: n >= 4,
+        timeout=30,
+        what="generation under way",
+    )
+    time.sleep(1.0)
+    lost_at = time.time()
+    replicas.control([0], "kill")
+    try:
+        record = drill.wait(timeout=90)
+        ended_after = time.time() - lost_at
+    except TimeoutError:
+        record, ended_after = None, None
+    status_text = (state_host / "wait-status").read_text().strip() if (state_host / "wait-status").exists() else ""
+    wait_status = int(status_text) if status_text.lstrip("-").isdigit() else (record.exit_code if record else None)
+    client_rows = deployment.read_events(run, "loss")
+    client_finished = bool(client_rows) and len({e["record"] for e in client_rows if e.get("outcome") == "ok"}) == 24
+    failed = checks.attempt_failed(wait_status, ended_after, client_finished)
+    proxy.stop()
+    for step in allocation.steps_by_name().get("replicas", []) + allocation.steps_by_name().get("client", []):
+        allocation.scancel_step(step, "KILL")
+    return failed
+
+
+def _loss_detection(
+    allocation: Allocation, run: deployment.RunDirectory, profile: SutProfile, options: HealthOptions
+) -> checks.CheckResult:
+    """Kill one of N replicas under load: the proxy's /health must report N-1 ready."""
+    loss_run = deployment.RunDirectory.create(allocation.cluster, "loss")
+    replicas = deployment.start_replicas(
+        allocation, options.replicas, run=loss_run, profile=profile, options=("--ttft-ms", "20", "--itl-ms", "50")
+    )
+    proxy = deployment.start_proxy(allocation, replicas, profile=profile)
+    try:
+        client = deployment.run_client(
+            allocation,
+            proxy,
+            loss_run,
+            mode="raw",
+            profile=profile,
+            name="detect",
+            arguments=(
+                "--records",
+                "16",
+                "--concurrency",
+                "8",
+                "--max-tokens",
+                "80",
+                "--max-record-attempts",
+                "3",
+                "--deadline-s",
+                "60",
+            ),
+        )
+        wait_until(
+            lambda: sum(s["running"] for s in replicas.control(None, "state")),
+            lambda n: n >= 4,
+            timeout=30,
+            what="generation under way",
+        )
+        lost_at = time.time()
+        replicas.control([0], "kill")
+        try:
+            probe = wait_until(
+                lambda: _probe(proxy, lost_at),
+                lambda p: p.status != 200,
+                timeout=options.loss_detect_timeout_s,
+                what="the proxy's /health to report the loss",
+            )
+        except WaitTimeout:
+            probe = None
+        client.wait(timeout=90)
+        return checks.backend_loss_detected(probe, options.replicas, profile.capabilities.health_monitor)
+    finally:
+        proxy.stop()
+        replicas.stop("KILL")
+
+
+def _probe_isolation(
+    allocation: Allocation, run: deployment.RunDirectory, profile: SutProfile, options: HealthOptions
+) -> checks.CheckResult:
+    saturation_run = deployment.RunDirectory.create(allocation.cluster, "saturation")
+    replicas = deployment.start_replicas(
+        allocation,
+        options.saturation_replicas,
+        run=saturation_run,
+        profile=profile,
+        options=("--ttft-ms", "5", "--itl-ms", "5", "--max-num-seqs", "64"),
+    )
+    proxy = deployment.start_proxy(allocation, replicas, profile=profile)
+    try:
+        replicas.control(None, "stall", on=True)
+        client = deployment.run_client(
+            allocation,
+            proxy,
+            saturation_run,
+            mode="raw",
+            profile=profile,
+            name="saturate",
+            arguments=(
+                "--records",
+                str(options.saturating_streams),
+                "--concurrency",
+                str(options.saturating_streams),
+                "--max-tokens",
+                "4",
+                "--max-record-attempts",
+                "1",
+                "--deadline-s",
+                "90",
+            ),
+        )
+        held = wait_until(
+            lambda: sum(s["running"] + s["waiting"] for s in replicas.control(None, "state")),
+            lambda n: n >= UPSTREAM_CONNECTION_LIMIT,
+            timeout=60,
+            what=f"{UPSTREAM_CONNECTION_LIMIT} streams holding upstream connections",
+        )
+        probe = _probe(proxy, time.time())
+        replicas.control(None, "stall", on=False)
+        client.wait(timeout=120)
+        return checks.probe_isolation(probe, held)
+    finally:
+        proxy.stop()
+        replicas.stop()
+
+
+def describe(argv: list[str]) -> str:
+    return shlex.join(argv)
