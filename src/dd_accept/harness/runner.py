@@ -24,7 +24,7 @@ from rich.table import Table
 from dd_accept.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
 from dd_accept.harness.console import ConsoleListener
 
-SCENARIOS = ("overload", "drain", "health")  # grows as scenarios land; `all` runs every one of them
+SCENARIOS = ("overload", "drain", "health", "streaming")  # grows as scenarios land; `all` runs every one of them
 MODULES = {name: f"dd_accept.acceptance.test_{name}" for name in SCENARIOS}
 
 
