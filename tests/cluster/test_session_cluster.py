@@ -85,3 +85,10 @@ def test_exclusive_allocations_know_their_own_distinct_nodes(slurm_cluster):
             second.release()
     finally:
         first.release()
+
+
+def test_callers_get_the_whole_output_while_evidence_keeps_a_tail(slurm_cluster):
+    record = slurm_cluster.exec(["seq", "1", "5000"])
+    assert record.stdout.split() == [str(n) for n in range(1, 5001)]
+    assert len(record.stdout_tail) <= 4000 and record.stdout_tail.endswith("5000\n")
+    assert "stdout" not in record.to_json()

@@ -40,8 +40,10 @@ class OverloadOptions:
     def __post_init__(self) -> None:
         if not 1 <= self.replicas <= 64:
             raise ValueError("--replicas must be between 1 and 64")
-        if not 1 <= self.overloaded <= self.replicas:
-            raise ValueError("--overloaded must be between 1 and --replicas")
+        if not 1 <= self.overloaded < self.replicas:
+            raise ValueError(
+                "--overloaded must be at least 1 and below --replicas: partial overload needs a replica left"
+            )
         if self.queue_depth <= self.threshold:
             raise ValueError("--queue-depth must be above --threshold, or nothing is overloaded")
         if self.retry_after < 1 or self.admission_limit < 1 or self.records < 1 or self.threshold < 0:

@@ -116,7 +116,7 @@ def _cmd_cluster_exec(args: argparse.Namespace, console: ConsoleListener) -> int
         raise UsageError("cluster exec needs a command after `--`, e.g. `dd-accept cluster exec -- sinfo`")
     cluster = SlurmCluster.attach(args.name)
     record = cluster.exec(command, node=args.node, timeout=args.timeout)
-    sys.stdout.write(record.stdout_tail)
+    sys.stdout.write(record.stdout)
     sys.stderr.write(record.stderr_tail)
     if record.timed_out:
         fail_line(f"command timed out after {args.timeout:.0f}s")

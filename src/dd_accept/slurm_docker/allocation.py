@@ -154,8 +154,8 @@ class Allocation:
         if not record.ok or match is None:
             raise ClusterError(f"allocation failed: {record.describe()}")
         job_id = match.group(1)
-        node_list = cluster.exec(["squeue", "-h", "-j", job_id, "-o", "%N"], timeout=10).stdout_tail.strip()
-        hosts = cluster.exec(["scontrol", "show", "hostnames", node_list], timeout=10).stdout_tail.split()
+        node_list = cluster.exec(["squeue", "-h", "-j", job_id, "-o", "%N"], timeout=10).stdout.strip()
+        hosts = cluster.exec(["scontrol", "show", "hostnames", node_list], timeout=10).stdout.split()
         return cls(cluster=cluster, job_id=job_id, nodes=tuple(hosts))
 
     @property
@@ -186,13 +186,13 @@ class Allocation:
     def steps(self) -> list[str]:
         """Running step ids (JOB.STEP) of this allocation, excluding Slurm's own extern step."""
         record = self.cluster.exec(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i"], timeout=10)
-        return [s for s in record.stdout_tail.split() if not s.endswith((".extern", ".batch", ".interactive"))]
+        return [s for s in record.stdout.split() if not s.endswith((".extern", ".batch", ".interactive"))]
 
     def steps_by_name(self) -> dict[str, list[str]]:
         """Running steps grouped by their `-J` name (e.g. "proxy", "replicas")."""
         record = self.cluster.exec(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i %j"], timeout=10)
         named: dict[str, list[str]] = {}
-        for line in record.stdout_tail.splitlines():
+        for line in record.stdout.splitlines():
             step, _, name = line.partition(" ")
             if step and not step.endswith((".extern", ".batch", ".interactive")):
                 named.setdefault(name.strip(), []).append(step)

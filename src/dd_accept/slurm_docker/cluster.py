@@ -338,7 +338,7 @@ class SlurmCluster:
         if not record.ok:
             return {}
         states: dict[str, str] = {}
-        for line in record.stdout_tail.splitlines():
+        for line in record.stdout.splitlines():
             parts = line.split()
             if len(parts) == 2:
                 states[parts[0]] = parts[1]
@@ -396,11 +396,9 @@ class SlurmCluster:
         jobs = self.exec(["squeue", "-h", "-o", "%i|%j|%T|%D|%N"], timeout=10)
         steps = self.exec(["squeue", "-h", "-s", "-o", "%i|%j|%N"], timeout=10)
         return ClusterStatus(
-            nodes=tuple(
-                NodeState(*line.split("|")) for line in states.stdout_tail.splitlines() if line.count("|") == 2
-            ),
-            jobs=tuple(tuple(line.split("|")) for line in jobs.stdout_tail.splitlines() if line),
-            steps=tuple(tuple(line.split("|")) for line in steps.stdout_tail.splitlines() if line),
+            nodes=tuple(NodeState(*line.split("|")) for line in states.stdout.splitlines() if line.count("|") == 2),
+            jobs=tuple(tuple(line.split("|")) for line in jobs.stdout.splitlines() if line),
+            steps=tuple(tuple(line.split("|")) for line in steps.stdout.splitlines() if line),
         )
 
     def shared_path(self, *parts: str) -> tuple[str, Path]:

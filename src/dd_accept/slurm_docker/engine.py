@@ -171,6 +171,7 @@ def exec_command(
         stdout_tail=tail(decode(stdout)),
         stderr_tail=tail(decode(stderr)),
         timed_out=timed_out,
+        stdout=decode(stdout),
     )
     return log.add(record)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 
 TAIL_CHARS = 4000
@@ -43,13 +43,15 @@ class CommandRecord:
     stderr_tail: str
     timed_out: bool = False
     background: bool = False
+    # The whole stdout, for callers that parse it; evidence keeps only the tail above.
+    stdout: str = field(default="", repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
         return self.exit_code == 0 and not self.timed_out
 
     def to_json(self) -> dict[str, object]:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "stdout"}
         data["argv"] = list(self.argv)
         return data
 
