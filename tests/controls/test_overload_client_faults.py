@@ -43,6 +43,17 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(tmp_pa
     assert all(c["verdict"] == "pass" for c in scenario["checks"])
     assert results["sut"]["wheels"][0]["file"] == "data_designer_slurm-1.0.0rc1-py3-none-any.whl"
     assert "5410c6bca7c035c4cb215cc0319071e00acab3f124a8ebb9a44d24daaa4d4520" in result.stdout
+    # the run left a complete bundle that verifies, as a directory and as a .tar.gz
+    for name in ("manifest.json", "provenance.json", "redactions.json", "commands.jsonl", "summary.md", "junit.xml"):
+        assert (out / name).is_file(), name
+    assert list((out / "events").rglob("events-*.jsonl")) and list((out / "logs").rglob("proxy.log"))
+    assert not list(tmp_path.glob(".*.raw")), "raw run outputs are removed"
+    for bundle in (out, tmp_path / "evidence.tar.gz"):
+        verified = run_cli("verify", str(bundle))
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+    (out / "summary.md").write_text("edited")
+    tampered = run_cli("verify", str(out))
+    assert tampered.returncode == 1 and "modified: summary.md" in tampered.stdout
 
 
 def test_run_reports_a_failed_check_with_exit_1(tmp_path, sut_wheelhouse):

@@ -17,7 +17,7 @@ from typing import NoReturn
 from rich.table import Table
 
 from dd_accept import __version__
-from dd_accept.errors import EXIT_PASS, EXIT_USAGE, DDAcceptError, UsageError
+from dd_accept.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, DDAcceptError, UsageError
 from dd_accept.harness.console import ConsoleListener, fail_line
 
 EXIT_INTERRUPTED = 130
@@ -207,6 +207,46 @@ def _whole(minimum: int):
     return parse
 
 
+def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.reports.audit import audit
+
+    findings = audit([Path(p) for p in args.paths], licences=args.licences)
+    for finding in findings:
+        print(finding)  # location and rule only: never the matched text
+    if findings:
+        print(f"dd-accept audit: {len(findings)} finding(s)", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    print(f"dd-accept audit: clean ({len(args.paths)} path(s))")
+    return EXIT_PASS
+
+
+def _cmd_verify(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.reports.verify import verify
+
+    problems = verify(Path(args.bundle), [Path(w) for w in args.wheel])
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"dd-accept verify: {len(problems)} problem(s): the bundle does not verify", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    print("dd-accept verify: every digest matches, provenance agrees with the results, the audit is clean")
+    return EXIT_PASS
+
+
+def _cmd_report(args: argparse.Namespace, console: ConsoleListener) -> int:
+    import json
+
+    from dd_accept.reports import render
+
+    path = Path(args.bundle) / "results.json"
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise UsageError(f"report: {Path(args.bundle).name} has no readable results.json") from None
+    sys.stdout.write(render.markdown(results) if args.format == "md" else render.junit(results))
+    return EXIT_PASS
+
+
 def _cmd_doctor(args: argparse.Namespace, console: ConsoleListener) -> int:
     from dd_accept.harness.doctor import run_checks
 
@@ -311,6 +351,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--parallel", type=_whole(1), default=2, help="parallel allocations for `run all`")
     run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
     run.set_defaults(handler=_cmd_run)
+
+    audit = commands.add_parser("audit", help="scan files, directories and archives for secrets and host details")
+    audit.add_argument("paths", nargs="+", metavar="PATH", help="files, directories, .tar.gz, .whl or .zip")
+    audit.add_argument("--licences", action="store_true", help="also require a declared licence in wheels")
+    audit.set_defaults(handler=_cmd_audit)
+
+    verify = commands.add_parser("verify", help="check an evidence bundle's digests, provenance and audit")
+    verify.add_argument("bundle", metavar="BUNDLE", help="bundle directory or .tar.gz")
+    verify.add_argument("--wheel", action="append", default=[], help="a wheel to check against the subjects")
+    verify.set_defaults(handler=_cmd_verify)
+
+    report = commands.add_parser("report", help="re-render a bundle's report from the bundle alone")
+    report.add_argument("bundle", metavar="BUNDLE", help="bundle directory")
+    report.add_argument("--format", choices=("md", "junit"), default="md")
+    report.set_defaults(handler=_cmd_report)
 
     sut = commands.add_parser("sut", help="prepare the system under test (wheelhouse, digests, node image)")
     sut_actions = sut.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)

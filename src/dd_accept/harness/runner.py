@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from rich.table import Table
 
 from dd_accept.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
 from dd_accept.harness.console import ConsoleListener
+from dd_accept.slurm_docker.state import state_root
 
 SCENARIOS = ("overload", "drain", "health", "streaming")  # grows as scenarios land; `all` runs every one of them
 MODULES = {name: f"dd_accept.acceptance.test_{name}" for name in SCENARIOS}
@@ -140,16 +142,42 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
         load_profile(Path(request.profile))
     client = engine.connect()
     out = prepare_out(request.out or default_out(request.scenario))
-    started = time.monotonic()
-    with console:
-        wheelhouse = build_wheelhouse(spec, console)
-        wheel = wheelhouse.sut_wheels[0]
-        if not request.profile:
-            profile_for(wheel.name, wheel.version)
-        build_node_image(client, wheelhouse, console)
-        console.on_step(f"running {', '.join(request.scenarios())} against {spec.display}")
-        code = _run_pytest(request, out, console)
-    return _report(out, code, console, time.monotonic() - started)
+    raw = out.with_name(f".{out.name}.raw")  # never part of the bundle; removed below
+    started_wall, started = time.time(), time.monotonic()
+    try:
+        with console:
+            wheelhouse = build_wheelhouse(spec, console)
+            wheel = wheelhouse.sut_wheels[0]
+            if not request.profile:
+                profile_for(wheel.name, wheel.version)
+            image = build_node_image(client, wheelhouse, console).tag
+            console.on_step(f"running {', '.join(request.scenarios())} against {spec.display}")
+            raw.mkdir(parents=True, exist_ok=True)
+            code = _run_pytest(request, raw, console)
+            if not (raw / "results.json").is_file():
+                tail = (raw / "pytest.log").read_text(errors="replace").strip().splitlines()[-3:]
+                raise EnvironmentProblem(f"the scenarios produced no results (pytest exit {code}): {' | '.join(tail)}")
+            console.on_step("writing the evidence bundle")
+            _write_evidence(raw, out, wheelhouse, image, started_wall)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # nothing half-written is left behind
+        out.with_name(out.name + ".tar.gz").unlink(missing_ok=True)
+        raise
+    finally:
+        shutil.rmtree(raw, ignore_errors=True)
+    return _report(out, console, time.monotonic() - started)
+
+
+def _write_evidence(raw: Path, out: Path, wheelhouse: Any, image: str, started: float) -> None:
+    from dd_accept.reports.bundle import write_bundle
+    from dd_accept.reports.context import gather
+    from dd_accept.reports.sanitize import Sanitizer
+
+    sanitizer = Sanitizer(
+        path_roots={str(out): "<bundle>", str(raw): "<run>", str(Path.cwd()): "<cwd>", str(state_root()): "<state>"}
+    )
+    context = gather(raw, wheelhouse, image, ["dd-accept", *sys.argv[1:]], started, time.time())
+    write_bundle(raw, out, context, sanitizer)
 
 
 def child_environment() -> dict[str, str]:
@@ -188,12 +216,10 @@ def _run_pytest(request: RunRequest, out: Path, console: ConsoleListener) -> int
         log.close()
 
 
-def _report(out: Path, pytest_code: int, console: ConsoleListener, seconds: float) -> int:
-    results_path = out / "results.json"
-    if not results_path.is_file():
-        tail = (out / "pytest.log").read_text(errors="replace").strip().splitlines()[-3:]
-        raise EnvironmentProblem(f"the scenarios produced no results (pytest exit {pytest_code}): {' | '.join(tail)}")
-    results = json.loads(results_path.read_text())
+def _report(out: Path, console: ConsoleListener, seconds: float) -> int:
+    from dd_accept.reports.audit import audit
+
+    results = json.loads((out / "results.json").read_text())
     table = Table(title=f"dd-accept {results['verdict'].upper()} — {results['sut'].get('spec', '?')}")
     for column in ("check", "verdict", "expected", "observed"):
         table.add_column(column, overflow="fold")
@@ -207,9 +233,15 @@ def _report(out: Path, pytest_code: int, console: ConsoleListener, seconds: floa
     console.table(table)
     for wheel in results["sut"].get("wheels", []):
         print(f"{wheel['sha256']}  {wheel['file']}")
-    print(f"results: {results_path}  ({seconds:.0f}s)")
+    findings = audit([out])
+    for finding in findings:
+        print(f"audit: {finding}", file=sys.stderr)
+    print(f"evidence: {out.name}/ and {out.name}.tar.gz ({seconds:.0f}s); check it with `dd-accept verify`")
     if errors:
         for error in errors:
             print(f"dd-accept: error: scenario {error}", file=sys.stderr)
         return EXIT_USAGE
+    if findings:
+        print(f"dd-accept: the bundle failed its audit ({len(findings)} finding(s)): the run fails", file=sys.stderr)
+        return EXIT_CHECK_FAILED
     return EXIT_PASS if results["verdict"] == "pass" else EXIT_CHECK_FAILED

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.errors import UsageError
-from dd_accept.reports.sanitize import Rule, Sanitizer, findings
+from dd_accept.reports.sanitize import PRIVATE_IP, Rule, Sanitizer
 
 BINARY_SNIFF = 8192
 
@@ -58,12 +58,19 @@ def _members(path: Path) -> Iterator[tuple[str, bytes]]:
 
 
 def audit_text(location: str, text: str, rules: list[Rule]) -> list[Finding]:
+    """Each rule searched once over the whole text; line numbers found only for matches."""
     found = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        found += [Finding(f"{location}:{number}", rule) for rule in findings(line, rules)]
-    # Multi-line secrets (private keys) only show across lines.
-    for rule in findings(text, [r for r in rules if r.name == "private_key"]):
-        found.append(Finding(location, rule))
+    lowered = text.lower()
+    for rule in rules:
+        if not rule.may_match(lowered):
+            continue
+        if rule.name == "private_key":  # spans lines: reported for the file
+            found += [Finding(location, rule.name)] if rule.pattern.search(text) else []
+            continue
+        lines = {text.count("\n", 0, match.start()) + 1 for match in rule.pattern.finditer(text)}
+        found += [Finding(f"{location}:{number}", rule.name) for number in sorted(lines)]
+    lines = {text.count("\n", 0, match.start()) + 1 for match in PRIVATE_IP.finditer(text)}
+    found += [Finding(f"{location}:{number}", "private_ip") for number in sorted(lines)]
     return found
 
 
