@@ -80,3 +80,28 @@ def test_a_wheel_that_does_not_install_in_the_node_image(tmp_path, profile_file)
 
 def test_an_unreadable_profile(tmp_path):
     _one_line_exit_2(run_cli("sut", "prepare", "--profile", str(tmp_path / "nope.toml")), "cannot read the file")
+
+
+def test_a_source_directory_is_built_into_the_wheelhouse_with_its_digest(tmp_path, monkeypatch):
+    from dd_accept.fixtures.sut.spec import SutSpec
+    from dd_accept.fixtures.sut.wheelhouse import build_wheelhouse, sha256_file
+
+    monkeypatch.setenv("DD_ACCEPT_STATE_DIR", str(tmp_path / "state"))
+    source = tmp_path / "ddcanary-src"
+    (source / "ddcanary_src").mkdir(parents=True)
+    (source / "ddcanary_src" / "__init__.py").write_text("VALUE = 1\n")
+    (source / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "ddcanary-src"\nversion = "0.3"\n'
+    )
+    spec = SutSpec.parse(str(source))
+    assert spec.kind == "source_dir"
+    wheelhouse = build_wheelhouse(spec)
+    (wheel,) = wheelhouse.sut_wheels
+    assert (wheel.name, wheel.version) == ("ddcanary-src", "0.3")
+    assert wheel.sha256 == sha256_file(wheelhouse.path / wheel.file)
+    assert "ddcanary-src==0.3" in wheelhouse.install_requirements()
+    assert str(tmp_path) not in (wheelhouse.path / "wheelhouse.json").read_text(), "no host path recorded"
+    assert build_wheelhouse(spec).path == wheelhouse.path, "an unchanged source tree is not rebuilt"
+    (source / "ddcanary_src" / "__init__.py").write_text("VALUE = 2\n")
+    assert build_wheelhouse(spec).path != wheelhouse.path, "an edited source tree is"

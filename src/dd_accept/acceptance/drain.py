@@ -39,15 +39,7 @@ class DrainOptions:
     short_tokens: int = 80  # 4 s streams: well inside the drain window
     long_tokens: int = 400  # 20 s streams: longer than the drain window and the allowance
     stop_after_s: float = 1.0
-
-
-def _wait_running(replicas: deployment.ReplicaSet, count: int) -> None:
-    wait_until(
-        lambda: sum(state["running"] for state in replicas.control(None, "state")),
-        lambda running: running >= count,
-        timeout=30,
-        what=f"{count} stream(s) running on the replicas",
-    )
+    seed: int = 0
 
 
 def _client(
@@ -114,13 +106,14 @@ def run_drain(
         run=run,
         profile=profile,
         options=("--ttft-ms", "20", "--itl-ms", str(options.itl_ms)),
+        seed=options.seed,
     )
     try:
         # -- A: scancel --signal=TERM JOB.STEP --------------------------------------------------
         progress.emit("scancel TERM to the endpoint step")
         proxy = deployment.start_proxy(allocation, replicas, profile=profile)
         client = _client(allocation, proxy, run, profile, "scancel", options.streams, options.short_tokens)
-        _wait_running(replicas, options.streams)
+        replicas.wait_running(options.streams)
         time.sleep(options.stop_after_s)  # let the streams get under way: work is left when the stop begins
         stop_at, _, end = _stop_step(allocation, proxy, profile)
         client.wait(timeout=60)
@@ -131,7 +124,7 @@ def run_drain(
         progress.emit("allowance: TERM, then KILL after the allowance")
         proxy = deployment.start_proxy(allocation, replicas, profile=profile)
         client = _client(allocation, proxy, run, profile, "allowance", 1, options.long_tokens)
-        _wait_running(replicas, 1)
+        replicas.wait_running(1)
         time.sleep(options.stop_after_s)
         stop_at, forced_at, end = _stop_step(allocation, proxy, profile)
         client.wait(timeout=60)
@@ -193,7 +186,7 @@ def _cleanup_drill(
     proxy = deployment.Proxy(allocation, drill, node, deployment.PROXY_PORT, argv, log_cluster, state_host)
     wait_until(lambda: proxy.get("/health").get("status"), lambda s: s == 200, timeout=30, what="drilled endpoint")
     client = _client(allocation, proxy, run, profile, f"cleanup-{mode}", options.streams, options.short_tokens)
-    _wait_running(replicas, options.streams)
+    replicas.wait_running(options.streams)
     time.sleep(options.stop_after_s)
     stop_at = time.time()
     if mode == "cancel":

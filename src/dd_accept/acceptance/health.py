@@ -33,6 +33,7 @@ class HealthOptions:
     saturation_replicas: int = 8
     saturating_streams: int = UPSTREAM_CONNECTION_LIMIT + 8
     loss_detect_timeout_s: float = 15.0
+    seed: int = 0
 
 
 def _probe(proxy: deployment.Proxy, since: float) -> checks.Probe:
@@ -107,6 +108,8 @@ def _attempt_after_loss(
                 "20",
                 "--itl-ms",
                 "50",
+                "--seed",
+                str(options.seed),
             ],
         )
     events_cluster, _ = run.path("loss.jsonl")
@@ -165,12 +168,7 @@ def _attempt_after_loss(
         ],
     )
     allocation.cluster.exec(["touch", f"{state_cluster}/go"])
-    wait_until(
-        lambda: sum(s["running"] for s in replicas.control(None, "state")),
-        lambda n: n >= 4,
-        timeout=30,
-        what="generation under way",
-    )
+    replicas.wait_running(4)
     time.sleep(1.0)
     lost_at = time.time()
     replicas.control([0], "kill")
@@ -196,7 +194,12 @@ def _loss_detection(
     """Kill one of N replicas under load: the proxy's /health must report N-1 ready."""
     loss_run = deployment.RunDirectory.create(allocation.cluster, "loss")
     replicas = deployment.start_replicas(
-        allocation, options.replicas, run=loss_run, profile=profile, options=("--ttft-ms", "20", "--itl-ms", "50")
+        allocation,
+        options.replicas,
+        run=loss_run,
+        profile=profile,
+        options=("--ttft-ms", "20", "--itl-ms", "50"),
+        seed=options.seed,
     )
     proxy = deployment.start_proxy(allocation, replicas, profile=profile)
     try:
@@ -220,12 +223,7 @@ def _loss_detection(
                 "60",
             ),
         )
-        wait_until(
-            lambda: sum(s["running"] for s in replicas.control(None, "state")),
-            lambda n: n >= 4,
-            timeout=30,
-            what="generation under way",
-        )
+        replicas.wait_running(4)
         lost_at = time.time()
         replicas.control([0], "kill")
         try:
@@ -254,6 +252,7 @@ def _probe_isolation(
         run=saturation_run,
         profile=profile,
         options=("--ttft-ms", "5", "--itl-ms", "5", "--max-num-seqs", "64"),
+        seed=options.seed,
     )
     proxy = deployment.start_proxy(allocation, replicas, profile=profile)
     try:

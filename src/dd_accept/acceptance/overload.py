@@ -36,6 +36,7 @@ class OverloadOptions:
     records: int = 32
     recovery_records: int = 40
     decrease_wait_s: float = 30.0  # two rounds take ~2 x Retry-After on a correct SUT
+    seed: int = 0
 
     def __post_init__(self) -> None:
         if not 1 <= self.replicas <= 64:
@@ -104,6 +105,7 @@ def run_overload(
         threshold=options.threshold,
         retry_after=options.retry_after,
         options=fast,
+        seed=options.seed,
     )
     proxy = deployment.start_proxy(allocation, replicas, profile=profile, retry_after=options.retry_after)
     try:

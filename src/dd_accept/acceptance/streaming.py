@@ -22,6 +22,7 @@ class StreamingOptions:
     concurrency: int = 32
     tokens: int = 64
     itl_ms: int = 10
+    seed: int = 0
 
 
 def _accepted(replicas: deployment.ReplicaSet) -> int:
@@ -87,6 +88,7 @@ def run_streaming(
         run=run,
         profile=profile,
         options=("--ttft-ms", "20", "--itl-ms", str(options.itl_ms), "--max-num-seqs", "64"),
+        seed=options.seed,
     )
     proxy = deployment.start_proxy(allocation, replicas, profile=profile)
     try:

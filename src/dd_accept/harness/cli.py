@@ -188,6 +188,7 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         out=Path(args.out) if args.out else None,
         options=options,
         allow_unsupported=args.allow_unsupported,
+        seed=args.seed,
         parallel=args.parallel,
         keep_cluster=args.keep_cluster,
     )
@@ -347,6 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-after", type=_whole(1), default=3, help="Retry-After seconds (default: 3)")
     run.add_argument("--admission-limit", type=_whole(1), default=8, help="client's initial admission limit")
     run.add_argument("--records", type=_whole(1), default=32, help="records per client run (default: 32)")
+    run.add_argument("--seed", type=_whole(0), default=0, help="seed of the replicas' latency jitter")
     run.add_argument("--allow-unsupported", action="store_true", help="checks the SUT declares unsupported pass")
     run.add_argument("--parallel", type=_whole(1), default=2, help="parallel allocations for `run all`")
     run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")

@@ -38,6 +38,7 @@ class RunRequest:
     out: Path | None
     options: dict[str, int] = field(default_factory=dict)
     allow_unsupported: bool = False
+    seed: int = 0
     parallel: int = 2
     keep_cluster: bool = False
 
@@ -73,6 +74,7 @@ def _pytest_argv(request: RunRequest, out: Path) -> list[str]:
         argv.append("--dd-allow-unsupported")
     if request.keep_cluster:
         argv.append("--dd-keep-cluster")
+    argv += ["--dd-seed", str(request.seed)]
     for key, value in request.options.items():
         argv += [f"--dd-{key.replace('_', '-')}", str(value)]
     if len(names) > 1 and request.parallel > 1:

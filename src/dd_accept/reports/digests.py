@@ -10,6 +10,10 @@ from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
+from dd_accept.fixtures.sut.wheelhouse import sha256_file
+
+__all__ = ["sha256_file"]
+
 # The SUT files that run at the edge of the allocation: proxy, middleware, shell helpers.
 RUNTIME_SUFFIXES = (".sh",)
 RUNTIME_NAMES = ("proxy.py", "backpressure.py")
@@ -17,14 +21,6 @@ RUNTIME_NAMES = ("proxy.py", "backpressure.py")
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: Path) -> str:
-    hasher = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            hasher.update(block)
-    return hasher.hexdigest()
 
 
 def tree_digest(entries: Iterable[tuple[str, bytes]]) -> str:
