@@ -244,7 +244,12 @@ def _cmd_report(args: argparse.Namespace, console: ConsoleListener) -> int:
         results = json.loads(path.read_text())
     except (OSError, ValueError):
         raise UsageError(f"report: {Path(args.bundle).name} has no readable results.json") from None
-    sys.stdout.write(render.markdown(results) if args.format == "md" else render.junit(results))
+    if args.format == "html":
+        from dd_accept.reports.html import render_bundle
+
+        sys.stdout.write(render_bundle(Path(args.bundle)))
+    else:
+        sys.stdout.write(render.markdown(results) if args.format == "md" else render.junit(results))
     return EXIT_PASS
 
 
@@ -366,7 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="re-render a bundle's report from the bundle alone")
     report.add_argument("bundle", metavar="BUNDLE", help="bundle directory")
-    report.add_argument("--format", choices=("md", "junit"), default="md")
+    report.add_argument("--format", choices=("html", "md", "junit"), default="html")
     report.set_defaults(handler=_cmd_report)
 
     sut = commands.add_parser("sut", help="prepare the system under test (wheelhouse, digests, node image)")

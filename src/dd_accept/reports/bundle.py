@@ -149,6 +149,9 @@ def write_bundle(raw: Path, out: Path, context: RunContext, sanitizer: Sanitizer
     (out / "summary.md").write_text(render.markdown(results))
     (out / "junit.xml").write_text(render.junit(results))
     (out / "redactions.json").write_text(json.dumps(sanitizer.report(), indent=2) + "\n")
+    from dd_accept.reports.html import render_bundle  # renders from the sanitized bundle itself
+
+    (out / "report.html").write_text(render_bundle(out))
     write_manifest(out)
     archive = out.with_name(out.name + ".tar.gz")
     with tarfile.open(archive, "w:gz") as tar:

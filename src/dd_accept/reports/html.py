@@ -1,0 +1,206 @@
+"""The HTML report: one self-contained file (inline CSS and SVG, no script, nothing fetched),
+rendered from a bundle alone, so anyone holding the bundle can re-render it.
+
+Charts: the client's admission limit over time; per-replica outcomes; a request timeline
+with the Slurm steps' start, signal and end marks on the same axis (for drain runs this
+is the drain timeline: streams, TERM, KILL).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter, defaultdict
+from datetime import datetime
+from html import escape
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+WIDTH, ROW = 860, 14
+COLOURS = {"ok": "#2e7d32", "rate_limited": "#f9a825", "truncated": "#c62828", "error": "#c62828"}
+SIGNAL_COMMANDS = ("scancel", "kill")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
+
+
+def _epoch(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _axis(t0: float, t1: float, height: int) -> str:
+    span = max(t1 - t0, 1e-6)
+    ticks = []
+    step = max(1, round(span / 8))
+    for second in range(0, int(span) + 1, step):
+        x = 40 + (WIDTH - 60) * second / span
+        ticks.append(
+            f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{height}" class="grid"/>'
+            f'<text x="{x:.1f}" y="{height + 12}" class="tick">{second}s</text>'
+        )
+    return "".join(ticks)
+
+
+def _x(t: float, t0: float, t1: float) -> float:
+    return 40 + (WIDTH - 60) * (t - t0) / max(t1 - t0, 1e-6)
+
+
+def admission_chart(events: list[dict[str, Any]], title: str) -> str:
+    points = [
+        (e["t"], e["limit"])
+        for e in events
+        if e.get("kind") == "admission" and e.get("limit") is not None and isinstance(e.get("t"), int | float)
+    ]
+    if not points:
+        return ""
+    t0, t1 = points[0][0], max(points[-1][0], points[0][0] + 1)
+    top = max(limit for _, limit in points) + 1
+    height = 140
+
+    def y(limit: float) -> float:
+        return height - 10 - (height - 20) * limit / top
+
+    path = [f"M{_x(points[0][0], t0, t1):.1f},{y(points[0][1]):.1f}"]
+    for (_, previous), (t, limit) in itertools.pairwise(points):
+        path.append(f"H{_x(t, t0, t1):.1f}V{y(limit):.1f}" if limit != previous else f"H{_x(t, t0, t1):.1f}")
+    limited = [e["t"] for e in events if e.get("kind") == "request" and e.get("status") == 429 and "t" in e]
+    marks = "".join(f'<circle cx="{_x(t, t0, t1):.1f}" cy="{y(0):.1f}" r="2.5" class="m429"/>' for t in limited)
+    labels = "".join(
+        f'<text x="4" y="{y(v) + 4:.1f}" class="tick">{v}</text>' for v in sorted({limit for _, limit in points})
+    )
+    return (
+        f"<figure><figcaption>Admission limit over time — {escape(title)} (dots: 429s)</figcaption>"
+        f'<svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="admission limit">'
+        f'{_axis(t0, t1, height)}{labels}<path d="{"".join(path)}" class="limit"/>{marks}</svg></figure>'
+    )
+
+
+def replica_chart(replica_events: list[dict[str, Any]]) -> str:
+    by_replica: dict[int, Counter[str]] = defaultdict(Counter)
+    for event in replica_events:
+        if event.get("kind") == "upstream":
+            by_replica[int(event.get("replica", 0))][str(event.get("status"))] += 1
+    if not by_replica:
+        return ""
+    top = max(sum(c.values()) for c in by_replica.values())
+    bar, height = 36, 150
+    parts = []
+    for slot, (replica, counts) in enumerate(sorted(by_replica.items())):
+        x, y = 40 + slot * (bar + 14), height - 10
+        for status, count in sorted(counts.items()):
+            h = (height - 30) * count / top
+            y -= h
+            colour = COLOURS["ok"] if status == "200" else COLOURS["rate_limited"] if status == "429" else "#c62828"
+            parts.append(
+                f'<rect x="{x}" y="{y:.1f}" width="{bar}" height="{h:.1f}" fill="{colour}">'
+                f"<title>replica {replica}: {count} of status {escape(status)}</title></rect>"
+            )
+        parts.append(f'<text x="{x + bar / 2}" y="{height + 4}" class="tick" text-anchor="middle">{replica}</text>')
+    width = 60 + len(by_replica) * (bar + 14)
+    return (
+        "<figure><figcaption>Requests each replica answered (green 200, amber 429, red other)</figcaption>"
+        f'<svg viewBox="0 0 {max(width, 200)} {height + 10}" role="img" aria-label="replica outcomes">'
+        f"{''.join(parts)}</svg></figure>"
+    )
+
+
+def timeline_chart(requests: list[dict[str, Any]], commands: list[dict[str, Any]], title: str) -> str:
+    spans = [
+        (e.get("started", e["t"] - (e.get("latency_s") or 0)), e["t"], e.get("outcome", "ok"))
+        for e in requests
+        if e.get("kind") == "request" and isinstance(e.get("t"), int | float)
+    ]
+    if not spans:
+        return ""
+    spans.sort()
+    t0, t1 = spans[0][0], max(end for _, end, _ in spans)
+    marks = []
+    for record in commands:
+        argv = record.get("argv") or []
+        try:
+            start = _epoch(record["start"]) if record.get("start") else None
+        except (TypeError, ValueError):
+            start = None
+        if not argv or start is None or not t0 - 1 <= start <= t1 + 1:
+            continue
+        if argv[0] in SIGNAL_COMMANDS:
+            marks.append((start, " ".join(str(a) for a in argv[:3]), "sig"))
+    shown = spans[:60]
+    height = len(shown) * ROW + 10
+    lines = [
+        f'<line x1="{_x(a, t0, t1):.1f}" x2="{max(_x(b, t0, t1), _x(a, t0, t1) + 1):.1f}" y1="{8 + i * ROW}" '
+        f'y2="{8 + i * ROW}" stroke="{COLOURS.get(o, "#c62828")}" class="span"><title>{escape(o)}</title></line>'
+        for i, (a, b, o) in enumerate(shown)
+    ]
+    signal_marks = [
+        f'<line x1="{_x(t, t0, t1):.1f}" x2="{_x(t, t0, t1):.1f}" y1="0" y2="{height}" class="{kind}">'
+        f"<title>{escape(label)}</title></line>"
+        for t, label, kind in marks
+    ]
+    note = "" if len(spans) <= 60 else f" (first 60 of {len(spans)})"
+    return (
+        f"<figure><figcaption>Request timeline — {escape(title)}{note}; red lines: signals sent "
+        f"(scancel, kill)</figcaption>"
+        f'<svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="request timeline">'
+        f"{_axis(t0, t1, height)}{''.join(lines)}{''.join(signal_marks)}</svg></figure>"
+    )
+
+
+TEMPLATE = jinja2.Template(
+    """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>dd-accept {{ results.verdict | upper }} — {{ results.sut.spec }}</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:960px;color:#222}
+h1 .pass{color:#2e7d32} h1 .fail{color:#c62828}
+table{border-collapse:collapse;width:100%;font-size:.9em}
+td,th{border:1px solid #ddd;padding:4px 6px;vertical-align:top}
+tr.fail td:nth-child(2){color:#c62828;font-weight:bold} tr.pass td:nth-child(2){color:#2e7d32}
+figure{margin:1.5em 0} figcaption{font-size:.85em;color:#555;margin-bottom:4px}
+svg{width:100%;height:auto;background:#fafafa;border:1px solid #eee}
+.grid{stroke:#e4e4e4} .tick{font-size:10px;fill:#666} .limit{fill:none;stroke:#1565c0;stroke-width:2}
+.m429{fill:#f9a825} .span{stroke-width:6} .sig{stroke:#c62828;stroke-width:1.5;stroke-dasharray:4 2}
+code{font-size:.85em}
+</style></head><body>
+<h1>dd-accept <span class="{{ results.verdict }}">{{ results.verdict | upper }}</span></h1>
+<p>SUT <code>{{ results.sut.spec }}</code>, profile <code>{{ results.sut.profile }}</code></p>
+<ul>{% for w in results.sut.wheels %}
+<li><code>{{ w.file }}</code> sha256 <code>{{ w.sha256 }}</code></li>{% endfor %}</ul>
+{% for scenario in results.scenarios %}
+<h2>{{ scenario.name }} — {{ scenario.verdict }}</h2>
+{% if scenario.error %}<p><strong>Not judged:</strong> {{ scenario.error }}</p>{% endif %}
+<table><tr><th>check</th><th>verdict</th><th>expected</th><th>observed</th></tr>
+{% for c in scenario.checks %}<tr class="{{ c.verdict }}"><td><code>{{ c.id }}</code></td><td>{{ c.verdict }}</td>
+<td>{{ c.expected }}</td><td>{{ c.observed }}{% if c.detail %}<br><small>{{ c.detail }}</small>{% endif %}</td></tr>
+{% endfor %}</table>
+{% endfor %}
+<h2>Charts</h2>
+{% for chart in charts %}{{ chart }}{% endfor %}
+</body></html>
+""",
+    autoescape=True,
+)
+
+
+def render_bundle(bundle: Path) -> str:
+    results = json.loads((bundle / "results.json").read_text())
+    commands = _read_jsonl(bundle / "commands.jsonl") if (bundle / "commands.jsonl").is_file() else []
+    charts: list[str] = []
+    events = bundle / "events"
+    for run in sorted(p for p in events.iterdir() if p.is_dir()) if events.is_dir() else []:
+        replica_events = [e for f in sorted((run / "replicas").glob("*.jsonl")) for e in _read_jsonl(f)]
+        for client in sorted(run.glob("*.jsonl")):
+            rows = _read_jsonl(client)
+            title = f"{run.name} / {client.stem}"
+            charts += [admission_chart(rows, title), timeline_chart(rows, commands, title)]
+        charts.append(replica_chart(replica_events))
+    return TEMPLATE.render(results=results, charts=[jinja2.filters.Markup(c) for c in charts if c])
