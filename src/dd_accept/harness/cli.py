@@ -189,6 +189,7 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         options=options,
         allow_unsupported=args.allow_unsupported,
         seed=args.seed,
+        sign_key=Path(args.sign_key) if args.sign_key else None,
         parallel=args.parallel,
         keep_cluster=args.keep_cluster,
     )
@@ -224,7 +225,7 @@ def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
 def _cmd_verify(args: argparse.Namespace, console: ConsoleListener) -> int:
     from dd_accept.reports.verify import verify
 
-    problems = verify(Path(args.bundle), [Path(w) for w in args.wheel])
+    problems = verify(Path(args.bundle), [Path(w) for w in args.wheel], Path(args.pubkey) if args.pubkey else None)
     for problem in problems:
         print(problem)
     if problems:
@@ -353,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-after", type=_whole(1), default=3, help="Retry-After seconds (default: 3)")
     run.add_argument("--admission-limit", type=_whole(1), default=8, help="client's initial admission limit")
     run.add_argument("--records", type=_whole(1), default=32, help="records per client run (default: 32)")
+    run.add_argument("--sign-key", help="Ed25519 private key (PEM) to sign the provenance with (DSSE)")
     run.add_argument("--seed", type=_whole(0), default=0, help="seed of the replicas' latency jitter")
     run.add_argument("--allow-unsupported", action="store_true", help="checks the SUT declares unsupported pass")
     run.add_argument("--parallel", type=_whole(1), default=2, help="parallel allocations for `run all`")
@@ -367,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify = commands.add_parser("verify", help="check an evidence bundle's digests, provenance and audit")
     verify.add_argument("bundle", metavar="BUNDLE", help="bundle directory or .tar.gz")
     verify.add_argument("--wheel", action="append", default=[], help="a wheel to check against the subjects")
+    verify.add_argument("--pubkey", help="Ed25519 public key (PEM) that must have signed the provenance")
     verify.set_defaults(handler=_cmd_verify)
 
     report = commands.add_parser("report", help="re-render a bundle's report from the bundle alone")

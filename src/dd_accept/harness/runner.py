@@ -39,6 +39,7 @@ class RunRequest:
     options: dict[str, int] = field(default_factory=dict)
     allow_unsupported: bool = False
     seed: int = 0
+    sign_key: Path | None = None
     parallel: int = 2
     keep_cluster: bool = False
 
@@ -140,6 +141,11 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
 
     request.scenarios()  # validate before anything is created
     spec = SutSpec.parse(request.sut)
+    sign_key = None
+    if request.sign_key is not None:
+        from dd_accept.reports.signing import load_private_key
+
+        sign_key = load_private_key(request.sign_key)
     if request.profile:
         load_profile(Path(request.profile))
     client = engine.connect()
@@ -160,7 +166,7 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
                 tail = (raw / "pytest.log").read_text(errors="replace").strip().splitlines()[-3:]
                 raise EnvironmentProblem(f"the scenarios produced no results (pytest exit {code}): {' | '.join(tail)}")
             console.on_step("writing the evidence bundle")
-            _write_evidence(raw, out, wheelhouse, image, started_wall)
+            _write_evidence(raw, out, wheelhouse, image, started_wall, sign_key)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # nothing half-written is left behind
         out.with_name(out.name + ".tar.gz").unlink(missing_ok=True)
@@ -170,7 +176,7 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
     return _report(out, console, time.monotonic() - started)
 
 
-def _write_evidence(raw: Path, out: Path, wheelhouse: Any, image: str, started: float) -> None:
+def _write_evidence(raw: Path, out: Path, wheelhouse: Any, image: str, started: float, sign_key: Any = None) -> None:
     from dd_accept.reports.bundle import write_bundle
     from dd_accept.reports.context import gather
     from dd_accept.reports.sanitize import Sanitizer
@@ -179,7 +185,7 @@ def _write_evidence(raw: Path, out: Path, wheelhouse: Any, image: str, started: 
         path_roots={str(out): "<bundle>", str(raw): "<run>", str(Path.cwd()): "<cwd>", str(state_root()): "<state>"}
     )
     context = gather(raw, wheelhouse, image, ["dd-accept", *sys.argv[1:]], started, time.time())
-    write_bundle(raw, out, context, sanitizer)
+    write_bundle(raw, out, context, sanitizer, sign_key)
 
 
 def child_environment() -> dict[str, str]:

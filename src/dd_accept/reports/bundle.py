@@ -137,7 +137,9 @@ def provenance(results: dict[str, Any], context: RunContext, sanitizer: Sanitize
     return statement
 
 
-def write_bundle(raw: Path, out: Path, context: RunContext, sanitizer: Sanitizer) -> dict[str, Any]:
+def write_bundle(
+    raw: Path, out: Path, context: RunContext, sanitizer: Sanitizer, sign_key: Any | None = None
+) -> dict[str, Any]:
     """Write the sanitized bundle into `out` (which holds no other files) and its .tar.gz."""
     results = json.loads((raw / "results.json").read_text())
     results = json.loads(sanitizer.text(json.dumps(results), "results.json"))
@@ -152,6 +154,10 @@ def write_bundle(raw: Path, out: Path, context: RunContext, sanitizer: Sanitizer
     from dd_accept.reports.html import render_bundle  # renders from the sanitized bundle itself
 
     (out / "report.html").write_text(render_bundle(out))
+    if sign_key is not None:
+        from dd_accept.reports.signing import sign_bundle
+
+        sign_bundle(out, sign_key)
     write_manifest(out)
     archive = out.with_name(out.name + ".tar.gz")
     with tarfile.open(archive, "w:gz") as tar:

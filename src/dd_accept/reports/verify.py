@@ -31,7 +31,7 @@ class _Problem(Exception):
     pass
 
 
-def verify_directory(bundle: Path, wheels: list[Path]) -> list[str]:
+def verify_directory(bundle: Path, wheels: list[Path], public_key: object | None = None) -> list[str]:
     problems: list[str] = []
     try:
         manifest = _load(bundle / "manifest.json", "manifest.json")
@@ -68,24 +68,32 @@ def verify_directory(bundle: Path, wheels: list[Path]) -> list[str]:
             problems.append(f"wheel {wheel.name}: not a subject of this bundle")
         elif sha256_file(wheel) != subjects[wheel.name]:
             problems.append(f"wheel {wheel.name}: sha256 differs from the provenance subject")
+    from dd_accept.reports.signing import check_signature
+
+    problems += check_signature(bundle, public_key)  # type: ignore[arg-type]
     problems += [f"audit: {finding}" for finding in audit([bundle])]
     return problems
 
 
-def verify(bundle: Path, wheels: list[Path]) -> list[str]:
+def verify(bundle: Path, wheels: list[Path], pubkey: Path | None = None) -> list[str]:
     if not bundle.exists():
         raise UsageError(f"verify: {bundle.name}: no such bundle")
     for wheel in wheels:
         if not wheel.is_file():
             raise UsageError(f"verify: --wheel {wheel.name}: no such file")
+    public_key = None
+    if pubkey is not None:
+        from dd_accept.reports.signing import load_public_key
+
+        public_key = load_public_key(pubkey)
     if bundle.is_dir():
-        return verify_directory(bundle, wheels)
+        return verify_directory(bundle, wheels, public_key)
     try:
         with tempfile.TemporaryDirectory(prefix="dd-verify-") as scratch, tarfile.open(bundle) as archive:
             archive.extractall(scratch, filter="data")
             roots = [p for p in Path(scratch).iterdir() if p.is_dir()]
             if len(roots) != 1:
                 return ["the archive must hold exactly one bundle directory"]
-            return verify_directory(roots[0], wheels)
+            return verify_directory(roots[0], wheels, public_key)
     except tarfile.TarError as error:
         raise UsageError(f"verify: {bundle.name} is not a bundle directory or .tar.gz: {error}") from None

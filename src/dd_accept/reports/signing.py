@@ -1,0 +1,92 @@
+"""Optional signature: a DSSE envelope over the provenance statement, with an Ed25519 key.
+
+The envelope (`provenance.dsse.json`) carries the exact bytes of `provenance.json` as its
+payload, so `verify --pubkey` checks both that the signature is good and that it signs the
+statement in the bundle. Keys are PEM files; the private key is read, used and dropped.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from dd_accept.errors import UsageError
+
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+ENVELOPE = "provenance.dsse.json"
+
+
+def pae(payload_type: str, payload: bytes) -> bytes:
+    """DSSE's pre-authentication encoding: what is actually signed."""
+    kind = payload_type.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
+
+
+def _key_id(public: Ed25519PublicKey) -> str:
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError):
+        raise UsageError(f"--sign-key {path.name}: not a readable unencrypted PEM private key") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise UsageError(f"--sign-key {path.name}: not an Ed25519 key")
+    return key
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    try:
+        key = serialization.load_pem_public_key(path.read_bytes())
+    except (OSError, ValueError):
+        raise UsageError(f"--pubkey {path.name}: not a readable PEM public key") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise UsageError(f"--pubkey {path.name}: not an Ed25519 key")
+    return key
+
+
+def sign_bundle(bundle: Path, key: Ed25519PrivateKey) -> None:
+    payload = (bundle / "provenance.json").read_bytes()
+    signature = key.sign(pae(PAYLOAD_TYPE, payload))
+    envelope = {
+        "payloadType": PAYLOAD_TYPE,
+        "payload": base64.b64encode(payload).decode(),
+        "signatures": [{"keyid": _key_id(key.public_key()), "sig": base64.b64encode(signature).decode()}],
+    }
+    (bundle / ENVELOPE).write_text(json.dumps(envelope, indent=2) + "\n")
+
+
+def check_signature(bundle: Path, public: Ed25519PublicKey | None) -> list[str]:
+    """Problems with the envelope; none when it is absent and no key was given."""
+    path = bundle / ENVELOPE
+    if not path.is_file():
+        return [f"missing: {ENVELOPE} (a public key was given)"] if public is not None else []
+    try:
+        envelope = json.loads(path.read_text())
+        payload = base64.b64decode(envelope["payload"])
+        signatures = [base64.b64decode(s["sig"]) for s in envelope["signatures"]]
+    except (ValueError, KeyError, TypeError):
+        return [f"{ENVELOPE}: not a DSSE envelope"]
+    problems = []
+    if payload != (bundle / "provenance.json").read_bytes():
+        problems.append(f"{ENVELOPE}: its payload is not this bundle's provenance.json")
+    if public is not None:
+        message = pae(envelope.get("payloadType", ""), payload)
+        valid = False
+        for signature in signatures:
+            try:
+                public.verify(signature, message)
+                valid = True
+            except InvalidSignature:
+                continue
+        if not valid:
+            problems.append(f"{ENVELOPE}: no signature verifies with the given public key")
+    return problems
