@@ -22,6 +22,7 @@ class StreamingOptions:
     concurrency: int = 32
     tokens: int = 64
     itl_ms: int = 10
+    client_headers: tuple[str, ...] = ()
     seed: int = 0
 
 
@@ -41,6 +42,7 @@ def _phase(allocation, proxy, replicas, run, profile, options, name):
         mode="raw",
         profile=profile,
         name=name,
+        headers=options.client_headers,
         arguments=(
             "--records",
             str(options.streams),

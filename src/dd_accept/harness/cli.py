@@ -190,6 +190,7 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         allow_unsupported=args.allow_unsupported,
         seed=args.seed,
         sign_key=Path(args.sign_key) if args.sign_key else None,
+        client_headers=tuple(args.client_header),
         parallel=args.parallel,
         keep_cluster=args.keep_cluster,
     )
@@ -354,6 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retry-after", type=_whole(1), default=3, help="Retry-After seconds (default: 3)")
     run.add_argument("--admission-limit", type=_whole(1), default=8, help="client's initial admission limit")
     run.add_argument("--records", type=_whole(1), default=32, help="records per client run (default: 32)")
+    run.add_argument(
+        "--client-header",
+        action="append",
+        default=[],
+        help="extra header the streaming scenario's client sends, 'NAME: VALUE' (never stored in evidence)",
+    )
     run.add_argument("--sign-key", help="Ed25519 private key (PEM) to sign the provenance with (DSSE)")
     run.add_argument("--seed", type=_whole(0), default=0, help="seed of the replicas' latency jitter")
     run.add_argument("--allow-unsupported", action="store_true", help="checks the SUT declares unsupported pass")

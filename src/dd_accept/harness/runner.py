@@ -40,6 +40,7 @@ class RunRequest:
     allow_unsupported: bool = False
     seed: int = 0
     sign_key: Path | None = None
+    client_headers: tuple[str, ...] = ()
     parallel: int = 2
     keep_cluster: bool = False
 
@@ -76,6 +77,8 @@ def _pytest_argv(request: RunRequest, out: Path) -> list[str]:
     if request.keep_cluster:
         argv.append("--dd-keep-cluster")
     argv += ["--dd-seed", str(request.seed)]
+    for header in request.client_headers:
+        argv += ["--dd-client-header", header]
     for key, value in request.options.items():
         argv += [f"--dd-{key.replace('_', '-')}", str(value)]
     if len(names) > 1 and request.parallel > 1:

@@ -38,7 +38,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="dd-accept-synthetic")
     parser.add_argument("--events", type=Path)
     parser.add_argument("--run-tag", default="", help="prefix of request ids (x-dd-request-id)")
+    parser.add_argument("--header", action="append", default=[], help="extra request header, NAME: VALUE")
     return parser
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, separator, value = text.partition(":")
+    if not separator or not name.strip():
+        raise ValueError(f"--header must be NAME: VALUE, got {text.split(':')[0]!r}")
+    return name.strip(), value.strip()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -56,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             deadline_s=args.deadline_s,
             max_record_attempts=args.max_record_attempts,
             run_tag=args.run_tag,
+            headers=tuple(_header(text) for text in args.header),
         )
     except ValueError as error:
         print(f"loadclient: {error}", file=sys.stderr)

@@ -37,7 +37,7 @@ async def _one(
     outcome = "ok"
     error = None
     try:
-        headers = {"x-dd-request-id": request_id}
+        headers = {**dict(workload.headers), "x-dd-request-id": request_id}
         async with session.post(f"{workload.endpoint}/v1/chat/completions", json=body, headers=headers) as response:
             status = response.status
             retry_after = response.headers.get("Retry-After")

@@ -19,6 +19,7 @@ class Workload:
     max_record_attempts: int = 50
     seed: int = 0
     run_tag: str = ""  # prefix of request ids, so several client runs never share an id
+    headers: tuple[tuple[str, str], ...] = ()  # extra request headers (e.g. an API key a user sends)
 
     def __post_init__(self) -> None:
         for name in ("records", "concurrency", "max_tokens", "admission_limit", "max_record_attempts"):
