@@ -36,7 +36,9 @@ def test_eight_replicas_and_the_proxy_run_as_steps_and_a_request_streams_end_to_
         run_dir,
         mode="raw",
         profile=sut_profile,
-        arguments=("--records", "8", "--concurrency", "4", "--max-tokens", "12"),
+        records=8,
+        concurrency=4,
+        max_tokens=12,
     )
     assert client.wait(timeout=60).ok
     requests = [e for e in deployment.read_events(run_dir) if e["kind"] == "request"]
@@ -58,7 +60,10 @@ def test_the_real_client_path_completes_records_through_the_proxy(deployed, sut_
         run_dir,
         mode="sut",
         profile=sut_profile,
-        arguments=("--records", "12", "--concurrency", "8", "--max-tokens", "4", "--no-stream"),
+        records=12,
+        concurrency=8,
+        max_tokens=4,
+        stream=False,
     )
     record = client.wait(timeout=90)
     assert record.ok, record.describe()

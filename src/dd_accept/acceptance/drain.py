@@ -51,26 +51,11 @@ def _client(
     streams: int,
     tokens: int,
 ) -> BackgroundCommand:
+    """Streams all in flight at once, each tried once: a cut stream must show as cut."""
     return deployment.run_client(
-        allocation,
-        proxy,
-        run,
-        mode="raw",
-        profile=profile,
-        name=name,
-        arguments=(
-            "--records",
-            str(streams),
-            "--concurrency",
-            str(streams),
-            "--max-tokens",
-            str(tokens),
-            "--max-record-attempts",
-            "1",
-            "--deadline-s",
-            "60",
-        ),
-    )
+        allocation, proxy, run, mode="raw", profile=profile, name=name,
+        records=streams, concurrency=streams, max_tokens=tokens, max_record_attempts=1, deadline_s=60,
+    )  # fmt: skip
 
 
 def _stop_step(

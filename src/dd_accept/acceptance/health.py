@@ -8,10 +8,10 @@ saturation — stalled streams hold every upstream connection the proxy allows; 
 
 from __future__ import annotations
 
-import shlex
+import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
 from dd_accept.acceptance import health_checks as checks
 from dd_accept.acceptance.progress import ProgressWriter
@@ -21,7 +21,7 @@ from dd_accept.fixtures.backends.control import TOKEN_ENV
 from dd_accept.fixtures.sut.profile import SutProfile
 from dd_accept.harness.waiting import WaitTimeout, wait_until
 from dd_accept.slurm_docker.allocation import Allocation, start_background
-from dd_accept.slurm_docker.sut_image import HARNESS_DIR, SUT_PYTHON
+from dd_accept.slurm_docker.sut_image import HARNESS_DIR
 
 DRILL = f"{HARNESS_DIR}/dd_accept/fixtures/sut_health_drill.sh"
 UPSTREAM_CONNECTION_LIMIT = 256  # rc1's proxy: TCPConnector(limit=256)
@@ -63,15 +63,13 @@ def run_health(
     return result
 
 
-def _write_command(path: Any, argv: list[str]) -> None:
+def _write_command(path: Path, argv: list[str]) -> None:
     path.write_bytes(b"".join(part.encode() + b"\0" for part in argv))
 
 
 def _attempt_after_loss(
     allocation: Allocation, run: deployment.RunDirectory, profile: SutProfile, options: HealthOptions
 ) -> checks.CheckResult:
-    import secrets
-
     node = allocation.first_node
     state_cluster, state_host = run.path("health-drill")
     replica_dir, replica_host = run.path("replicas")
@@ -80,39 +78,12 @@ def _attempt_after_loss(
     token = secrets.token_hex(16)
     for index in range(options.replicas):
         port = deployment.REPLICA_PORT_BASE + index
-        _write_command(
-            state_host / f"replica-{index}.cmd",
-            [
-                "srun",
-                f"--jobid={allocation.job_id}",
-                "--overlap",
-                "-J",
-                "replicas",
-                "-N1",
-                "-n1",
-                f"--nodelist={node}",
-                "-o",
-                f"{replica_dir}/replica-{index}.log",
-                SUT_PYTHON,
-                "-m",
-                "dd_accept.fixtures.backends.server",
-                "--port",
-                str(port),
-                "--ready-file",
-                f"{replica_dir}/ready-{index}.json",
-                "--events",
-                f"{replica_dir}/events-{index}.jsonl",
-                "--middleware",
-                profile.queue_admission.middleware,
-                "--ttft-ms",
-                "20",
-                "--itl-ms",
-                "50",
-                "--seed",
-                str(options.seed),
-            ],
+        replica = deployment.replica_command(
+            profile, replica_dir, seed=options.seed, options=("--ttft-ms", "20", "--itl-ms", "50"), port=port
         )
-    events_cluster, _ = run.path("loss.jsonl")
+        log = f"{replica_dir}/replica-{index}.log"
+        launch = allocation.srun_argv(replica, ["-J", "replicas", "-N1", "-n1", f"--nodelist={node}", "-o", log])
+        _write_command(state_host / f"replica-{index}.cmd", launch)
     cleanup = profile.cleanup
     script = cleanup.script.format(site_packages=deployment.SITE_PACKAGES)
     drill = start_background(
@@ -128,44 +99,17 @@ def _attempt_after_loss(
         what="replica steps to be ready",
         terminal=lambda _: "the drill ended" if drill.finished else None,
     )
-    import json
-
-    info = sorted((json.loads(p.read_text()) for p in replica_host.glob("ready-*.json")), key=lambda e: e["port"])
+    info = deployment.read_ready_files(replica_host)
     replicas = deployment.ReplicaSet(allocation, drill, run, token, options.replicas, info)
     proxy = deployment.start_proxy(allocation, replicas, profile=profile)
+    records = 24
+    client = deployment.client_command(
+        proxy, run, mode="raw", profile=profile, name="loss",
+        records=records, concurrency=8, max_tokens=80, max_record_attempts=3, deadline_s=60,
+    )  # fmt: skip
     _write_command(
         state_host / "client.cmd",
-        [
-            "srun",
-            f"--jobid={allocation.job_id}",
-            "--overlap",
-            "-J",
-            "client",
-            "-N1",
-            "-n1",
-            f"--nodelist={node}",
-            SUT_PYTHON,
-            "-m",
-            "dd_accept.harness.loadclient",
-            "--endpoint",
-            proxy.url,
-            "--mode",
-            "raw",
-            "--events",
-            events_cluster,
-            "--run-tag",
-            "loss-",
-            "--records",
-            "24",
-            "--concurrency",
-            "8",
-            "--max-tokens",
-            "80",
-            "--max-record-attempts",
-            "3",
-            "--deadline-s",
-            "60",
-        ],
+        allocation.srun_argv(client, ["-J", "client", "-N1", "-n1", f"--nodelist={node}"]),
     )
     allocation.cluster.exec(["touch", f"{state_cluster}/go"])
     replicas.wait_running(4)
@@ -180,10 +124,11 @@ def _attempt_after_loss(
     status_text = (state_host / "wait-status").read_text().strip() if (state_host / "wait-status").exists() else ""
     wait_status = int(status_text) if status_text.lstrip("-").isdigit() else (record.exit_code if record else None)
     client_rows = deployment.read_events(run, "loss")
-    client_finished = bool(client_rows) and len({e["record"] for e in client_rows if e.get("outcome") == "ok"}) == 24
+    client_finished = len({e["record"] for e in client_rows if e.get("outcome") == "ok"}) == records
     failed = checks.attempt_failed(wait_status, ended_after, client_finished)
     proxy.stop()
-    for step in allocation.steps_by_name().get("replicas", []) + allocation.steps_by_name().get("client", []):
+    named = allocation.steps_by_name()
+    for step in named.get("replicas", []) + named.get("client", []):
         allocation.scancel_step(step, "KILL")
     return failed
 
@@ -210,18 +155,11 @@ def _loss_detection(
             mode="raw",
             profile=profile,
             name="detect",
-            arguments=(
-                "--records",
-                "16",
-                "--concurrency",
-                "8",
-                "--max-tokens",
-                "80",
-                "--max-record-attempts",
-                "3",
-                "--deadline-s",
-                "60",
-            ),
+            records=16,
+            concurrency=8,
+            max_tokens=80,
+            max_record_attempts=3,
+            deadline_s=60,
         )
         replicas.wait_running(4)
         lost_at = time.time()
@@ -264,18 +202,11 @@ def _probe_isolation(
             mode="raw",
             profile=profile,
             name="saturate",
-            arguments=(
-                "--records",
-                str(options.saturating_streams),
-                "--concurrency",
-                str(options.saturating_streams),
-                "--max-tokens",
-                "4",
-                "--max-record-attempts",
-                "1",
-                "--deadline-s",
-                "90",
-            ),
+            records=options.saturating_streams,
+            concurrency=options.saturating_streams,
+            max_tokens=4,
+            max_record_attempts=1,
+            deadline_s=90,
         )
         held = wait_until(
             lambda: sum(s["running"] + s["waiting"] for s in replicas.control(None, "state")),
@@ -290,7 +221,3 @@ def _probe_isolation(
     finally:
         proxy.stop()
         replicas.stop()
-
-
-def describe(argv: list[str]) -> str:
-    return shlex.join(argv)

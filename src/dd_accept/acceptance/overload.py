@@ -120,7 +120,7 @@ def run_overload(
             mode="sut",
             profile=profile,
             name="partial",
-            arguments=_client_args(options, options.records, deadline=120),
+            **_client_load(options, options.records, deadline_s=120),
         )
         partial = _watch(client, run, "partial", progress, "partial overload", timeout=150)
         after = proxy.get(profile.proxy.metrics_path)["json"]
@@ -140,7 +140,7 @@ def run_overload(
             mode="sut",
             profile=profile,
             name="total",
-            arguments=_client_args(options, options.recovery_records, deadline=150),
+            **_client_load(options, options.recovery_records, deadline_s=150),
         )
         try:
             # A SUT that never decreases is a finding for the checks below, not an error here.
@@ -170,17 +170,13 @@ def run_overload(
     return result
 
 
-def _client_args(options: OverloadOptions, records: int, deadline: float) -> tuple[str, ...]:
-    return (
-        "--records",
-        str(records),
-        "--concurrency",
-        str(options.admission_limit),
-        "--admission-limit",
-        str(options.admission_limit),
-        "--max-tokens",
-        "4",
-        "--no-stream",
-        "--deadline-s",
-        str(deadline),
-    )
+def _client_load(options: OverloadOptions, records: int, deadline_s: float) -> dict[str, Any]:
+    """The SUT client at full admission: as many workers as the initial limit, short answers."""
+    return {
+        "records": records,
+        "concurrency": options.admission_limit,
+        "admission_limit": options.admission_limit,
+        "max_tokens": 4,
+        "stream": False,
+        "deadline_s": deadline_s,
+    }

@@ -43,18 +43,11 @@ def _phase(allocation, proxy, replicas, run, profile, options, name):
         profile=profile,
         name=name,
         headers=options.client_headers,
-        arguments=(
-            "--records",
-            str(options.streams),
-            "--concurrency",
-            str(options.concurrency),
-            "--max-tokens",
-            str(options.tokens),
-            "--max-record-attempts",
-            "1",
-            "--deadline-s",
-            "120",
-        ),
+        records=options.streams,
+        concurrency=options.concurrency,
+        max_tokens=options.tokens,
+        max_record_attempts=1,
+        deadline_s=120,
     )
     record = client.wait(timeout=180)
     if not record.ok:

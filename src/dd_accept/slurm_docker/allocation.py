@@ -164,8 +164,12 @@ class Allocation:
             raise ClusterError(f"allocation {self.job_id} has no nodes recorded")
         return self.nodes[0]
 
+    def srun_argv(self, argv: Sequence[str], options: Sequence[str] = ()) -> list[str]:
+        """`srun` for a step in this allocation (overlapping the others), as the harness runs it."""
+        return ["srun", f"--jobid={self.job_id}", "--overlap", *options, *argv]
+
     def srun(self, argv: Sequence[str], *, options: Sequence[str] = (), timeout: float = 60.0) -> CommandRecord:
-        return self.cluster.exec(["srun", f"--jobid={self.job_id}", "--overlap", *options, *argv], timeout=timeout)
+        return self.cluster.exec(self.srun_argv(argv, options), timeout=timeout)
 
     def start_step(
         self,
@@ -175,11 +179,7 @@ class Allocation:
         environment: Mapping[str, str] | None = None,
     ) -> BackgroundCommand:
         """Launch `srun` in the background on the controller; its PID is the launcher's."""
-        command = start_background(
-            self.cluster,
-            ["srun", f"--jobid={self.job_id}", "--overlap", *options, *argv],
-            environment=environment,
-        )
+        command = start_background(self.cluster, self.srun_argv(argv, options), environment=environment)
         self.background.append(command)
         return command
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dd_accept.harness.loadclient.events import EventWriter
 from dd_accept.harness.loadclient.raw import run_raw
-from dd_accept.harness.loadclient.workload import Workload
+from dd_accept.harness.loadclient.workload import Workload, parse_header
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,13 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _header(text: str) -> tuple[str, str]:
-    name, separator, value = text.partition(":")
-    if not separator or not name.strip():
-        raise ValueError(f"--header must be NAME: VALUE, got {text.split(':')[0]!r}")
-    return name.strip(), value.strip()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -64,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             deadline_s=args.deadline_s,
             max_record_attempts=args.max_record_attempts,
             run_tag=args.run_tag,
-            headers=tuple(_header(text) for text in args.header),
+            headers=tuple(parse_header(text) for text in args.header),
         )
     except ValueError as error:
         print(f"loadclient: {error}", file=sys.stderr)
