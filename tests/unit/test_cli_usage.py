@@ -28,6 +28,7 @@ def _assert_one_line_usage_error(result, needle):
         (["cluster", "frobnicate"], "invalid choice"),
         (["nosuchcommand"], "invalid choice"),
         (["cluster", "exec", "--"], "needs a command"),
+        (["run", "streaming", "--client-header", "Bearer ddcanary-secret"], "--header must be NAME: VALUE"),
     ],
 )
 def test_bad_arguments(args, needle):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from dd_accept.acceptance import drain_checks as checks
@@ -191,7 +190,3 @@ def _endpoint_exit(launcher_stderr: str) -> int | None:
         return 137
     exited = _EXITED.search(launcher_stderr)
     return int(exited.group(1)) if exited else 0
-
-
-def drill_script_text() -> str:
-    return resources.files("dd_accept.fixtures").joinpath("sut_cleanup_drill.sh").read_text()

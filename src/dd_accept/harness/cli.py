@@ -166,6 +166,7 @@ def _cmd_sut_prepare(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
     from dd_accept.acceptance.overload import OverloadOptions
+    from dd_accept.harness.loadclient.workload import parse_header
     from dd_accept.harness.runner import RunRequest, run
 
     options = {
@@ -179,6 +180,8 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
     }
     try:
         OverloadOptions(**options)
+        for header in args.client_header:
+            parse_header(header)
     except ValueError as error:
         raise UsageError(str(error)) from None
     request = RunRequest(

@@ -18,7 +18,7 @@ from typing import Any
 
 from dd_accept import __version__
 from dd_accept.reports import render
-from dd_accept.reports.digests import sha256_file
+from dd_accept.reports.digests import lock_digest, sha256_file
 from dd_accept.reports.sanitize import Sanitizer
 
 MANIFEST_SCHEMA = "dd-accept/manifest/v1"
@@ -85,7 +85,6 @@ def provenance(results: dict[str, Any], context: RunContext, sanitizer: Sanitize
     warned = [c["id"] for c in checks if c["verdict"] == "unsupported"]
     host_lock = "\n".join(context.host_lock)
     node_lock = "\n".join(context.node_lock)
-    from dd_accept.reports.digests import lock_digest
 
     configuration = [
         {

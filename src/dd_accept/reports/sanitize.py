@@ -16,6 +16,7 @@ import socket
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 SECRET_NAME = r"[A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)[A-Za-z0-9_]*"
@@ -145,18 +146,25 @@ class Sanitizer:
         return rules
 
     def rules(self) -> list[Rule]:
+        return self._rules
+
+    @cached_property
+    def _rules(self) -> list[Rule]:
+        """Compiled once: the fields they are made from are fixed when the sanitizer is made."""
         return [*SECRET_RULES, *self.literal_rules()]
 
     def _ip(self, match: re.Match[str]) -> str:
         return self._ips.setdefault(match.group(0), f"private-ip-{len(self._ips) + 1}")
 
     def text(self, text: str, where: str) -> str:
+        lowered = text.lower()  # for the hints; refreshed only when a rule changed the text
         for rule in self.rules():
-            if not rule.may_match(text.lower()):
+            if not rule.may_match(lowered):
                 continue
             text, count = rule.pattern.subn(rule.replace, text)
             if count:
                 self.counts[(rule.name, where)] += count
+                lowered = text.lower()
         text, count = PRIVATE_IP.subn(self._ip, text)
         if count:
             self.counts[("private_ip", where)] += count

@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 import tarfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import docker
@@ -62,18 +62,6 @@ class LabelledObjects:
     containers: tuple[Container, ...]
     networks: tuple[object, ...]
     volumes: tuple[object, ...]
-
-    @property
-    def empty(self) -> bool:
-        return not (self.containers or self.networks or self.volumes)
-
-    def cluster_names(self) -> set[str]:
-        names: set[str] = set()
-        for obj in (*self.containers, *self.networks, *self.volumes):
-            labels = getattr(obj, "labels", None) or obj.attrs.get("Labels") or {}
-            if LABEL_CLUSTER in labels:
-                names.add(labels[LABEL_CLUSTER])
-        return names
 
 
 def find_labelled(client: docker.DockerClient, cluster: str | None = None) -> LabelledObjects:
@@ -198,10 +186,6 @@ def image_exists(client: docker.DockerClient, tag: str) -> bool:
 
 def image_id(client: docker.DockerClient, tag: str) -> str:
     return str(client.images.get(tag).id)
-
-
-def list_images(client: docker.DockerClient, label: str) -> Iterable[object]:
-    return client.images.list(filters={"label": label})
 
 
 def remove_images(client: docker.DockerClient, label: str) -> list[str]:
