@@ -89,34 +89,26 @@ async def run_sut(workload: Workload, events: EventWriter) -> dict[str, int]:
             extra_headers={**dict(workload.headers), "x-dd-request-id": request_id},
         )
         started = time.monotonic()
+
+        def emit(**outcome: Any) -> None:
+            latency = round(time.monotonic() - started, 6)
+            events.emit(
+                "request", mode="sut", request_id=request_id, record=record, attempt=attempt, latency_s=latency,
+                **outcome,
+            )  # fmt: skip
+
         try:
             response = await executor.acompletion(request)
         except ProviderError as error:
-            events.emit(
-                "request",
-                mode="sut",
-                request_id=request_id,
-                record=record,
-                attempt=attempt,
+            limited = error.kind == ProviderErrorKind.RATE_LIMIT
+            emit(
                 status=error.status_code,
                 retry_after=error.retry_after,
-                outcome="rate_limited" if error.kind == ProviderErrorKind.RATE_LIMIT else "error",
+                outcome="rate_limited" if limited else "error",
                 error=error.kind.value,
-                latency_s=round(time.monotonic() - started, 6),
             )
             return False
-        usage = getattr(response, "usage", None)
-        events.emit(
-            "request",
-            mode="sut",
-            request_id=request_id,
-            record=record,
-            attempt=attempt,
-            status=200,
-            outcome="ok",
-            latency_s=round(time.monotonic() - started, 6),
-            tokens=getattr(usage, "output_tokens", None),
-        )
+        emit(status=200, outcome="ok", tokens=getattr(getattr(response, "usage", None), "output_tokens", None))
         return True
 
     async def worker() -> None:
