@@ -26,10 +26,13 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300)
 
 
 def labelled_objects(name: str | None = None) -> list[str]:
-    """Containers, networks and volumes carrying the dd-accept label (of one cluster or all)."""
+    """Containers, networks and volumes carrying the dd-accept label (of one cluster or all).
+
+    Tests poll this while a teardown runs, so a container vanishing mid-listing is expected.
+    """
     client = docker.from_env()
     selector = {"label": LABEL if name is None else f"{LABEL}={name}"}
-    found = [f"container {c.name}" for c in client.containers.list(all=True, filters=selector)]
+    found = [f"container {c.name}" for c in client.containers.list(all=True, filters=selector, ignore_removed=True)]
     found += [f"network {n.name}" for n in client.networks.list(filters=selector)]
     found += [f"volume {v.name}" for v in client.volumes.list(filters=selector)]
     return found

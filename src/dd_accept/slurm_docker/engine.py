@@ -68,8 +68,10 @@ def find_labelled(client: docker.DockerClient, cluster: str | None = None) -> La
     """Objects of one cluster, or of every dd-accept cluster when `cluster` is None."""
     selector = LABEL_CLUSTER if cluster is None else f"{LABEL_CLUSTER}={cluster}"
     filters = {"label": selector}
+    # A container removed between the engine's listing and its inspect (a concurrent teardown)
+    # is simply gone, not an error.
     return LabelledObjects(
-        containers=tuple(client.containers.list(all=True, filters=filters)),
+        containers=tuple(client.containers.list(all=True, filters=filters, ignore_removed=True)),
         networks=tuple(client.networks.list(filters=filters)),
         volumes=tuple(client.volumes.list(filters=filters)),
     )
