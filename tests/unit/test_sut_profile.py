@@ -60,12 +60,18 @@ def test_proxy_command_is_rendered_as_the_sut_builds_it():
             lambda t: t.replace("[capabilities]", "[capabilities]\nhealth_monitr = true"),
             "unknown key capabilities.health_monitr",
         ),
-        (lambda t: t.replace("max_upstream_attempts = 3", 'max_upstream_attempts = "3"'), "must be int"),
+        (
+            lambda t: t.replace("max_upstream_attempts = 3", 'max_upstream_attempts = "3"'),
+            "attempts must be a whole number",
+        ),
         (lambda t: t.replace("health_monitor = false\n", ""), "missing key capabilities.health_monitor"),
         (lambda t: t.replace('versions = ">=1.0.0rc1,<1.1"', 'versions = "one point oh"'), "not a version range"),
-        (lambda t: t + "\n[extra]\nx = 1\n", "unknown key profile.extra"),
+        (lambda t: t + "\n[extra]\nx = 1\n", "unknown key extra"),
         (lambda t: t.replace("[proxy]", "[proxy"), "not valid TOML"),
-        (lambda t: t.replace('"--health-path", "/health"]', '"--health-path", 7]'), "list of strings"),
+        (
+            lambda t: t.replace('"--health-path", "/health"]', '"--health-path", 7]'),
+            r"command\[\d+\] must be a string",
+        ),
     ],
 )
 def test_bad_profiles_are_rejected_with_the_key_named(edit, needle):

@@ -67,6 +67,7 @@ def scancel_step(
         f"{len(flying)} in flight: {_show(counts)}; endpoint exit {endpoint.exit_code} after "
         f"{endpoint.seconds_after_stop:.1f}s; steps left: {', '.join(steps_left) or 'none'}",
         "stopped with scancel --signal=TERM JOB.STEP",
+        {"streams_cut": len(flying) - counts.get("completed", 0), "endpoint_exit_s": endpoint.seconds_after_stop},
     )
 
 
@@ -93,6 +94,7 @@ def allowance(
         f"{len(flying)} long stream(s): {_show(counts)}; ended at {ends}s after TERM; "
         f"forced at {'-' if forced_at is None else f'{forced_at - stop_at:.1f}s'}",
         detail,
+        {"streams_lost": counts.get("lost", 0)},
     )
 
 
@@ -110,4 +112,5 @@ def sut_cleanup(
         f"{cut} of {len(flying)} in-flight stream(s) cut; endpoint exit {endpoint.exit_code} after "
         f"{endpoint.seconds_after_stop:.1f}s",
         f"{cleanup.get('function', '?')} from {cleanup.get('script', '?')}; controller exit: {cleanup.get('exit')}",
+        {"streams_cut": cut, "endpoint_exit_s": endpoint.seconds_after_stop},
     )

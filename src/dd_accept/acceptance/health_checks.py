@@ -60,4 +60,5 @@ def probe_isolation(probe: Probe, saturated: int, limit_s: float = 5.0) -> Check
         ok,
         f"/health answers 200 within {limit_s:g}s while upstream connections are saturated",
         f"/health {probe.status} after {probe.elapsed_s:.1f}s with {saturated} streams holding upstream connections",
+        metrics={"health_seconds": probe.elapsed_s},
     )

@@ -16,6 +16,7 @@ from dd_accept.acceptance.analysis import (
     cooldown_breaches,
     expected_decreases,
     of_kind,
+    percentile,
 )
 from dd_accept.acceptance.results import CheckResult
 
@@ -35,7 +36,12 @@ def partial_completes(client: list[Event], records: int, overloaded: int, max_at
     expected = f"{records}/{records} records" + (", no client-visible error" if absorbable else "")
     observed = f"{len(done)}/{records} records; client-visible failures by status: {_fmt_counts(visible)}"
     detail = f"{overloaded} overloaded replica(s), {max_attempts} upstream attempts per request"
-    return CheckResult.judge("overload.partial.completes", ok, expected, observed, detail)
+    latencies = [e["latency_s"] for e in requests if e.get("outcome") == "ok" and e.get("latency_s") is not None]
+    error_rate = sum(visible.values()) / len(requests) if requests else 1.0
+    metrics = {"records_done": len(done), "client_error_rate": error_rate}
+    if latencies:
+        metrics["latency_p99_s"] = percentile(latencies, 0.99)
+    return CheckResult.judge("overload.partial.completes", ok, expected, observed, detail, metrics)
 
 
 def partial_failover(upstream: list[Event], proxy_retries: dict[str, int], max_attempts: int) -> CheckResult:
@@ -53,6 +59,7 @@ def partial_failover(upstream: list[Event], proxy_retries: dict[str, int], max_a
         f"{failed_over} request(s) failed over (replicas), {metric_failovers} 429 retries (proxy metrics); "
         f"most attempts for one request: {most}",
         f"{len(attempts)} client requests matched to upstream attempts by request id",
+        {"failovers": failed_over, "max_attempts_seen": most},
     )
 
 
@@ -70,6 +77,7 @@ def total_attempts(client: list[Event], upstream: list[Event], replicas: int, ma
         ok,
         f"every client 429 after exactly {wanted} upstream attempts, all 429",
         f"{len(limited)} client 429(s); attempts per 429: {_fmt_counts(counts)}; non-429 attempts: {non_429}",
+        metrics={"client_429s": len(limited)},
     )
 
 
@@ -110,7 +118,12 @@ def total_cooldown(client: list[Event], default_cooldown_s: float) -> CheckResul
         into, length = first.admitted_at - first.window_start, first.window_end - first.window_start
         detail = f"first: admitted {into:.2f}s into a {length:.2f}s cooldown"
     return CheckResult.judge(
-        "overload.total.cooldown", ok, "no request admitted inside a cooldown window", observed, detail
+        "overload.total.cooldown",
+        ok,
+        "no request admitted inside a cooldown window",
+        observed,
+        detail,
+        {"cooldown_breaches": len(breaches)},
     )
 
 
@@ -127,4 +140,5 @@ def recovery(client: list[Event], records: int, relieved_at: float) -> CheckResu
         ok,
         f"{records}/{records} records after overload is lifted; the limit rises above its low point",
         f"{len(done)}/{records} records; low point {floor}, highest after recovery {risen}",
+        metrics={"records_done": len(done)},
     )

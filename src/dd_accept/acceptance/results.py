@@ -23,10 +23,20 @@ class CheckResult:
     expected: str
     observed: str
     detail: str = ""
+    # Key numbers (name → value) a release gate thresholds and a comparison puts side by side.
+    metrics: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def judge(cls, check_id: str, ok: bool, expected: str, observed: str, detail: str = "") -> CheckResult:
-        return cls(check_id, "pass" if ok else "fail", expected, observed, detail)
+    def judge(
+        cls,
+        check_id: str,
+        ok: bool,
+        expected: str,
+        observed: str,
+        detail: str = "",
+        metrics: dict[str, float] | None = None,
+    ) -> CheckResult:
+        return cls(check_id, "pass" if ok else "fail", expected, observed, detail, dict(metrics or {}))
 
     @classmethod
     def unsupported(cls, check_id: str, expected: str, detail: str) -> CheckResult:

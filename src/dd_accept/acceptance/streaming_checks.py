@@ -39,6 +39,10 @@ def no_buffering(client: list[Event], upstream: list[Event], limit_s: float = 0.
             deltas.append(stream["ttft_s"] - sent[0]["first_byte_s"])
     p95 = percentile(deltas, 0.95)
     ok = p95 is not None and p95 <= limit_s
+    ttfts = [stream["ttft_s"] for stream in of_kind(client, "request") if stream.get("ttft_s") is not None]
+    metrics = {"ttft_p99_s": percentile(ttfts, 0.99)} if ttfts else {}
+    if p95 is not None:
+        metrics["added_ttft_p95_s"] = p95
     observed = (
         "no stream measured"
         if p95 is None
@@ -48,7 +52,11 @@ def no_buffering(client: list[Event], upstream: list[Event], limit_s: float = 0.
         )
     )
     return CheckResult.judge(
-        "streaming.no_buffering", ok, f"the proxy adds at most {limit_s * 1000:.0f} ms to TTFT (p95)", observed
+        "streaming.no_buffering",
+        ok,
+        f"the proxy adds at most {limit_s * 1000:.0f} ms to TTFT (p95)",
+        observed,
+        metrics=metrics,
     )
 
 
