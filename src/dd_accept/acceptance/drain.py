@@ -22,9 +22,8 @@ from dd_accept.fixtures import deployment
 from dd_accept.fixtures.sut.profile import SutProfile
 from dd_accept.harness.waiting import wait_until
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, start_background
-from dd_accept.slurm_docker.sut_image import HARNESS_DIR, SUT_PYTHON
 
-DRILL = f"{HARNESS_DIR}/dd_accept/fixtures/sut_cleanup_drill.sh"
+DRILL = "sut_cleanup_drill.sh"
 MODES = ("completion", "failure", "cancel")
 _KILLED = re.compile(r"task \d+: Killed")
 _EXITED = re.compile(r"task \d+: Exited with exit code (\d+)")
@@ -134,33 +133,32 @@ def _cleanup_drill(
     mode: str,
 ) -> checks.CheckResult:
     cleanup = profile.cleanup
-    script = cleanup.script.format(site_packages=deployment.SITE_PACKAGES)
+    layout = allocation.cluster.layout
+    script = cleanup.script.format(site_packages=layout.site_packages)
     state_cluster, state_host = run.path(f"drill-{mode}")
     log_cluster, _ = run.path(f"drill-{mode}-endpoint.log")
     node = allocation.first_node
     argv = profile.proxy_argv(
-        python=SUT_PYTHON,
-        site_packages=deployment.SITE_PACKAGES,
+        python=layout.python,
+        site_packages=layout.site_packages,
         port=deployment.PROXY_PORT,
         backends=replicas.backends,
         retry_after=None,
     )
-    srun = [
-        "srun",
-        f"--jobid={allocation.job_id}",
-        "--overlap",
-        "-J",
-        "drill-endpoint",
-        "-N1",
-        "-n1",
-        f"--nodelist={node}",
-        "-o",
-        log_cluster,
-        *argv,
-    ]
+    srun = allocation.srun_argv(argv, ["-J", "drill-endpoint", "-N1", "-n1", f"--nodelist={node}", "-o", log_cluster])
     drill = start_background(
         allocation.cluster,
-        ["bash", DRILL, mode, script, cleanup.register_function, cleanup.stop_function, state_cluster, "--", *srun],
+        [
+            "bash",
+            layout.drill(DRILL),
+            mode,
+            script,
+            cleanup.register_function,
+            cleanup.stop_function,
+            state_cluster,
+            "--",
+            *srun,
+        ],
         environment={"SLURM_JOB_ID": allocation.job_id},
     )
     allocation.background.append(drill)

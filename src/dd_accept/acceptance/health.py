@@ -21,9 +21,8 @@ from dd_accept.fixtures.backends.control import TOKEN_ENV
 from dd_accept.fixtures.sut.profile import SutProfile
 from dd_accept.harness.waiting import WaitTimeout, wait_until
 from dd_accept.slurm_docker.allocation import Allocation, start_background
-from dd_accept.slurm_docker.sut_image import HARNESS_DIR
 
-DRILL = f"{HARNESS_DIR}/dd_accept/fixtures/sut_health_drill.sh"
+DRILL = "sut_health_drill.sh"
 UPSTREAM_CONNECTION_LIMIT = 256  # rc1's proxy: TCPConnector(limit=256)
 
 
@@ -71,6 +70,7 @@ def _attempt_after_loss(
     allocation: Allocation, run: deployment.RunDirectory, profile: SutProfile, options: HealthOptions
 ) -> checks.CheckResult:
     node = allocation.first_node
+    layout = allocation.cluster.layout
     state_cluster, state_host = run.path("health-drill")
     replica_dir, replica_host = run.path("replicas")
     state_host.mkdir(parents=True, exist_ok=True)
@@ -79,16 +79,29 @@ def _attempt_after_loss(
     for index in range(options.replicas):
         port = deployment.REPLICA_PORT_BASE + index
         replica = deployment.replica_command(
-            profile, replica_dir, seed=options.seed, options=("--ttft-ms", "20", "--itl-ms", "50"), port=port
+            profile,
+            replica_dir,
+            python=layout.python,
+            seed=options.seed,
+            options=("--ttft-ms", "20", "--itl-ms", "50"),
+            port=port,
         )
         log = f"{replica_dir}/replica-{index}.log"
         launch = allocation.srun_argv(replica, ["-J", "replicas", "-N1", "-n1", f"--nodelist={node}", "-o", log])
         _write_command(state_host / f"replica-{index}.cmd", launch)
     cleanup = profile.cleanup
-    script = cleanup.script.format(site_packages=deployment.SITE_PACKAGES)
+    script = cleanup.script.format(site_packages=layout.site_packages)
     drill = start_background(
         allocation.cluster,
-        ["bash", DRILL, script, cleanup.register_function, cleanup.wait_function, cleanup.stop_function, state_cluster],
+        [
+            "bash",
+            layout.drill(DRILL),
+            script,
+            cleanup.register_function,
+            cleanup.wait_function,
+            cleanup.stop_function,
+            state_cluster,
+        ],
         environment={"SLURM_JOB_ID": allocation.job_id, TOKEN_ENV: token},
     )
     allocation.background.append(drill)

@@ -186,6 +186,14 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         raise UsageError(str(error)) from None
     request = RunRequest(
         scenario=args.scenario,
+        drain={
+            key: value
+            for key, value in (("window_seconds", args.drain_window), ("allowance_seconds", args.drain_allowance))
+            if value is not None
+        },
+        cluster_mode=args.cluster,
+        run_dir=Path(args.run_dir) if args.run_dir else None,
+        slurm=_slurm_options(args),
         sut=args.sut,
         profile=args.profile,
         out=Path(args.out) if args.out else None,
@@ -200,6 +208,37 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
     return run(request, console)
 
 
+def _slurm_options(args: argparse.Namespace):
+    from dd_accept.slurm_docker.login_node import SlurmOptions
+
+    if args.cluster == "docker":
+        names = ("run_dir", "partition", "account", "time", "gres", "srun_arg")
+        given = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name)]
+        if given:
+            raise UsageError(f"{given[0]} applies to --cluster existing only")
+    return SlurmOptions(
+        partition=args.partition, account=args.account, time=args.time, gres=args.gres, srun_args=tuple(args.srun_arg)
+    )
+
+
+def add_cluster_options(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_argument_group("where to run (default: a dockerized Slurm cluster on this machine)")
+    where.add_argument(
+        "--cluster",
+        choices=("docker", "existing"),
+        default="docker",
+        help="existing: this machine is a login node of a real Slurm cluster (srun, salloc, scancel on PATH)",
+    )
+    where.add_argument("--run-dir", help="existing cluster: absolute path of a directory every node shares")
+    where.add_argument("--partition", help="existing cluster: partition of the allocations")
+    where.add_argument("--account", help="existing cluster: account of the allocations")
+    where.add_argument("--time", help="existing cluster: time limit of the allocations (e.g. 30:00)")
+    where.add_argument("--gres", help="existing cluster: generic resources of the allocations (e.g. gpu:8)")
+    where.add_argument(
+        "--srun-arg", action="append", default=[], metavar="ARG", help="existing cluster: extra srun argument (repeat)"
+    )
+
+
 def _whole(minimum: int):
     def parse(text: str) -> int:
         try:
@@ -211,6 +250,34 @@ def _whole(minimum: int):
         return value
 
     return parse
+
+
+def _cmd_gate(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.harness.gate import resolve_suts, run_gate
+    from dd_accept.harness.gate_file import load_gate
+    from dd_accept.harness.runner import default_out
+
+    gate = load_gate(Path(args.config))
+    suts = resolve_suts(gate, args.sut)
+    out = Path(args.out or gate.gate.out or default_out(f"gate-{gate.gate.name}"))
+    sign_key = args.sign_key or gate.gate.sign_key
+    return run_gate(gate, suts, out, console, Path(sign_key) if sign_key else None)
+
+
+def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
+    from dd_accept.reports import compare
+
+    comparison = compare.compare(compare.load_results(Path(args.baseline)), compare.load_results(Path(args.candidate)))
+    if args.format == "md":
+        sys.stdout.write(compare.to_markdown(comparison))
+    elif args.format == "html":
+        sys.stdout.write(compare.to_html(comparison))
+    else:
+        console.table(compare.to_table(comparison))
+    if args.fail_on_regression and comparison.regressions:
+        print(f"dd-accept compare: {len(comparison.regressions)} check(s) regressed", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    return EXIT_PASS
 
 
 def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
@@ -369,7 +436,34 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--allow-unsupported", action="store_true", help="checks the SUT declares unsupported pass")
     run.add_argument("--parallel", type=_whole(1), default=2, help="parallel allocations for `run all`")
     run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
+    run.add_argument("--drain-window", type=_positive, help="seconds; replaces the SUT profile's drain window")
+    run.add_argument("--drain-allowance", type=_positive, help="seconds; replaces the SUT profile's drain allowance")
+    add_cluster_options(run)
     run.set_defaults(handler=_cmd_run)
+
+    gate = commands.add_parser(
+        "gate",
+        help="run a release gate file: scenarios, thresholds, one SUT or a baseline and a candidate",
+        description="Run what a gate file asks, judge its thresholds and (with two SUTs) compare them. "
+        "Exit 0 the gate passes, 1 it does not, 2 the gate file or the machine is wrong.",
+    )
+    gate.add_argument("--config", required=True, metavar="GATE.toml", help="the gate file (see docs/gate.example.toml)")
+    gate.add_argument(
+        "--sut",
+        action="append",
+        default=[],
+        help="replaces gate.suts: once for the candidate, twice for baseline then candidate",
+    )
+    gate.add_argument("--out", help="output directory (default: gate.out, else evidence/<utc-time>-gate-<name>/)")
+    gate.add_argument("--sign-key", help="Ed25519 private key (PEM) to sign each bundle's provenance with")
+    gate.set_defaults(handler=_cmd_gate)
+
+    compare = commands.add_parser("compare", help="what changed between a baseline bundle and a candidate bundle")
+    compare.add_argument("baseline", metavar="BUNDLE_A", help="baseline bundle directory or .tar.gz")
+    compare.add_argument("candidate", metavar="BUNDLE_B", help="candidate bundle directory or .tar.gz")
+    compare.add_argument("--format", choices=("table", "md", "html"), default="table")
+    compare.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a passing check now fails")
+    compare.set_defaults(handler=_cmd_compare)
 
     audit = commands.add_parser("audit", help="scan files, directories and archives for secrets and host details")
     audit.add_argument("paths", nargs="+", metavar="PATH", help="files, directories, .tar.gz, .whl or .zip")

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from dd_accept.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
 from dd_accept.harness.console import ConsoleListener
+from dd_accept.slurm_docker.login_node import SlurmOptions
 from dd_accept.slurm_docker.state import state_root
 
 SCENARIOS = ("overload", "drain", "health", "streaming")  # grows as scenarios land; `all` runs every one of them
@@ -43,18 +44,25 @@ class RunRequest:
     client_headers: tuple[str, ...] = ()
     parallel: int = 2
     keep_cluster: bool = False
+    drain: dict[str, float] = field(default_factory=dict)  # replaces the profile's drain window/allowance
+    cluster_mode: str = "docker"  # or "existing": this machine is a Slurm login node
+    run_dir: Path | None = None  # existing cluster: the directory every node shares
+    slurm: SlurmOptions = field(default_factory=SlurmOptions)
 
     def scenarios(self) -> list[str]:
+        """`all`, one scenario, or several joined by commas (`overload,streaming`)."""
         if self.scenario == "all":
             return list(SCENARIOS)
-        if self.scenario not in SCENARIOS:
-            raise UsageError(f"unknown scenario {self.scenario!r}; valid: {', '.join((*SCENARIOS, 'all'))}")
-        return [self.scenario]
+        names = [name.strip() for name in self.scenario.split(",")]
+        for name in names:
+            if name not in SCENARIOS:
+                raise UsageError(f"unknown scenario {name!r}; valid: {', '.join((*SCENARIOS, 'all'))}")
+        return list(dict.fromkeys(names))
 
 
 def default_out(scenario: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return Path("evidence") / f"{stamp}-{scenario}"
+    return Path("evidence") / f"{stamp}-{scenario.replace(',', '+')}"
 
 
 def prepare_out(out: Path) -> Path:
@@ -77,6 +85,21 @@ def _pytest_argv(request: RunRequest, out: Path) -> list[str]:
     if request.keep_cluster:
         argv.append("--dd-keep-cluster")
     argv += ["--dd-seed", str(request.seed)]
+    for key, option in (("window_seconds", "--dd-drain-window"), ("allowance_seconds", "--dd-drain-allowance")):
+        if key in request.drain:
+            argv += [option, repr(request.drain[key])]
+    if request.cluster_mode == "existing":
+        slurm = request.slurm
+        argv += ["--dd-cluster-mode", "existing", "--dd-run-dir", str(request.run_dir)]
+        for option, value in (
+            ("--dd-partition", slurm.partition),
+            ("--dd-account", slurm.account),
+            ("--dd-time", slurm.time),
+            ("--dd-gres", slurm.gres),
+        ):
+            if value:
+                argv += [option, value]
+        argv += [f"--dd-srun-arg={arg}" for arg in slurm.srun_args]
     for header in request.client_headers:
         argv += ["--dd-client-header", header]
     for key, value in request.options.items():
@@ -151,7 +174,8 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
         sign_key = load_private_key(request.sign_key)
     if request.profile:
         load_profile(Path(request.profile))
-    client = engine.connect()
+    existing = _existing_cluster(request)
+    client = engine.connect() if existing is None else None
     out = prepare_out(request.out or default_out(request.scenario))
     raw = out.with_name(f".{out.name}.raw")  # never part of the bundle; removed below
     started_wall, started = time.time(), time.monotonic()
@@ -161,15 +185,23 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
             wheel = wheelhouse.sut_wheels[0]
             if not request.profile:
                 profile_for(wheel.name, wheel.version)
-            image = build_node_image(client, wheelhouse, console).tag
+            if existing is None:
+                image = build_node_image(client, wheelhouse, console).tag
+            else:
+                image = None
+                console.on_step(f"checking that {existing.run_dir.name} is shared with the compute nodes")
+                existing.check_shared()
             console.on_step(f"running {', '.join(request.scenarios())} against {spec.display}")
             raw.mkdir(parents=True, exist_ok=True)
             code = _run_pytest(request, raw, console)
             if not (raw / "results.json").is_file():
                 tail = (raw / "pytest.log").read_text(errors="replace").strip().splitlines()[-3:]
                 raise EnvironmentProblem(f"the scenarios produced no results (pytest exit {code}): {' | '.join(tail)}")
+            if existing is not None:  # the runner's own cluster commands (the shared-directory check)
+                with open(raw / "commands.jsonl", "a") as handle:
+                    handle.write(existing.records.to_jsonl())
             console.on_step("writing the evidence bundle")
-            _write_evidence(raw, out, wheelhouse, image, started_wall, sign_key)
+            _write_evidence(raw, out, wheelhouse, image, started_wall, sign_key, request.run_dir)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # nothing half-written is left behind
         out.with_name(out.name + ".tar.gz").unlink(missing_ok=True)
@@ -179,14 +211,40 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
     return _report(out, console, time.monotonic() - started)
 
 
-def _write_evidence(raw: Path, out: Path, wheelhouse: Any, image: str, started: float, sign_key: Any = None) -> None:
+def _existing_cluster(request: RunRequest):
+    """The login-node cluster of `--cluster existing`, validated (exit 2 before anything starts)."""
+    if request.cluster_mode != "existing":
+        return None
+    from dd_accept.slurm_docker.login_node import ExistingCluster, check_run_dir, missing_slurm_commands
+
+    missing = missing_slurm_commands()
+    if missing:
+        raise UsageError(
+            f"--cluster existing needs Slurm's commands on PATH (this machine must be a login node); "
+            f"missing: {', '.join(missing)}"
+        )
+    if request.run_dir is None:
+        raise UsageError("--cluster existing needs --run-dir DIR, a directory every node of the cluster shares")
+    return ExistingCluster(run_dir=check_run_dir(request.run_dir), options=request.slurm)
+
+
+def _write_evidence(
+    raw: Path,
+    out: Path,
+    wheelhouse: Any,
+    image: str | None,
+    started: float,
+    sign_key: Any = None,
+    run_dir: Path | None = None,
+) -> None:
     from dd_accept.reports.bundle import write_bundle
     from dd_accept.reports.context import gather
     from dd_accept.reports.sanitize import Sanitizer
 
-    sanitizer = Sanitizer(
-        path_roots={str(out): "<bundle>", str(raw): "<run>", str(Path.cwd()): "<cwd>", str(state_root()): "<state>"}
-    )
+    roots = {str(out): "<bundle>", str(raw): "<run>", str(Path.cwd()): "<cwd>", str(state_root()): "<state>"}
+    if run_dir is not None:
+        roots[str(run_dir)] = "<run-dir>"
+    sanitizer = Sanitizer(path_roots=roots)
     context = gather(raw, wheelhouse, image, ["dd-accept", *sys.argv[1:]], started, time.time())
     write_bundle(raw, out, context, sanitizer, sign_key)
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
-import tarfile
 import zipfile
 from collections.abc import Iterable
 from importlib import metadata
@@ -52,17 +50,3 @@ def lock_of_environment() -> list[str]:
 
 def lock_digest(lines: list[str]) -> str:
     return sha256_bytes("\n".join(sorted(lines)).encode())
-
-
-def read_file_from_image(client: object, image: str, path: str) -> str:
-    """A file's text from an image without running it (create, copy out, remove)."""
-    container = client.containers.create(image, entrypoint=["true"], labels={"io.dd-accept.cluster": "lock-reader"})  # type: ignore[attr-defined]
-    try:
-        stream, _ = container.get_archive(path)
-        data = b"".join(stream)
-    finally:
-        container.remove(force=True)
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        member = archive.getmembers()[0]
-        handle = archive.extractfile(member)
-        return handle.read().decode() if handle else ""

@@ -19,7 +19,6 @@ from typing import Self
 
 from dd_accept.errors import ClusterError
 from dd_accept.harness.waiting import wait_until
-from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.cluster import CONTROLLER, SlurmCluster
 from dd_accept.slurm_docker.records import CommandRecord, tail, utc_now_iso
 
@@ -124,7 +123,7 @@ def start_background(
         start=utc_now_iso(),
         started_monotonic=time.monotonic(),
     )
-    engine.exec_detached(cluster.container(node), ["dd-bg", cluster_path, *argv], environment=environment)
+    cluster.start_detached(cluster_path, argv, node=node, environment=environment)
     return command
 
 
@@ -148,7 +147,9 @@ class Allocation:
         extra: Sequence[str] = (),
         timeout: float = 60.0,
     ) -> Self:
-        argv = ["salloc", "--no-shell", f"--nodes={nodes}", f"--job-name={job_name}", f"--time={time_limit}", *extra]
+        time_limit = cluster.time_limit or time_limit
+        argv = ["salloc", "--no-shell", f"--nodes={nodes}", f"--job-name={job_name}", f"--time={time_limit}"]
+        argv += [*cluster.salloc_args, *extra]
         record = cluster.exec(argv, timeout=timeout)
         match = _GRANTED.search(record.stderr_tail + record.stdout_tail)
         if not record.ok or match is None:
@@ -156,6 +157,7 @@ class Allocation:
         job_id = match.group(1)
         node_list = cluster.exec(["squeue", "-h", "-j", job_id, "-o", "%N"], timeout=10).stdout.strip()
         hosts = cluster.exec(["scontrol", "show", "hostnames", node_list], timeout=10).stdout.split()
+        cluster.allocated(job_id, hosts)
         return cls(cluster=cluster, job_id=job_id, nodes=tuple(hosts))
 
     @property
@@ -166,7 +168,7 @@ class Allocation:
 
     def srun_argv(self, argv: Sequence[str], options: Sequence[str] = ()) -> list[str]:
         """`srun` for a step in this allocation (overlapping the others), as the harness runs it."""
-        return ["srun", f"--jobid={self.job_id}", "--overlap", *options, *argv]
+        return ["srun", f"--jobid={self.job_id}", "--overlap", *self.cluster.srun_args, *options, *argv]
 
     def srun(self, argv: Sequence[str], *, options: Sequence[str] = (), timeout: float = 60.0) -> CommandRecord:
         return self.cluster.exec(self.srun_argv(argv, options), timeout=timeout)

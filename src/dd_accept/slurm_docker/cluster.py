@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Self
+from typing import ClassVar, Self
 
 import docker
 import docker.errors
@@ -27,6 +27,7 @@ from dd_accept.errors import ClusterError, UsageError
 from dd_accept.harness.interrupts import deferred_interrupts
 from dd_accept.harness.waiting import WaitAborted, WaitTimeout, wait_until
 from dd_accept.slurm_docker import engine
+from dd_accept.slurm_docker.layout import DOCKER_LAYOUT, NodeLayout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
 from dd_accept.slurm_docker.state import cluster_dir
 
@@ -156,6 +157,11 @@ class SlurmCluster:
     records: CommandLog = field(default_factory=CommandLog)
     _containers: dict[str, Container] = field(default_factory=dict)
     _host_shared: Path | None = None
+    layout: ClassVar[NodeLayout] = DOCKER_LAYOUT
+    # Site options an existing cluster needs; the docker cluster needs none.
+    salloc_args: ClassVar[tuple[str, ...]] = ()
+    srun_args: ClassVar[tuple[str, ...]] = ()
+    time_limit: ClassVar[str | None] = None
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -390,6 +396,35 @@ class SlurmCluster:
         return engine.exec_command(
             self.container(node), argv, node=node, log=self.records, timeout=timeout, environment=environment
         )
+
+    def start_detached(
+        self,
+        report_dir: str,
+        argv: Sequence[str],
+        *,
+        node: str = CONTROLLER,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
+        """Start a command without waiting; `dd-bg` reports its pid, output and exit in `report_dir`."""
+        engine.exec_detached(self.container(node), ["dd-bg", report_dir, *argv], environment=environment)
+
+    def allocated(self, job_id: str, nodes: Sequence[str]) -> None:
+        """Told of each allocation; the docker cluster reaches its nodes by `docker exec` instead."""
+
+    def daemon_logs(self, lines: int = 2000) -> dict[str, str]:
+        """The Slurm daemons' output, per node (evidence)."""
+        return {node: engine.container_log_tail(self.container(node), lines) for node in [CONTROLLER, *self.nodes]}
+
+    def node_freeze(self) -> str:
+        """`pip freeze` of the SUT's environment on the nodes, as installed (the node lock)."""
+        record = self.exec(["cat", f"{self.layout.venv}/dd-accept-freeze.txt"], timeout=10)
+        return record.stdout if record.ok else ""
+
+    def versions(self) -> dict[str, str]:
+        return {
+            "slurm": self.exec(["sinfo", "--version"], timeout=10).stdout.strip(),
+            "kernel": self.exec(["uname", "-r"], timeout=10).stdout.strip(),
+        }
 
     def status(self) -> ClusterStatus:
         states = self.exec(["sinfo", "-N", "-h", "-o", "%N|%T|%c"], timeout=10)

@@ -24,13 +24,14 @@ from dd_accept.errors import ClusterError, UsageError
 from dd_accept.fixtures.sut.wheelhouse import Wheelhouse, sha256_file
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.images import BuildListener, BuildResult, QuietListener, ensure_images, slurm_tag
+from dd_accept.slurm_docker.layout import DOCKER_LAYOUT
 from dd_accept.slurm_docker.state import file_lock, state_root
 
 SUT_REPOSITORY = "dd-accept/sut"
 NODE_REPOSITORY = "dd-accept/node"
-SUT_VENV = "/opt/sut"
-SUT_PYTHON = f"{SUT_VENV}/bin/python"
-HARNESS_DIR = "/opt/dd-accept"
+SUT_VENV = DOCKER_LAYOUT.venv
+SUT_PYTHON = DOCKER_LAYOUT.python
+HARNESS_DIR = DOCKER_LAYOUT.harness_dir
 INSTALL_MARKER = "dd-accept: installing the SUT"
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 

@@ -1,0 +1,187 @@
+"""Baseline against candidate, check by check: what changed between two bundles.
+
+A release engineer's question is never "did it pass" alone but "what got worse since the
+last release": a verdict that flipped, or a key number (error rate, time to first token,
+drain time) that moved. The comparison reads only the two bundles' `results.json`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from dd_accept.errors import UsageError
+
+CHANGES = ("regressed", "fixed", "changed", "same", "added", "removed")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricChange:
+    name: str
+    baseline: float | None
+    candidate: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        """candidate / baseline; None when either is missing or the baseline is zero."""
+        if self.baseline in (None, 0) or self.candidate is None:
+            return None
+        return self.candidate / self.baseline
+
+    def show_ratio(self) -> str:
+        ratio = self.ratio
+        if ratio is not None:
+            return f"x{ratio:.2f}"
+        if self.baseline == 0 and self.candidate not in (None, 0):
+            return "new non-zero"
+        return "-"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckChange:
+    id: str
+    baseline: str | None  # verdict, None when the baseline did not run the check
+    candidate: str | None
+    metrics: tuple[MetricChange, ...] = ()
+
+    @property
+    def change(self) -> str:
+        if self.baseline is None:
+            return "added"
+        if self.candidate is None:
+            return "removed"
+        if self.baseline == self.candidate:
+            return "same"
+        if self.baseline == "pass":
+            return "regressed"
+        return "fixed" if self.candidate == "pass" else "changed"
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    baseline: str  # the SUT as the bundle names it
+    candidate: str
+    baseline_verdict: str
+    candidate_verdict: str
+    checks: tuple[CheckChange, ...] = field(default_factory=tuple)
+
+    def count(self, change: str) -> int:
+        return sum(1 for check in self.checks if check.change == change)
+
+    @property
+    def regressions(self) -> list[CheckChange]:
+        return [check for check in self.checks if check.change == "regressed"]
+
+    def headline(self) -> str:
+        counts = ", ".join(f"{self.count(c)} {c}" for c in CHANGES if self.count(c))
+        return (
+            f"baseline {self.baseline} ({self.baseline_verdict}) → candidate {self.candidate} "
+            f"({self.candidate_verdict}): {counts or 'no checks'}"
+        )
+
+
+def load_results(bundle: Path) -> dict[str, Any]:
+    """`results.json` of a bundle directory or `.tar.gz`, or a usage error naming the bundle."""
+    try:
+        if bundle.is_dir():
+            return json.loads((bundle / "results.json").read_text())
+        with tarfile.open(bundle) as archive:
+            member = next((m for m in archive.getmembers() if m.name.endswith("/results.json")), None)
+            handle = archive.extractfile(member) if member is not None else None
+            if handle is None:
+                raise UsageError(f"compare: {bundle.name} holds no results.json")
+            return json.loads(handle.read())
+    except (OSError, ValueError, tarfile.TarError):
+        raise UsageError(f"compare: {bundle.name} is not a readable bundle directory or .tar.gz") from None
+
+
+def _checks(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {check["id"]: check for scenario in results.get("scenarios", []) for check in scenario.get("checks", [])}
+
+
+def compare(baseline: dict[str, Any], candidate: dict[str, Any]) -> Comparison:
+    before, after = _checks(baseline), _checks(candidate)
+    rows = []
+    for check_id in sorted(set(before) | set(after)):
+        a, b = before.get(check_id, {}), after.get(check_id, {})
+        names = sorted(set(a.get("metrics", {})) | set(b.get("metrics", {})))
+        metrics = tuple(MetricChange(n, a.get("metrics", {}).get(n), b.get("metrics", {}).get(n)) for n in names)
+        rows.append(CheckChange(check_id, a.get("verdict"), b.get("verdict"), metrics))
+    return Comparison(
+        baseline=baseline.get("sut", {}).get("spec", "?"),
+        candidate=candidate.get("sut", {}).get("spec", "?"),
+        baseline_verdict=baseline.get("verdict", "?"),
+        candidate_verdict=candidate.get("verdict", "?"),
+        checks=tuple(rows),
+    )
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def _metric_lines(check: CheckChange) -> list[str]:
+    return [f"{m.name} {_number(m.baseline)} → {_number(m.candidate)} ({m.show_ratio()})" for m in check.metrics]
+
+
+def to_table(comparison: Comparison) -> Table:
+    table = Table(title=comparison.headline())
+    for column in ("check", "baseline", "candidate", "change", "key numbers (baseline → candidate)"):
+        table.add_column(column, overflow="fold")
+    colours = {"regressed": "red", "fixed": "green", "changed": "yellow"}
+    for check in comparison.checks:
+        colour = colours.get(check.change)
+        change = f"[{colour}]{check.change}[/{colour}]" if colour else check.change
+        table.add_row(check.id, check.baseline or "-", check.candidate or "-", change, "\n".join(_metric_lines(check)))
+    return table
+
+
+def to_markdown(comparison: Comparison) -> str:
+    lines = [
+        "## dd-accept comparison",
+        "",
+        comparison.headline(),
+        "",
+        "| check | baseline | candidate | change | key numbers (baseline → candidate) |",
+        "|---|---|---|---|---|",
+    ]
+    for check in comparison.checks:
+        change = f"**{check.change}**" if check.change in ("regressed", "fixed", "changed") else check.change
+        numbers = "<br>".join(_metric_lines(check)).replace("|", "\\|")
+        lines.append(f"| `{check.id}` | {check.baseline or '-'} | {check.candidate or '-'} | {change} | {numbers} |")
+    return "\n".join(lines) + "\n"
+
+
+def to_html(comparison: Comparison) -> str:
+    """Self-contained page (no scripts, no external resources), like the bundle's report."""
+    rows = []
+    for check in comparison.checks:
+        numbers = "<br>".join(html.escape(line) for line in _metric_lines(check))
+        rows.append(
+            f'<tr class="{check.change}"><td><code>{html.escape(check.id)}</code></td>'
+            f"<td>{html.escape(check.baseline or '-')}</td><td>{html.escape(check.candidate or '-')}</td>"
+            f"<td>{check.change}</td><td>{numbers}</td></tr>"
+        )
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>dd-accept comparison</title>
+<style>
+body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 8px; vertical-align: top; }}
+tr.regressed td {{ background: #fde2e2; }} tr.fixed td {{ background: #e2f7e2; }}
+tr.changed td, tr.added td, tr.removed td {{ background: #fff6d6; }}
+</style></head><body>
+<h1>dd-accept comparison</h1>
+<p id="headline">{html.escape(comparison.headline())}</p>
+<table id="comparison"><thead><tr><th>check</th><th>baseline</th><th>candidate</th><th>change</th>
+<th>key numbers (baseline → candidate)</th></tr></thead>
+<tbody>
+{chr(10).join(rows)}
+</tbody></table>
+</body></html>
+"""

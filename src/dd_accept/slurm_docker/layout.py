@@ -1,0 +1,32 @@
+"""Where the SUT's environment and dd-accept's in-cluster code live on the cluster's nodes.
+
+The docker cluster bakes both into its node image (`/opt/sut`, `/opt/dd-accept`); on an
+existing cluster they are installed into the shared run directory. Scenarios ask the
+cluster for its layout instead of assuming either, so the same scenario code runs on both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+NODE_PYTHON_VERSION = "3.11"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLayout:
+    venv: str  # the SUT's virtual environment, with dd-accept's in-cluster code on its path
+    harness_dir: str  # holds the `dd_accept` package the nodes run (replica, load client, drills)
+
+    @property
+    def python(self) -> str:
+        return f"{self.venv}/bin/python"
+
+    @property
+    def site_packages(self) -> str:
+        return f"{self.venv}/lib/python{NODE_PYTHON_VERSION}/site-packages"
+
+    def drill(self, name: str) -> str:
+        return f"{self.harness_dir}/dd_accept/fixtures/{name}"
+
+
+DOCKER_LAYOUT = NodeLayout(venv="/opt/sut", harness_dir="/opt/dd-accept")

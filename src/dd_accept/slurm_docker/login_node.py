@@ -1,0 +1,277 @@
+"""An existing Slurm cluster, driven from its login node, behind the docker cluster's interface.
+
+The scenarios only ask a cluster to run commands (recorded), to start commands in the
+background, for paths in a shared directory and for where the SUT lives on the nodes. Here
+those are local processes on the login node (salloc, srun, scancel on PATH), the `--run-dir`
+every node mounts, and a SUT virtual environment installed into that directory; commands a
+scenario runs "on a node" become `srun --overlap` steps in the allocation holding that node.
+So the very same scenario code judges a SUT on a real cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dd_accept.errors import ClusterError, UsageError
+from dd_accept.slurm_docker.cluster import CONTROLLER
+from dd_accept.slurm_docker.layout import NodeLayout
+from dd_accept.slurm_docker.records import CommandLog, CommandRecord, decode, tail, utc_now_iso
+from dd_accept.slurm_docker.state import file_lock
+
+if TYPE_CHECKING:
+    from dd_accept.fixtures.sut.wheelhouse import Wheelhouse
+
+SLURM_COMMANDS = ("salloc", "srun", "scancel", "squeue", "sinfo", "scontrol")
+LOGIN = "login"  # how records name the login node
+
+
+def missing_slurm_commands(path: str | None = None) -> list[str]:
+    return [command for command in SLURM_COMMANDS if shutil.which(command, path=path) is None]
+
+
+def check_run_dir(run_dir: Path) -> Path:
+    """An absolute, existing, writable directory, or a usage error saying which it is not."""
+    if not run_dir.is_absolute():
+        raise UsageError(f"--run-dir must be an absolute path every node sees, got a relative one ({run_dir.name})")
+    if not run_dir.is_dir():
+        raise UsageError(f"--run-dir {run_dir.name}: no such directory (it must exist and be shared by every node)")
+    probe = run_dir / f".dd-accept-write-{uuid.uuid4().hex[:8]}"
+    try:
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError:
+        raise UsageError(f"--run-dir {run_dir.name} is not writable") from None
+    return run_dir
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmOptions:
+    """What a site needs on its allocations and steps (partition, account, time, GPUs, ...)."""
+
+    partition: str | None = None
+    account: str | None = None
+    time: str | None = None
+    gres: str | None = None
+    srun_args: tuple[str, ...] = ()
+
+    def salloc_args(self) -> tuple[str, ...]:
+        pairs = (("--partition", self.partition), ("--account", self.account), ("--gres", self.gres))
+        return tuple(f"{flag}={value}" for flag, value in pairs if value)
+
+
+@dataclass
+class ExistingCluster:
+    """A Slurm cluster this machine is a login node of; see the module docstring."""
+
+    run_dir: Path
+    options: SlurmOptions = field(default_factory=SlurmOptions)
+    name: str = "existing"
+    records: CommandLog = field(default_factory=CommandLog)
+    layout: NodeLayout | None = None
+    _jobs_by_node: dict[str, str] = field(default_factory=dict)
+    _children: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def host_shared_dir(self) -> Path:
+        return self.run_dir
+
+    @property
+    def nodes(self) -> list[str]:
+        return sorted(self._jobs_by_node)
+
+    @property
+    def salloc_args(self) -> tuple[str, ...]:
+        return self.options.salloc_args()
+
+    @property
+    def srun_args(self) -> tuple[str, ...]:
+        return self.options.srun_args
+
+    @property
+    def time_limit(self) -> str | None:
+        return self.options.time
+
+    def shared_path(self, *parts: str) -> tuple[str, Path]:
+        path = self.run_dir.joinpath(*parts)
+        return str(path), path
+
+    def allocated(self, job_id: str, nodes: Sequence[str]) -> None:
+        for node in nodes:
+            self._jobs_by_node[node] = job_id
+
+    # ---- commands -----------------------------------------------------------------------
+    def _on_node(self, argv: Sequence[str], node: str) -> list[str]:
+        if node in (CONTROLLER, LOGIN):
+            return list(argv)
+        job = self._jobs_by_node.get(node)
+        if job is None:
+            raise ClusterError(f"no allocation of this run holds node {node}; cannot run a command there")
+        return ["srun", f"--jobid={job}", "--overlap", "-N1", "-n1", f"--nodelist={node}", *self.srun_args, *argv]
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        node: str = CONTROLLER,
+        timeout: float = 60.0,
+        environment: Mapping[str, str] | None = None,
+    ) -> CommandRecord:
+        """Run a command on the login node (or as a step on a compute node); always recorded."""
+        command = self._on_node(argv, node)
+        start, began = utc_now_iso(), time.monotonic()
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, **(environment or {})},
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(process.pid, signal.SIGKILL)  # this command's own process group
+            out, err = process.communicate()
+        stdout = decode(out)
+        record = CommandRecord(
+            argv=tuple(command),
+            node=LOGIN if node == CONTROLLER else node,
+            start=start,
+            duration_s=round(time.monotonic() - began, 4),
+            exit_code=None if timed_out else process.returncode,
+            stdout_tail=tail(stdout),
+            stderr_tail=tail(decode(err)),
+            timed_out=timed_out,
+            stdout=stdout,
+        )
+        return self.records.add(record)
+
+    def start_detached(
+        self,
+        report_dir: str,
+        argv: Sequence[str],
+        *,
+        node: str = CONTROLLER,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:
+        """Start a command through the packaged `dd-bg`, which reports through `report_dir`."""
+        script = resources.files("dd_accept.slurm_docker").joinpath("recipe", "dd-bg")
+        child = subprocess.Popen(
+            ["bash", str(script), report_dir, *self._on_node(argv, node)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **(environment or {})},
+            start_new_session=True,
+        )
+        self._children.append(child)
+
+    def daemon_logs(self, lines: int = 2000) -> dict[str, str]:
+        """Slurm's daemon logs are the site's, not readable from a login node: none collected."""
+        return {}
+
+    def versions(self) -> dict[str, str]:
+        return {
+            "slurm": self.exec(["sinfo", "--version"], timeout=30).stdout.strip(),
+            "kernel": self.exec(["uname", "-r"], timeout=10).stdout.strip(),
+        }
+
+    def close(self) -> None:
+        """Reap the background launchers this object started (they end with their allocation)."""
+        for child in self._children:
+            try:
+                child.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+        self._children.clear()
+
+    # ---- the SUT on the nodes -----------------------------------------------------------
+    def install_sut(self, wheelhouse: Wheelhouse) -> NodeLayout:
+        """Install the SUT (offline, from the wheelhouse) and dd-accept's in-cluster code into
+        the shared run directory, once per SUT and harness version (keyed by both digests)."""
+        from dd_accept.slurm_docker.sut_image import harness_source_digest
+
+        key = f"{wheelhouse.digest[:16]}-{harness_source_digest()[:16]}"
+        base = self.run_dir / "dd-accept-sut" / key
+        layout = NodeLayout(venv=str(base / "venv"), harness_dir=str(base / "harness"))
+        base.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(base.parent / ".install.lock"):
+            if not (base / "installed").is_file():
+                shutil.rmtree(base, ignore_errors=True)
+                self._install(wheelhouse, base, layout)
+                (base / "installed").write_text(key)
+        self.layout = layout
+        return layout
+
+    def _install(self, wheelhouse: Wheelhouse, base: Path, layout: NodeLayout) -> None:
+        import dd_accept
+        from dd_accept.slurm_docker.sut_image import harness_files
+
+        shutil.copytree(wheelhouse.path, base / "wheelhouse")
+        root = Path(dd_accept.__file__).parent
+        for path in harness_files():
+            target = Path(layout.harness_dir) / "dd_accept" / path.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+        steps = [
+            ["python3", "-m", "venv", layout.venv],
+            [
+                layout.python,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-index",
+                "--disable-pip-version-check",
+                "--find-links",
+                str(base / "wheelhouse"),
+                *wheelhouse.install_requirements(),
+            ],
+        ]
+        for argv in steps:
+            record = self.exec(argv, timeout=600)
+            if not record.ok:
+                raise ClusterError(f"installing the SUT into the run directory failed: {record.describe()}")
+        freeze = self.exec([layout.python, "-m", "pip", "freeze", "--all"], timeout=120)
+        Path(layout.venv, "dd-accept-freeze.txt").write_text(freeze.stdout)
+        Path(layout.site_packages, "dd_accept.pth").write_text(layout.harness_dir + "\n")
+
+    def node_freeze(self) -> str:
+        if self.layout is None:
+            return ""
+        try:
+            return Path(self.layout.venv, "dd-accept-freeze.txt").read_text()
+        except OSError:
+            return ""
+
+    def check_shared(self, timeout: float = 120.0) -> None:
+        """Prove the run directory is the same on a compute node: a one-task job reads a marker
+        the login node just wrote. Raises a usage error naming the directory when it is not."""
+        marker = self.run_dir / f".dd-accept-shared-{uuid.uuid4().hex[:8]}"
+        marker.write_text(marker.name)
+        try:
+            argv = ["srun", "-N1", "-n1", "--job-name=dd-accept-check", *self.salloc_args]
+            if self.time_limit:
+                argv.append(f"--time={self.time_limit}")
+            record = self.exec([*argv, *self.srun_args, "cat", str(marker)], timeout=timeout)
+        finally:
+            marker.unlink(missing_ok=True)
+        if not record.ok:
+            raise UsageError(f"--run-dir check: a one-task job could not run: {record.describe()}")
+        if record.stdout.strip() != marker.name:
+            raise UsageError(
+                f"--run-dir {self.run_dir.name} is not shared with the compute nodes (a job could not read it there)"
+            )
