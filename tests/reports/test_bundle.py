@@ -181,3 +181,13 @@ def test_provenance_is_an_in_toto_test_result_statement(tmp_path, sanitizer):
     assert predicate["result"] == "FAILED" and predicate["failedTests"] == ["overload.total.attempts"]
     names = {c["name"] for c in predicate["configuration"]}
     assert {"dd-accept", "sut-runtime-source", "dependency-lock:harness", "dependency-lock:node-sut"} <= names
+
+
+def test_a_run_started_from_the_root_directory_keeps_its_documents_intact():
+    """Found on a login node (cwd "/"): the root as a path root once put a placeholder at every
+    slash and word boundary, and the bundle's JSON no longer parsed."""
+    document = json.dumps({"sut": {"spec": "data-designer-slurm==1.0.0rc1", "node_image": None}, "path": "/a/b"})
+    sanitized = Sanitizer(path_roots={"/": "<cwd>", "/work/run": "<run>"}, user_names=[], host_name="x").text(
+        document, "results.json"
+    )
+    assert json.loads(sanitized) == json.loads(document)

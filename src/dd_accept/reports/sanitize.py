@@ -118,6 +118,8 @@ class Sanitizer:
         """Rules made from this machine: its paths, users and name (audited the same way)."""
         rules = []
         for root, placeholder in sorted(self.path_roots.items(), key=lambda item: -len(item[0])):
+            if not root.rstrip("/"):
+                continue  # "/" (a run started from the root directory) is not a host detail to hide
             rules.append(
                 Rule("host_path", re.compile(re.escape(root.rstrip("/")) + r"(?=/|\b)"), lambda m, p=placeholder: p)
             )

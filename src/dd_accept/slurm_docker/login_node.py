@@ -266,7 +266,10 @@ class ExistingCluster:
             argv = ["srun", "-N1", "-n1", "--job-name=dd-accept-check", *self.salloc_args]
             if self.time_limit:
                 argv.append(f"--time={self.time_limit}")
-            record = self.exec([*argv, *self.srun_args, "cat", str(marker)], timeout=timeout)
+            # The task itself always exits 0: a failing srun is a scheduling problem, an empty
+            # output means the compute node does not see the file.
+            read = ["sh", "-c", 'cat "$1" 2>/dev/null; exit 0', "read-marker", str(marker)]
+            record = self.exec([*argv, *self.srun_args, *read], timeout=timeout)
         finally:
             marker.unlink(missing_ok=True)
         if not record.ok:
