@@ -7,6 +7,8 @@ run with two SUTs, it also writes the baseline/candidate comparison.
 """
 
 import json
+import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -31,6 +33,27 @@ def test_the_readme_gate_command_passes_on_the_released_sut(tmp_path):
     assert "**PASS**" in (tmp_path / "gate" / "gate.md").read_text()
     verified = run_cli("verify", str(tmp_path / "gate" / "candidate"))
     assert verified.returncode == 0, verified.stdout
+    _assert_the_dry_run_planned_what_the_run_did(tmp_path / "gate" / "candidate" / "commands.jsonl")
+
+
+def _normalized(argv: list[str]) -> tuple[str, ...]:
+    """A recorded command with what only a run knows (job id, node, run directory) as the plan writes it."""
+    text = "\0".join(argv)
+    text = re.sub(r"--jobid=\d+", "--jobid=$JOB", text)
+    text = re.sub(r"\bnode1\b", "$NODE", text)
+    text = re.sub(r"run-[0-9a-f]{8}", "run-<id>", text)
+    return tuple(text.split("\0"))
+
+
+def _assert_the_dry_run_planned_what_the_run_did(commands_file: Path) -> None:
+    plan = run_cli("run", "overload", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    planned = [shlex.split(line) for line in plan.stdout.splitlines() if not line.startswith("#")]
+    planned = [tuple(c[c.index("srun") :]) if "srun" in c else tuple(c) for c in planned if c[0] != "scancel"]
+    assert [c[0] for c in planned] == ["salloc", "srun", "srun", "srun", "srun"]  # replicas, proxy, two clients
+    recorded = {_normalized(json.loads(line)["argv"]) for line in commands_file.read_text().splitlines()}
+    missing = [" ".join(command) for command in planned if command not in recorded]
+    assert not missing, "planned but never run:\n" + "\n".join(missing)
 
 
 def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_path, sut_wheelhouse):

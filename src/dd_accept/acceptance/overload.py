@@ -85,6 +85,9 @@ def _report(events: list[dict[str, Any]], progress: ProgressWriter, phase: str) 
     )
 
 
+DEADLINES = {"partial": 120.0, "total": 150.0}  # the load client's own deadline per phase, seconds
+
+
 def run_overload(
     allocation: Allocation,
     run: deployment.RunDirectory,
@@ -120,7 +123,7 @@ def run_overload(
             mode="sut",
             profile=profile,
             name="partial",
-            **_client_load(options, options.records, deadline_s=120),
+            **client_load(options, options.records, deadline_s=DEADLINES["partial"]),
         )
         partial = _watch(client, run, "partial", progress, "partial overload", timeout=150)
         after = proxy.get(profile.proxy.metrics_path)["json"]
@@ -140,7 +143,7 @@ def run_overload(
             mode="sut",
             profile=profile,
             name="total",
-            **_client_load(options, options.recovery_records, deadline_s=150),
+            **client_load(options, options.recovery_records, deadline_s=DEADLINES["total"]),
         )
         try:
             # A SUT that never decreases is a finding for the checks below, not an error here.
@@ -170,7 +173,7 @@ def run_overload(
     return result
 
 
-def _client_load(options: OverloadOptions, records: int, deadline_s: float) -> dict[str, Any]:
+def client_load(options: OverloadOptions, records: int, deadline_s: float) -> dict[str, Any]:
     """The SUT client at full admission: as many workers as the initial limit, short answers."""
     return {
         "records": records,

@@ -179,11 +179,21 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         "records": args.records,
     }
     try:
-        OverloadOptions(**options)
+        overload = OverloadOptions(**options, seed=args.seed)
         for header in args.client_header:
             parse_header(header)
     except ValueError as error:
         raise UsageError(str(error)) from None
+    backend = _replica_backend(args)
+    if args.dry_run:
+        from dd_accept.harness.dry_run import print_plan
+
+        return print_plan(args, overload, backend, _slurm_options(args))
+    if backend is not None:
+        raise UsageError(
+            "--backend vllm runs as --dry-run only in this version: the overload scenario holds replica queues "
+            "through the synthetic replica's control plane, which vLLM does not have"
+        )
     request = RunRequest(
         scenario=args.scenario,
         drain={
@@ -206,6 +216,20 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         keep_cluster=args.keep_cluster,
     )
     return run(request, console)
+
+
+def _replica_backend(args: argparse.Namespace):
+    from dd_accept.fixtures.run_plan import VllmBackend
+
+    if args.backend == "synthetic":
+        given = [flag for flag, value in (("--model", args.model), ("--vllm-arg", args.vllm_arg)) if value]
+        if given or args.gpus_per_replica is not None:
+            raise UsageError(f"{(given or ['--gpus-per-replica'])[0]} applies to --backend vllm only")
+        return None
+    if not args.model:
+        raise UsageError("--backend vllm needs --model MODEL (what `vllm serve` loads)")
+    gpus = 1 if args.gpus_per_replica is None else args.gpus_per_replica
+    return VllmBackend(model=args.model, gpus_per_replica=gpus, extra_args=tuple(args.vllm_arg))
 
 
 def _slurm_options(args: argparse.Namespace):
@@ -439,6 +463,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--drain-window", type=_positive, help="seconds; replaces the SUT profile's drain window")
     run.add_argument("--drain-allowance", type=_positive, help="seconds; replaces the SUT profile's drain allowance")
     add_cluster_options(run)
+    replicas = run.add_argument_group("replicas (default: synthetic vLLM stand-ins)")
+    replicas.add_argument("--backend", choices=("synthetic", "vllm"), default="synthetic")
+    replicas.add_argument("--model", help="vllm: the model `vllm serve` loads")
+    replicas.add_argument("--gpus-per-replica", type=_whole(1), help="vllm: GPUs per replica step (default: 1)")
+    replicas.add_argument(
+        "--vllm-arg", action="append", default=[], metavar="ARG", help="vllm: extra `vllm serve` argument (repeat)"
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print every Slurm command and environment of the overload scenario; run nothing",
+    )
     run.set_defaults(handler=_cmd_run)
 
     gate = commands.add_parser(

@@ -127,6 +127,20 @@ def start_background(
     return command
 
 
+def salloc_argv(
+    cluster: SlurmCluster, *, nodes: int, job_name: str, time_limit: str = "30:00", extra: Sequence[str] = ()
+) -> list[str]:
+    """The allocation request, with the site's options (partition, account, time, gres) when set."""
+    limit = cluster.time_limit or time_limit
+    argv = ["salloc", "--no-shell", f"--nodes={nodes}", f"--job-name={job_name}", f"--time={limit}"]
+    return [*argv, *cluster.salloc_args, *extra]
+
+
+def srun_argv(job_id: str, argv: Sequence[str], options: Sequence[str] = (), site: Sequence[str] = ()) -> list[str]:
+    """A step in an allocation, overlapping the others, with the site's extra srun arguments."""
+    return ["srun", f"--jobid={job_id}", "--overlap", *site, *options, *argv]
+
+
 @dataclass
 class Allocation:
     """A job allocation held with `salloc --no-shell`; steps run in it with `srun`."""
@@ -147,9 +161,7 @@ class Allocation:
         extra: Sequence[str] = (),
         timeout: float = 60.0,
     ) -> Self:
-        time_limit = cluster.time_limit or time_limit
-        argv = ["salloc", "--no-shell", f"--nodes={nodes}", f"--job-name={job_name}", f"--time={time_limit}"]
-        argv += [*cluster.salloc_args, *extra]
+        argv = salloc_argv(cluster, nodes=nodes, job_name=job_name, time_limit=time_limit, extra=extra)
         record = cluster.exec(argv, timeout=timeout)
         match = _GRANTED.search(record.stderr_tail + record.stdout_tail)
         if not record.ok or match is None:
@@ -168,7 +180,7 @@ class Allocation:
 
     def srun_argv(self, argv: Sequence[str], options: Sequence[str] = ()) -> list[str]:
         """`srun` for a step in this allocation (overlapping the others), as the harness runs it."""
-        return ["srun", f"--jobid={self.job_id}", "--overlap", *self.cluster.srun_args, *options, *argv]
+        return srun_argv(self.job_id, argv, options, self.cluster.srun_args)
 
     def srun(self, argv: Sequence[str], *, options: Sequence[str] = (), timeout: float = 60.0) -> CommandRecord:
         return self.cluster.exec(self.srun_argv(argv, options), timeout=timeout)

@@ -1,0 +1,60 @@
+"""`dd-accept run overload --dry-run`: print the plan, start nothing, touch no engine.
+
+The SUT's profile decides the proxy's command line and the middleware, so it is needed; it
+comes from `--profile`, or from the built-in profiles by the SUT's pinned name and version
+(a requirement `name==version` or a wheel's file name). Nothing is fetched.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import parse_wheel_filename
+
+from dd_accept.errors import EXIT_PASS, UsageError
+from dd_accept.fixtures.run_plan import PlanTarget, VllmBackend, overload_plan, render
+from dd_accept.fixtures.sut.profile import SutProfile, load_profile, profile_for
+from dd_accept.fixtures.sut.spec import SutSpec
+from dd_accept.slurm_docker.layout import DOCKER_LAYOUT, NodeLayout
+from dd_accept.slurm_docker.login_node import SlurmOptions
+
+
+def _profile(spec: SutSpec, profile: str | None) -> SutProfile:
+    if profile:
+        return load_profile(Path(profile))
+    if spec.kind == "wheel":
+        name, version, *_ = parse_wheel_filename(Path(spec.value).name)
+        return profile_for(str(name), str(version))
+    if spec.kind == "requirement":
+        pins = [s.version for s in Requirement(spec.value).specifier if s.operator == "=="]
+        if len(pins) == 1:
+            return profile_for(spec.names[0], pins[0])
+    raise UsageError(f"--dry-run cannot tell the profile of --sut {spec.display} without fetching it; pass --profile")
+
+
+def print_plan(args: argparse.Namespace, options, backend: VllmBackend | None, slurm: SlurmOptions) -> int:
+    if args.scenario != "overload":
+        raise UsageError(f"--dry-run plans the overload scenario; got {args.scenario!r}")
+    spec = SutSpec.parse(args.sut)
+    profile = _profile(spec, args.profile)
+    if args.cluster == "existing":
+        if not args.run_dir or not Path(args.run_dir).is_absolute():
+            raise UsageError("--cluster existing needs --run-dir DIR, an absolute path every node shares")
+        base = f"{args.run_dir.rstrip('/')}/dd-accept-sut/<sut-and-harness-digest>"
+        layout = NodeLayout(venv=f"{base}/venv", harness_dir=f"{base}/harness")
+        run_dir = f"{args.run_dir.rstrip('/')}/runs/run-<id>"
+    else:
+        layout, run_dir = DOCKER_LAYOUT, "/shared/runs/run-<id>"
+    target = PlanTarget(layout, slurm.salloc_args(), slurm.srun_args, slurm.time)
+    plan = overload_plan(target, profile, options, run_dir, backend)
+    replicas = f"vLLM ({backend.model}, {backend.gpus_per_replica} GPU(s) each)" if backend else "synthetic"
+    header = [
+        f"dd-accept dry run: overload against {spec.display} (profile {profile.name})",
+        f"{options.replicas} {replicas} replicas on a{'n existing' if args.cluster == 'existing' else ' docker'} "
+        "Slurm cluster; nothing below has been run",
+        "$JOB, $NODE and the step ids are known once salloc answers; the token is made per run",
+    ]
+    print(render(plan, header), end="")
+    return EXIT_PASS

@@ -1,0 +1,71 @@
+"""`run overload --dry-run`: every Slurm command and environment, nothing started.
+
+(That the plan matches what a real run issues is checked against a real run's command
+records in tests/gate/test_gate_runs.py.)
+"""
+
+import shlex
+
+from tests.helpers import run_cli
+
+NOTHING = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}  # any engine use would fail the run
+
+
+def _plan(tmp_path, *args):
+    result = run_cli("run", "overload", "--dry-run", *args, env=NOTHING)
+    assert result.returncode == 0, result.stderr
+    commands = [shlex.split(line) for line in result.stdout.splitlines() if not line.startswith("#")]
+    return result.stdout, commands
+
+
+def test_vllm_dry_run_prints_every_slurm_command_with_site_options(tmp_path):
+    text, commands = _plan(
+        tmp_path, "--backend", "vllm", "--model", "org/model-8b", "--gpus-per-replica", "2",
+        "--vllm-arg=--max-num-seqs=64", "--cluster", "existing", "--run-dir", "/lustre/dd", "--partition", "gpu",
+        "--account", "llm", "--time", "45:00", "--gres", "gpu:8", "--srun-arg=--mpi=none", "--replicas", "4",
+    )  # fmt: skip
+    (salloc,) = [c for c in commands if c[0] == "salloc"]
+    assert {"--partition=gpu", "--account=llm", "--time=45:00", "--gres=gpu:8", "--exclusive"} <= set(salloc)
+    sruns = [c[c.index("srun") :] for c in commands if "srun" in c]
+    assert sruns and all("--mpi=none" in c for c in sruns)
+    replicas = [c for c in commands if "serve" in c]
+    assert len(replicas) == 4
+    for index, command in enumerate(replicas):
+        assert command[0] == "env" and any(part.startswith("DD_VLLM_MAX_WAITING_REQUESTS=") for part in command)
+        assert "--gres=gpu:2" in command and command[command.index("serve") + 1] == "org/model-8b"
+        assert command[command.index("--port") + 1] == str(8100 + index) and "--max-num-seqs=64" in command
+        assert command[command.index("--middleware") + 1].endswith(":QueueDepthBackpressureMiddleware")
+        assert command[command.index("serve") - 1].startswith("/lustre/dd/dd-accept-sut/")
+    (proxy,) = [c for c in commands if "proxy" in c]
+    assert [proxy[i + 1] for i, part in enumerate(proxy) if part == "--backend"] == [
+        f"http://$NODE:{8100 + i}" for i in range(4)
+    ]
+    clients = [c for c in commands if "dd_accept.harness.loadclient" in c]
+    assert [c[c.index("-J") + 1] for c in clients] == ["partial", "total"]
+    assert all(c[c.index("--model") + 1] == "org/model-8b" for c in clients)
+    assert commands[-1] == ["scancel", "$JOB"]
+    assert "nothing below has been run" in text
+    assert not (tmp_path / "evidence").exists()
+
+
+def test_synthetic_dry_run_on_the_docker_cluster(tmp_path):
+    _, commands = _plan(tmp_path, "--replicas", "3", "--sut", "data-designer-slurm==1.0.0rc1")
+    (replicas,) = [c for c in commands if "dd_accept.fixtures.backends.server" in c]
+    assert "-n3" in replicas and any(part.startswith("DD_ACCEPT_CONTROL_TOKEN=") for part in replicas[:3])
+    assert "/opt/sut/bin/python" in replicas
+
+
+def test_dry_run_and_backend_input_errors_are_one_line_exit_2(tmp_path):
+    cases = [
+        (["--backend", "vllm", "--dry-run"], "--backend vllm needs --model"),
+        (["--model", "m", "--dry-run"], "--model applies to --backend vllm only"),
+        (["--backend", "vllm", "--model", "m"], "runs as --dry-run only"),
+        (["--dry-run", "--sut", "data-designer-slurm>=1.0"], "pass --profile"),
+        (["--dry-run", "--cluster", "existing", "--run-dir", "rel"], "absolute path"),
+    ]
+    for args, needle in cases:
+        result = run_cli("run", "overload", *args, env=NOTHING)
+        assert result.returncode == 2 and needle in result.stderr, (args, result.stderr)
+        assert result.stderr.count("\n") == 1
+    drain = run_cli("run", "drain", "--dry-run", env=NOTHING)
+    assert drain.returncode == 2 and "plans the overload scenario" in drain.stderr
