@@ -4,7 +4,7 @@
 .PHONY: accept test setup lint format bench clean
 
 accept: setup
-	scripts/with-engine.sh scripts/accept.sh $(ARGS)
+	GATE="$(GATE)" scripts/with-engine.sh scripts/accept.sh $(ARGS)
 
 test: setup
 	scripts/with-engine.sh scripts/test.sh

@@ -159,10 +159,10 @@ class Allocation:
         job_name: str = "dd-accept",
         time_limit: str = "30:00",
         extra: Sequence[str] = (),
-        timeout: float = 60.0,
+        timeout: float | None = None,
     ) -> Self:
         argv = salloc_argv(cluster, nodes=nodes, job_name=job_name, time_limit=time_limit, extra=extra)
-        record = cluster.exec(argv, timeout=timeout)
+        record = cluster.exec(argv, timeout=timeout or cluster.allocation_timeout)
         match = _GRANTED.search(record.stderr_tail + record.stdout_tail)
         if not record.ok or match is None:
             raise ClusterError(f"allocation failed: {record.describe()}")

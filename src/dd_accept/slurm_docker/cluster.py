@@ -162,6 +162,7 @@ class SlurmCluster:
     salloc_args: ClassVar[tuple[str, ...]] = ()
     srun_args: ClassVar[tuple[str, ...]] = ()
     time_limit: ClassVar[str | None] = None
+    allocation_timeout: ClassVar[float] = 60.0  # an idle private cluster grants at once
 
     # ---- construction -------------------------------------------------------------------
     @classmethod

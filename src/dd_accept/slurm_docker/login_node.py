@@ -78,6 +78,7 @@ class ExistingCluster:
     name: str = "existing"
     records: CommandLog = field(default_factory=CommandLog)
     layout: NodeLayout | None = None
+    allocation_timeout: float = 3600.0  # a shared cluster may queue the allocation for a while
     _jobs_by_node: dict[str, str] = field(default_factory=dict)
     _children: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
