@@ -1,0 +1,76 @@
+"""junit.xml validates against the JUnit schema CI systems read: Jenkins xunit's junit-10.xsd.
+
+The schema is not vendored: it is taken from the published pytest source distribution on
+PyPI (pytest validates its own JUnit output against the same file), once per pytest
+version, and cached in the dd-accept state directory.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import pytest
+import xmlschema
+
+from dd_accept.reports.render import junit
+from dd_accept.slurm_docker.state import file_lock, state_root
+
+SCHEMA_MEMBER = "testing/example_scripts/junit-10.xsd"
+
+
+def _published_junit_schema() -> Path:
+    version = pytest.__version__
+    target = state_root() / "schemas" / f"junit-10-pytest-{version}.xsd"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(target.parent / ".lock"):
+        if not target.is_file():
+            with tempfile.TemporaryDirectory() as scratch:
+                subprocess.run(
+                    [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
+                     "--disable-pip-version-check", "-d", scratch, f"pytest=={version}"],
+                    check=True, capture_output=True,
+                )  # fmt: skip
+                (sdist,) = Path(scratch).glob("pytest-*.tar.gz")
+                with tarfile.open(sdist) as archive:
+                    member = archive.extractfile(f"pytest-{version}/{SCHEMA_MEMBER}")
+                    assert member is not None
+                    target.write_bytes(member.read())
+    return target
+
+
+@pytest.fixture(scope="module")
+def schema() -> xmlschema.XMLSchema:
+    return xmlschema.XMLSchema(str(_published_junit_schema()))
+
+
+def _results() -> dict:
+    def check(check_id, verdict, detail=""):
+        return {"id": check_id, "verdict": verdict, "expected": "e <&> 1", "observed": "o", "detail": detail}
+
+    return {
+        "scenarios": [
+            {
+                "name": "overload",
+                "checks": [check("overload.recovery", "pass"), check("overload.total.cooldown", "fail", "d")],
+            },
+            {"name": "health", "checks": [check("health.probe_isolation", "unsupported", "no monitor")]},
+            {"name": "drain", "error": "ClusterError: replicas did not start", "checks": []},
+        ]
+    }
+
+
+def test_every_verdict_kind_validates_against_the_published_schema(schema):
+    document = junit(_results())
+    schema.validate(document)  # raises with the offending element when it does not
+    assert "<failure" in document and "<skipped" in document and "<error" in document
+
+
+def test_the_schema_rejects_what_ci_systems_would_not_read(schema):
+    """Negative control: the validator is real — a testcase without its name fails."""
+    broken = junit(_results()).replace('name="overload.recovery"', "", 1)
+    with pytest.raises(xmlschema.XMLSchemaValidationError):
+        schema.validate(broken)
