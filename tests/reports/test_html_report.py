@@ -43,12 +43,18 @@ def _bundle(tmp_path):
             }
         )
     (run / "total.jsonl").write_text("".join(json.dumps(e) + "\n" for e in client))
-    (run / "replicas" / "events-0.jsonl").write_text(
-        "".join(
-            json.dumps({"t": 100.0 + n, "kind": "upstream", "replica": 0, "status": 429 if n < 4 else 200}) + "\n"
-            for n in range(7)
-        )
-    )
+    upstream = [{"t": 100.0 + n, "kind": "upstream", "replica": 0, "status": 429 if n < 4 else 200} for n in range(7)]
+    queue = [{"t": t, "kind": "queue", "waiting": w, "running": 0} for t, w in ((100.0, 0), (101.0, 2), (104.0, 0))]
+    (run / "replicas" / "events-0.jsonl").write_text("".join(json.dumps(e) + "\n" for e in upstream + queue))
+    # a drain phase: TERM at 110, KILL at 122; one stream completes, one is forced, one is lost
+    streams = [
+        {"t": 112.0, "started": 108.0, "kind": "request", "outcome": "ok", "done": True},
+        {"t": 122.1, "started": 108.5, "kind": "request", "outcome": "cut"},
+        {"t": 111.0, "started": 109.0, "kind": "request", "outcome": "cut"},
+    ]
+    (run / "allowance.jsonl").write_text("".join(json.dumps(e) + "\n" for e in streams))
+    mark = {"phase": "allowance", "stop_at": 110.0, "forced_at": 122.0, "window_s": 10, "allowance_s": 12}
+    (run / "drain-marks.jsonl").write_text(json.dumps(mark) + "\n")
     start = "1970-01-01T00:01:43.000Z"  # 103 s: a signal inside the timeline
     (raw / "commands.jsonl").write_text(
         json.dumps({"argv": ["scancel", "--signal=TERM", "1.1"], "start": start}) + "\n"
@@ -62,9 +68,14 @@ def _bundle(tmp_path):
 def test_the_report_is_self_contained_and_draws_every_chart(tmp_path):
     html = (_bundle(tmp_path) / "report.html").read_text()
     assert "<script" not in html and not re.search(r"(src|href)=\"(https?:)?//", html), "nothing fetched"
-    assert html.count("<svg") == 3  # admission limit, request timeline, replica outcomes
+    # admission limit + request timeline (total), drain timeline + request timeline (allowance),
+    # queue depth per replica, replica outcomes
+    assert html.count("<svg") == 6
     assert 'class="limit"' in html and 'class="sig"' in html and "m429" in html
     assert "overload.total.attempts" in html
+    assert "Queue depth per replica" in html and "replica 0: deepest queue 2" in html
+    assert "in flight at TERM: 1 completed, 1 forced, 1 lost" in html
+    assert 'class="window"' in html and 'class="term"' in html and 'class="allowance"' in html
 
 
 def test_the_report_renders_in_headless_chromium_without_console_errors(tmp_path):
@@ -80,7 +91,7 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(tmp_path
         check=False,
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert dom.stdout.count("<svg") == 3 and "<path" in dom.stdout and "<rect" in dom.stdout
+    assert dom.stdout.count("<svg") == 6 and "<path" in dom.stdout and "<rect" in dom.stdout
     assert ":CONSOLE(" not in dom.stderr, dom.stderr[-2000:]
     shot = tmp_path / "report.png"
     subprocess.run(

@@ -10,6 +10,7 @@ Replicas stay up throughout: only the endpoint is stopped, as in production shut
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from dataclasses import dataclass
@@ -73,6 +74,17 @@ def _stop_step(
     return stop_at, forced_at, checks.StepEnd(record.exit_code, time.time() - stop_at)
 
 
+def _mark(
+    run: deployment.RunDirectory, phase: str, profile: SutProfile, stop_at: float, forced_at: float | None = None
+) -> None:
+    _, path = run.path(checks.MARKS)
+    drain = profile.drain
+    row = {"phase": phase, "stop_at": stop_at, "forced_at": forced_at}
+    row |= {"window_s": drain.window_seconds, "allowance_s": drain.allowance_seconds}
+    with open(path, "a") as handle:
+        handle.write(json.dumps(row) + "\n")
+
+
 def run_drain(
     allocation: Allocation,
     run: deployment.RunDirectory,
@@ -99,6 +111,7 @@ def run_drain(
         replicas.wait_running(options.streams)
         time.sleep(options.stop_after_s)  # let the streams get under way: work is left when the stop begins
         stop_at, _, end = _stop_step(allocation, proxy, profile)
+        _mark(run, "scancel", profile, stop_at)
         client.wait(timeout=60)
         left = allocation.steps_by_name().get("proxy", [])
         result.add(checks.scancel_step(deployment.read_events(run, "scancel"), stop_at, end, left, window))
@@ -110,6 +123,7 @@ def run_drain(
         replicas.wait_running(1)
         time.sleep(options.stop_after_s)
         stop_at, forced_at, end = _stop_step(allocation, proxy, profile)
+        _mark(run, "allowance", profile, stop_at, forced_at)
         client.wait(timeout=60)
         result.add(checks.allowance(deployment.read_events(run, "allowance"), stop_at, forced_at, window, allowance_s))
 
@@ -175,6 +189,7 @@ def _cleanup_drill(
         drill.signal("TERM")
     else:
         allocation.cluster.exec(["touch", f"{state_cluster}/go"])
+    _mark(run, f"cleanup-{mode}", profile, stop_at)
     record = drill.wait(timeout=profile.drain.allowance_seconds + 30)
     client.wait(timeout=60)
     end = checks.StepEnd(_endpoint_exit(record.stderr_tail), time.time() - stop_at)

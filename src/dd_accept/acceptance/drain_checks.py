@@ -16,6 +16,7 @@ from typing import Any
 from dd_accept.acceptance.analysis import Event, of_kind
 from dd_accept.acceptance.results import CheckResult
 
+MARKS = "drain-marks.jsonl"  # when each stop began (and was forced): the drain chart's axis marks
 FORCE_TOLERANCE_S = 0.5  # a cut this close before the KILL counts as caused by it
 
 

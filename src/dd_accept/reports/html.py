@@ -18,6 +18,8 @@ from typing import Any
 
 import jinja2
 
+from dd_accept.acceptance.drain_checks import MARKS, classify
+
 WIDTH, ROW = 860, 14
 COLOURS = {"ok": "#2e7d32", "rate_limited": "#f9a825", "truncated": "#c62828", "error": "#c62828"}
 SIGNAL_COMMANDS = ("scancel", "kill")
@@ -155,6 +157,100 @@ def timeline_chart(requests: list[dict[str, Any]], commands: list[dict[str, Any]
     )
 
 
+def queue_chart(queues: dict[str, list[dict[str, Any]]]) -> str:
+    """Each replica's waiting queue over time (one row per replica, shared time axis): shows
+    which replicas were held in overload, how deep, and when they were relieved."""
+    series = {name: [e for e in rows if e.get("kind") == "queue"] for name, rows in queues.items()}
+    series = {name: rows for name, rows in series.items() if rows}
+    if not series:
+        return ""
+    times = [e["t"] for rows in series.values() for e in rows]
+    t0, t1 = min(times), max(times)
+    top = max(1, max(e.get("waiting", 0) for rows in series.values() for e in rows))
+    band = 34
+    height = band * len(series)
+    parts = []
+    for row, (name, rows) in enumerate(sorted(series.items(), key=lambda item: _replica_order(item[0]))):
+        base = (row + 1) * band - 6
+
+        def y(waiting: float, base: int = base) -> float:
+            return base - (band - 12) * waiting / top
+
+        points = [f"M{_x(t0, t0, t1):.1f},{base}"]
+        for event in sorted(rows, key=lambda e: e["t"]):
+            x = _x(event["t"], t0, t1)
+            points.append(f"H{x:.1f}V{y(event.get('waiting', 0)):.1f}")
+        points.append(f"H{_x(t1, t0, t1):.1f}")
+        deepest = max(e.get("waiting", 0) for e in rows)
+        parts.append(
+            f'<text x="2" y="{base - 4}" class="tick">{escape(name)}</text>'
+            f'<line x1="40" x2="{WIDTH - 20}" y1="{base}" y2="{base}" class="grid"/>'
+            f'<path d="{"".join(points)}" class="queue"><title>{escape(name)}: deepest queue {deepest}</title></path>'
+        )
+    return (
+        f"<figure><figcaption>Queue depth per replica over time (waiting requests; full height = {top})"
+        f"</figcaption>"
+        f'<svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="queue depth per replica">'
+        f"{_axis(t0, t1, height)}{''.join(parts)}</svg></figure>"
+    )
+
+
+def _replica_order(name: str) -> tuple[int, str]:
+    digits = "".join(ch for ch in name if ch.isdigit())
+    return (int(digits) if digits else 0, name)
+
+
+DRAIN_COLOURS = {"completed": "#2e7d32", "forced": "#f9a825", "lost": "#c62828", "ended before the stop": "#9e9e9e"}
+
+
+def drain_chart(streams: list[dict[str, Any]], mark: dict[str, Any], title: str) -> str:
+    """The drain timeline: every stream against the stop (TERM), the drain window, the end of
+    the allowance and the KILL, coloured by how it ended (completed, forced, lost)."""
+
+    rows = [e for e in streams if e.get("kind") == "request" and isinstance(e.get("t"), int | float)]
+    stop, forced = mark["stop_at"], mark.get("forced_at")
+    if not rows or not isinstance(stop, int | float):
+        return ""
+    window, allowance = float(mark.get("window_s") or 0), float(mark.get("allowance_s") or 0)
+    t0 = min(min(e.get("started", e["t"]) for e in rows), stop) - 0.5
+    t1 = max(max(e["t"] for e in rows), stop + allowance, forced or 0) + 0.5
+    height = len(rows[:60]) * ROW + 10
+    spans = []
+    for i, event in enumerate(sorted(rows, key=lambda e: e.get("started", e["t"]))[:60]):
+        outcome = classify(event, stop, forced)
+        a, b = _x(event.get("started", event["t"]), t0, t1), _x(event["t"], t0, t1)
+        spans.append(
+            f'<line x1="{a:.1f}" x2="{max(b, a + 1):.1f}" y1="{8 + i * ROW}" y2="{8 + i * ROW}" '
+            f'stroke="{DRAIN_COLOURS[outcome]}" class="span"><title>{escape(outcome)}</title></line>'
+        )
+    x_stop = _x(stop, t0, t1)
+    marks = [
+        f'<rect x="{x_stop:.1f}" y="0" width="{_x(stop + window, t0, t1) - x_stop:.1f}" height="{height}" '
+        f'class="window"><title>drain window {window:g}s</title></rect>',
+        f'<line x1="{x_stop:.1f}" x2="{x_stop:.1f}" y1="0" y2="{height}" class="term"><title>TERM</title></line>',
+    ]
+    if allowance:
+        x_allow = _x(stop + allowance, t0, t1)
+        marks.append(
+            f'<line x1="{x_allow:.1f}" x2="{x_allow:.1f}" y1="0" y2="{height}" class="allowance">'
+            f"<title>allowance {allowance:g}s</title></line>"
+        )
+    if forced is not None:
+        x_kill = _x(forced, t0, t1)
+        marks.append(
+            f'<line x1="{x_kill:.1f}" x2="{x_kill:.1f}" y1="0" y2="{height}" class="sig"><title>KILL</title></line>'
+        )
+    counts = Counter(classify(e, stop, forced) for e in rows if e.get("started", e["t"]) < stop <= e["t"])
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no stream in flight"
+    return (
+        f"<figure><figcaption>Drain timeline — {escape(title)}: in flight at TERM: {escape(summary)}. "
+        f"Blue band: the {window:g}s drain window; grey line: the {allowance:g}s allowance; red dashes: KILL; "
+        "streams green completed, amber forced, red lost</figcaption>"
+        f'<svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="drain timeline">'
+        f"{''.join(marks)}{_axis(t0, t1, height)}{''.join(spans)}</svg></figure>"
+    )
+
+
 TEMPLATE = jinja2.Template(
     """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -169,6 +265,8 @@ figure{margin:1.5em 0} figcaption{font-size:.85em;color:#555;margin-bottom:4px}
 svg{width:100%;height:auto;background:#fafafa;border:1px solid #eee}
 .grid{stroke:#e4e4e4} .tick{font-size:10px;fill:#666} .limit{fill:none;stroke:#1565c0;stroke-width:2}
 .m429{fill:#f9a825} .span{stroke-width:6} .sig{stroke:#c62828;stroke-width:1.5;stroke-dasharray:4 2}
+.queue{fill:none;stroke:#6a1b9a;stroke-width:1.5} .window{fill:#1565c0;fill-opacity:.08}
+.term{stroke:#b71c1c;stroke-width:2} .allowance{stroke:#757575;stroke-width:1.5;stroke-dasharray:2 2}
 code{font-size:.85em}
 </style></head><body>
 <h1>dd-accept <span class="{{ results.verdict }}">{{ results.verdict | upper }}</span></h1>
@@ -197,10 +295,19 @@ def render_bundle(bundle: Path) -> str:
     charts: list[str] = []
     events = bundle / "events"
     for run in sorted(p for p in events.iterdir() if p.is_dir()) if events.is_dir() else []:
-        replica_events = [e for f in sorted((run / "replicas").glob("*.jsonl")) for e in _read_jsonl(f)]
+        per_replica = {
+            f"replica {f.stem.removeprefix('events-')}": _read_jsonl(f)
+            for f in sorted((run / "replicas").glob("*.jsonl"))
+        }
+        replica_events = [e for rows in per_replica.values() for e in rows]
+        marks = {m.get("phase"): m for m in _read_jsonl(run / MARKS)} if (run / MARKS).is_file() else {}
         for client in sorted(run.glob("*.jsonl")):
+            if client.name == MARKS:
+                continue
             rows = _read_jsonl(client)
             title = f"{run.name} / {client.stem}"
+            if client.stem in marks:
+                charts.append(drain_chart(rows, marks[client.stem], title))
             charts += [admission_chart(rows, title), timeline_chart(rows, commands, title)]
-        charts.append(replica_chart(replica_events))
+        charts += [queue_chart(per_replica), replica_chart(replica_events)]
     return TEMPLATE.render(results=results, charts=[jinja2.filters.Markup(c) for c in charts if c])
