@@ -70,6 +70,9 @@ def synthetic_run(raw: Path, requests: int, replicas: int = 8) -> None:
                     )
                     + "\n"
                 )
+                for offset, running in ((0.0, 1), (0.7, 0)):  # the replica's queue events around it
+                    queue = {"t": t0 + n * 0.01 + offset, "source": f"replica-{replica}", "kind": "queue"}
+                    events.write(json.dumps({**queue, "waiting": 0, "running": running}) + "\n")
         (run / "replicas" / f"replica-{replica}.log").write_text("INFO started at 10.213.0.3\\n" * 200)
     (run / "proxy.log").write_text("slurm proxy ready\n" * 500)
     with open(raw / "commands.jsonl", "w") as commands:

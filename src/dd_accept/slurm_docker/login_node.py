@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dd_accept.errors import ClusterError, UsageError
-from dd_accept.slurm_docker.cluster import CONTROLLER
+from dd_accept.slurm_docker.cluster import CONTROLLER, SlurmCluster
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord, decode, tail, utc_now_iso
 from dd_accept.slurm_docker.state import file_lock
@@ -183,11 +183,7 @@ class ExistingCluster:
         """Slurm's daemon logs are the site's, not readable from a login node: none collected."""
         return {}
 
-    def versions(self) -> dict[str, str]:
-        return {
-            "slurm": self.exec(["sinfo", "--version"], timeout=30).stdout.strip(),
-            "kernel": self.exec(["uname", "-r"], timeout=10).stdout.strip(),
-        }
+    versions = SlurmCluster.versions  # the same two recorded commands, run here on the login node
 
     def close(self) -> None:
         """Reap the background launchers this object started (they end with their allocation)."""
