@@ -73,3 +73,7 @@ def test_gate_cli_rejects_a_bad_file_with_one_line_and_starts_nothing(tmp_path):
     assert run_cli("gate", "--config", str(tmp_path / "missing.toml")).returncode == 2
     three = run_cli("gate", "--config", str(EXAMPLE), "--sut", "a", "--sut", "b", "--sut", "c", "--out", str(out))
     assert three.returncode == 2 and "one --sut" in three.stderr and not out.exists()
+    not_a_wheel = tmp_path / "notes.whl"
+    not_a_wheel.write_text("hello")
+    bad = run_cli("gate", "--config", str(EXAMPLE), "--sut", str(not_a_wheel), "--out", str(out))
+    assert bad.returncode == 2 and "is not a wheel" in bad.stderr and not out.exists()

@@ -76,6 +76,19 @@ def _assert_the_dry_run_planned_what_the_run_did(commands_file: Path) -> None:
     assert not missing, "planned but never run:\n" + "\n".join(missing)
 
 
+def test_a_gate_that_cannot_finish_leaves_nothing_half_written(tmp_path):
+    """The baseline's wheels cannot be fetched: exit 2, one line, and no gate directory
+    (not even the part made before the failure)."""
+    out = tmp_path / "gate"
+    result = run_cli(
+        "--quiet", "gate", "--config", str(REPOSITORY / "docs" / "gate.example.toml"),
+        "--sut", "data-designer-slurm==99.0.0", "--sut", "data-designer-slurm==1.0.0rc1", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "cannot fetch the wheels" in result.stderr
+    assert not out.exists()
+
+
 def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_path, sut_wheelhouse):
     (wheel,) = sut_wheelhouse.sut_wheels
     local = tmp_path / wheel.file

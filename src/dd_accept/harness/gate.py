@@ -10,6 +10,7 @@ candidate's: 0 the gate passes, 1 it does not, 2 the run could not be judged.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,7 +80,8 @@ def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None):
         profile=gate.gate.profile,
         out=out,
         options={key: getattr(options, key) for key in OVERLOAD_KEYS},
-        allow_unsupported=bool(gate.gate.allow_unsupported),
+        # Bundles keep the strict verdict; the gate itself allows only the checks its file names.
+        allow_unsupported=False,
         seed=options.seed,
         sign_key=sign_key,
         parallel=options.parallel,
@@ -112,9 +114,13 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
     roles = dict(zip(("baseline", "candidate") if len(suts) == 2 else ("candidate",), suts, strict=True))
     out = prepare_out(out)
     codes: dict[str, int] = {}
-    for role, sut in roles.items():
-        console.on_step(f"gate {gate.gate.name}: {role} {sut}")
-        codes[role] = run(_request(gate, sut, out / role, sign_key), console)
+    try:
+        for role, sut in roles.items():
+            console.on_step(f"gate {gate.gate.name}: {role} {sut}")
+            codes[role] = run(_request(gate, sut, out / role, sign_key), console)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # a gate that did not finish leaves nothing half-written
+        raise
     candidate = json.loads((out / "candidate" / "results.json").read_text())
     checks = judge(gate, candidate)
     verdict = "pass" if all(c.verdict == "pass" for c in checks) else "fail"
@@ -153,7 +159,11 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
 
 
 def resolve_suts(gate: GateFile, cli_suts: list[str]) -> list[str]:
+    from dd_accept.fixtures.sut.spec import SutSpec
+
     suts = cli_suts or list(gate.gate.suts)
     if len(suts) > 2:
         raise UsageError("gate takes one --sut (the candidate) or two (baseline, then candidate)")
+    for sut in suts:
+        SutSpec.parse(sut)  # a path that is not there, or not a wheel: said before anything starts
     return suts
