@@ -101,6 +101,39 @@ def test_run_overload_on_an_existing_cluster_from_its_login_node(login_node):
     assert not cluster.exec(["squeue", "-h"]).stdout.strip()  # nothing left in the queue
 
 
+# rc1's verdicts on the docker cluster (README, "What it finds"): the login-node run must agree.
+RC1_FAILS = {
+    "drain.sut_cleanup.completion",
+    "drain.sut_cleanup.failure",
+    "drain.sut_cleanup.cancel",
+    "health.probe_isolation",
+}
+
+
+@pytest.mark.cluster
+def test_drain_health_and_streaming_judge_rc1_as_on_the_docker_cluster(login_node):
+    """The other scenarios from the login node: the drills (background launchers signalled
+    by PID, steps signalled with scancel) and node-local probes behave as on the docker
+    cluster, and rc1 gets the same verdicts check by check."""
+    cluster, login, wheelhouse = login_node
+    (wheel,) = wheelhouse.sut_wheels
+    record = _dd_accept(
+        cluster, "run", "drain,health,streaming", "--parallel", "1", "--cluster", "existing",
+        "--run-dir", f"{LOGIN}/run", "--sut", f"{LOGIN}/sut-wheels/{wheel.file}", "--out", f"{LOGIN}/evidence-rest",
+        timeout=1500,
+    )  # fmt: skip
+    assert record.exit_code == 1, record.describe() + "\n" + record.stderr_tail[-3000:]  # rc1 fails, as it should
+    results = json.loads((login / "evidence-rest" / "results.json").read_text())
+    assert [s["name"] for s in results["scenarios"]] == ["drain", "health", "streaming"]
+    assert all(s["error"] is None for s in results["scenarios"])
+    verdicts = {c["id"]: c["verdict"] for s in results["scenarios"] for c in s["checks"]}
+    assert len(verdicts) == 11
+    assert {check for check, verdict in verdicts.items() if verdict == "fail"} == RC1_FAILS
+    assert {verdict for check, verdict in verdicts.items() if check not in RC1_FAILS} == {"pass"}
+    assert run_cli("verify", str(login / "evidence-rest")).returncode == 0
+    assert not cluster.exec(["squeue", "-h"]).stdout.strip()
+
+
 @pytest.mark.cluster
 def test_a_run_dir_the_compute_nodes_do_not_share_is_exit_2(login_node):
     cluster, login, wheelhouse = login_node
