@@ -1,0 +1,52 @@
+"""What a gate file's sections become: the run request, and the scenarios' pytest options."""
+
+import itertools
+from pathlib import Path
+
+from dd_accept.harness.gate import _request
+from dd_accept.harness.gate_file import parse_gate
+from dd_accept.harness.runner import _pytest_argv
+
+GATE = """
+[gate]
+name = "site"
+scenarios = ["overload", "drain"]
+[options]
+replicas = 4
+overloaded = 1
+parallel = 1
+[thresholds]
+drain_window_s = 8
+drain_allowance_s = 9.5
+[cluster]
+mode = "existing"
+run_dir = "/lustre/dd"
+partition = "gpu"
+account = "llm"
+time = "45:00"
+gres = "gpu:8"
+srun_args = ["--mpi=none", "--cpu-bind=none"]
+"""
+
+
+def test_gate_sections_reach_the_scenarios_as_options(tmp_path):
+    gate = parse_gate(GATE, "site.toml")
+    request = _request(gate, "data-designer-slurm==1.0.0rc1", tmp_path / "out", None)
+    assert request.scenarios() == ["overload", "drain"] and request.allow_unsupported is False
+    assert request.cluster_mode == "existing" and request.run_dir == Path("/lustre/dd")
+    assert request.slurm.salloc_args() == ("--partition=gpu", "--account=llm", "--gres=gpu:8")
+    argv = _pytest_argv(request, tmp_path)
+    pairs = dict(itertools.pairwise(argv))
+    assert pairs["--dd-cluster-mode"] == "existing" and pairs["--dd-run-dir"] == "/lustre/dd"
+    assert pairs["--dd-partition"] == "gpu" and pairs["--dd-account"] == "llm" and pairs["--dd-time"] == "45:00"
+    assert pairs["--dd-gres"] == "gpu:8" and pairs["--dd-replicas"] == "4" and pairs["--dd-overloaded"] == "1"
+    assert "--dd-srun-arg=--mpi=none" in argv and "--dd-srun-arg=--cpu-bind=none" in argv
+    assert pairs["--dd-drain-window"] == "8.0" and pairs["--dd-drain-allowance"] == "9.5"
+    assert "-n" not in argv  # parallel = 1: one allocation at a time
+
+
+def test_a_docker_gate_passes_no_login_node_options(tmp_path):
+    gate = parse_gate('[gate]\nname = "g"\nscenarios = ["overload"]\n', "g.toml")
+    argv = _pytest_argv(_request(gate, "x==1", tmp_path, None), tmp_path)
+    assert not [part for part in argv if part.startswith(("--dd-cluster-mode", "--dd-run-dir", "--dd-srun-arg"))]
+    assert "--dd-drain-window" not in argv
