@@ -123,3 +123,27 @@ def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_
     assert "<table" in (out / "comparison.html").read_text()
     for role in ("baseline", "candidate"):
         assert run_cli("verify", str(out / role)).returncode == 0
+
+
+def test_drain_thresholds_of_a_gate_file_replace_the_profiles(tmp_path):
+    """Negative control of the drain thresholds: rc1's endpoint drains in about 3 s, so a
+    gate demanding a 2 s window fails drain.scancel_step, and the 4 s allowance is where the
+    long stream is forced (the profile says 10 s and 12 s, under which both pass)."""
+    config = tmp_path / "drain.toml"
+    config.write_text(
+        '[gate]\nname = "drain"\nscenarios = ["drain"]\n[thresholds]\ndrain_window_s = 2\ndrain_allowance_s = 4\n'
+    )
+    out = tmp_path / "gate"
+    result = run_cli("--quiet", "gate", "--config", str(config), "--out", str(out), timeout=900)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-2000:]
+    checks = {
+        c["id"]: c for c in json.loads((out / "candidate" / "results.json").read_text())["scenarios"][0]["checks"]
+    }
+    scancel = checks["drain.scancel_step"]
+    assert scancel["verdict"] == "fail" and "within 2s" in scancel["expected"]
+    assert 2 < scancel["metrics"]["endpoint_exit_s"] < 10
+    allowance = checks["drain.allowance"]
+    assert allowance["verdict"] == "pass" and "the 4s allowance" in allowance["expected"]
+    assert "forced at 4." in allowance["observed"]
+    gate = json.loads((out / "gate.json").read_text())
+    assert gate["verdict"] == "fail" and "drain.scancel_step" in gate["checks"][0]["observed"]
