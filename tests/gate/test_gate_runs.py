@@ -97,13 +97,14 @@ def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_
     config.write_text(
         "[gate]\n"
         'name = "strict"\n'
-        'scenarios = ["overload"]\n'
+        'scenarios = ["overload", "streaming"]\n'
         "[options]\n"
         "replicas = 4\n"
         "overloaded = 3\n"  # as many overloaded replicas as the proxy has attempts: 429s reach the client
         "records = 16\n"
         "[thresholds]\n"
         "max_error_rate = 0.0\n"
+        "max_ttft_p99_s = 2.0\n"  # positive control of the TTFT threshold: rc1 streams start in milliseconds
     )
     out = tmp_path / "gate"
     result = run_cli(
@@ -116,6 +117,7 @@ def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_
     assert checks["gate.max_error_rate"]["verdict"] == "fail"
     assert checks["gate.max_error_rate"]["metrics"]["client_error_rate"] > 0
     assert checks["gate.checks"]["verdict"] == "pass"  # the SUT behaves correctly; only the gate's demand fails
+    assert checks["gate.max_ttft_p99"]["verdict"] == "pass" and checks["gate.max_ttft_p99"]["metrics"]["ttft_p99_s"] > 0
     assert sorted(document["bundles"]) == ["baseline", "candidate"]
     comparison = (out / "comparison.md").read_text()
     assert "data-designer-slurm==1.0.0rc1" in comparison and "| `overload.partial.completes` |" in comparison
@@ -131,14 +133,15 @@ def test_drain_thresholds_of_a_gate_file_replace_the_profiles(tmp_path):
     long stream is forced (the profile says 10 s and 12 s, under which both pass)."""
     config = tmp_path / "drain.toml"
     config.write_text(
-        '[gate]\nname = "drain"\nscenarios = ["drain"]\n[thresholds]\ndrain_window_s = 2\ndrain_allowance_s = 4\n'
+        '[gate]\nname = "drain"\nscenarios = ["drain", "streaming"]\n'
+        "[thresholds]\ndrain_window_s = 2\ndrain_allowance_s = 4\n"
+        "max_ttft_p99_s = 0.001\n"  # negative control of the TTFT threshold: no stream starts within 1 ms
     )
     out = tmp_path / "gate"
     result = run_cli("--quiet", "gate", "--config", str(config), "--out", str(out), timeout=900)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-2000:]
-    checks = {
-        c["id"]: c for c in json.loads((out / "candidate" / "results.json").read_text())["scenarios"][0]["checks"]
-    }
+    scenarios = json.loads((out / "candidate" / "results.json").read_text())["scenarios"]
+    checks = {c["id"]: c for scenario in scenarios for c in scenario["checks"]}
     scancel = checks["drain.scancel_step"]
     assert scancel["verdict"] == "fail" and "within 2s" in scancel["expected"]
     assert 2 < scancel["metrics"]["endpoint_exit_s"] < 10
@@ -147,3 +150,5 @@ def test_drain_thresholds_of_a_gate_file_replace_the_profiles(tmp_path):
     assert "forced at 4." in allowance["observed"]
     gate = json.loads((out / "gate.json").read_text())
     assert gate["verdict"] == "fail" and "drain.scancel_step" in gate["checks"][0]["observed"]
+    ttft = next(c for c in gate["checks"] if c["id"] == "gate.max_ttft_p99")
+    assert ttft["verdict"] == "fail" and ttft["metrics"]["ttft_p99_s"] > 0.001
