@@ -34,7 +34,8 @@ def test_vllm_dry_run_prints_every_slurm_command_with_site_options(tmp_path):
         assert command[0] == "env" and any(part.startswith("DD_VLLM_MAX_WAITING_REQUESTS=") for part in command)
         assert "--gres=gpu:2" in command and command[command.index("serve") + 1] == "org/model-8b"
         assert command[command.index("--port") + 1] == str(8100 + index) and "--max-num-seqs=64" in command
-        assert command[command.index("--middleware") + 1].endswith(":QueueDepthBackpressureMiddleware")
+        middleware = command[command.index("--middleware") + 1]  # vLLM's form: module.Object, no colon
+        assert middleware == "data_designer.slurm.runtime.backpressure.QueueDepthBackpressureMiddleware"
         assert command[command.index("serve") - 1].startswith("/lustre/dd/dd-accept-sut/")
     (proxy,) = [c for c in commands if "proxy" in c]
     assert [proxy[i + 1] for i, part in enumerate(proxy) if part == "--backend"] == [
