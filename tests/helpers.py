@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -40,3 +43,24 @@ def labelled_objects(name: str | None = None) -> list[str]:
 
 def files_under(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+
+
+def _normalized(argv: list[str]) -> tuple[str, ...]:
+    """A recorded command with what only a run knows (job id, node, run directory) as the plan writes it."""
+    text = "\0".join(argv)
+    text = re.sub(r"--jobid=\d+", "--jobid=$JOB", text)
+    text = re.sub(r"\bnode1\b", "$NODE", text)
+    text = re.sub(r"run-[0-9a-f]{8}", "run-<id>", text)
+    return tuple(text.split("\0"))
+
+
+def assert_the_dry_run_planned_what_the_run_did(commands_file: Path, *dry_run_args: str, srun_steps: int) -> None:
+    """Every salloc and srun `run overload --dry-run ARGS` prints is in a real run's command records."""
+    plan = run_cli("run", "overload", "--dry-run", *dry_run_args)
+    assert plan.returncode == 0, plan.stderr
+    planned = [shlex.split(line) for line in plan.stdout.splitlines() if not line.startswith("#")]
+    planned = [tuple(c[c.index("srun") :]) if "srun" in c else tuple(c) for c in planned if c[0] != "scancel"]
+    assert [c[0] for c in planned] == ["salloc", *["srun"] * srun_steps]
+    recorded = {_normalized(json.loads(line)["argv"]) for line in commands_file.read_text().splitlines()}
+    missing = [" ".join(command) for command in planned if command not in recorded]
+    assert not missing, "planned but never run:\n" + "\n".join(missing)

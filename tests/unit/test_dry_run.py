@@ -41,8 +41,14 @@ def test_vllm_dry_run_prints_every_slurm_command_with_site_options(tmp_path):
     assert [proxy[i + 1] for i, part in enumerate(proxy) if part == "--backend"] == [
         f"http://$NODE:{8100 + i}" for i in range(4)
     ]
-    clients = [c for c in commands if "dd_accept.harness.loadclient" in c]
+    clients = [c for c in commands if "dd_accept.harness.loadclient" in c and c[c.index("--mode") + 1] == "sut"]
     assert [c[c.index("-J") + 1] for c in clients] == ["partial", "total"]
+    # vLLM has no control plane: pressure steps hold the queues, 2 replicas (partial), then the rest
+    pressure = [c for c in commands if "dd_accept.harness.loadclient" in c and c[c.index("--mode") + 1] == "raw"]
+    assert [c[c.index("-J") + 1] for c in pressure] == [f"pressure-{i}" for i in range(4)]
+    assert [c[c.index("--endpoint") + 1] for c in pressure] == [f"http://$NODE:{8100 + i}" for i in range(4)]
+    assert {c[c.index("--concurrency") + 1] for c in pressure} == {"65"}  # --max-num-seqs=64 running + 1 waiting
+    assert ["scancel", "--signal=TERM", "$PRESSURE_STEPS"] in commands
     assert all(c[c.index("--model") + 1] == "org/model-8b" for c in clients)
     assert commands[-1] == ["scancel", "$JOB"]
     assert "nothing below has been run" in text
@@ -60,7 +66,7 @@ def test_dry_run_and_backend_input_errors_are_one_line_exit_2(tmp_path):
     cases = [
         (["--backend", "vllm", "--dry-run"], "--backend vllm needs --model"),
         (["--model", "m", "--dry-run"], "--model applies to --backend vllm only"),
-        (["--backend", "vllm", "--model", "m"], "runs as --dry-run only"),
+        (["--model", "m", "--vllm-command", "/x/vllm"], "--model applies to --backend vllm only"),
         (["--dry-run", "--sut", "data-designer-slurm>=1.0"], "pass --profile"),
         (["--dry-run", "--cluster", "existing", "--run-dir", "rel"], "absolute path"),
     ]
@@ -70,3 +76,6 @@ def test_dry_run_and_backend_input_errors_are_one_line_exit_2(tmp_path):
         assert result.stderr.count("\n") == 1
     drain = run_cli("run", "drain", "--dry-run", env=NOTHING)
     assert drain.returncode == 2 and "plans the overload scenario" in drain.stderr
+    vllm_drain = run_cli("run", "drain", "--backend", "vllm", "--model", "m", "--out", str(tmp_path / "o"), env=NOTHING)
+    assert vllm_drain.returncode == 2 and "runs the overload scenario only" in vllm_drain.stderr
+    assert vllm_drain.stderr.count("\n") == 1 and not (tmp_path / "o").exists()

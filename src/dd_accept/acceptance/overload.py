@@ -20,6 +20,7 @@ from dd_accept.acceptance.analysis import admission, of_kind, with_prefix
 from dd_accept.acceptance.progress import ProgressWriter
 from dd_accept.acceptance.results import ScenarioResult
 from dd_accept.fixtures import deployment
+from dd_accept.fixtures.backends.vllm import VllmBackend
 from dd_accept.fixtures.sut.profile import SutProfile
 from dd_accept.harness.waiting import WaitTimeout, wait_until
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand
@@ -96,20 +97,33 @@ def run_overload(
     progress: ProgressWriter,
     *,
     fast: tuple[str, ...] = ("--ttft-ms", "5", "--itl-ms", "1"),
+    backend: VllmBackend | None = None,
 ) -> ScenarioResult:
     result = ScenarioResult("overload", started=time.time())
     max_attempts = profile.proxy.max_upstream_attempts
     progress.emit("deploying", replicas=options.replicas)
-    replicas = deployment.start_replicas(
-        allocation,
-        options.replicas,
-        run=run,
-        profile=profile,
-        threshold=options.threshold,
-        retry_after=options.retry_after,
-        options=fast,
-        seed=options.seed,
-    )
+    if backend is None:
+        replicas = deployment.start_replicas(
+            allocation,
+            options.replicas,
+            run=run,
+            profile=profile,
+            threshold=options.threshold,
+            retry_after=options.retry_after,
+            options=fast,
+            seed=options.seed,
+        )
+    else:
+        replicas = deployment.start_vllm_replicas(
+            allocation,
+            options.replicas,
+            run=run,
+            profile=profile,
+            backend=backend,
+            threshold=options.threshold,
+            retry_after=options.retry_after,
+        )
+    model = {} if backend is None else {"model": backend.model}
     proxy = deployment.start_proxy(allocation, replicas, profile=profile, retry_after=options.retry_after)
     try:
         # -- partial ------------------------------------------------------------------------
@@ -124,6 +138,7 @@ def run_overload(
             profile=profile,
             name="partial",
             **client_load(options, options.records, deadline_s=DEADLINES["partial"]),
+            **model,
         )
         partial = _watch(client, run, "partial", progress, "partial overload", timeout=150)
         after = proxy.get(profile.proxy.metrics_path)["json"]
@@ -144,6 +159,7 @@ def run_overload(
             profile=profile,
             name="total",
             **client_load(options, options.recovery_records, deadline_s=DEADLINES["total"]),
+            **model,
         )
         try:
             # A SUT that never decreases is a finding for the checks below, not an error here.

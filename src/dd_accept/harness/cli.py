@@ -189,11 +189,7 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         from dd_accept.harness.dry_run import print_plan
 
         return print_plan(args, overload, backend, _slurm_options(args))
-    if backend is not None:
-        raise UsageError(
-            "--backend vllm runs as --dry-run only in this version: the overload scenario holds replica queues "
-            "through the synthetic replica's control plane, which vLLM does not have"
-        )
+
     request = RunRequest(
         scenario=args.scenario,
         drain={
@@ -204,6 +200,7 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         cluster_mode=args.cluster,
         run_dir=Path(args.run_dir) if args.run_dir else None,
         slurm=_slurm_options(args),
+        backend=backend,
         sut=args.sut,
         profile=args.profile,
         out=Path(args.out) if args.out else None,
@@ -219,17 +216,21 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 
 def _replica_backend(args: argparse.Namespace):
-    from dd_accept.fixtures.run_plan import VllmBackend
+    import shlex
+
+    from dd_accept.fixtures.backends.vllm import VllmBackend
 
     if args.backend == "synthetic":
-        given = [flag for flag, value in (("--model", args.model), ("--vllm-arg", args.vllm_arg)) if value]
+        flags = (("--model", args.model), ("--vllm-arg", args.vllm_arg), ("--vllm-command", args.vllm_command))
+        given = [flag for flag, value in flags if value]
         if given or args.gpus_per_replica is not None:
             raise UsageError(f"{(given or ['--gpus-per-replica'])[0]} applies to --backend vllm only")
         return None
     if not args.model:
         raise UsageError("--backend vllm needs --model MODEL (what `vllm serve` loads)")
     gpus = 1 if args.gpus_per_replica is None else args.gpus_per_replica
-    return VllmBackend(model=args.model, gpus_per_replica=gpus, extra_args=tuple(args.vllm_arg))
+    prefix = tuple(shlex.split(args.vllm_command)) if args.vllm_command else ()
+    return VllmBackend(model=args.model, gpus_per_replica=gpus, extra_args=tuple(args.vllm_arg), command_prefix=prefix)
 
 
 def _slurm_options(args: argparse.Namespace):
@@ -466,7 +467,14 @@ def build_parser() -> argparse.ArgumentParser:
     replicas = run.add_argument_group("replicas (default: synthetic vLLM stand-ins)")
     replicas.add_argument("--backend", choices=("synthetic", "vllm"), default="synthetic")
     replicas.add_argument("--model", help="vllm: the model `vllm serve` loads")
-    replicas.add_argument("--gpus-per-replica", type=_whole(1), help="vllm: GPUs per replica step (default: 1)")
+    replicas.add_argument(
+        "--gpus-per-replica", type=_whole(0), help="vllm: GPUs per replica step (default: 1; 0: no --gres)"
+    )
+    replicas.add_argument(
+        "--vllm-command",
+        metavar="CMD",
+        help="vllm: how to run vllm on the nodes, e.g. '/opt/vllm/bin/vllm' (default: the SUT venv's bin/vllm)",
+    )
     replicas.add_argument(
         "--vllm-arg", action="append", default=[], metavar="ARG", help="vllm: extra `vllm serve` argument (repeat)"
     )

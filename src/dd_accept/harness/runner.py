@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from typing import Any
 from rich.table import Table
 
 from dd_accept.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
+from dd_accept.fixtures.backends.vllm import VllmBackend
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.slurm_docker.login_node import SlurmOptions
 from dd_accept.slurm_docker.state import state_root
@@ -48,9 +50,15 @@ class RunRequest:
     cluster_mode: str = "docker"  # or "existing": this machine is a Slurm login node
     run_dir: Path | None = None  # existing cluster: the directory every node shares
     slurm: SlurmOptions = field(default_factory=SlurmOptions)
+    backend: VllmBackend | None = None  # real vLLM replicas (overload only) instead of synthetic ones
 
     def scenarios(self) -> list[str]:
         """`all`, one scenario, or several joined by commas (`overload,streaming`)."""
+        if self.backend is not None and self.scenario != "overload":
+            raise UsageError(
+                f"--backend vllm runs the overload scenario only, got {self.scenario!r}: the other scenarios steer "
+                "replicas through the synthetic replica's control plane, which vLLM does not have"
+            )
         if self.scenario == "all":
             return list(SCENARIOS)
         names = [name.strip() for name in self.scenario.split(",")]
@@ -100,6 +108,13 @@ def _pytest_argv(request: RunRequest, out: Path) -> list[str]:
             if value:
                 argv += [option, value]
         argv += [f"--dd-srun-arg={arg}" for arg in slurm.srun_args]
+    if request.backend is not None:
+        backend = request.backend
+        argv += ["--dd-backend", "vllm", "--dd-model", backend.model]
+        argv += ["--dd-gpus-per-replica", str(backend.gpus_per_replica)]
+        argv += [f"--dd-vllm-arg={arg}" for arg in backend.extra_args]
+        if backend.command_prefix:
+            argv += ["--dd-vllm-command", shlex.join(backend.command_prefix)]
     for header in request.client_headers:
         argv += ["--dd-client-header", header]
     for key, value in request.options.items():
