@@ -99,6 +99,8 @@ def test_run_overload_on_an_existing_cluster_from_its_login_node(login_node):
     assert all(str(login) not in line for line in (bundle / "commands.jsonl").read_text().splitlines())
     assert run_cli("verify", str(bundle)).returncode == 0
     assert not cluster.exec(["squeue", "-h"]).stdout.strip()  # nothing left in the queue
+    (sut_only,) = (login / "run" / "dd-accept-sut").glob("*/sut-only")  # for a site's vLLM to import the middleware
+    assert (sut_only / "data_designer").is_dir() and not (sut_only / "aiohttp").exists()
 
 
 # rc1's verdicts on the docker cluster (README, "What it finds"): the login-node run must agree.

@@ -37,6 +37,9 @@ def test_vllm_dry_run_prints_every_slurm_command_with_site_options(tmp_path):
         middleware = command[command.index("--middleware") + 1]  # vLLM's form: module.Object, no colon
         assert middleware == "data_designer.slurm.runtime.backpressure.QueueDepthBackpressureMiddleware"
         assert command[command.index("serve") - 1].startswith("/lustre/dd/dd-accept-sut/")
+        (path,) = [part.partition("=")[2] for part in command if part.startswith("PYTHONPATH=")]
+        assert path.endswith("/harness:" + path.split(":")[0].removesuffix("/harness") + "/sut-only")
+        assert "site-packages" not in path  # the SUT's dependencies must not shadow vLLM's
     (proxy,) = [c for c in commands if "proxy" in c]
     assert [proxy[i + 1] for i, part in enumerate(proxy) if part == "--backend"] == [
         f"http://$NODE:{8100 + i}" for i in range(4)

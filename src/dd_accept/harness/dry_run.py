@@ -43,7 +43,7 @@ def print_plan(args: argparse.Namespace, options, backend: VllmBackend | None, s
         if not args.run_dir or not Path(args.run_dir).is_absolute():
             raise UsageError("--cluster existing needs --run-dir DIR, an absolute path every node shares")
         base = f"{args.run_dir.rstrip('/')}/dd-accept-sut/<sut-and-harness-digest>"
-        layout = NodeLayout(venv=f"{base}/venv", harness_dir=f"{base}/harness")
+        layout = NodeLayout(venv=f"{base}/venv", harness_dir=f"{base}/harness", sut_only=f"{base}/sut-only")
         run_dir = f"{args.run_dir.rstrip('/')}/runs/run-<id>"
     else:
         layout, run_dir = DOCKER_LAYOUT, "/shared/runs/run-<id>"

@@ -16,6 +16,9 @@ NODE_PYTHON_VERSION = "3.11"
 class NodeLayout:
     venv: str  # the SUT's virtual environment, with dd-accept's in-cluster code on its path
     harness_dir: str  # holds the `dd_accept` package the nodes run (replica, load client, drills)
+    # The SUT's own packages without their dependencies, for a Python that is not the SUT's
+    # (a site's vLLM) to import the SUT's middleware without the SUT's dependency versions.
+    sut_only: str | None = None
 
     @property
     def python(self) -> str:

@@ -203,7 +203,7 @@ class ExistingCluster:
 
         key = f"{wheelhouse.digest[:16]}-{harness_source_digest()[:16]}"
         base = self.run_dir / "dd-accept-sut" / key
-        layout = NodeLayout(venv=str(base / "venv"), harness_dir=str(base / "harness"))
+        layout = NodeLayout(venv=str(base / "venv"), harness_dir=str(base / "harness"), sut_only=str(base / "sut-only"))
         base.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(base.parent / ".install.lock"):
             if not (base / "installed").is_file():
@@ -242,6 +242,11 @@ class ExistingCluster:
             record = self.exec(argv, timeout=600)
             if not record.ok:
                 raise ClusterError(f"installing the SUT into the run directory failed: {record.describe()}")
+        sut_wheels = [str(base / "wheelhouse" / wheel.file) for wheel in wheelhouse.sut_wheels]
+        target = ["--no-deps", "--no-index", "--target", str(layout.sut_only), *sut_wheels]
+        record = self.exec([layout.python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *target])
+        if not record.ok:
+            raise ClusterError(f"installing the SUT's own packages failed: {record.describe()}")
         freeze = self.exec([layout.python, "-m", "pip", "freeze", "--all"], timeout=120)
         Path(layout.venv, "dd-accept-freeze.txt").write_text(freeze.stdout)
         Path(layout.site_packages, "dd_accept.pth").write_text(layout.harness_dir + "\n")
