@@ -438,7 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser(
         "run",
         help="run acceptance scenarios against the SUT; exit 0 pass, 1 a check failed, 2 error",
-        description="Run acceptance scenarios on a fresh dockerized Slurm cluster and judge the SUT.",
+        description="Run acceptance scenarios on a fresh dockerized Slurm cluster (or, with --cluster existing, "
+        "on the Slurm cluster this machine is a login node of) and judge the SUT.",
     )
     run.add_argument("scenario", metavar="SCENARIO", help=f"one of: {', '.join((*SCENARIOS, 'all'))}")
     add_sut_options(run)
@@ -465,7 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--drain-allowance", type=_positive, help="seconds; replaces the SUT profile's drain allowance")
     add_cluster_options(run)
     replicas = run.add_argument_group("replicas (default: synthetic vLLM stand-ins)")
-    replicas.add_argument("--backend", choices=("synthetic", "vllm"), default="synthetic")
+    replicas.add_argument(
+        "--backend",
+        choices=("synthetic", "vllm"),
+        default="synthetic",
+        help="vllm: `vllm serve` replicas, steered by real load (overload scenario only)",
+    )
     replicas.add_argument("--model", help="vllm: the model `vllm serve` loads")
     replicas.add_argument(
         "--gpus-per-replica", type=_whole(0), help="vllm: GPUs per replica step (default: 1; 0: no --gres)"
