@@ -51,6 +51,12 @@ MINIMAL = '[gate]\nname = "g"\nscenarios = ["overload"]\n'
         (MINIMAL + 'suts = ["a", "b", "c"]\n', "one SUT, or two"),
         ('[gate]\nscenarios = ["overload"]\n', "missing key gate.name"),
         (MINIMAL + "[thresholds\n", "not valid TOML"),
+        (MINIMAL + "[backend]\nkind = 'vllm'\n", "needs backend.model"),
+        (MINIMAL + "[backend]\nkind = 'tgi'\n", "backend.kind must be synthetic or vllm"),
+        (
+            MINIMAL.replace('"overload"', '"overload", "drain"') + "[backend]\nkind = 'vllm'\nmodel = 'm'\n",
+            "overload scenario only",
+        ),
         (
             '[gate]\nname = "g"\nscenarios = ["drain"]\n[thresholds]\ndrain_window_s = 10\ndrain_allowance_s = 5\n',
             "drain_allowance_s must be at least drain_window_s",

@@ -45,6 +45,18 @@ def test_gate_sections_reach_the_scenarios_as_options(tmp_path):
     assert "-n" not in argv  # parallel = 1: one allocation at a time
 
 
+def test_a_vllm_backend_section_reaches_the_scenario(tmp_path):
+    gate = parse_gate(
+        '[gate]\nname = "v"\nscenarios = ["overload"]\n[backend]\nkind = "vllm"\nmodel = "org/m"\n'
+        'gpus_per_replica = 2\nvllm_args = ["--max-num-seqs=64"]\nvllm_command = "/opt/vllm/bin/vllm"\n',
+        "v.toml",
+    )
+    argv = _pytest_argv(_request(gate, "x==1", tmp_path, None), tmp_path)
+    pairs = dict(itertools.pairwise(argv))
+    assert pairs["--dd-backend"] == "vllm" and pairs["--dd-model"] == "org/m" and pairs["--dd-gpus-per-replica"] == "2"
+    assert "--dd-vllm-arg=--max-num-seqs=64" in argv and pairs["--dd-vllm-command"] == "/opt/vllm/bin/vllm"
+
+
 def test_a_docker_gate_passes_no_login_node_options(tmp_path):
     gate = parse_gate('[gate]\nname = "g"\nscenarios = ["overload"]\n', "g.toml")
     argv = _pytest_argv(_request(gate, "x==1", tmp_path, None), tmp_path)

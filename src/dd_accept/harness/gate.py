@@ -95,6 +95,7 @@ def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None):
             gres=gate.cluster.gres,
             srun_args=gate.cluster.srun_args,
         ),
+        backend=gate.backend.vllm(),
     )
 
 

@@ -64,11 +64,33 @@ class ClusterSection:
 
 
 @dataclass(frozen=True, slots=True)
+class BackendSection:
+    kind: str = "synthetic"  # or "vllm" (overload only)
+    model: str | None = None
+    gpus_per_replica: int = 1
+    vllm_args: tuple[str, ...] = ()
+    vllm_command: str | None = None
+
+    def vllm(self):
+        """The `VllmBackend` this section describes, or None for synthetic replicas."""
+        import shlex
+
+        from dd_accept.fixtures.backends.vllm import VllmBackend
+
+        if self.kind != "vllm":
+            return None
+        prefix = tuple(shlex.split(self.vllm_command)) if self.vllm_command else ()
+        assert self.model is not None  # checked when the file is read
+        return VllmBackend(self.model, self.gpus_per_replica, self.vllm_args, prefix)
+
+
+@dataclass(frozen=True, slots=True)
 class GateFile:
     gate: GateSection
     options: GateOptions = field(default_factory=GateOptions)
     thresholds: Thresholds = field(default_factory=Thresholds)
     cluster: ClusterSection = field(default_factory=ClusterSection)
+    backend: BackendSection = field(default_factory=BackendSection)
 
     def scenarios(self) -> list[str]:
         return list(CHECKS) if "all" in self.gate.scenarios else list(self.gate.scenarios)
@@ -131,6 +153,18 @@ def _validate(gate: GateFile, source: str) -> GateFile:
         raise _fail(source, f"cluster.mode must be one of {', '.join(CLUSTER_MODES)}, got {gate.cluster.mode!r}")
     if gate.cluster.mode == "existing" and not gate.cluster.run_dir:
         raise _fail(source, "cluster.mode = existing needs cluster.run_dir (a directory every node shares)")
+    backend = gate.backend
+    if backend.kind not in ("synthetic", "vllm"):
+        raise _fail(source, f"backend.kind must be synthetic or vllm, got {backend.kind!r}")
+    if backend.kind == "vllm":
+        if not backend.model:
+            raise _fail(source, "backend.kind = vllm needs backend.model")
+        if chosen != ["overload"]:
+            raise _fail(
+                source, 'backend.kind = vllm runs the overload scenario only; set gate.scenarios = ["overload"]'
+            )
+    if backend.gpus_per_replica < 0:
+        raise _fail(source, "backend.gpus_per_replica must be >= 0")
     return gate
 
 
