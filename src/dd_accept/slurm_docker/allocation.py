@@ -19,7 +19,8 @@ from typing import Self
 
 from dd_accept.errors import ClusterError
 from dd_accept.harness.waiting import wait_until
-from dd_accept.slurm_docker.cluster import CONTROLLER, SlurmCluster
+from dd_accept.slurm_docker.cluster import CONTROLLER
+from dd_accept.slurm_docker.interface import Cluster
 from dd_accept.slurm_docker.records import CommandRecord, tail, utc_now_iso
 
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
@@ -30,7 +31,7 @@ _counter = itertools.count(1)
 class BackgroundCommand:
     """A command started through `dd-bg`, which reports pid, output and exit through files."""
 
-    cluster: SlurmCluster
+    cluster: Cluster
     argv: tuple[str, ...]
     node: str
     cluster_dir: str
@@ -106,7 +107,7 @@ class BackgroundCommand:
 
 
 def start_background(
-    cluster: SlurmCluster,
+    cluster: Cluster,
     argv: Sequence[str],
     *,
     node: str = CONTROLLER,
@@ -128,7 +129,7 @@ def start_background(
 
 
 def salloc_argv(
-    cluster: SlurmCluster, *, nodes: int, job_name: str, time_limit: str = "30:00", extra: Sequence[str] = ()
+    cluster: Cluster, *, nodes: int, job_name: str, time_limit: str = "30:00", extra: Sequence[str] = ()
 ) -> list[str]:
     """The allocation request, with the site's options (partition, account, time, gres) when set."""
     limit = cluster.time_limit or time_limit
@@ -145,7 +146,7 @@ def srun_argv(job_id: str, argv: Sequence[str], options: Sequence[str] = (), sit
 class Allocation:
     """A job allocation held with `salloc --no-shell`; steps run in it with `srun`."""
 
-    cluster: SlurmCluster
+    cluster: Cluster
     job_id: str
     nodes: tuple[str, ...] = ()
     background: list[BackgroundCommand] = field(default_factory=list)
@@ -153,7 +154,7 @@ class Allocation:
     @classmethod
     def acquire(
         cls,
-        cluster: SlurmCluster,
+        cluster: Cluster,
         *,
         nodes: int = 1,
         job_name: str = "dd-accept",

@@ -1,0 +1,56 @@
+"""What scenarios need of a Slurm cluster, whichever kind it is.
+
+Two implementations: `SlurmCluster` (the dockerized cluster; commands by `docker exec`) and
+`ExistingCluster` (a real cluster from its login node; commands as local processes and
+`srun --overlap` steps). Allocations, deployments and scenarios are written against this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from dd_accept.slurm_docker.layout import NodeLayout
+from dd_accept.slurm_docker.records import CommandLog, CommandRecord
+
+
+class Cluster(Protocol):
+    name: str
+    records: CommandLog  # every command run, in order: evidence
+    salloc_args: tuple[str, ...]  # the site's allocation options (partition, account, gres)
+    srun_args: tuple[str, ...]  # the site's extra step options
+    time_limit: str | None
+    allocation_timeout: float
+
+    @property
+    def layout(self) -> NodeLayout: ...  # where the SUT and dd-accept's code live on the nodes
+
+    @property
+    def nodes(self) -> list[str]: ...
+
+    @property
+    def host_shared_dir(self) -> Path: ...
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        node: str = ...,
+        timeout: float = ...,
+        environment: Mapping[str, str] | None = ...,
+    ) -> CommandRecord: ...
+
+    def start_detached(
+        self, report_dir: str, argv: Sequence[str], *, node: str = ..., environment: Mapping[str, str] | None = ...
+    ) -> None: ...
+
+    def shared_path(self, *parts: str) -> tuple[str, Path]: ...  # (as the nodes see it, as this machine does)
+
+    def allocated(self, job_id: str, nodes: Sequence[str]) -> None: ...
+
+    def daemon_logs(self, lines: int = ...) -> dict[str, str]: ...
+
+    def versions(self) -> dict[str, str]: ...
+
+    def node_freeze(self) -> str: ...
