@@ -24,7 +24,6 @@ from dd_accept.reports.sanitize import Sanitizer
 MANIFEST_SCHEMA = "dd-accept/manifest/v1"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 TEST_RESULT_PREDICATE = "https://in-toto.io/attestation/test-result/v0.1"
-EVIDENCE_SUFFIXES = (".jsonl", ".log")
 SKIPPED_DIRECTORIES = {"commands", "identities"}  # launcher scratch: already in commands.jsonl
 
 

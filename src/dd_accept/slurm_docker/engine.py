@@ -28,7 +28,6 @@ from dd_accept.slurm_docker.records import (
 
 LABEL_CLUSTER = "io.dd-accept.cluster"
 LABEL_ROLE = "io.dd-accept.role"
-LABEL_OWNER = "io.dd-accept.owner"
 LABEL_IMAGE_RECIPE = "io.dd-accept.recipe"
 
 ENGINE_FIX = (
