@@ -2,7 +2,7 @@
 
 import pytest
 
-from dd_accept.harness.loadclient.__main__ import build_parser
+from dd_accept.harness.loadclient.__main__ import build_parser, workload_from_args
 from dd_accept.harness.loadclient.workload import Workload, parse_header
 
 
@@ -21,21 +21,7 @@ def test_to_argv_is_read_back_as_the_same_workload():
         run_tag="x-",
         headers=(("Authorization", "Bearer abc"),),
     )
-    args = build_parser().parse_args(workload.to_argv())
-    parsed = Workload(
-        endpoint=args.endpoint,
-        records=args.records,
-        concurrency=args.concurrency,
-        max_tokens=args.max_tokens,
-        prompt_chars=args.prompt_chars,
-        stream=not args.no_stream,
-        model=args.model,
-        admission_limit=args.admission_limit,
-        deadline_s=args.deadline_s,
-        max_record_attempts=args.max_record_attempts,
-        run_tag=args.run_tag,
-        headers=tuple(parse_header(text) for text in args.header),
-    )
+    parsed = workload_from_args(build_parser().parse_args(workload.to_argv()))
     assert parsed == workload
 
 

@@ -42,23 +42,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    """The `Workload` whose `to_argv()` produced these flags (the inverse of `Workload.to_argv`)."""
+    return Workload(
+        endpoint=args.endpoint.rstrip("/"),
+        records=args.records,
+        concurrency=args.concurrency,
+        max_tokens=args.max_tokens,
+        prompt_chars=args.prompt_chars,
+        stream=not args.no_stream,
+        model=args.model,
+        admission_limit=args.admission_limit,
+        deadline_s=args.deadline_s,
+        max_record_attempts=args.max_record_attempts,
+        run_tag=args.run_tag,
+        headers=tuple(parse_header(text) for text in args.header),
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        workload = Workload(
-            endpoint=args.endpoint.rstrip("/"),
-            records=args.records,
-            concurrency=args.concurrency,
-            max_tokens=args.max_tokens,
-            prompt_chars=args.prompt_chars,
-            stream=not args.no_stream,
-            model=args.model,
-            admission_limit=args.admission_limit,
-            deadline_s=args.deadline_s,
-            max_record_attempts=args.max_record_attempts,
-            run_tag=args.run_tag,
-            headers=tuple(parse_header(text) for text in args.header),
-        )
+        workload = workload_from_args(args)
     except ValueError as error:
         print(f"loadclient: {error}", file=sys.stderr)
         return 2
