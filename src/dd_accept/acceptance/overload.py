@@ -123,7 +123,6 @@ def run_overload(
             threshold=options.threshold,
             retry_after=options.retry_after,
         )
-    model = {} if backend is None else {"model": backend.model}
     proxy = deployment.start_proxy(allocation, replicas, profile=profile, retry_after=options.retry_after)
     try:
         # -- partial ------------------------------------------------------------------------
@@ -137,8 +136,7 @@ def run_overload(
             mode="sut",
             profile=profile,
             name="partial",
-            **client_load(options, options.records, deadline_s=DEADLINES["partial"]),
-            **model,
+            **client_load(options, options.records, DEADLINES["partial"], backend),
         )
         partial = _watch(client, run, "partial", progress, "partial overload", timeout=150)
         after = proxy.get(profile.proxy.metrics_path)["json"]
@@ -158,8 +156,7 @@ def run_overload(
             mode="sut",
             profile=profile,
             name="total",
-            **client_load(options, options.recovery_records, deadline_s=DEADLINES["total"]),
-            **model,
+            **client_load(options, options.recovery_records, DEADLINES["total"], backend),
         )
         try:
             # A SUT that never decreases is a finding for the checks below, not an error here.
@@ -189,9 +186,14 @@ def run_overload(
     return result
 
 
-def client_load(options: OverloadOptions, records: int, deadline_s: float) -> dict[str, Any]:
-    """The SUT client at full admission: as many workers as the initial limit, short answers."""
+def client_load(
+    options: OverloadOptions, records: int, deadline_s: float, backend: VllmBackend | None = None
+) -> dict[str, Any]:
+    """The SUT client at full admission: as many workers as the initial limit, short answers;
+    against vLLM replicas it asks for the model they serve."""
+    model = {} if backend is None else {"model": backend.model}
     return {
+        **model,
         "records": records,
         "concurrency": options.admission_limit,
         "admission_limit": options.admission_limit,
