@@ -21,7 +21,7 @@ from rich.table import Table
 from dd_accept.acceptance.results import CheckResult
 from dd_accept.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, UsageError
 from dd_accept.harness.console import ConsoleListener
-from dd_accept.harness.gate_file import OVERLOAD_KEYS, GateFile
+from dd_accept.harness.gate_file import GateFile
 from dd_accept.slurm_docker.login_node import SlurmOptions
 
 SCHEMA = "dd-accept/gate/v1"
@@ -79,7 +79,7 @@ def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None):
         sut=sut,
         profile=gate.gate.profile,
         out=out,
-        options={key: getattr(options, key) for key in OVERLOAD_KEYS},
+        options=options.scenario_options(),
         # Bundles keep the strict verdict; the gate itself allows only the checks its file names.
         allow_unsupported=False,
         seed=options.seed,

@@ -8,7 +8,7 @@ never a gate that silently checks less.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from dd_accept.acceptance.catalog import CHECKS
@@ -42,6 +42,10 @@ class GateOptions:
     records: int = 32
     seed: int = 0
     parallel: int = 2
+
+    def scenario_options(self) -> dict[str, int]:
+        """The overload options, as `dd-accept run` takes them (seed and parallel go separately)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("seed", "parallel")}
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +148,7 @@ def _validate(gate: GateFile, source: str) -> GateFile:
     try:
         from dd_accept.acceptance.overload import OverloadOptions
 
-        OverloadOptions(**{k: getattr(options, k) for k in OVERLOAD_KEYS})
+        OverloadOptions(**options.scenario_options())
     except ValueError as error:
         raise _fail(source, f"options: {error}".replace("--", "options.").replace("-", "_")) from None
     if options.seed < 0 or options.parallel < 1:
@@ -166,9 +170,6 @@ def _validate(gate: GateFile, source: str) -> GateFile:
     if backend.gpus_per_replica < 0:
         raise _fail(source, "backend.gpus_per_replica must be >= 0")
     return gate
-
-
-OVERLOAD_KEYS = ("replicas", "overloaded", "queue_depth", "threshold", "retry_after", "admission_limit", "records")
 
 
 def parse_gate(text: str, source: str) -> GateFile:
