@@ -230,17 +230,9 @@ def _existing_cluster(request: RunRequest):
     """The login-node cluster of `--cluster existing`, validated (exit 2 before anything starts)."""
     if request.cluster_mode != "existing":
         return None
-    from dd_accept.slurm_docker.login_node import ExistingCluster, check_run_dir, missing_slurm_commands
+    from dd_accept.slurm_docker.login_node import open_existing
 
-    missing = missing_slurm_commands()
-    if missing:
-        raise UsageError(
-            f"--cluster existing needs Slurm's commands on PATH (this machine must be a login node); "
-            f"missing: {', '.join(missing)}"
-        )
-    if request.run_dir is None:
-        raise UsageError("--cluster existing needs --run-dir DIR, a directory every node of the cluster shares")
-    return ExistingCluster(run_dir=check_run_dir(request.run_dir), options=request.slurm)
+    return open_existing(request.run_dir, request.slurm)
 
 
 def _write_evidence(

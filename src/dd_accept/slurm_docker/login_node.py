@@ -54,6 +54,26 @@ def check_run_dir(run_dir: Path) -> Path:
     return run_dir
 
 
+def open_existing(
+    run_dir: Path | None,
+    options: SlurmOptions,
+    *,
+    mode_flag: str = "--cluster existing",
+    run_dir_flag: str = "--run-dir",
+) -> ExistingCluster:
+    """The login node's cluster, once its preconditions hold: Slurm's commands on PATH and a
+    usable run directory. Every failure is a usage error naming the flag to fix."""
+    missing = missing_slurm_commands()
+    if missing:
+        raise UsageError(
+            f"{mode_flag} needs Slurm's commands on PATH (this machine must be a login node); "
+            f"missing: {', '.join(missing)}"
+        )
+    if run_dir is None:
+        raise UsageError(f"{mode_flag} needs {run_dir_flag} DIR, a directory every node of the cluster shares")
+    return ExistingCluster(run_dir=check_run_dir(run_dir), options=options)
+
+
 @dataclass(frozen=True, slots=True)
 class SlurmOptions:
     """What a site needs on its allocations and steps (partition, account, time, GPUs, ...)."""
