@@ -20,7 +20,7 @@ from typing import Self
 from dd_accept.errors import ClusterError
 from dd_accept.harness.waiting import wait_until
 from dd_accept.slurm_docker.cluster import CONTROLLER
-from dd_accept.slurm_docker.interface import Cluster
+from dd_accept.slurm_docker.interface import AllocationSite, Cluster
 from dd_accept.slurm_docker.records import CommandRecord, tail, utc_now_iso
 
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
@@ -129,7 +129,7 @@ def start_background(
 
 
 def salloc_argv(
-    cluster: Cluster, *, nodes: int, job_name: str, time_limit: str = "30:00", extra: Sequence[str] = ()
+    cluster: AllocationSite, *, nodes: int, job_name: str, time_limit: str = "30:00", extra: Sequence[str] = ()
 ) -> list[str]:
     """The allocation request, with the site's options (partition, account, time, gres) when set."""
     limit = cluster.time_limit or time_limit

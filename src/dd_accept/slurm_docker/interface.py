@@ -15,6 +15,16 @@ from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
 
 
+class AllocationSite(Protocol):
+    """What an allocation request needs of a cluster: the site's options (also a dry run's plan)."""
+
+    @property
+    def salloc_args(self) -> tuple[str, ...]: ...
+
+    @property
+    def time_limit(self) -> str | None: ...
+
+
 class Cluster(Protocol):
     name: str
     records: CommandLog  # every command run, in order: evidence
