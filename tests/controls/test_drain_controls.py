@@ -1,8 +1,14 @@
-"""Controls for the drain checks.
+"""Controls for the drain checks, each asserting the observed numbers behind its verdict.
 
-rc1 is the positive control of drain.scancel_step and drain.allowance and the negative
-control of drain.sut_cleanup.* (its cleanup TERMs srun launchers: a true finding). rc1 with
-the seed pull request's step-aware cleanup is the positive control of drain.sut_cleanup.*.
+The contract (seed pull request, brief fact 3): an endpoint drains for at most its 10 s
+window and exits 0 by itself; the controller's 12 s allowance and KILL are the last resort.
+- rc1 passes drain.scancel_step and fails drain.allowance (it does not bound its drain: the
+  20 s stream is still running at 12 s and must be forced) and drain.sut_cleanup.* (its
+  cleanup TERMs srun launchers, so every stream is cut: a true finding).
+- drain-bounded (the endpoint ends what is left at its window and exits 0) passes allowance.
+- drain-3s (the endpoint exits 3 s after TERM) loses the long stream: allowance fails.
+- exit-on-term loses every stream: scancel_step fails.
+- step-aware-cleanup (the seed's fix) passes drain.sut_cleanup.*.
 """
 
 import pytest
@@ -13,41 +19,65 @@ from dd_accept.fixtures.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
 
 pytestmark = pytest.mark.cluster
+CLEANUP_MODES = ("completion", "failure", "cancel")
 
 
 def _drain(allocation, run, profile, progress):
     return run_drain(allocation, run, profile, DrainOptions(), progress)
 
 
-def test_rc1_drains_on_scancel_and_its_own_cleanup_cuts_every_stream(sut_allocation, sut_profile, sut_cluster):
+def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(sut_allocation, sut_profile, sut_cluster):
     result = _drain(sut_allocation, RunDirectory.create(sut_cluster), sut_profile, ProgressWriter(None, "drain"))
     checks = {c.id: c for c in result.checks}
     assert checks["drain.scancel_step"].verdict == "pass", checks["drain.scancel_step"]
-    assert checks["drain.allowance"].verdict == "pass", checks["drain.allowance"]
-    assert checks["drain.allowance"].observed.startswith("1 long stream(s): 1 forced")
-    for mode in ("completion", "failure", "cancel"):
+    allowance = checks["drain.allowance"]
+    assert allowance.verdict == "fail" and allowance.observed.startswith("1 long stream(s): 1 forced"), allowance
+    assert allowance.metrics["streams_forced"] == 1 and allowance.metrics["streams_lost"] == 0
+    assert "does not bound its own drain" in allowance.detail
+    for mode in CLEANUP_MODES:
         check = checks[f"drain.sut_cleanup.{mode}"]
         assert check.verdict == "fail" and check.observed.startswith(
             "4 of 4 in-flight stream(s) cut; endpoint exit 137"
-        )
+        ), check
+        assert "slurmd step record" in check.detail, "the exit status is Slurm's record, not a default"
+        assert check.metrics["endpoint_exit_s"] < 2.0, "rc1 KILLs 0.2 s after its TERM"
+
+
+def test_an_endpoint_that_bounds_its_drain_at_the_window_passes_allowance(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    checks = run_with_fault(_drain, "drain-bounded", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    allowance = checks["drain.allowance"]
+    assert allowance.verdict == "pass", allowance
+    assert allowance.observed.startswith("1 long stream(s): 1 bounded") and "forced at -" in allowance.observed
+    assert 9.5 <= allowance.metrics["endpoint_exit_s"] <= 12.0, allowance
+    assert checks["drain.scancel_step"].verdict == "pass", "short streams still complete"
+    for mode in CLEANUP_MODES:  # untouched: rc1's cleanup still cuts every stream
+        assert checks[f"drain.sut_cleanup.{mode}"].observed.startswith("4 of 4 in-flight stream(s) cut")
 
 
 def test_step_aware_cleanup_is_the_positive_control_of_sut_cleanup(sut_wheelhouse, sut_image, sut_profile, tmp_path):
     checks = run_with_fault(_drain, "step-aware-cleanup", sut_wheelhouse, sut_image, sut_profile, tmp_path)
-    for mode in ("completion", "failure", "cancel"):
+    for mode in CLEANUP_MODES:
         check = checks[f"drain.sut_cleanup.{mode}"]
         assert check.verdict == "pass", check
         assert check.observed.startswith("0 of 4 in-flight stream(s) cut; endpoint exit 0")
+        assert "steps left: none" in check.observed
+        assert check.metrics["endpoint_exit_s"] <= 12.0
+    assert checks["drain.scancel_step"].verdict == "pass"
+    assert checks["drain.allowance"].observed.startswith("1 long stream(s): 1 forced"), "proxy untouched"
 
 
 def test_exit_on_term_is_caught_by_scancel_step(sut_wheelhouse, sut_image, sut_profile, tmp_path):
     checks = run_with_fault(_drain, "exit-on-term", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     scancel = checks["drain.scancel_step"]
     assert scancel.verdict == "fail" and "4 lost" in scancel.observed and "endpoint exit 143" in scancel.observed
+    assert checks["drain.allowance"].metrics["streams_lost"] == 1
 
 
-def test_a_3s_drain_bound_is_caught_by_allowance(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+def test_a_3s_drain_bound_loses_the_long_stream(sut_wheelhouse, sut_image, sut_profile, tmp_path):
     checks = run_with_fault(_drain, "drain-3s", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     allowance = checks["drain.allowance"]
-    assert allowance.verdict == "fail" and "1 lost" in allowance.observed
+    assert allowance.verdict == "fail" and "1 lost" in allowance.observed, allowance
+    assert allowance.metrics["streams_lost"] == 1 and allowance.metrics["streams_forced"] == 0
     assert checks["drain.scancel_step"].verdict == "pass", "4 s streams launched 1 s before TERM fit in 3 s"

@@ -124,8 +124,8 @@ def test_drain_thresholds_of_a_gate_file_replace_the_profiles(tmp_path):
     assert scancel["verdict"] == "fail" and "within 2s" in scancel["expected"]
     assert 2 < scancel["metrics"]["endpoint_exit_s"] < 10
     allowance = checks["drain.allowance"]
-    assert allowance["verdict"] == "pass" and "the 4s allowance" in allowance["expected"]
-    assert "forced at 4." in allowance["observed"]
+    assert allowance["verdict"] == "fail" and "the 4s allowance" in allowance["expected"]
+    assert "forced at 4." in allowance["observed"] and allowance["metrics"]["streams_forced"] == 1
     gate = json.loads((out / "gate.json").read_text())
     assert gate["verdict"] == "fail" and "drain.scancel_step" in gate["checks"][0]["observed"]
     ttft = next(c for c in gate["checks"] if c["id"] == "gate.max_ttft_p99")

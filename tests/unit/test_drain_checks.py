@@ -30,15 +30,59 @@ def test_scancel_step_needs_all_done_exit_0_in_time_and_no_step_left():
     assert checks.scancel_step([], 1, end, [], 10).verdict == "fail", "nothing in flight: nothing was tested"
 
 
-def test_allowance_accepts_forced_streams_and_rejects_lost_ones_and_early_force():
-    assert checks.allowance([stream(0, 13.1, False, "error")], 1, 13.0, 10, 12).verdict == "pass"
-    assert checks.allowance([stream(0, 4, False, "error")], 1, 13.0, 10, 12).verdict == "fail"
-    assert checks.allowance([stream(0, 6.1, False, "error")], 1, 6.0, 10, 12).verdict == "fail", "forced too early"
-    assert checks.allowance([stream(0, 9)], 1, None, 10, 12).verdict == "pass", "completed inside the window"
+def test_a_cut_at_the_window_is_bounded_before_it_lost():
+    assert checks.classify(stream(0, 10.8, False, "error"), stop_at=1, forced_at=None, window_s=10) == "bounded"
+    assert checks.classify(stream(0, 10.6, False, "error"), stop_at=1, forced_at=None, window_s=10) == "bounded"
+    assert checks.classify(stream(0, 10.4, False, "error"), stop_at=1, forced_at=None, window_s=10) == "lost"
+    assert checks.classify(stream(0, 4, False, "error"), stop_at=1, forced_at=None, window_s=10) == "lost"
+    assert checks.classify(stream(0, 13.1, False, "error"), stop_at=1, forced_at=13, window_s=10) == "forced"
+
+
+def test_allowance_passes_an_endpoint_that_bounds_its_own_drain():
+    bounded = checks.allowance([stream(0, 11.0, False, "error")], 1, None, 10, 12, checks.StepEnd(0, 10.05))
+    assert bounded.verdict == "pass", bounded
+    assert bounded.observed.startswith("1 long stream(s): 1 bounded")
+    assert bounded.metrics["streams_bounded"] == 1 and bounded.metrics["streams_forced"] == 0
+
+
+def test_allowance_fails_an_endpoint_that_had_to_be_forced():
+    """rc1: the 20 s stream outlives the window; the harness KILLs at the 12 s allowance."""
+    forced = checks.allowance([stream(0, 13.1, False, "error")], 1, 13.0, 10, 12, checks.StepEnd(137, 12.1))
+    assert forced.verdict == "fail" and forced.observed.startswith("1 long stream(s): 1 forced")
+    assert "does not bound its own drain" in forced.detail and forced.metrics["streams_forced"] == 1
+
+
+def test_allowance_fails_lost_streams_a_bad_exit_and_nothing_in_flight():
+    lost = checks.allowance([stream(0, 4, False, "error")], 1, None, 10, 12, checks.StepEnd(0, 3.0))
+    assert lost.verdict == "fail" and "1 lost" in lost.observed and lost.metrics["streams_lost"] == 1
+    bad_exit = checks.allowance([stream(0, 11.0, False, "error")], 1, None, 10, 12, checks.StepEnd(143, 10.0))
+    assert bad_exit.verdict == "fail" and "endpoint exit 143" in bad_exit.observed
+    late = checks.allowance([stream(0, 11.0, False, "error")], 1, None, 10, 12, checks.StepEnd(0, 12.5))
+    assert late.verdict == "fail", "exited after the allowance"
+    unknown = checks.allowance([stream(0, 11.0, False, "error")], 1, None, 10, 12, checks.StepEnd(None, 10.0))
+    assert unknown.verdict == "fail" and "exit unknown" in unknown.observed
+    empty = checks.allowance([], 1, None, 10, 12, checks.StepEnd(0, 0.1))
+    assert empty.verdict == "fail" and "nothing was tested" in empty.detail
+    assert checks.allowance([stream(0, 9)], 1, None, 10, 12, checks.StepEnd(0, 8.1)).verdict == "pass"
+
+
+def _cleanup(streams, end, left=()):
+    return checks.sut_cleanup("completion", streams, 1, end, {}, 10, 12, list(left))
 
 
 def test_sut_cleanup_counts_cut_streams():
-    cut = checks.sut_cleanup("completion", [stream(0, 1.3, False, "error")] * 4, 1, checks.StepEnd(137, 0.3), {})
+    cut = _cleanup([stream(0, 1.3, False, "error")] * 4, checks.StepEnd(137, 0.3))
     assert cut.verdict == "fail" and cut.observed.startswith("4 of 4 in-flight stream(s) cut; endpoint exit 137")
-    fine = checks.sut_cleanup("cancel", [stream(0, 3)] * 4, 1, checks.StepEnd(0, 2.5), {})
+    fine = checks.sut_cleanup("cancel", [stream(0, 3)] * 4, 1, checks.StepEnd(0, 2.5), {}, 10, 12, [])
     assert fine.verdict == "pass" and fine.id == "drain.sut_cleanup.cancel"
+
+
+def test_sut_cleanup_never_assumes_exit_0_and_checks_time_and_leftovers():
+    done = [stream(0, 3)] * 4
+    unknown = _cleanup(done, checks.StepEnd(None, 2.5, "nowhere"))
+    assert unknown.verdict == "fail" and "endpoint exit unknown" in unknown.observed
+    late = _cleanup(done, checks.StepEnd(0, 12.6))
+    assert late.verdict == "fail", "stopped after the allowance"
+    left = _cleanup(done, checks.StepEnd(0, 2.5), ["7.3"])
+    assert left.verdict == "fail" and "steps left: 7.3" in left.observed
+    assert _cleanup(done, checks.StepEnd(0, 2.5)).verdict == "pass"

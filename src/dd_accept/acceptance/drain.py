@@ -10,8 +10,8 @@ Replicas stay up throughout: only the endpoint is stopped, as in production shut
 
 from __future__ import annotations
 
+import contextlib
 import json
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,15 +19,14 @@ from pathlib import Path
 from dd_accept.acceptance import drain_checks as checks
 from dd_accept.acceptance.progress import ProgressWriter
 from dd_accept.acceptance.results import ScenarioResult
+from dd_accept.errors import SutBehaviourMissing
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.sut.profile import SutProfile
-from dd_accept.harness.waiting import wait_until
+from dd_accept.harness.waiting import WaitTimeout, wait_until
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, start_background
 
 DRILL = "sut_cleanup_drill.sh"
 MODES = ("completion", "failure", "cancel")
-_KILLED = re.compile(r"task \d+: Killed")
-_EXITED = re.compile(r"task \d+: Exited with exit code (\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +61,7 @@ def _stop_step(
 ) -> tuple[float, float | None, checks.StepEnd]:
     """TERM the endpoint step; KILL it if it is still running when the allowance has passed."""
     (step,) = allocation.steps_by_name()["proxy"]
-    stop_at = time.time()
-    allocation.scancel_step(step, "TERM")
+    stop_at = allocation.scancel_step(step, "TERM").ended_at  # TERM's moment as the cluster saw it
     forced_at = None
     try:
         record = proxy.step.wait(timeout=profile.drain.allowance_seconds)
@@ -125,7 +123,9 @@ def run_drain(
         stop_at, forced_at, end = _stop_step(allocation, proxy, profile)
         _mark(run, "allowance", profile, stop_at, forced_at)
         client.wait(timeout=60)
-        result.add(checks.allowance(deployment.read_events(run, "allowance"), stop_at, forced_at, window, allowance_s))
+        result.add(
+            checks.allowance(deployment.read_events(run, "allowance"), stop_at, forced_at, window, allowance_s, end)
+        )
 
         # -- C: the SUT's own cleanup -------------------------------------------------------------
         for mode in MODES:
@@ -180,26 +180,70 @@ def _cleanup_drill(
     if drill.finished:
         raise RuntimeError(f"the cleanup drill ended early: {drill.wait(1).describe()}")
     proxy = deployment.Proxy(allocation, drill, node, deployment.PROXY_PORT, argv, log_cluster, state_host)
-    wait_until(lambda: proxy.get("/health").get("status"), lambda s: s == 200, timeout=30, what="drilled endpoint")
+    try:
+        wait_until(lambda: proxy.get("/health").get("status"), lambda s: s == 200, timeout=30, what="drilled endpoint")
+    except WaitTimeout as error:
+        raise SutBehaviourMissing(
+            deployment.ENDPOINT_STARTS,
+            "the endpoint launched under the SUT's own controller functions answers /health 200 within 30s",
+            f"{error}; endpoint log: {proxy.log_tail(5) or 'empty'}",
+        ) from error
     client = _client(allocation, proxy, run, profile, f"cleanup-{mode}", options.streams, options.short_tokens)
     replicas.wait_running(options.streams)
     time.sleep(options.stop_after_s)
-    stop_at = time.time()
+    stop_at = time.time()  # replaced by the controller's own mark once it has written one
     if mode == "cancel":
         drill.signal("TERM")
     else:
         allocation.cluster.exec(["touch", f"{state_cluster}/go"])
-    _mark(run, f"cleanup-{mode}", profile, stop_at)
     record = drill.wait(timeout=profile.drain.allowance_seconds + 30)
+    stop_at = _node_mark(state_host / "stop-started", stop_at)
+    _mark(run, f"cleanup-{mode}", profile, stop_at)
     client.wait(timeout=60)
-    end = checks.StepEnd(_endpoint_exit(record.stderr_tail), time.time() - stop_at)
+    steps_left = allocation.steps_by_name().get("drill-endpoint", [])
+    end = _endpoint_end(allocation, _drilled_step(state_host), node, stop_at)
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
-    return checks.sut_cleanup(mode, deployment.read_events(run, f"cleanup-{mode}"), stop_at, end, details)
+    return checks.sut_cleanup(
+        mode,
+        deployment.read_events(run, f"cleanup-{mode}"),
+        stop_at,
+        end,
+        details,
+        profile.drain.window_seconds,
+        profile.drain.allowance_seconds,
+        steps_left,
+    )
 
 
-def _endpoint_exit(launcher_stderr: str) -> int | None:
-    """The endpoint task's exit as its srun launcher reported it (no accounting needed)."""
-    if _KILLED.search(launcher_stderr):
-        return 137
-    exited = _EXITED.search(launcher_stderr)
-    return int(exited.group(1)) if exited else 0
+def _node_mark(path: Path, fallback: float) -> float:
+    """The controller's own timestamp of when its stop began (written on the node)."""
+    try:
+        return float(path.read_text().strip())
+    except (OSError, ValueError):
+        return fallback
+
+
+def _drilled_step(state: Path) -> str | None:
+    """The endpoint's JOB.STEP, as the drill recorded it for a step-aware cleanup."""
+    for path in (state / "identities").glob("*"):
+        step = path.read_text().strip()
+        if step:
+            return step
+    return None
+
+
+def _endpoint_end(allocation: Allocation, step: str | None, node: str, stop_at: float) -> checks.StepEnd:
+    """The endpoint task's exit status and time as Slurm recorded them; unknown stays unknown."""
+    found = None
+    if step is not None:
+        with contextlib.suppress(WaitTimeout):
+            found = wait_until(
+                lambda: allocation.cluster.step_exit(step, node),
+                lambda exit_: exit_ is not None,
+                timeout=10,
+                what=f"Slurm's record of how step {step} ended",
+            )
+    if found is None:
+        return checks.StepEnd(None, time.time() - stop_at, "nowhere: Slurm kept no record of the step's end")
+    ended = found.ended_at if found.ended_at is not None else time.time()
+    return checks.StepEnd(found.exit_code, max(0.0, ended - stop_at), found.source)

@@ -1,10 +1,16 @@
 """The drain checks, as pure functions of client stream events and step outcomes.
 
-A stream that was in flight when an endpoint was told to stop ends one of three ways:
+The contract (seed pull request, brief fact 3): after TERM an endpoint drains for at most
+its window (10 s) and exits by itself; the controller allows 12 s and only then forces
+what is left. A stream that was in flight when an endpoint was told to stop ends one of
+four ways:
   completed — it ended with `[DONE]`;
-  forced    — it was cut at or after the moment the allowance ran out and the harness
-              forced the endpoint (KILL): expected for streams longer than the drain window;
-  lost      — it was cut before that: the endpoint dropped work it had accepted.
+  bounded   — the endpoint itself ended it at (or after) its drain window, before anyone
+              forced it: what a correct endpoint does with a stream longer than its window;
+  forced    — it was still running when the allowance ran out and the harness had to KILL
+              the endpoint: the endpoint did not bound its own drain;
+  lost      — it was cut before the window: the endpoint dropped work it had accepted.
+Only `completed` and `bounded` are correct outcomes.
 """
 
 from __future__ import annotations
@@ -18,21 +24,29 @@ from dd_accept.acceptance.results import CheckResult
 
 MARKS = "drain-marks.jsonl"  # when each stop began (and was forced): the drain chart's axis marks
 FORCE_TOLERANCE_S = 0.5  # a cut this close before the KILL counts as caused by it
+WINDOW_TOLERANCE_S = 0.5  # a cut this close before the window's end counts as the endpoint's bound
+GOOD_OUTCOMES = frozenset({"completed", "bounded"})
 
 
 @dataclass(frozen=True, slots=True)
 class StepEnd:
+    """How the endpoint task ended: its exit status as Slurm reported it (None: unknown) and
+    when, counted from the TERM."""
+
     exit_code: int | None
     seconds_after_stop: float
+    source: str = "srun"  # where the exit status was read (srun launcher, slurmd's step record)
 
 
-def classify(stream: Event, stop_at: float, forced_at: float | None) -> str:
+def classify(stream: Event, stop_at: float, forced_at: float | None, window_s: float | None = None) -> str:
     if stream.get("done") and stream.get("outcome") == "ok":
         return "completed"
     if stream["t"] < stop_at:
         return "ended before the stop"
     if forced_at is not None and stream["t"] >= forced_at - FORCE_TOLERANCE_S:
         return "forced"
+    if window_s is not None and stream["t"] - stop_at >= window_s - WINDOW_TOLERANCE_S:
+        return "bounded"
     return "lost"
 
 
@@ -41,8 +55,14 @@ def in_flight(events: list[Event], stop_at: float) -> list[Event]:
     return [e for e in of_kind(events, "request") if e.get("started", e["t"]) < stop_at <= e["t"]]
 
 
-def _outcomes(streams: list[Event], stop_at: float, forced_at: float | None) -> Counter[str]:
-    return Counter(classify(stream, stop_at, forced_at) for stream in streams)
+def _outcomes(
+    streams: list[Event], stop_at: float, forced_at: float | None, window_s: float | None = None
+) -> Counter[str]:
+    return Counter(classify(stream, stop_at, forced_at, window_s) for stream in streams)
+
+
+def _exit_text(endpoint: StepEnd) -> str:
+    return "exit unknown" if endpoint.exit_code is None else f"exit {endpoint.exit_code}"
 
 
 def _show(counts: Counter[str]) -> str:
@@ -73,45 +93,78 @@ def scancel_step(
 
 
 def allowance(
-    streams: list[Event], stop_at: float, forced_at: float | None, window_s: float, allowance_s: float
+    streams: list[Event],
+    stop_at: float,
+    forced_at: float | None,
+    window_s: float,
+    allowance_s: float,
+    endpoint: StepEnd,
 ) -> CheckResult:
+    """Streams longer than the window: the endpoint must end them itself at its window (or
+    let them complete) and exit 0 by itself before the allowance; a KILL means it did not
+    bound its drain, a cut before the window means it dropped work."""
     flying = in_flight(streams, stop_at)
-    counts = _outcomes(flying, stop_at, forced_at)
+    counts = _outcomes(flying, stop_at, forced_at, window_s)
     ends = [round(e["t"] - stop_at, 1) for e in flying]
-    reported = counts.get("forced", 0) + counts.get("completed", 0) == len(flying)
-    forced_late_enough = forced_at is None or forced_at - stop_at >= allowance_s - FORCE_TOLERANCE_S
-    ok = bool(flying) and reported and counts.get("lost", 0) == 0 and forced_late_enough
-    detail = ""
-    if forced_at is not None and counts.get("forced"):
+    exited_by_itself = forced_at is None and endpoint.exit_code == 0 and endpoint.seconds_after_stop <= allowance_s
+    ok = bool(flying) and sum(counts[k] for k in GOOD_OUTCOMES) == len(flying) and exited_by_itself
+    if not flying:
+        detail = "no stream was in flight at TERM: nothing was tested"
+    elif forced_at is not None:
         detail = (
-            f"the endpoint still had streams running at {allowance_s:g}s and was forced (KILL); "
-            f"a stream outliving the {window_s:g}s drain window means the endpoint does not bound its own drain"
+            f"the endpoint was still running at the {allowance_s:g}s allowance and had to be forced (KILL): "
+            f"it does not bound its own drain to the {window_s:g}s window"
         )
+    elif counts.get("lost"):
+        detail = f"stream(s) cut before the {window_s:g}s window: the endpoint dropped work it had accepted"
+    elif not exited_by_itself:
+        detail = "the endpoint did not exit 0 by itself within the allowance"
+    else:
+        detail = "the endpoint bounded its drain and exited by itself"
     return CheckResult.judge(
         "drain.allowance",
         ok,
-        f"streams longer than the {window_s:g}s drain window survive until the {allowance_s:g}s allowance "
-        "and are reported as forced; none lost",
+        f"a stream longer than the {window_s:g}s drain window completes or is ended by the endpoint at its window; "
+        f"the endpoint exits 0 by itself before the {allowance_s:g}s allowance; nothing forced, nothing lost",
         f"{len(flying)} long stream(s): {_show(counts)}; ended at {ends}s after TERM; "
-        f"forced at {'-' if forced_at is None else f'{forced_at - stop_at:.1f}s'}",
+        f"forced at {'-' if forced_at is None else f'{forced_at - stop_at:.1f}s'}; "
+        f"endpoint {_exit_text(endpoint)} after {endpoint.seconds_after_stop:.1f}s",
         detail,
-        {"streams_lost": counts.get("lost", 0)},
+        {
+            "streams_lost": counts.get("lost", 0),
+            "streams_forced": counts.get("forced", 0),
+            "streams_bounded": counts.get("bounded", 0),
+            "endpoint_exit_s": endpoint.seconds_after_stop,
+        },
     )
 
 
 def sut_cleanup(
-    mode: str, streams: list[Event], stop_at: float, endpoint: StepEnd, cleanup: dict[str, Any]
+    mode: str,
+    streams: list[Event],
+    stop_at: float,
+    endpoint: StepEnd,
+    cleanup: dict[str, Any],
+    window_s: float,
+    allowance_s: float,
+    steps_left: list[str],
 ) -> CheckResult:
+    """The SUT's own cleanup: every in-flight stream completes (or is bounded at the window),
+    the endpoint task exits 0 within the allowance as Slurm reports it (an exit status
+    nobody reported is a failure, never assumed 0), and no step of it is left running."""
     flying = in_flight(streams, stop_at)
-    counts = _outcomes(flying, stop_at, None)
-    cut = len(flying) - counts.get("completed", 0)
-    ok = bool(flying) and cut == 0 and endpoint.exit_code == 0
+    counts = _outcomes(flying, stop_at, None, window_s)
+    cut = len(flying) - sum(counts[k] for k in GOOD_OUTCOMES)
+    in_time = endpoint.seconds_after_stop <= allowance_s
+    ok = bool(flying) and cut == 0 and endpoint.exit_code == 0 and in_time and not steps_left
     return CheckResult.judge(
         f"drain.sut_cleanup.{mode}",
         ok,
-        "the SUT's own cleanup lets every in-flight stream complete; the endpoint task exits 0",
-        f"{cut} of {len(flying)} in-flight stream(s) cut; endpoint exit {endpoint.exit_code} after "
-        f"{endpoint.seconds_after_stop:.1f}s",
-        f"{cleanup.get('function', '?')} from {cleanup.get('script', '?')}; controller exit: {cleanup.get('exit')}",
+        f"the SUT's own cleanup lets every in-flight stream complete; the endpoint task exits 0 within the "
+        f"{allowance_s:g}s allowance; no step left",
+        f"{cut} of {len(flying)} in-flight stream(s) cut; endpoint {_exit_text(endpoint)} after "
+        f"{endpoint.seconds_after_stop:.1f}s; steps left: {', '.join(steps_left) or 'none'}",
+        f"{cleanup.get('function', '?')} from {cleanup.get('script', '?')}; controller exit: {cleanup.get('exit')}; "
+        f"endpoint exit read from {endpoint.source}",
         {"streams_cut": cut, "endpoint_exit_s": endpoint.seconds_after_stop},
     )

@@ -200,12 +200,18 @@ def _replica_order(name: str) -> tuple[int, str]:
     return (int(digits) if digits else 0, name)
 
 
-DRAIN_COLOURS = {"completed": "#2e7d32", "forced": "#f9a825", "lost": "#c62828", "ended before the stop": "#9e9e9e"}
+DRAIN_COLOURS = {
+    "completed": "#2e7d32",
+    "bounded": "#00838f",
+    "forced": "#f9a825",
+    "lost": "#c62828",
+    "ended before the stop": "#9e9e9e",
+}
 
 
 def drain_chart(streams: list[dict[str, Any]], mark: dict[str, Any], title: str) -> str:
     """The drain timeline: every stream against the stop (TERM), the drain window, the end of
-    the allowance and the KILL, coloured by how it ended (completed, forced, lost)."""
+    the allowance and the KILL, coloured by how it ended (completed, bounded, forced, lost)."""
 
     rows = [e for e in streams if e.get("kind") == "request" and isinstance(e.get("t"), int | float)]
     stop, forced = mark["stop_at"], mark.get("forced_at")
@@ -217,7 +223,7 @@ def drain_chart(streams: list[dict[str, Any]], mark: dict[str, Any], title: str)
     height = len(rows[:60]) * ROW + 10
     spans = []
     for i, event in enumerate(sorted(rows, key=lambda e: e.get("started", e["t"]))[:60]):
-        outcome = classify(event, stop, forced)
+        outcome = classify(event, stop, forced, window)
         a, b = _x(event.get("started", event["t"]), t0, t1), _x(event["t"], t0, t1)
         spans.append(
             f'<line x1="{a:.1f}" x2="{max(b, a + 1):.1f}" y1="{8 + i * ROW}" y2="{8 + i * ROW}" '
@@ -240,12 +246,12 @@ def drain_chart(streams: list[dict[str, Any]], mark: dict[str, Any], title: str)
         marks.append(
             f'<line x1="{x_kill:.1f}" x2="{x_kill:.1f}" y1="0" y2="{height}" class="sig"><title>KILL</title></line>'
         )
-    counts = Counter(classify(e, stop, forced) for e in rows if e.get("started", e["t"]) < stop <= e["t"])
+    counts = Counter(classify(e, stop, forced, window) for e in rows if e.get("started", e["t"]) < stop <= e["t"])
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no stream in flight"
     return (
         f"<figure><figcaption>Drain timeline — {escape(title)}: in flight at TERM: {escape(summary)}. "
         f"Blue band: the {window:g}s drain window; grey line: the {allowance:g}s allowance; red dashes: KILL; "
-        "streams green completed, amber forced, red lost</figcaption>"
+        "streams green completed, teal bounded by the endpoint, amber forced, red lost</figcaption>"
         f'<svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="drain timeline">'
         f"{''.join(marks)}{_axis(t0, t1, height)}{''.join(spans)}</svg></figure>"
     )

@@ -26,10 +26,11 @@ from docker.models.containers import Container
 from dd_accept.errors import ClusterError, UsageError
 from dd_accept.harness.interrupts import deferred_interrupts
 from dd_accept.harness.waiting import WaitAborted, WaitTimeout, wait_until
-from dd_accept.slurm_docker import engine
+from dd_accept.slurm_docker import engine, step_exit
 from dd_accept.slurm_docker.layout import DOCKER_LAYOUT, NodeLayout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
 from dd_accept.slurm_docker.state import cluster_dir
+from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit
 
 CONTROLLER = "ctl"
 SHARED_PATH = "/shared"  # the cluster's shared filesystem, at the same path on every node
@@ -415,6 +416,11 @@ class SlurmCluster:
     def daemon_logs(self, lines: int = 2000) -> dict[str, str]:
         """The Slurm daemons' output, per node (evidence)."""
         return {node: engine.container_log_tail(self.container(node), lines) for node in [CONTROLLER, *self.nodes]}
+
+    def step_exit(self, step: str, node: str) -> StepExit | None:
+        """How `step` ended on `node`, from slurmstepd's own record in the node's slurmd log."""
+        record = self.exec(["grep", "-F", f"] [{step}] task ", SLURMD_LOG], node=node, timeout=15)
+        return step_exit.from_slurmd_log(record.stdout, step)
 
     def node_freeze(self) -> str:
         """`pip freeze` of the SUT's environment on the nodes, as installed (the node lock)."""

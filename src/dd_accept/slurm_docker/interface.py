@@ -13,6 +13,7 @@ from typing import Protocol
 
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
+from dd_accept.slurm_docker.step_exit import StepExit
 
 
 class AllocationSite(Protocol):
@@ -60,6 +61,8 @@ class Cluster(Protocol):
     def allocated(self, job_id: str, nodes: Sequence[str]) -> None: ...
 
     def daemon_logs(self, lines: int = ...) -> dict[str, str]: ...
+
+    def step_exit(self, step: str, node: str) -> StepExit | None: ...  # as Slurm recorded it; None: unknown
 
     def versions(self) -> dict[str, str]: ...
 

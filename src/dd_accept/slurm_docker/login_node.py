@@ -23,10 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dd_accept.errors import ClusterError, UsageError
+from dd_accept.slurm_docker import step_exit
 from dd_accept.slurm_docker.cluster import CONTROLLER, SlurmCluster
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord, decode, tail, utc_now_iso
 from dd_accept.slurm_docker.state import file_lock
+from dd_accept.slurm_docker.step_exit import StepExit
 
 if TYPE_CHECKING:
     from dd_accept.fixtures.sut.wheelhouse import Wheelhouse
@@ -198,6 +200,12 @@ class ExistingCluster:
             start_new_session=True,
         )
         self._children.append(child)
+
+    def step_exit(self, step: str, node: str) -> StepExit | None:
+        """How `step` ended, from the site's accounting (`sacct`); None where it keeps none."""
+        del node
+        record = self.exec(["sacct", "-n", "-P", "-o", "ExitCode,End", "-j", step], timeout=30)
+        return step_exit.from_sacct(record.stdout) if record.ok else None
 
     def daemon_logs(self, lines: int = 2000) -> dict[str, str]:
         """Slurm's daemon logs are the site's, not readable from a login node: none collected."""

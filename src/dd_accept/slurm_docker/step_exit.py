@@ -1,0 +1,74 @@
+"""How a step's tasks ended, as Slurm itself recorded it.
+
+A drain verdict rests on the endpoint task's exit status, so it is read from Slurm, never
+inferred from silence: `srun` prints nothing for a task that exits 0, so "no message" is
+not "exit 0". The docker cluster's nodes log each task's end through slurmstepd (at
+`SlurmdDebug=verbose`, into `SLURMD_LOG`); a site's cluster answers through `sacct`.
+When neither has a record, the exit is unknown, and checks treat unknown as a failure.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+SLURMD_LOG = "/var/log/slurm/slurmd.log"  # SlurmdLogFile in the docker cluster's slurm.conf
+
+# [2026-11-30T05:36:18.055] [1.0] task 0 (35) exited with exit code 0.
+# [2026-11-30T05:36:50.121] [1.3] task 0 (68) exited. Killed by signal 9.
+_TASK_END = re.compile(
+    r"^\[(?P<at>[0-9T:.-]+)\] \[(?P<step>\d+\.\d+)\] task (?P<task>\d+) \(\d+\) exited"
+    r"(?: with exit code (?P<code>\d+)|\. Killed by signal (?P<signal>\d+))"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class StepExit:
+    """The worst task exit of a step (128 + signal for a task killed by a signal) and the
+    moment the last task ended (epoch seconds), with where it was read."""
+
+    exit_code: int
+    ended_at: float | None
+    source: str
+
+
+def _epoch(stamp: str) -> float | None:
+    try:
+        return datetime.fromisoformat(stamp).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
+
+
+def from_slurmd_log(text: str, step: str) -> StepExit | None:
+    """The exit of `step` (JOB.STEP) from a slurmd log; None when no task end is logged."""
+    codes: list[int] = []
+    times: list[float] = []
+    for line in text.splitlines():
+        match = _TASK_END.match(line)
+        if match is None or match["step"] != step:
+            continue
+        codes.append(int(match["code"]) if match["code"] is not None else 128 + int(match["signal"]))
+        if (at := _epoch(match["at"])) is not None:
+            times.append(at)
+    if not codes:
+        return None
+    return StepExit(max(codes), max(times) if times else None, "slurmd step record")
+
+
+def from_sacct(text: str) -> StepExit | None:
+    """The exit of a step from `sacct -n -P -o ExitCode,End -j JOB.STEP` ("code:signal|end")."""
+    for line in text.splitlines():
+        exit_field, _, end = line.strip().partition("|")
+        code, _, signal = exit_field.partition(":")
+        if not code.isdigit() or not signal.isdigit():
+            continue
+        exit_code = 128 + int(signal) if int(signal) else int(code)
+        ended = None
+        if end and end not in {"Unknown", "None"}:
+            try:
+                ended = datetime.fromisoformat(end).astimezone(UTC).timestamp()
+            except ValueError:
+                ended = None
+        return StepExit(exit_code, ended, "sacct")
+    return None

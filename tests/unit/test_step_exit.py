@@ -1,0 +1,36 @@
+"""Reading a step's end from Slurm's own records (slurmd's step log, sacct)."""
+
+from dd_accept.slurm_docker import step_exit
+
+LOG = """\
+[2026-11-30T05:36:18.055] [1.0] task 0 (35) exited with exit code 0.
+[2026-11-30T05:36:18.082] [1.1] task 0 (45) exited with exit code 3.
+[2026-11-30T05:36:50.121] [1.3] proctrack/linuxproc: _kill_proclist: Sending signal 9 to pid 68 (sleep)
+[2026-11-30T05:36:50.121] [1.3] task 0 (68) exited. Killed by signal 9.
+[2026-11-30T05:36:51.000] [1.4] task 0 (70) exited with exit code 0.
+[2026-11-30T05:36:52.500] [1.4] task 1 (71) exited with exit code 2.
+[2026-11-30T05:36:53.000] [11.0] task 0 (90) exited with exit code 9.
+"""
+
+
+def test_exit_codes_signals_and_the_worst_task_of_a_step():
+    assert step_exit.from_slurmd_log(LOG, "1.0").exit_code == 0
+    assert step_exit.from_slurmd_log(LOG, "1.1").exit_code == 3
+    assert step_exit.from_slurmd_log(LOG, "1.3").exit_code == 137
+    four = step_exit.from_slurmd_log(LOG, "1.4")
+    assert four.exit_code == 2 and four.ended_at - step_exit._epoch("2026-11-30T05:36:51.000") == 1.5
+
+
+def test_no_record_is_unknown_and_step_ids_match_exactly():
+    assert step_exit.from_slurmd_log(LOG, "1.2") is None
+    assert step_exit.from_slurmd_log(LOG, "1.") is None
+    assert step_exit.from_slurmd_log(LOG, "11.0").exit_code == 9
+    assert step_exit.from_slurmd_log("", "1.0") is None
+
+
+def test_sacct_lines():
+    assert step_exit.from_sacct("0:0|2026-11-30T05:36:18\n").exit_code == 0
+    assert step_exit.from_sacct("0:9|2026-11-30T05:36:18\n").exit_code == 137
+    assert step_exit.from_sacct("3:0|Unknown\n").ended_at is None
+    assert step_exit.from_sacct("") is None
+    assert step_exit.from_sacct("garbage|x\n") is None
