@@ -27,3 +27,16 @@ class EnvironmentProblem(DDAcceptError):
 
 class ClusterError(DDAcceptError):
     """The cluster could not be built, started or reached; the message carries log tails."""
+
+
+class SutBehaviourMissing(Exception):
+    """A behaviour of the SUT that a scenario waits on never happened (its proxy never became
+    healthy, say). That is a finding about the SUT: it becomes a failed check named after the
+    behaviour (exit 1), never "could not be judged" (exit 2, which is for the harness and
+    the machine)."""
+
+    def __init__(self, behaviour: str, expected: str, observed: str) -> None:
+        super().__init__(f"{behaviour}: expected {expected}; observed {observed}")
+        self.behaviour = behaviour
+        self.expected = expected
+        self.observed = observed

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.cluster
 def test_missing_cooldown_is_caught_by_total_cooldown(sut_wheelhouse, sut_image, sut_profile, tmp_path):
     checks = run_against_fault("no-cooldown", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     cooldown = checks["overload.total.cooldown"]
-    assert cooldown.verdict == "fail" and not cooldown.observed.endswith(", 0 admission(s) inside one")
+    assert cooldown.verdict == "fail" and cooldown.metrics["cooldown_breaches"] > 0, cooldown
+    assert cooldown.metrics["cooldown_windows_judged"] > 0 and "admitted" in cooldown.detail
     assert checks["overload.total.retry_after"].verdict == "pass"
 
 
@@ -39,8 +40,14 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(tmp_pa
         "overload.total.admission_decrease",
         "overload.total.cooldown",
         "overload.recovery",
+        "overload.admission.rejects",
     ]
     assert all(c["verdict"] == "pass" for c in scenario["checks"])
+    admission = scenario["checks"][-1]
+    assert "threshold 0, depth 0: 404: 2; threshold 0, depth 7: 429: 2 (Retry-After 3: 2)" in admission["observed"]
+    assert "threshold 128, depth 128: 404: 1; threshold 128, depth 129: 429: 1" in admission["observed"]
+    cooldown = next(c for c in scenario["checks"] if c["id"] == "overload.total.cooldown")
+    assert cooldown["metrics"]["cooldown_windows_judged"] > 0 and cooldown["metrics"]["cooldown_breaches"] == 0
     assert results["sut"]["wheels"][0]["file"] == "data_designer_slurm-1.0.0rc1-py3-none-any.whl"
     assert "5410c6bca7c035c4cb215cc0319071e00acab3f124a8ebb9a44d24daaa4d4520" in result.stdout
     # the run left a complete bundle that verifies, as a directory and as a .tar.gz
@@ -68,3 +75,20 @@ def test_run_reports_a_failed_check_with_exit_1(tmp_path, sut_wheelhouse):
     results = json.loads((out / "results.json").read_text())
     failed = [c["id"] for s in results["scenarios"] for c in s["checks"] if c["verdict"] == "fail"]
     assert failed == ["overload.total.attempts"]
+
+
+def test_a_proxy_that_never_serves_is_a_failed_check_not_an_environment_error(tmp_path, sut_wheelhouse):
+    """A SUT behaviour the scenario waits on that never happens is judged: exit 1, a failed
+    check named after the behaviour, never exit 2 ("could not be judged")."""
+    from dd_accept.fixtures.sut.variants import FAULTS, make_variant
+
+    (wheel,) = [w for w in sut_wheelhouse.wheels if w.name == "data-designer-slurm"]
+    variant = make_variant(sut_wheelhouse.path / wheel.file, FAULTS["endpoint-exits-at-start"], tmp_path / "wheels")
+    out = tmp_path / "evidence"
+    result = run_cli("--quiet", "run", "streaming", "--sut", str(variant), "--out", str(out), timeout=900)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (scenario,) = json.loads((out / "results.json").read_text())["scenarios"]
+    assert scenario["error"] is None
+    (check,) = scenario["checks"]
+    assert check["id"] == "streaming.endpoint_starts" and check["verdict"] == "fail"
+    assert "the proxy step ended" in check["observed"], check

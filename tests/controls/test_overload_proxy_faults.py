@@ -6,7 +6,11 @@ numbers show the fault) and that checks the fault does not touch still pass.
 
 import pytest
 
-from tests.controls.controls import run_against_fault
+from dd_accept.acceptance import overload, overload_checks
+from dd_accept.acceptance.overload import OverloadOptions
+from dd_accept.acceptance.results import ScenarioResult
+from dd_accept.fixtures import deployment
+from tests.controls.controls import run_against_fault, run_with_fault
 
 pytestmark = pytest.mark.cluster
 
@@ -32,6 +36,56 @@ def test_lost_retry_after_is_caught_by_total_retry_after(sut_wheelhouse, sut_ima
     retry_after = checks["overload.total.retry_after"]
     assert retry_after.verdict == "fail" and "None:" in retry_after.observed
     assert checks["overload.total.attempts"].verdict == "pass"
+
+
+def test_a_substituted_retry_after_is_told_from_the_replicas_value(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+    """The proxy's own fallback (7) differs from the replicas' value (3) by design."""
+    checks = run_against_fault("retry-after-substituted", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    retry_after = checks["overload.total.retry_after"]
+    assert retry_after.verdict == "fail" and "Retry-After values: 7.0:" in retry_after.observed, retry_after
+    assert "substituted its fallback" in retry_after.detail
+    assert checks["overload.total.attempts"].verdict == "pass"
+    assert checks["overload.admission.rejects"].verdict == "pass", "the replicas still answer 3"
+
+
+def test_admission_that_never_rejects_is_a_failed_check_not_an_error(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+    """A SUT fault the scenario waits on is judged (exit 1), never 'could not be judged'."""
+    checks = run_against_fault("admission-never-rejects", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    admission = checks["overload.admission.rejects"]
+    assert admission.verdict == "fail" and "threshold 0, depth 7: 404: 2" in admission.observed, admission
+    assert "did not reject" in admission.detail
+    assert checks["overload.partial.failover"].observed.startswith("0 request(s) failed over")
+    assert checks["overload.total.attempts"].verdict == "fail", "no 429 reaches the client"
+
+
+def _admission_only(allocation, run, profile, progress):
+    """The overload scenario's admission samples alone: with a middleware that rejects at
+    the threshold every replica rejects, so the full scenario would spend its client
+    deadlines (minutes) for nothing more than this check already shows."""
+    options = OverloadOptions()
+    result = ScenarioResult("overload")
+    replicas = deployment.start_replicas(
+        allocation, 2, run=run, profile=profile, threshold=options.threshold, retry_after=options.retry_after
+    )
+    try:
+        samples = [
+            replicas.hold_at(None, depth=options.threshold, threshold=options.threshold),
+            replicas.overload(None, depth=options.queue_depth, threshold=options.threshold),
+            replicas.relieve(threshold=options.threshold),
+        ]
+    finally:
+        replicas.stop()
+    samples += overload._default_threshold(allocation, run, profile, options, ())
+    result.add(overload_checks.admission_rejects(samples, options.retry_after))
+    return result
+
+
+def test_admission_at_the_threshold_is_caught(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+    checks = run_with_fault(_admission_only, "admission-at-threshold", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    admission = checks["overload.admission.rejects"]
+    assert admission.verdict == "fail" and "threshold 0, depth 0: 429: 2" in admission.observed, admission
+    assert "threshold 128, depth 128: 429: 1" in admission.observed
+    assert "did not admit" in admission.detail
 
 
 def test_429_passed_on_as_503_is_caught_by_admission_decrease(sut_wheelhouse, sut_image, sut_profile, tmp_path):

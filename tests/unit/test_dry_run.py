@@ -50,7 +50,7 @@ def test_vllm_dry_run_prints_every_slurm_command_with_site_options(tmp_path):
     pressure = [c for c in commands if "dd_accept.harness.loadclient" in c and c[c.index("--mode") + 1] == "raw"]
     assert [c[c.index("-J") + 1] for c in pressure] == [f"pressure-{i}" for i in range(4)]
     assert [c[c.index("--endpoint") + 1] for c in pressure] == [f"http://$NODE:{8100 + i}" for i in range(4)]
-    assert {c[c.index("--concurrency") + 1] for c in pressure} == {"65"}  # --max-num-seqs=64 running + 1 waiting
+    assert {c[c.index("--concurrency") + 1] for c in pressure} == {"71"}  # --max-num-seqs=64 running + 7 waiting
     assert ["scancel", "--signal=TERM", "$PRESSURE_STEPS"] in commands
     assert all(c[c.index("--model") + 1] == "org/model-8b" for c in clients)
     assert commands[-1] == ["scancel", "$JOB"]

@@ -2,6 +2,7 @@
 
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import expected_decreases
+from dd_accept.fixtures.deployment import AdmissionSample
 
 
 def request(t, record, status=200, outcome="ok", request_id=None, retry_after=None):
@@ -100,3 +101,62 @@ def test_recovery_needs_all_records_and_a_rise_after_relief():
     assert checks.recovery(events, 3, relieved_at=4.0).verdict == "pass"
     assert checks.recovery(events, 3, relieved_at=7.0).verdict == "fail"
     assert checks.recovery(events[:-1], 3, relieved_at=4.0).verdict == "fail"
+
+
+def test_cooldown_without_lease_events_is_not_observed_and_fails():
+    limited = request(10.0, 0, 429, "rate_limited", retry_after=3.0)
+    silent = checks.total_cooldown([limited], 2.0)
+    assert silent.verdict == "fail" and "cooldown not observed" in silent.detail
+    before_only = checks.total_cooldown([limited, lease(9.0)], 2.0)
+    assert before_only.verdict == "fail" and before_only.metrics["cooldown_windows_judged"] == 0
+
+
+def test_retry_after_tells_a_substituted_fallback_from_the_replicas_value():
+    substituted = [request(1, 0, 429, "rate_limited", retry_after=7.0)]
+    check = checks.total_retry_after(substituted, 3, proxy_fallback=7)
+    assert check.verdict == "fail" and "substituted its fallback" in check.detail
+    passed_on = checks.total_retry_after([request(1, 0, 429, "rate_limited", retry_after=3.0)], 3, proxy_fallback=7)
+    assert passed_on.verdict == "pass" and "substituted" not in passed_on.detail
+
+
+def sample(depth, threshold, statuses, retry_after=None):
+    return AdmissionSample(
+        tuple(range(len(statuses))),
+        depth,
+        threshold,
+        tuple(statuses),
+        tuple(retry_after or [None] * len(statuses)),
+        0.4,
+    )
+
+
+def test_admission_rejects_above_the_threshold_and_admits_at_it():
+    good = [
+        sample(0, 0, [404, 404]),
+        sample(1, 0, [429, 429], ["3", "3"]),
+        sample(0, 0, [404, 404]),
+        sample(128, 128, [404]),
+        sample(129, 128, [429], ["3"]),
+    ]
+    check = checks.admission_rejects(good, 3)
+    assert check.verdict == "pass", check
+    assert "threshold 0, depth 1: 429: 2 (Retry-After 3: 2)" in check.observed
+
+
+def test_admission_that_never_rejects_fails_with_what_was_seen():
+    never = checks.admission_rejects([sample(0, 0, [404, 404]), sample(1, 0, [404, 404])], 3)
+    assert never.verdict == "fail" and "threshold 0, depth 1: 404: 2" in never.observed
+    assert "did not reject" in never.detail and never.metrics["admission_wrong"] == 1
+
+
+def test_admission_at_the_threshold_must_admit_and_retry_after_must_match():
+    off_by_one = checks.admission_rejects([sample(128, 128, [429], ["3"]), sample(129, 128, [429], ["3"])], 3)
+    assert off_by_one.verdict == "fail" and "did not admit" in off_by_one.detail
+    wrong_header = checks.admission_rejects([sample(1, 0, [429], ["1"])], 3)
+    assert wrong_header.verdict == "fail"
+    missing_header = checks.admission_rejects([sample(1, 0, [429], [None])], 3)
+    assert missing_header.verdict == "fail"
+    probe_failed = checks.admission_rejects([sample(0, 0, [None]), sample(1, 0, [429], ["3"])], 3)
+    assert probe_failed.verdict == "fail", "no answer is not an admission"
+    assert checks.admission_rejects([], 3).verdict == "fail"
+    assert checks.admission_rejects([sample(0, 0, [404])], 3).verdict == "fail", "rejection never exercised"

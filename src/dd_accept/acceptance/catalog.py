@@ -8,6 +8,7 @@ from __future__ import annotations
 
 CHECKS: dict[str, tuple[str, ...]] = {
     "overload": (
+        "overload.admission.rejects",
         "overload.partial.completes",
         "overload.partial.failover",
         "overload.total.attempts",
@@ -23,8 +24,23 @@ CHECKS: dict[str, tuple[str, ...]] = {
         "drain.sut_cleanup.failure",
         "drain.sut_cleanup.cancel",
     ),
-    "health": ("health.backend_loss.detected", "health.backend_loss.attempt_failed", "health.probe_isolation"),
-    "streaming": ("streaming.integrity", "streaming.no_buffering", "streaming.connection_accounting"),
+    "health": (
+        "health.backend_loss.detected",
+        "health.backend_loss.attempt_failed",
+        "health.unresponsive.detected",
+        "health.unresponsive.attempt_failed",
+        "health.probe_isolation",
+    ),
+    "streaming": (
+        "streaming.integrity",
+        "streaming.no_buffering",
+        "streaming.connection_accounting",
+        "streaming.least_connections",
+    ),
 }
+
+# Every scenario needs the SUT's proxy to serve first; one that never does fails this check.
+for _scenario, _checks in list(CHECKS.items()):
+    CHECKS[_scenario] = (f"{_scenario}.endpoint_starts", *_checks)
 
 ALL_CHECKS = frozenset(check for checks in CHECKS.values() for check in checks)

@@ -11,8 +11,8 @@ Phases, each with its own client run so the evidence of one cannot leak into ano
 from __future__ import annotations
 
 import contextlib
+import json
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from dd_accept.acceptance import overload_checks as checks
@@ -23,33 +23,8 @@ from dd_accept.fixtures import deployment
 from dd_accept.fixtures.backends.vllm import VllmBackend
 from dd_accept.fixtures.sut.profile import SutProfile
 from dd_accept.harness.waiting import WaitTimeout, wait_until
+from dd_accept.scenario_options import OverloadOptions
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand
-
-
-@dataclass(frozen=True, slots=True)
-class OverloadOptions:
-    replicas: int = 8
-    overloaded: int = 2
-    queue_depth: int = 1
-    threshold: int = 0
-    retry_after: int = 3
-    admission_limit: int = 8
-    records: int = 32
-    recovery_records: int = 40
-    decrease_wait_s: float = 30.0  # two rounds take ~2 x Retry-After on a correct SUT
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.replicas <= 64:
-            raise ValueError("--replicas must be between 1 and 64")
-        if not 1 <= self.overloaded < self.replicas:
-            raise ValueError(
-                "--overloaded must be at least 1 and below --replicas: partial overload needs a replica left"
-            )
-        if self.queue_depth <= self.threshold:
-            raise ValueError("--queue-depth must be above --threshold, or nothing is overloaded")
-        if self.retry_after < 1 or self.admission_limit < 1 or self.records < 1 or self.threshold < 0:
-            raise ValueError("--retry-after, --admission-limit and --records must be positive, --threshold >= 0")
 
 
 def _watch(
@@ -123,11 +98,19 @@ def run_overload(
             threshold=options.threshold,
             retry_after=options.retry_after,
         )
-    proxy = deployment.start_proxy(allocation, replicas, profile=profile, retry_after=options.retry_after)
+    # The proxy's own Retry-After (used when an upstream 429 carries none) differs from the
+    # replicas' on purpose: a client seeing the replicas' value proves it was passed through.
+    proxy = deployment.start_proxy(
+        allocation, replicas, profile=profile, retry_after=proxy_fallback_retry_after(options.retry_after)
+    )
+    samples: list[deployment.AdmissionSample] = []
     try:
-        # -- partial ------------------------------------------------------------------------
+        # -- queue admission, then partial ----------------------------------------------------
+        overloaded = range(options.overloaded)
+        if backend is None:  # exact depths need the synthetic control plane
+            samples.append(replicas.hold_at(overloaded, depth=options.threshold, threshold=options.threshold))
         progress.emit("partial overload", overloaded=options.overloaded)
-        replicas.overload(range(options.overloaded), depth=options.queue_depth)
+        samples.append(replicas.overload(overloaded, depth=options.queue_depth, threshold=options.threshold))
         before = proxy.get(profile.proxy.metrics_path)["json"]
         client = deployment.run_client(
             allocation,
@@ -144,11 +127,11 @@ def run_overload(
         upstream = with_prefix(replicas.events(), "partial-")
         result.add(checks.partial_completes(partial, options.records, options.overloaded, max_attempts))
         result.add(checks.partial_failover(upstream, retries, max_attempts))
-        replicas.relieve()
+        samples.append(replicas.relieve(overloaded, threshold=options.threshold))
 
         # -- total, then recovery ---------------------------------------------------------------
         progress.emit("total overload", overloaded=options.replicas)
-        replicas.overload(None, depth=options.queue_depth)
+        samples.append(replicas.overload(None, depth=options.queue_depth, threshold=options.threshold))
         client = deployment.run_client(
             allocation,
             proxy,
@@ -169,21 +152,67 @@ def run_overload(
                 )
         finally:
             relieved_at = time.time()
-            replicas.relieve()
+            samples.append(replicas.relieve(threshold=options.threshold))
         progress.emit("recovery")
         total = _watch(client, run, "total", progress, "recovery", timeout=180)
         upstream = with_prefix(replicas.events(), "total-")
         result.add(checks.total_attempts(total, upstream, options.replicas, max_attempts))
-        result.add(checks.total_retry_after(total, options.retry_after))
+        result.add(
+            checks.total_retry_after(total, options.retry_after, proxy_fallback_retry_after(options.retry_after))
+        )
         result.add(checks.total_admission_decrease(total, options.admission_limit, profile.client.decrease_factor))
         result.add(checks.total_cooldown(total, profile.client.cooldown_seconds))
         result.add(checks.recovery(total, options.recovery_records, relieved_at))
+        if backend is None:
+            progress.emit("queue admission at the SUT's default threshold")
+            samples += _default_threshold(allocation, run, profile, options, fast)
+        result.add(checks.admission_rejects(samples, options.retry_after))
+        _save_admission(run, samples)
     finally:
         proxy.stop()
         replicas.stop()
         result.ended = time.time()
     progress.emit("done", verdict=result.verdict())
     return result
+
+
+def proxy_fallback_retry_after(retry_after: int) -> int:
+    """The proxy's own Retry-After: never the replicas' value, so the two can be told apart."""
+    return retry_after + 4
+
+
+def _default_threshold(
+    allocation: Allocation,
+    run: deployment.RunDirectory,
+    profile: SutProfile,
+    options: OverloadOptions,
+    fast: tuple[str, ...],
+) -> list[deployment.AdmissionSample]:
+    """One replica left at the SUT's default threshold (no override): it admits at that depth
+    and rejects one above it."""
+    default = profile.queue_admission.default_threshold
+    replica = deployment.start_replicas(
+        allocation,
+        1,
+        run=deployment.RunDirectory.create(allocation.cluster, "admission-default"),
+        profile=profile,
+        retry_after=options.retry_after,
+        options=fast,
+        seed=options.seed,
+        port_base=deployment.REPLICA_PORT_BASE + 100,
+    )
+    try:
+        return [
+            replica.hold_at(None, depth=default, threshold=default),
+            replica.overload(None, depth=default + 1, threshold=default),
+        ]
+    finally:
+        replica.stop()
+
+
+def _save_admission(run: deployment.RunDirectory, samples: list[deployment.AdmissionSample]) -> None:
+    _, path = run.path("admission.jsonl")
+    path.write_text("".join(json.dumps(sample.to_json()) + "\n" for sample in samples))
 
 
 def client_load(

@@ -19,10 +19,57 @@ from dd_accept.acceptance.analysis import (
     percentile,
 )
 from dd_accept.acceptance.results import CheckResult
+from dd_accept.fixtures.deployment import AdmissionSample
 
 
 def _fmt_counts(counter: Counter[Any]) -> str:
     return ", ".join(f"{key}: {value}" for key, value in sorted(counter.items(), key=lambda kv: str(kv[0]))) or "none"
+
+
+def _retry_after_matches(value: str | None, wanted: int) -> bool:
+    try:
+        return value is not None and float(value) == float(wanted)
+    except ValueError:
+        return False
+
+
+def _sample_ok(sample: AdmissionSample, retry_after: int) -> bool:
+    if sample.must_reject:
+        return all(status == 429 for status in sample.statuses) and all(
+            _retry_after_matches(value, retry_after) for value in sample.retry_after
+        )
+    return all(status == 404 for status in sample.statuses)  # admitted: the app itself answers
+
+
+def _describe_sample(sample: AdmissionSample) -> str:
+    statuses = _fmt_counts(Counter(sample.statuses))
+    text = f"threshold {sample.threshold}, depth {sample.depth}: {statuses}"
+    if any(status == 429 for status in sample.statuses):
+        text += f" (Retry-After {_fmt_counts(Counter(sample.retry_after))})"
+    return text
+
+
+def admission_rejects(samples: list[AdmissionSample], retry_after: int) -> CheckResult:
+    """The SUT's queue admission, measured at the replicas: above its threshold it answers
+    429 with the configured Retry-After, at or below it it admits — for the run's threshold
+    (the seed's override 0) and for the SUT's default threshold, and again after relief."""
+    wrong = [sample for sample in samples if not _sample_ok(sample, retry_after)]
+    ok = bool(samples) and any(s.must_reject for s in samples) and not wrong
+    detail = ""
+    if wrong:
+        first = wrong[0]
+        verb = "reject" if first.must_reject else "admit"
+        detail = f"first miss: {len(first.replicas)} replica(s) held at depth {first.depth} did not {verb} "
+        detail += f"within {first.waited_s:g}s"
+    return CheckResult.judge(
+        "overload.admission.rejects",
+        ok,
+        f"429 with Retry-After: {retry_after} when the queue is deeper than the threshold; admitted (404 from the "
+        "app) at or below it",
+        "; ".join(_describe_sample(sample) for sample in samples) or "no admission sample",
+        detail,
+        {"admission_samples": len(samples), "admission_wrong": len(wrong)},
+    )
 
 
 def partial_completes(client: list[Event], records: int, overloaded: int, max_attempts: int) -> CheckResult:
@@ -81,15 +128,24 @@ def total_attempts(client: list[Event], upstream: list[Event], replicas: int, ma
     )
 
 
-def total_retry_after(client: list[Event], retry_after: int) -> CheckResult:
+def total_retry_after(client: list[Event], retry_after: int, proxy_fallback: int | None = None) -> CheckResult:
+    """Every 429 the client sees carries the replicas' Retry-After, passed through by the
+    proxy. The proxy's own fallback is set to a different value, so a proxy that drops the
+    replicas' header and substitutes its own is told apart from one that passes it on."""
     limited = [e for e in of_kind(client, "request") if e.get("status") == 429]
     seen = Counter(e.get("retry_after") for e in limited)
     ok = bool(limited) and set(seen) == {float(retry_after)}
+    detail = ""
+    if proxy_fallback is not None:
+        detail = f"the replicas answer Retry-After: {retry_after}; the proxy's own fallback is {proxy_fallback}"
+        if float(proxy_fallback) in seen:
+            detail += ": the proxy substituted its fallback for the replicas' value"
     return CheckResult.judge(
         "overload.total.retry_after",
         ok,
-        f"Retry-After: {retry_after} on every 429 the client sees",
-        f"Retry-After values: {_fmt_counts(seen)}",
+        f"Retry-After: {retry_after} (the replicas' value) on every 429 the client sees",
+        f"{len(limited)} client 429(s); Retry-After values: {_fmt_counts(seen)}",
+        detail,
     )
 
 
@@ -107,23 +163,32 @@ def total_admission_decrease(client: list[Event], limit: int, factor: float, rou
 
 
 def total_cooldown(client: list[Event], default_cooldown_s: float) -> CheckResult:
-    """No request is admitted while a cooldown demanded by a 429 (its Retry-After) runs."""
+    """No request is admitted while a cooldown demanded by a 429 (its Retry-After) runs, and
+    the rule was actually exercised: the controller's lease events were recorded and at
+    least one cooldown window was followed by a lease (the client came back after it)."""
     limited = [e for e in of_kind(client, "request") if e.get("status") == 429]
+    leases = admission(client, "request_lease_acquired")
     breaches = cooldown_breaches(client, default_cooldown_s)
-    ok = bool(limited) and not breaches
-    observed = f"{len(limited)} cooldown window(s) from 429s, {len(breaches)} admission(s) inside one"
+    judged = sum(1 for e in limited if any(lease["t"] > e["t"] for lease in leases))
+    ok = bool(limited) and bool(leases) and judged > 0 and not breaches
+    observed = (
+        f"{len(limited)} cooldown window(s) from 429s, {judged} followed by a lease; "
+        f"{len(leases)} lease(s); {len(breaches)} admission(s) inside a window"
+    )
     detail = ""
     if breaches:
         first = breaches[0]
         into, length = first.admitted_at - first.window_start, first.window_end - first.window_start
         detail = f"first: admitted {into:.2f}s into a {length:.2f}s cooldown"
+    elif not limited or not leases or not judged:
+        detail = "cooldown not observed: no 429 with a lease after it, so no window could be judged"
     return CheckResult.judge(
         "overload.total.cooldown",
         ok,
-        "no request admitted inside a cooldown window",
+        "no request admitted inside a cooldown window; at least one window judged",
         observed,
         detail,
-        {"cooldown_breaches": len(breaches)},
+        {"cooldown_breaches": len(breaches), "cooldown_windows_judged": judged},
     )
 
 

@@ -165,19 +165,11 @@ def _cmd_sut_prepare(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 
 def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.acceptance.overload import OverloadOptions
     from dd_accept.harness.loadclient.workload import parse_header
     from dd_accept.harness.runner import RunRequest, run
+    from dd_accept.scenario_options import OverloadOptions, user_options
 
-    options = {
-        "replicas": args.replicas,
-        "overloaded": args.overloaded,
-        "queue_depth": args.queue_depth,
-        "threshold": args.threshold,
-        "retry_after": args.retry_after,
-        "admission_limit": args.admission_limit,
-        "records": args.records,
-    }
+    options = {f.name: getattr(args, f.name) for f in user_options()}
     try:
         overload = OverloadOptions(**options, seed=args.seed)
         for header in args.client_header:
@@ -444,13 +436,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("scenario", metavar="SCENARIO", help=f"one of: {', '.join((*SCENARIOS, 'all'))}")
     add_sut_options(run)
     run.add_argument("--out", help="output directory (default: evidence/<utc-time>-<scenario>/); must be new")
-    run.add_argument("--replicas", type=_whole(1), default=8, help="synthetic replicas (default: 8)")
-    run.add_argument("--overloaded", type=_whole(1), default=2, help="replicas overloaded in partial overload")
-    run.add_argument("--queue-depth", type=_whole(1), default=1, help="queue depth held on overloaded replicas")
-    run.add_argument("--threshold", type=_whole(0), default=0, help="queue admission threshold override")
-    run.add_argument("--retry-after", type=_whole(1), default=3, help="Retry-After seconds (default: 3)")
-    run.add_argument("--admission-limit", type=_whole(1), default=8, help="client's initial admission limit")
-    run.add_argument("--records", type=_whole(1), default=32, help="records per client run (default: 32)")
+    from dd_accept.scenario_options import flag, user_options
+
+    for option in user_options():  # each defined once, in scenario_options.OverloadOptions
+        run.add_argument(
+            flag(option),
+            type=_whole(option.metadata["minimum"]),
+            default=option.default,
+            help=f"{option.metadata['help']} (default: {option.default})",
+        )
     run.add_argument(
         "--client-header",
         action="append",

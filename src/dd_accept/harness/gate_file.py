@@ -8,12 +8,14 @@ never a gate that silently checks less.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
+from typing import Any
 
 from dd_accept.acceptance.catalog import CHECKS
 from dd_accept.errors import UsageError
 from dd_accept.fixtures.sut.spec import DEFAULT_SUT
+from dd_accept.scenario_options import user_options
 from dd_accept.toml_tables import build_table, parse_toml
 
 CLUSTER_MODES = ("docker", "existing")
@@ -31,21 +33,19 @@ class GateSection:
     sign_key: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class GateOptions:
-    replicas: int = 8
-    overloaded: int = 2
-    queue_depth: int = 1
-    threshold: int = 0
-    retry_after: int = 3
-    admission_limit: int = 8
-    records: int = 32
-    seed: int = 0
-    parallel: int = 2
+def _scenario_options(self: Any) -> dict[str, int]:
+    """The overload options, as `dd-accept run` takes them (seed and parallel go separately)."""
+    return {f.name: getattr(self, f.name) for f in user_options()}
 
-    def scenario_options(self) -> dict[str, int]:
-        """The overload options, as `dd-accept run` takes them (seed and parallel go separately)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("seed", "parallel")}
+
+# [options]: the scenarios' user options (derived from their one definition), seed, parallel.
+GateOptions = make_dataclass(
+    "GateOptions",
+    [(f.name, int, field(default=f.default)) for f in user_options()] + [("seed", int, 0), ("parallel", int, 2)],
+    frozen=True,
+    slots=True,
+    namespace={"scenario_options": _scenario_options},
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,8 @@ import aiohttp
 from dd_accept.harness.loadclient.events import EventWriter
 from dd_accept.harness.loadclient.workload import Workload
 
+MAX_CHUNK_OFFSETS = 2048  # as the replica records them, so the two lists line up
+
 
 async def _one(
     session: aiohttp.ClientSession, workload: Workload, record: int, attempt: int, events: EventWriter
@@ -30,6 +32,7 @@ async def _one(
     first: float | None = None
     last: float | None = None
     gaps: list[float] = []
+    offsets: list[float] = []  # per data event: when it arrived, after the first
     chunks = size = 0
     done = False
     status = 0
@@ -54,6 +57,8 @@ async def _one(
                     first = now
                 elif last is not None:
                     gaps.append(now - last)
+                if chunks <= MAX_CHUNK_OFFSETS:
+                    offsets.append(round(now - first, 4))
                 last = now
             if status != 200:
                 outcome = "rate_limited" if status == 429 else "http_error"
@@ -79,6 +84,7 @@ async def _one(
         done=done,
         gap_max_s=round(max(gaps), 6) if gaps else None,
         gap_mean_s=round(sum(gaps) / len(gaps), 6) if gaps else None,
+        chunk_offsets_s=offsets if len(offsets) > 1 else None,
     )
     wait = float(retry_after) if outcome == "rate_limited" and retry_after and retry_after.isdigit() else None
     return (1 if outcome == "ok" else 0), wait
