@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from dd_accept.fixtures.sut import variants
 from dd_accept.fixtures.sut.wheelhouse import node_platform_args
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
 from tests.helpers import run_cli
@@ -104,12 +105,7 @@ def test_run_overload_on_an_existing_cluster_from_its_login_node(login_node):
 
 
 # rc1's verdicts on the docker cluster (README, "What it finds"): the login-node run must agree.
-RC1_FAILS = {
-    "drain.sut_cleanup.completion",
-    "drain.sut_cleanup.failure",
-    "drain.sut_cleanup.cancel",
-    "health.probe_isolation",
-}
+RC1_FAILS = variants.RC1_FAILS
 
 
 @pytest.mark.cluster

@@ -8,11 +8,44 @@ def test_detected_requires_503_with_exactly_one_backend_missing():
     assert checks.backend_loss_detected(None, 4, False).verdict == "fail"
 
 
-def test_attempt_failed_requires_a_failure_before_the_client_finished():
-    assert checks.attempt_failed(70, 0.4, client_finished=False).verdict == "pass"
-    assert checks.attempt_failed(137, 9.0, client_finished=True).verdict == "fail"
-    assert checks.attempt_failed(0, 9.0, client_finished=True).verdict == "fail"
-    assert checks.attempt_failed(None, None, client_finished=False).verdict == "fail"
+def outcome(status, after, done, records=24):
+    return checks.AttemptOutcome(status, after, done, records)
+
+
+def test_attempt_failed_requires_the_documented_status_before_the_client_finished():
+    assert checks.attempt_failed(outcome(70, 0.4, 10), 70).verdict == "pass"
+    assert checks.attempt_failed(outcome(137, 9.0, 24), 70).verdict == "fail"
+    assert checks.attempt_failed(outcome(0, 9.0, 24), 70).verdict == "fail"
+    assert checks.attempt_failed(outcome(None, None, 3), 70).verdict == "fail"
+    other = checks.attempt_failed(outcome(1, 0.4, 10), 70)
+    assert other.verdict == "fail" and "returned 1" in other.observed, "not just any non-zero status"
+
+
+def test_unresponsive_attempt_must_fail_not_succeed():
+    """rc1: the replica answers /health 503 but its process lives, so the attempt succeeds."""
+    rc1 = checks.unresponsive_attempt_failed(outcome(0, 22.0, 48, 48), 70, None)
+    assert rc1.verdict == "fail" and rc1.observed.startswith("the attempt succeeded (wait status 0)")
+    assert "no health monitor" in rc1.detail
+    assert checks.unresponsive_attempt_failed(outcome(70, 3.0, 20, 48), 70, None).verdict == "pass"
+    assert checks.unresponsive_attempt_failed(outcome(None, None, 20, 48), 70, None).verdict == "fail"
+
+
+def test_a_declared_monitor_adds_its_time_bound():
+    assert checks.unresponsive_attempt_failed(outcome(70, 3.0, 20, 48), 70, 15.0).verdict == "pass"
+    late = checks.unresponsive_attempt_failed(outcome(70, 18.0, 40, 48), 70, 15.0)
+    assert late.verdict == "fail" and "within the health monitor's 15s" in late.expected
+
+
+def test_unresponsive_detected_needs_both_modes_reported_in_time():
+    hung = checks.Probe(503, 5.0, {"backends_ready": 3}, 5.1)
+    failing = checks.Probe(503, 0.01, {"backends_ready": 3}, 0.2)
+    good = checks.unresponsive_detected({"hung": hung, "/health 503": failing}, 4, 15)
+    assert good.verdict == "pass" and "hung: /health 503, backends_ready 3, 5.1s after" in good.observed
+    missed = checks.unresponsive_detected({"hung": hung, "/health 503": None}, 4, 15)
+    assert missed.verdict == "fail" and "/health 503: not reported within 15s" in missed.observed
+    wrong_count = checks.unresponsive_detected({"hung": checks.Probe(503, 5.0, {"backends_ready": 4}, 5.1)}, 4, 15)
+    assert wrong_count.verdict == "fail"
+    assert checks.unresponsive_detected({}, 4, 15).verdict == "fail"
 
 
 def test_probe_isolation_needs_200_within_the_limit():

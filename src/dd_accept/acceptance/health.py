@@ -1,15 +1,20 @@
 """The health scenario: losing a required replica mid-generation, and probes under saturation.
 
-loss       — replicas run as separate required steps under a drill that waits for the
-             client with the SUT's own wait function; one replica is killed mid-generation.
-saturation — stalled streams hold every upstream connection the proxy allows; its /health
-             must still answer.
+loss         — replicas run as separate required steps under a drill that waits for the
+               client with the SUT's own wait function; one replica is killed mid-generation.
+unresponsive — one replica's process stays alive but stops serving: (a) it accepts
+               connections and answers nothing, (b) its /health answers 503 while it still
+               generates. The proxy's /health must report it, and the SUT's controller path
+               must fail the attempt (the seed's "health failure still permits success").
+saturation   — stalled streams hold every upstream connection the proxy allows; its /health
+               must still answer.
 """
 
 from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +37,7 @@ class HealthOptions:
     saturation_replicas: int = 8
     saturating_streams: int = UPSTREAM_CONNECTION_LIMIT + 8
     loss_detect_timeout_s: float = 15.0
+    unresponsive_detect_timeout_s: float = 15.0  # the bound on the proxy's /health reporting it
     seed: int = 0
 
 
@@ -53,7 +59,24 @@ def run_health(
         progress.emit("backend loss: detection", replicas=options.replicas)
         result.add(_loss_detection(allocation, run, profile, options))
         progress.emit("backend loss: the attempt", replicas=options.replicas)
-        result.add(_attempt_after_loss(allocation, run, profile, options))
+        outcome = _drilled_attempt(allocation, run, profile, options, "loss", lambda r: r.control([0], "kill"))
+        result.add(checks.attempt_failed(outcome, profile.cleanup.failure_status))
+        progress.emit("unresponsive backend: detection", replicas=options.replicas)
+        result.add(_unresponsive_detection(allocation, profile, options))
+        progress.emit("unresponsive backend: the attempt", replicas=options.replicas)
+        outcome = _drilled_attempt(
+            allocation,
+            deployment.RunDirectory.create(allocation.cluster, "unresponsive"),
+            profile,
+            options,
+            "unresponsive",
+            lambda r: r.control([0], "health", ok=False),
+            records=48,
+            port_base=deployment.REPLICA_PORT_BASE + 200,
+        )
+        monitor = profile.capabilities
+        bound = monitor.monitor_detect_seconds if monitor.health_monitor else None
+        result.add(checks.unresponsive_attempt_failed(outcome, profile.cleanup.failure_status, bound))
         progress.emit("probe isolation", streams=options.saturating_streams)
         result.add(_probe_isolation(allocation, run, profile, options))
     finally:
@@ -66,9 +89,19 @@ def _write_command(path: Path, argv: list[str]) -> None:
     path.write_bytes(b"".join(part.encode() + b"\0" for part in argv))
 
 
-def _attempt_after_loss(
-    allocation: Allocation, run: deployment.RunDirectory, profile: SutProfile, options: HealthOptions
-) -> checks.CheckResult:
+def _drilled_attempt(
+    allocation: Allocation,
+    run: deployment.RunDirectory,
+    profile: SutProfile,
+    options: HealthOptions,
+    name: str,
+    fault: Callable[[deployment.ReplicaSet], object],
+    *,
+    records: int = 24,
+    port_base: int = deployment.REPLICA_PORT_BASE,
+) -> checks.AttemptOutcome:
+    """An attempt under the SUT's own controller functions (required replica steps, its wait
+    function): `fault` is done to replica 0 mid-generation; returns how the attempt ended."""
     node = allocation.first_node
     layout = allocation.cluster.layout
     state_cluster, state_host = run.path("health-drill")
@@ -77,7 +110,7 @@ def _attempt_after_loss(
     replica_host.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(16)
     for index in range(options.replicas):
-        port = deployment.REPLICA_PORT_BASE + index
+        port = port_base + index
         replica = deployment.replica_command(
             profile,
             replica_dir,
@@ -85,10 +118,13 @@ def _attempt_after_loss(
             seed=options.seed,
             options=("--ttft-ms", "20", "--itl-ms", "50"),
             port=port,
+            port_base=port_base,
         )
         log = f"{replica_dir}/replica-{index}.log"
         launch = allocation.srun_argv(replica, ["-J", "replicas", "-N1", "-n1", f"--nodelist={node}", "-o", log])
         _write_command(state_host / f"replica-{index}.cmd", launch)
+    urls = [f"http://{node}:{port_base + index}/health" for index in range(options.replicas)]
+    (state_host / "health-urls").write_text(" ".join(urls))
     cleanup = profile.cleanup
     script = cleanup.script.format(site_packages=layout.site_packages)
     drill = start_background(
@@ -115,9 +151,8 @@ def _attempt_after_loss(
     info = deployment.read_ready_files(replica_host)
     replicas = deployment.ReplicaSet(allocation, drill, run, token, options.replicas, info)
     proxy = deployment.start_proxy(allocation, replicas, profile=profile)
-    records = 24
     client = deployment.client_command(
-        proxy, run, mode="raw", profile=profile, name="loss",
+        proxy, run, mode="raw", profile=profile, name=name,
         records=records, concurrency=8, max_tokens=80, max_record_attempts=3, deadline_s=60,
     )  # fmt: skip
     _write_command(
@@ -128,7 +163,7 @@ def _attempt_after_loss(
     replicas.wait_running(4)
     time.sleep(1.0)
     lost_at = time.time()
-    replicas.control([0], "kill")
+    fault(replicas)
     try:
         record = drill.wait(timeout=90)
         ended_after = time.time() - lost_at
@@ -136,14 +171,13 @@ def _attempt_after_loss(
         record, ended_after = None, None
     status_text = (state_host / "wait-status").read_text().strip() if (state_host / "wait-status").exists() else ""
     wait_status = int(status_text) if status_text.lstrip("-").isdigit() else (record.exit_code if record else None)
-    client_rows = deployment.read_events(run, "loss")
-    client_finished = len({e["record"] for e in client_rows if e.get("outcome") == "ok"}) == records
-    failed = checks.attempt_failed(wait_status, ended_after, client_finished)
+    client_rows = deployment.read_events(run, name)
+    done = len({e["record"] for e in client_rows if e.get("outcome") == "ok"})
     proxy.stop()
     named = allocation.steps_by_name()
     for step in named.get("replicas", []) + named.get("client", []):
         allocation.scancel_step(step, "KILL")
-    return failed
+    return checks.AttemptOutcome(wait_status, ended_after, done, records)
 
 
 def _loss_detection(
@@ -188,6 +222,50 @@ def _loss_detection(
             probe = None
         client.wait(timeout=90)
         return checks.backend_loss_detected(probe, options.replicas, profile.capabilities.health_monitor)
+    finally:
+        proxy.stop()
+        replicas.stop("KILL")
+
+
+def _unresponsive_detection(allocation: Allocation, profile: SutProfile, options: HealthOptions) -> checks.CheckResult:
+    """A replica that stops answering, then one whose /health fails while it generates: the
+    proxy's /health must report each within the bound."""
+    unresponsive_run = deployment.RunDirectory.create(allocation.cluster, "unresponsive-detect")
+    replicas = deployment.start_replicas(
+        allocation,
+        options.replicas,
+        run=unresponsive_run,
+        profile=profile,
+        options=("--ttft-ms", "20", "--itl-ms", "50"),
+        seed=options.seed,
+    )
+    proxy = deployment.start_proxy(allocation, replicas, profile=profile)
+    bound = options.unresponsive_detect_timeout_s
+    found: dict[str, checks.Probe | None] = {}
+    try:
+        for mode, index, action, on, off in (
+            ("hung", 0, "hang", {"on": True}, {"on": False}),
+            ("/health 503", 1, "health", {"ok": False}, {"ok": True}),
+        ):
+            since = time.time()
+            replicas.control([index], action, **on)
+            try:
+                found[mode] = wait_until(
+                    lambda since=since: _probe(proxy, since),
+                    lambda p: p.status != 200,
+                    timeout=bound,
+                    what=f"the proxy's /health to report a {mode} replica",
+                )
+            except WaitTimeout:
+                found[mode] = None
+            replicas.control([index], action, **off)
+            wait_until(
+                lambda: proxy.get("/health", timeout=30).get("status"),
+                lambda status: status == 200,
+                timeout=30,
+                what="the proxy's /health to recover",
+            )
+        return checks.unresponsive_detected(found, options.replicas, bound)
     finally:
         proxy.stop()
         replicas.stop("KILL")

@@ -36,20 +36,96 @@ def backend_loss_detected(probe: Probe | None, replicas: int, has_monitor: bool)
     )
 
 
-def attempt_failed(wait_status: int | None, ended_after_loss_s: float | None, client_finished: bool) -> CheckResult:
-    failed = wait_status not in (None, 0)
-    ok = failed and not client_finished
-    if wait_status is None:
-        observed = "the controller did not end"
-    elif failed:
-        observed = f"the controller's wait failed with status {wait_status}, {ended_after_loss_s:.1f}s after the kill"
+@dataclass(frozen=True, slots=True)
+class AttemptOutcome:
+    """How an attempt under the SUT's own controller functions ended after a fault."""
+
+    wait_status: int | None  # what the SUT's wait function returned; None: it never returned
+    ended_after_fault_s: float | None
+    records_done: int
+    records: int
+
+    @property
+    def client_finished(self) -> bool:
+        return self.records_done == self.records
+
+
+def _attempt_observed(outcome: AttemptOutcome, fault: str) -> str:
+    if outcome.wait_status is None:
+        text = "the controller did not end"
+    elif outcome.wait_status == 0:
+        text = f"the attempt succeeded (wait status 0) {outcome.ended_after_fault_s:.1f}s after {fault}"
     else:
-        observed = "the attempt finished with fewer replicas (wait status 0)"
+        text = f"the controller's wait returned {outcome.wait_status}, {outcome.ended_after_fault_s:.1f}s after {fault}"
+    return text + f"; client {outcome.records_done}/{outcome.records} records"
+
+
+def attempt_failed(outcome: AttemptOutcome, failure_status: int) -> CheckResult:
+    """A required replica's process dies mid-generation: the attempt fails with the status the
+    SUT documents, before the client finishes; it never finishes with fewer replicas."""
+    ok = outcome.wait_status == failure_status and not outcome.client_finished
     return CheckResult.judge(
         "health.backend_loss.attempt_failed",
         ok,
-        "the attempt fails (non-zero) before the client finishes; it does not finish with fewer replicas",
-        observed + ("" if not client_finished else "; the client had already finished"),
+        f"the attempt fails with status {failure_status} before the client finishes; "
+        "it does not finish with fewer replicas",
+        _attempt_observed(outcome, "the kill"),
+        metrics={} if outcome.ended_after_fault_s is None else {"failed_after_s": outcome.ended_after_fault_s},
+    )
+
+
+def unresponsive_attempt_failed(
+    outcome: AttemptOutcome, failure_status: int, monitor_bound_s: float | None
+) -> CheckResult:
+    """A required replica stays alive but its /health fails while it generates: the SUT's
+    controller path must fail the attempt (with the status it documents) rather than let it
+    succeed — the seed's "health failure still permits success". With a declared health
+    monitor the failure must also come within the monitor's bound."""
+    in_time = monitor_bound_s is None or (
+        outcome.ended_after_fault_s is not None and outcome.ended_after_fault_s <= monitor_bound_s
+    )
+    ok = outcome.wait_status == failure_status and not outcome.client_finished and in_time
+    expected = f"the attempt fails with status {failure_status} instead of succeeding"
+    if monitor_bound_s is not None:
+        expected += f", within the health monitor's {monitor_bound_s:g}s"
+    detail = (
+        "the profile declares no health monitor: nothing in the SUT watches a backend that is alive but unhealthy"
+        if monitor_bound_s is None
+        else "the profile declares a health monitor"
+    )
+    return CheckResult.judge(
+        "health.unresponsive.attempt_failed",
+        ok,
+        expected,
+        _attempt_observed(outcome, "replica 0's /health began answering 503"),
+        detail,
+        {} if outcome.ended_after_fault_s is None else {"attempt_ended_after_s": outcome.ended_after_fault_s},
+    )
+
+
+def unresponsive_detected(found: dict[str, Probe | None], replicas: int, bound_s: float) -> CheckResult:
+    """Each way of being alive but not serving is reported by the proxy's /health (503 with
+    one backend fewer ready) within the bound."""
+
+    def fine(probe: Probe | None) -> bool:
+        ready = (probe.body or {}).get("backends_ready") if probe else None
+        return probe is not None and probe.status == 503 and ready == replicas - 1
+
+    def shown(mode: str, probe: Probe | None) -> str:
+        if probe is None:
+            return f"{mode}: not reported within {bound_s:g}s"
+        ready = (probe.body or {}).get("backends_ready")
+        return f"{mode}: /health {probe.status}, backends_ready {ready}, {probe.seconds_after_loss:.1f}s after"
+
+    ok = bool(found) and all(fine(probe) for probe in found.values())
+    slowest = max((p.seconds_after_loss for p in found.values() if p is not None), default=None)
+    return CheckResult.judge(
+        "health.unresponsive.detected",
+        ok,
+        f"/health answers 503 with backends_ready {replicas - 1} of {replicas} within {bound_s:g}s, "
+        "for a hung replica and for one whose /health fails",
+        "; ".join(shown(mode, probe) for mode, probe in found.items()),
+        metrics={} if slowest is None else {"detected_after_s": slowest},
     )
 
 
