@@ -1,4 +1,8 @@
-"""Controls for the streaming checks: rc1 passes them all; three proxy faults are caught."""
+"""Controls for the streaming checks, each asserting the numbers behind its verdict.
+
+rc1 passes them all; proxy faults are caught by the check they break, for their reason,
+while the checks they do not touch still pass.
+"""
 
 import pytest
 
@@ -16,7 +20,13 @@ def _streaming(allocation, run, profile, progress):
 
 def test_rc1_passes_every_streaming_check(sut_allocation, sut_profile, sut_cluster):
     result = _streaming(sut_allocation, RunDirectory.create(sut_cluster), sut_profile, ProgressWriter(None, "s"))
-    assert [c.verdict for c in result.checks] == ["pass", "pass", "pass"], result.checks
+    checks = {c.id: c for c in result.checks}
+    assert [c.verdict for c in result.checks] == ["pass"] * 4, result.checks
+    buffering = checks["streaming.no_buffering"]
+    assert buffering.metrics["added_chunk_delay_p95_s"] <= 0.1 and buffering.metrics["added_chunk_delay_max_s"] <= 0.5
+    assert "sequential: proxy opened 0, reused 16" in checks["streaming.connection_accounting"].observed
+    routing = checks["streaming.least_connections"]
+    assert routing.metrics["routing_violations"] == 0 and routing.metrics["requests_to_slowed"] < 4, routing
 
 
 def test_a_dropped_done_event_is_caught_by_integrity(sut_wheelhouse, sut_image, sut_profile, tmp_path):
@@ -24,16 +34,41 @@ def test_a_dropped_done_event_is_caught_by_integrity(sut_wheelhouse, sut_image, 
     integrity = checks["streaming.integrity"]
     assert integrity.verdict == "fail" and "64 truncated" in integrity.observed
     assert checks["streaming.no_buffering"].verdict == "pass"
+    assert checks["streaming.least_connections"].verdict == "pass"
 
 
 def test_a_buffering_proxy_is_caught_by_no_buffering(sut_wheelhouse, sut_image, sut_profile, tmp_path):
     checks = run_with_fault(_streaming, "buffering", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     buffering = checks["streaming.no_buffering"]
-    assert buffering.verdict == "fail", buffering
+    assert buffering.verdict == "fail" and buffering.metrics["added_ttft_p95_s"] > 0.3, buffering
     assert checks["streaming.integrity"].verdict == "pass", "every byte still arrives, only late"
+    assert checks["streaming.connection_accounting"].verdict == "pass"
+
+
+def test_a_proxy_holding_all_but_the_first_chunk_is_caught_by_no_buffering(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """Its TTFT is as good as rc1's: only judging every chunk catches it."""
+    checks = run_with_fault(_streaming, "hold-after-first", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    buffering = checks["streaming.no_buffering"]
+    assert buffering.verdict == "fail", buffering
+    assert buffering.metrics["added_ttft_p95_s"] <= 0.1, "the first chunk is not delayed"
+    assert buffering.metrics["added_chunk_delay_max_s"] > 0.5 and buffering.metrics["added_chunk_delay_p95_s"] > 0.1
+    assert checks["streaming.integrity"].verdict == "pass"
 
 
 def test_swapped_counters_are_caught_by_connection_accounting(sut_wheelhouse, sut_image, sut_profile, tmp_path):
     checks = run_with_fault(_streaming, "swapped-connection-counters", sut_wheelhouse, sut_image, sut_profile, tmp_path)
-    assert checks["streaming.connection_accounting"].verdict == "fail"
+    accounting = checks["streaming.connection_accounting"]
+    assert accounting.verdict == "fail" and "sequential: proxy opened 16, reused 0" in accounting.observed, accounting
+    assert "sequential" in accounting.detail
     assert checks["streaming.integrity"].verdict == "pass"
+
+
+def test_round_robin_routing_is_caught_by_least_connections(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+    checks = run_with_fault(_streaming, "round-robin", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    routing = checks["streaming.least_connections"]
+    assert routing.verdict == "fail" and routing.metrics["routing_violations"] > 0, routing
+    assert routing.metrics["requests_to_slowed"] >= 4, "round-robin gives the stalled replica its even share"
+    assert checks["streaming.integrity"].verdict == "pass"
+    assert checks["streaming.connection_accounting"].verdict == "pass"

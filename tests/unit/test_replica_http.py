@@ -123,6 +123,16 @@ def test_failing_health_answers_503(local_replica):
     assert urllib.request.urlopen(f"{replica.url}/health").status == 200
 
 
+def test_a_hung_replica_accepts_but_answers_nothing_until_released(local_replica):
+    replica = local_replica(*FAST)
+    state = replica.control("hang", on=True)
+    assert state["hung"] is True and state["pid"] > 0, "the process is alive and its control plane answers"
+    with pytest.raises(TimeoutError):
+        urllib.request.urlopen(f"{replica.url}/health", timeout=0.5)
+    replica.control("hang", on=False)
+    assert urllib.request.urlopen(f"{replica.url}/health", timeout=5).status == 200
+
+
 def test_next_k_requests_get_the_forced_status_then_normal_service(local_replica):
     replica = local_replica(*FAST)
     replica.control("respond", status=503, count=2, retry_after=4)
@@ -220,3 +230,19 @@ def test_real_sut_middleware_rejects_above_threshold_and_passes_below(local_repl
     replica.control("hold", depth=0)
     asyncio.run(asyncio.sleep(0.3))
     assert client.completions.create(model="m", prompt="p", max_tokens=1).choices[0].text.strip() == "tok"
+
+
+def test_the_request_log_keeps_each_events_send_time_and_probes_still_answer(local_replica, tmp_path):
+    """Probes (empty bodies) and streams both pass the recorder; a stream's event records
+    when each of its data events was sent, after the first (what no_buffering lines up)."""
+    log = tmp_path / "events.jsonl"
+    replica = local_replica("--ttft-ms", "5", "--itl-ms", "10", "--events", str(log))
+    with urllib.request.urlopen(f"{replica.url}/health", timeout=5) as response:
+        assert response.status == 200 and response.read() == b"", "the whole response, not only its status"
+    status, _, events = asyncio.run(_raw_stream(replica.url, max_tokens=6))
+    assert status == 200 and events[-1] == b"[DONE]"
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    (stream,) = [row for row in rows if row.get("kind") == "upstream" and row["path"] == "/v1/chat/completions"]
+    offsets = stream["chunk_offsets_s"]
+    assert len(offsets) == stream["data_events"] == 7 and offsets[0] == 0.0
+    assert offsets == sorted(offsets) and offsets[5] >= 0.04, "six tokens 10 ms apart, then the final event"

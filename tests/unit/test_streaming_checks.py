@@ -1,8 +1,11 @@
 from dd_accept.acceptance import streaming_checks as checks
 
+PACED = [round(i * 0.01, 4) for i in range(13)]  # 13 events, 10 ms apart
 
-def client(request_id, chunks=13, size=2000, done=True, ttft=0.05):
+
+def client(request_id, chunks=13, size=2000, done=True, ttft=0.05, offsets=None):
     return {
+        "chunk_offsets_s": PACED if offsets is None else offsets,
         "kind": "request",
         "request_id": request_id,
         "chunks": chunks,
@@ -15,6 +18,7 @@ def client(request_id, chunks=13, size=2000, done=True, ttft=0.05):
 
 def replica(request_id, events=13, size=2000, first_byte=0.04, status=200):
     return {
+        "chunk_offsets_s": PACED,
         "kind": "upstream",
         "request_id": request_id,
         "data_events": events,
@@ -39,13 +43,61 @@ def test_no_buffering_compares_client_and_replica_ttft():
     assert checks.no_buffering([], []).verdict == "fail"
 
 
+def test_no_buffering_judges_every_event_not_only_the_first():
+    """A proxy that forwards the first event at once and holds the rest until the end: TTFT
+    is perfect, every later event arrives with the last one."""
+    held = [0.0] + [0.6] * 12
+    check = checks.no_buffering([client("a", offsets=held)], [replica("a")])
+    assert check.verdict == "fail", check
+    assert check.metrics["added_ttft_p95_s"] < 0.1 and check.metrics["added_chunk_delay_max_s"] >= 0.48
+    assert "added delay per event p95" in check.observed
+    one_hiccup = [*PACED[:6], *[x + 0.3 for x in PACED[6:7]], *PACED[7:]]
+    streams = [client(f"s{i}") for i in range(30)] + [client("h", offsets=one_hiccup)]
+    sent = [replica(f"s{i}") for i in range(30)] + [replica("h")]
+    hiccup = checks.no_buffering(streams, sent)
+    assert hiccup.verdict == "pass", "one 300 ms hiccup in 372 events stays under both bounds"
+    assert checks.no_buffering([client("a", offsets=[0.0] + [0.7] * 12)], [replica("a")]).verdict == "fail"
+
+
+def test_chunk_lateness_lines_up_events_by_position():
+    late = checks.chunk_lateness({"chunk_offsets_s": [0, 0.02, 0.05]}, {"chunk_offsets_s": [0, 0.01, 0.02]})
+    assert [round(x, 6) for x in late] == [0.01, 0.03]
+    assert checks.chunk_lateness({}, {"chunk_offsets_s": [0, 0.01]}) == []
+
+
 def phase(opened, reused, idle, accepted, requests, errors=0):
     return checks.ConnectionPhase(opened, reused, idle, accepted, requests, errors)
 
 
 def test_connection_accounting():
-    kept, closing = phase(24, 40, 8, 24, 64), phase(32, 32, 32, 32, 64)
-    assert checks.connection_accounting(kept, closing).verdict == "pass"
-    assert checks.connection_accounting(phase(40, 24, 8, 24, 64), closing).verdict == "fail", "counts swapped"
-    assert checks.connection_accounting(kept, phase(0, 64, 32, 0, 64)).verdict == "fail", "reused closed ones"
-    assert checks.connection_accounting(kept, phase(32, 32, 32, 32, 64, errors=1)).verdict == "fail"
+    kept, sequential, closing = phase(24, 40, 8, 24, 64), phase(0, 16, 24, 0, 16), phase(32, 32, 32, 32, 64)
+    good = {"keep-alive": kept, "sequential": sequential, "closing": closing}
+    assert checks.connection_accounting(good).verdict == "pass"
+    swapped = checks.connection_accounting({**good, "sequential": phase(16, 0, 24, 0, 16)})
+    assert swapped.verdict == "fail" and "disagree with the replicas in: sequential" in swapped.detail
+    reused_closed = checks.connection_accounting({**good, "closing": phase(0, 64, 32, 0, 64)})
+    assert reused_closed.verdict == "fail", "reused closed ones"
+    errors = checks.connection_accounting({**good, "closing": phase(32, 32, 32, 32, 64, errors=1)})
+    assert errors.verdict == "fail"
+
+
+def test_connection_accounting_needs_a_phase_where_opened_differs_from_reused():
+    """With opened == reused everywhere a swapped-counter proxy would agree: not judged, fails."""
+    blind = checks.connection_accounting({"keep-alive": phase(32, 32, 0, 32, 64), "closing": phase(32, 32, 32, 32, 64)})
+    assert blind.verdict == "fail" and "a swap would not show" in blind.detail
+
+
+def routed(replica_index, started, duration, request_id=None):
+    return {"replica": replica_index, "started": started, "duration_s": duration, "request_id": request_id}
+
+
+def test_least_connections_counts_requests_sent_to_a_busier_replica():
+    stuck = [routed(0, 0.0, 10.0)]  # replica 0 stalled with one stream
+    fair = stuck + [routed(1 + i % 3, 0.1 + i * 0.3, 0.2) for i in range(12)]
+    check = checks.least_connections(fair, replicas=4, slowed=0, records=13)
+    assert check.verdict == "pass", check
+    round_robin = [routed(i % 4, 0.1 + i * 0.1, 10.0 if i % 4 == 0 else 0.05) for i in range(16)]
+    bad = checks.least_connections(round_robin, replicas=4, slowed=0, records=16)
+    assert bad.verdict == "fail" and bad.metrics["routing_violations"] >= 1, bad
+    assert "sent to replica 0 with 2 in flight while one had 0" in bad.detail
+    assert checks.least_connections(fair[:5], replicas=4, slowed=0, records=13).verdict == "fail", "too few"

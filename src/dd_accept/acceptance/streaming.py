@@ -3,6 +3,7 @@ connection accounting with keep-alive kept and with replicas closing every conne
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ from dd_accept.acceptance.progress import ProgressWriter
 from dd_accept.acceptance.results import ScenarioResult
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.sut.profile import SutProfile
+from dd_accept.harness.waiting import WaitTimeout, wait_until
 from dd_accept.slurm_docker.allocation import Allocation
 
 
@@ -31,7 +33,7 @@ def _accepted(replicas: deployment.ReplicaSet) -> int:
     return sum(state["connections_accepted"] - 1 for state in replicas.control(None, "state"))
 
 
-def _phase(allocation, proxy, replicas, run, profile, options, name):
+def _phase(allocation, proxy, replicas, run, profile, options, name, *, streams=None, concurrency=None):
     metrics_path = profile.proxy.metrics_path
     before_proxy = proxy.get(metrics_path)["json"]["connections"]
     before_replicas = _accepted(replicas)
@@ -43,8 +45,8 @@ def _phase(allocation, proxy, replicas, run, profile, options, name):
         profile=profile,
         name=name,
         headers=options.client_headers,
-        records=options.streams,
-        concurrency=options.concurrency,
+        records=streams or options.streams,
+        concurrency=concurrency or options.concurrency,
         max_tokens=options.tokens,
         max_record_attempts=1,
         deadline_s=120,
@@ -66,6 +68,37 @@ def _phase(allocation, proxy, replicas, run, profile, options, name):
         client_errors=sum(1 for e in of_kind(events, "request") if e.get("outcome") != "ok"),
     )
     return events, upstream, phase
+
+
+ROUTING_STREAMS = 32
+
+
+def _routing(allocation, proxy, replicas, run, profile, options) -> checks.CheckResult:
+    """Replica 0's streams stall; 32 short streams, 8 at a time: least-connections must steer
+    new requests away from it. Released once every stream not stuck on it has finished."""
+    replicas.control([0], "stall", on=True)
+    try:
+        client = deployment.run_client(
+            allocation, proxy, run, mode="raw", profile=profile, name="routing",
+            records=ROUTING_STREAMS, concurrency=8, max_tokens=20, max_record_attempts=1, deadline_s=120,
+        )  # fmt: skip
+
+        def settled() -> int:
+            done = sum(
+                1 for e in of_kind(deployment.read_events(run, "routing"), "request") if e.get("outcome") == "ok"
+            )
+            (state,) = replicas.control([0], "state")
+            return done + state["running"] + state["waiting"]
+
+        with contextlib.suppress(WaitTimeout):
+            wait_until(settled, lambda n: n >= ROUTING_STREAMS, timeout=60, what="every stream not stuck to end")
+    finally:
+        replicas.control([0], "stall", on=False)
+    record = client.wait(timeout=120)
+    if not record.ok:
+        raise RuntimeError(f"load client failed: {record.describe()}")
+    upstream = with_prefix(replicas.events(), "routing-")
+    return checks.least_connections(upstream, replicas.count, 0, ROUTING_STREAMS)
 
 
 def run_streaming(
@@ -91,10 +124,19 @@ def run_streaming(
         events, upstream, kept = _phase(allocation, proxy, replicas, run, profile, options, "stream")
         result.add(checks.integrity(events, upstream))
         result.add(checks.no_buffering(events, upstream))
+        # One stream at a time over a warm pool: every request reuses, none opens, so the
+        # opened and reused counters differ by construction.
+        progress.emit("one stream at a time over kept-alive connections")
+        _, _, sequential = _phase(
+            allocation, proxy, replicas, run, profile, options, "sequential", streams=16, concurrency=1
+        )
         progress.emit("replicas close every keep-alive connection")
         replicas.control(None, "keepalive", close=True)
         _, _, closing = _phase(allocation, proxy, replicas, run, profile, options, "closing")
-        result.add(checks.connection_accounting(kept, closing))
+        result.add(checks.connection_accounting({"keep-alive": kept, "sequential": sequential, "closing": closing}))
+        replicas.control(None, "keepalive", close=False)
+        progress.emit("routing with one replica stalled")
+        result.add(_routing(allocation, proxy, replicas, run, profile, options))
     finally:
         proxy.stop()
         replicas.stop()

@@ -29,33 +29,71 @@ def integrity(client: list[Event], upstream: list[Event]) -> CheckResult:
     )
 
 
-def no_buffering(client: list[Event], upstream: list[Event], limit_s: float = 0.1) -> CheckResult:
-    """Time to first token through the proxy stays within `limit_s` of the replica's own."""
+def chunk_lateness(stream: Event, sent: Event) -> list[float]:
+    """How much later than the replica's own pacing each event reached the client: for event
+    i, (client arrival i - client arrival 0) - (replica send i - replica send 0). A proxy that
+    forwards the first event and holds the rest shows it here, not in the TTFT."""
+    received, paced = stream.get("chunk_offsets_s") or [], sent.get("chunk_offsets_s") or []
+    return [got - want for got, want in zip(received, paced, strict=False)][1:]
+
+
+def no_buffering(
+    client: list[Event],
+    upstream: list[Event],
+    limit_s: float = 0.1,
+    chunk_p95_limit_s: float = 0.1,
+    chunk_max_limit_s: float = 0.5,
+) -> CheckResult:
+    """Time to first token through the proxy stays within `limit_s` of the replica's own, and
+    every later event keeps the replica's pacing (added delay per event, p95 and max)."""
     attempts = attempts_by_request(upstream)
-    deltas = []
+    deltas: list[float] = []
+    lateness: list[float] = []
+    streams_judged = 0
     for stream in of_kind(client, "request"):
         sent = [a for a in attempts.get(stream["request_id"], []) if a.get("status") == 200]
-        if stream.get("ttft_s") is not None and len(sent) == 1 and sent[0].get("first_byte_s") is not None:
+        if len(sent) != 1:
+            continue
+        if stream.get("ttft_s") is not None and sent[0].get("first_byte_s") is not None:
             deltas.append(stream["ttft_s"] - sent[0]["first_byte_s"])
+        late = chunk_lateness(stream, sent[0])
+        if late:
+            streams_judged += 1
+            lateness += late
     p95 = percentile(deltas, 0.95)
-    ok = p95 is not None and p95 <= limit_s
+    chunk_p95 = percentile(lateness, 0.95)
+    chunk_max = max(lateness, default=None)
+    ok = (
+        p95 is not None
+        and p95 <= limit_s
+        and chunk_p95 is not None
+        and chunk_max is not None
+        and chunk_p95 <= chunk_p95_limit_s
+        and chunk_max <= chunk_max_limit_s
+    )
     ttfts = [stream["ttft_s"] for stream in of_kind(client, "request") if stream.get("ttft_s") is not None]
     metrics = {"ttft_p99_s": percentile(ttfts, 0.99)} if ttfts else {}
     if p95 is not None:
         metrics["added_ttft_p95_s"] = p95
-    observed = (
-        "no stream measured"
-        if p95 is None
-        else (
+    if chunk_p95 is not None and chunk_max is not None:
+        metrics |= {"added_chunk_delay_p95_s": chunk_p95, "added_chunk_delay_max_s": chunk_max}
+    parts = []
+    if p95 is not None:
+        parts.append(
             f"added TTFT p50 {percentile(deltas, 0.5) * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, "
             f"max {max(deltas) * 1000:.0f} ms over {len(deltas)} streams"
         )
-    )
+    if chunk_p95 is not None and chunk_max is not None:
+        parts.append(
+            f"added delay per event p95 {chunk_p95 * 1000:.0f} ms, max {chunk_max * 1000:.0f} ms "
+            f"over {len(lateness)} events of {streams_judged} streams"
+        )
     return CheckResult.judge(
         "streaming.no_buffering",
         ok,
-        f"the proxy adds at most {limit_s * 1000:.0f} ms to TTFT (p95)",
-        observed,
+        f"the proxy adds at most {limit_s * 1000:.0f} ms to TTFT (p95) and keeps every event's pacing: "
+        f"added delay per event p95 <= {chunk_p95_limit_s * 1000:.0f} ms, max <= {chunk_max_limit_s * 1000:.0f} ms",
+        "; ".join(parts) or "no stream measured",
         metrics=metrics,
     )
 
@@ -79,12 +117,15 @@ class ConnectionPhase:
         )
 
 
-def connection_accounting(kept: ConnectionPhase, closing: ConnectionPhase) -> CheckResult:
-    """The proxy's connection counts agree with what the replicas accepted; and when replicas
-    close every keep-alive connection, no closed connection is reused and no client sees an error.
+def connection_accounting(phases: dict[str, ConnectionPhase], closing: str = "closing") -> CheckResult:
+    """The proxy's connection counts agree with what the replicas accepted in every phase;
+    when replicas close every keep-alive connection (`closing`), no closed connection is
+    reused and no client sees an error.
 
     In the closing phase, only connections already idle in the pool when it began may be
-    reused (once each): every response after that closes its connection.
+    reused (once each): every response after that closes its connection. At least one phase
+    must have opened a different number of connections than it reused (as the replicas saw
+    it), or a proxy that swaps the two counters could not be told apart.
     """
 
     def agrees(phase: ConnectionPhase) -> bool:
@@ -93,12 +134,81 @@ def connection_accounting(kept: ConnectionPhase, closing: ConnectionPhase) -> Ch
             and phase.proxy_opened + phase.proxy_reused == phase.upstream_requests
         )
 
-    recovers = closing.client_errors == 0 and closing.proxy_reused <= closing.proxy_idle_before
-    ok = kept.upstream_requests > 0 and agrees(kept) and agrees(closing) and recovers and kept.client_errors == 0
+    def distinguishes(phase: ConnectionPhase) -> bool:
+        return phase.replicas_accepted != phase.upstream_requests - phase.replicas_accepted
+
+    last = phases.get(closing)
+    recovers = last is None or (last.client_errors == 0 and last.proxy_reused <= last.proxy_idle_before)
+    ok = (
+        bool(phases)
+        and all(phase.upstream_requests > 0 and agrees(phase) for phase in phases.values())
+        and all(phase.client_errors == 0 for name, phase in phases.items() if name != closing)
+        and recovers
+        and any(distinguishes(phase) for phase in phases.values())
+    )
+    wrong = [name for name, phase in phases.items() if not agrees(phase)]
+    detail = f"counts disagree with the replicas in: {', '.join(wrong)}" if wrong else ""
+    if not any(distinguishes(phase) for phase in phases.values()):
+        detail = "no phase opened a different number of connections than it reused: a swap would not show"
     return CheckResult.judge(
         "streaming.connection_accounting",
         ok,
-        "proxy opened = replicas accepted, opened + reused = requests; with replicas closing keep-alive, "
-        "no closed connection reused and no client-visible error",
-        f"keep-alive: {kept.show()}; closing: {closing.show()}",
+        "proxy opened = replicas accepted, opened + reused = requests, in every phase; with replicas closing "
+        "keep-alive, no closed connection reused and no client-visible error",
+        "; ".join(f"{name}: {phase.show()}" for name, phase in phases.items()),
+        detail,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingViolation:
+    request_id: str | None
+    replica: int
+    in_flight: int  # already on the chosen replica when the request arrived
+    least: int  # on the least-loaded replica at that moment
+
+
+def in_flight_at(upstream: list[Event], t: float, replica: int, exclude: Event) -> int:
+    return sum(
+        1
+        for e in upstream
+        if e is not exclude and e.get("replica") == replica and e["started"] <= t < e["started"] + e["duration_s"]
+    )
+
+
+def routing_violations(upstream: list[Event], replicas: int, slack: int = 1) -> list[RoutingViolation]:
+    """Requests sent to a replica that already had more than `slack` requests more in flight
+    than the least-loaded one, as the replicas saw it (the proxy's own count runs a little
+    behind theirs at each stream's end, hence the slack)."""
+    found = []
+    for event in upstream:
+        t = event["started"]
+        counts = [in_flight_at(upstream, t, index, event) for index in range(replicas)]
+        chosen = counts[event["replica"]]
+        if chosen > min(counts) + slack:
+            found.append(RoutingViolation(event.get("request_id"), event["replica"], chosen, min(counts)))
+    return found
+
+
+def least_connections(upstream: list[Event], replicas: int, slowed: int, records: int) -> CheckResult:
+    """With one replica slowed (its streams stall), new requests go to the least-loaded
+    replicas: no request is sent to a replica busier than the least-loaded one (beyond the
+    slack), and the slowed replica gets less than an even share."""
+    violations = routing_violations(upstream, replicas)
+    to_slowed = sum(1 for e in upstream if e.get("replica") == slowed)
+    even = len(upstream) / replicas if replicas else 0
+    ok = len(upstream) >= records and not violations and to_slowed < even
+    detail = ""
+    if violations:
+        first = violations[0]
+        detail = f"first: sent to replica {first.replica} with {first.in_flight} in flight while one had {first.least}"
+    return CheckResult.judge(
+        "streaming.least_connections",
+        ok,
+        f"with replica {slowed} stalled, no request goes to a replica with more than one request more in flight "
+        f"than the least-loaded; replica {slowed} gets less than an even share",
+        f"{len(upstream)} upstream requests; {to_slowed} to the stalled replica (even share {even:.1f}); "
+        f"{len(violations)} sent to a busier replica",
+        detail,
+        {"routing_violations": len(violations), "requests_to_slowed": to_slowed},
     )
