@@ -21,7 +21,8 @@ def test_missing_cooldown_is_caught_by_total_cooldown(sut_wheelhouse, sut_image,
 def test_missing_increase_is_caught_by_recovery(sut_wheelhouse, sut_image, sut_profile, tmp_path):
     checks = run_against_fault("no-increase", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     recovery = checks["overload.recovery"]
-    assert recovery.verdict == "fail" and recovery.observed.endswith("highest after recovery None")
+    assert recovery.verdict == "fail" and "low point 4, highest after recovery None;" in recovery.observed, recovery
+    assert recovery.metrics["limit_breaches"] == 0
     assert checks["overload.total.admission_decrease"].verdict == "pass"
 
 

@@ -67,13 +67,13 @@ def test_allowance_fails_lost_streams_a_bad_exit_and_nothing_in_flight():
 
 
 def _cleanup(streams, end, left=()):
-    return checks.sut_cleanup("completion", streams, 1, end, {}, 10, 12, list(left))
+    return checks.sut_cleanup("completion", streams, 1, end, {}, 12, list(left))
 
 
 def test_sut_cleanup_counts_cut_streams():
     cut = _cleanup([stream(0, 1.3, False, "error")] * 4, checks.StepEnd(137, 0.3))
     assert cut.verdict == "fail" and cut.observed.startswith("4 of 4 in-flight stream(s) cut; endpoint exit 137")
-    fine = checks.sut_cleanup("cancel", [stream(0, 3)] * 4, 1, checks.StepEnd(0, 2.5), {}, 10, 12, [])
+    fine = checks.sut_cleanup("cancel", [stream(0, 3)] * 4, 1, checks.StepEnd(0, 2.5), {}, 12, [])
     assert fine.verdict == "pass" and fine.id == "drain.sut_cleanup.cancel"
 
 
@@ -86,3 +86,24 @@ def test_sut_cleanup_never_assumes_exit_0_and_checks_time_and_leftovers():
     left = _cleanup(done, checks.StepEnd(0, 2.5), ["7.3"])
     assert left.verdict == "fail" and "steps left: 7.3" in left.observed
     assert _cleanup(done, checks.StepEnd(0, 2.5)).verdict == "pass"
+
+
+def flowing(started, ended, last_event):
+    """A long stream cut at `ended` whose last event arrived at `last_event` (wall clock)."""
+    return {
+        "kind": "request", "started": started, "t": ended, "done": False, "outcome": "error",
+        "ttft_s": 0.02, "chunk_offsets_s": [0.0, round(last_event - started - 0.02, 4)],
+    }  # fmt: skip
+
+
+def test_a_stream_that_stopped_flowing_long_before_the_cut_is_stalled_not_bounded():
+    """An endpoint that stops forwarding at TERM and only closes at its window did not drain."""
+    assert checks.classify(flowing(0, 11.0, 10.95), stop_at=1, forced_at=None, window_s=10) == "bounded"
+    assert checks.classify(flowing(0, 11.0, 1.1), stop_at=1, forced_at=None, window_s=10) == "stalled"
+    stalled = checks.allowance([flowing(0, 11.0, 1.1)], 1, None, 10, 12, checks.StepEnd(0, 10.0))
+    assert stalled.verdict == "fail" and "1 stalled" in stalled.observed
+
+
+def test_sut_cleanup_streams_must_complete_even_when_cut_at_the_window():
+    cut_late = _cleanup([flowing(0, 11.0, 10.95)] * 4, checks.StepEnd(0, 10.0))
+    assert cut_late.verdict == "fail" and cut_late.observed.startswith("4 of 4 in-flight stream(s) cut")

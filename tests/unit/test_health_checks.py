@@ -52,3 +52,24 @@ def test_probe_isolation_needs_200_within_the_limit():
     assert checks.probe_isolation(checks.Probe(200, 0.1, {}, 0), 256).verdict == "pass"
     assert checks.probe_isolation(checks.Probe(503, 5.2, {}, 0), 256).verdict == "fail"
     assert checks.probe_isolation(checks.Probe(200, 6.0, {}, 0), 256).verdict == "fail"
+
+
+def test_an_attempt_check_needs_a_healthy_attempt_that_succeeds():
+    """A wait that fails every attempt (even without a fault) would otherwise pass."""
+    healthy = outcome(0, 12.0, 24)
+    assert checks.attempt_failed(outcome(70, 0.4, 10), 70, healthy).verdict == "pass"
+    always_failing = checks.attempt_failed(outcome(70, 0.4, 10), 70, outcome(70, 2.0, 5))
+    assert always_failing.verdict == "fail" and "without a fault the attempt did not succeed" in always_failing.observed
+    unresponsive = checks.unresponsive_attempt_failed(outcome(70, 3.0, 20, 48), 70, None, outcome(70, 1.0, 3))
+    assert unresponsive.verdict == "fail"
+
+
+def test_a_fault_done_after_the_attempt_ended_proves_nothing():
+    late = checks.AttemptOutcome(70, 0.1, 10, 24, running_at_fault=False)
+    assert checks.attempt_failed(late, 70).verdict == "fail"
+
+
+def test_detection_must_come_within_the_bound():
+    slow = checks.Probe(503, 0.01, {"backends_ready": 3}, 16.0)
+    assert checks.backend_loss_detected(slow, 4, False, 15.0).verdict == "fail"
+    assert checks.unresponsive_detected({"hung": slow}, 4, 15).verdict == "fail"

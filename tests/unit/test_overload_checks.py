@@ -77,7 +77,38 @@ def test_admission_decrease_compares_the_first_rounds_in_order():
     assert checks.total_admission_decrease(events, 8, 0.75).verdict == "pass"
     assert checks.total_admission_decrease(events[:1], 8, 0.75).verdict == "fail"
     result = checks.total_admission_decrease([], 8, 0.75)
-    assert (result.verdict, result.observed) == ("fail", "8 (no decrease)")
+    assert result.verdict == "fail" and result.observed.startswith("8 (no decrease);")
+
+
+def attempt(request_id, started, duration):
+    return {"kind": "upstream", "request_id": request_id, "started": started, "duration_s": duration, "t": started}
+
+
+def test_the_limit_the_controller_reports_is_checked_against_concurrency_at_the_replicas():
+    """A controller that reports 8 → 6 → 4 but keeps 8 requests under way is caught by what
+    the replicas saw, not by what it says."""
+    events = [change(1, "request_limit_decreased", 6), change(4, "request_limit_decreased", 4)]
+    honest = [attempt(f"r{i}", 10.0 + i, 0.5) for i in range(4)] + [attempt(f"s{i}", 10.2, 0.5) for i in range(3)]
+    check = checks.total_admission_decrease(events, 8, 0.75, upstream=honest)
+    assert check.verdict == "pass", check
+    flooding = [attempt(f"f{i}", 10.0, 1.0) for i in range(8)]
+    broken = checks.total_admission_decrease(events, 8, 0.75, upstream=flooding)
+    assert broken.verdict == "fail" and broken.metrics["limit_breaches"] == 8
+    assert "worst 8 at limit 4" in broken.observed
+    just_after = [attempt(f"g{i}", 4.5, 0.2) for i in range(6)]  # admitted under 6, a moment before the decrease
+    assert checks.total_admission_decrease(events, 8, 0.75, upstream=just_after).verdict == "pass"
+    until = checks.total_admission_decrease(events, 8, 0.75, upstream=flooding, until=9.0)
+    assert until.verdict == "pass", "attempts after the relief belong to recovery"
+
+
+def test_recovery_counts_breaches_after_the_relief_only():
+    events = [change(1, "request_limit_decreased", 6), change(4, "request_limit_decreased", 4)]
+    events += [request(20 + i, i) for i in range(3)] + [change(21, "request_limit_increased", 5)]
+    fine = checks.recovery(events, 3, 10.0, upstream=[attempt(f"r{i}", 20.0 + i, 0.5) for i in range(3)], limit=8)
+    assert fine.verdict == "pass", fine
+    flood = [attempt(f"f{i}", 20.0, 1.0) for i in range(8)]
+    broken = checks.recovery(events, 3, 10.0, upstream=flood, limit=8)
+    assert broken.verdict == "fail" and broken.metrics["limit_breaches"] == 8
 
 
 def test_cooldown_windows_come_from_the_retry_after_the_client_saw():

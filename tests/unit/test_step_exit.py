@@ -29,8 +29,23 @@ def test_no_record_is_unknown_and_step_ids_match_exactly():
 
 
 def test_sacct_lines():
-    assert step_exit.from_sacct("0:0|2026-11-30T05:36:18\n").exit_code == 0
-    assert step_exit.from_sacct("0:9|2026-11-30T05:36:18\n").exit_code == 137
-    assert step_exit.from_sacct("3:0|Unknown\n").ended_at is None
+    assert step_exit.from_sacct("0:0|2026-11-30T05:36:18|COMPLETED\n").exit_code == 0
+    assert step_exit.from_sacct("0:9|2026-11-30T05:36:18|CANCELLED\n").exit_code == 137
+    assert step_exit.from_sacct("3:0|Unknown|FAILED\n").ended_at is None
     assert step_exit.from_sacct("") is None
     assert step_exit.from_sacct("garbage|x\n") is None
+
+
+def test_the_moment_a_signal_reached_the_step():
+    log = LOG + "[2026-11-30T05:37:00.250] [1.5] Sent signal 15 to StepId=1.5\n"
+    log += "[2026-11-30T05:37:12.250] [1.5] Sent signal 9 to StepId=1.5\n"
+    at = step_exit.signal_sent_at(log, "1.5", 15)
+    assert at == step_exit._epoch("2026-11-30T05:37:00.250")
+    assert step_exit.signal_sent_at(log, "1.5", 9) - at == 12.0
+    assert step_exit.signal_sent_at(log, "1.3", 15) is None
+    assert step_exit.signal_sent_at(log, "1.3", 9) is None, 'proctrack\'s "Sending signal" is not the delivery line'
+
+
+def test_a_running_step_has_no_exit_yet_in_sacct():
+    assert step_exit.from_sacct("0:0|Unknown|RUNNING\n") is None
+    assert step_exit.from_sacct("0:15|2026-11-30T05:36:18|CANCELLED by 0\n").exit_code == 143

@@ -81,3 +81,42 @@ def percentile(values: list[float], fraction: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
+
+
+@dataclass(frozen=True, slots=True)
+class LimitBreach:
+    at: float
+    in_flight: int  # distinct client requests with an upstream attempt under way, replicas' view
+    limit: int  # the highest limit the controller reported over the preceding grace period
+
+
+def limit_breaches(
+    client: list[Event], upstream: list[Event], initial_limit: int, grace_s: float = 2.0
+) -> list[LimitBreach]:
+    """Moments when more of the client's requests were under way at the replicas than its
+    admission controller allowed: the controller's reported limit, checked against
+    concurrency it does not report. A request admitted under a higher limit may still be
+    under way just after a decrease, so the limit compared is the highest of the last
+    `grace_s` seconds."""
+    limits = sorted((e["t"], int(e["limit"])) for e in of_kind(client, "admission") if e.get("limit") is not None)
+    spans: dict[str, tuple[float, float]] = {}
+    for event in upstream:
+        request = event.get("request_id")
+        if not request or event.get("started") is None:
+            continue
+        start, end = event["started"], event["started"] + float(event.get("duration_s") or 0.0)
+        old = spans.get(request)
+        spans[request] = (min(start, old[0]), max(end, old[1])) if old else (start, end)
+
+    def limit_at(t: float) -> int:
+        recent = [limit for at, limit in limits if t - grace_s <= at <= t]
+        before = [limit for at, limit in limits if at < t - grace_s]
+        return max([before[-1] if before else initial_limit, *recent])
+
+    breaches = []
+    for start, _ in spans.values():
+        in_flight = sum(1 for s, e in spans.values() if s <= start < e or s == start)
+        allowed = limit_at(start)
+        if in_flight > allowed:
+            breaches.append(LimitBreach(start, in_flight, allowed))
+    return breaches

@@ -61,7 +61,8 @@ def _stop_step(
 ) -> tuple[float, float | None, checks.StepEnd]:
     """TERM the endpoint step; KILL it if it is still running when the allowance has passed."""
     (step,) = allocation.steps_by_name()["proxy"]
-    stop_at = allocation.scancel_step(step, "TERM").ended_at  # TERM's moment as the cluster saw it
+    term = allocation.scancel_step(step, "TERM")
+    stop_at = _term_moment(allocation, step, proxy.node, term.started_at)
     forced_at = None
     try:
         record = proxy.step.wait(timeout=profile.drain.allowance_seconds)
@@ -69,7 +70,21 @@ def _stop_step(
         forced_at = time.time()
         allocation.scancel_step(step, "KILL")
         record = proxy.step.wait(timeout=30)
-    return stop_at, forced_at, checks.StepEnd(record.exit_code, time.time() - stop_at)
+    return stop_at, forced_at, _endpoint_end(allocation, step, proxy.node, stop_at, launcher_exit=record.exit_code)
+
+
+def _term_moment(allocation: Allocation, step: str, node: str, fallback: float) -> float:
+    """When slurmstepd delivered TERM to the endpoint's task (the node's own log line), or,
+    where the node's log cannot be read, when `scancel` was started: the earliest moment the
+    TERM can have arrived, so no stream cut by it is missed as 'ended before the stop'."""
+    with contextlib.suppress(WaitTimeout):
+        return wait_until(
+            lambda: allocation.cluster.signal_sent_at(step, node, 15),
+            lambda at: at is not None,
+            timeout=3,
+            what=f"Slurm's record of TERM reaching step {step}",
+        )
+    return fallback
 
 
 def _mark(
@@ -209,7 +224,6 @@ def _cleanup_drill(
         stop_at,
         end,
         details,
-        profile.drain.window_seconds,
         profile.drain.allowance_seconds,
         steps_left,
     )
@@ -232,17 +246,23 @@ def _drilled_step(state: Path) -> str | None:
     return None
 
 
-def _endpoint_end(allocation: Allocation, step: str | None, node: str, stop_at: float) -> checks.StepEnd:
-    """The endpoint task's exit status and time as Slurm recorded them; unknown stays unknown."""
+def _endpoint_end(
+    allocation: Allocation, step: str | None, node: str, stop_at: float, launcher_exit: int | None = None
+) -> checks.StepEnd:
+    """The endpoint task's exit status and time as Slurm recorded them. Without a record,
+    the status srun reported to a launcher the harness itself waited for; otherwise unknown
+    (never assumed 0: a launcher the SUT reaped tells the harness nothing)."""
     found = None
     if step is not None:
         with contextlib.suppress(WaitTimeout):
             found = wait_until(
                 lambda: allocation.cluster.step_exit(step, node),
                 lambda exit_: exit_ is not None,
-                timeout=10,
+                timeout=10 if launcher_exit is None else 3,
                 what=f"Slurm's record of how step {step} ended",
             )
+    if found is None and launcher_exit is not None:
+        return checks.StepEnd(launcher_exit, time.time() - stop_at, "srun launcher")
     if found is None:
         return checks.StepEnd(None, time.time() - stop_at, "nowhere: Slurm kept no record of the step's end")
     ended = found.ended_at if found.ended_at is not None else time.time()

@@ -6,7 +6,10 @@ what is left. A stream that was in flight when an endpoint was told to stop ends
 four ways:
   completed — it ended with `[DONE]`;
   bounded   — the endpoint itself ended it at (or after) its drain window, before anyone
-              forced it: what a correct endpoint does with a stream longer than its window;
+              forced it, with events still flowing until the cut: what a correct endpoint
+              does with a stream longer than its window;
+  stalled   — ended at the window, but nothing had arrived for a while before the cut: the
+              endpoint stopped forwarding at TERM and only closed later;
   forced    — it was still running when the allowance ran out and the harness had to KILL
               the endpoint: the endpoint did not bound its own drain;
   lost      — it was cut before the window: the endpoint dropped work it had accepted.
@@ -25,6 +28,7 @@ from dd_accept.acceptance.results import CheckResult
 MARKS = "drain-marks.jsonl"  # when each stop began (and was forced): the drain chart's axis marks
 FORCE_TOLERANCE_S = 0.5  # a cut this close before the KILL counts as caused by it
 WINDOW_TOLERANCE_S = 0.5  # a cut this close before the window's end counts as the endpoint's bound
+FLOWING_S = 1.0  # a bounded stream's last event arrived at most this long before its cut
 GOOD_OUTCOMES = frozenset({"completed", "bounded"})
 
 
@@ -46,8 +50,17 @@ def classify(stream: Event, stop_at: float, forced_at: float | None, window_s: f
     if forced_at is not None and stream["t"] >= forced_at - FORCE_TOLERANCE_S:
         return "forced"
     if window_s is not None and stream["t"] - stop_at >= window_s - WINDOW_TOLERANCE_S:
-        return "bounded"
+        last = last_event_at(stream)
+        return "bounded" if last is None or stream["t"] - last <= FLOWING_S else "stalled"
     return "lost"
+
+
+def last_event_at(stream: Event) -> float | None:
+    """When the stream's last data event arrived (wall clock), from the client's record."""
+    if stream.get("started") is None or stream.get("ttft_s") is None:
+        return None
+    offsets = stream.get("chunk_offsets_s") or [0.0]
+    return float(stream["started"]) + float(stream["ttft_s"]) + float(offsets[-1])
 
 
 def in_flight(events: list[Event], stop_at: float) -> list[Event]:
@@ -145,16 +158,15 @@ def sut_cleanup(
     stop_at: float,
     endpoint: StepEnd,
     cleanup: dict[str, Any],
-    window_s: float,
     allowance_s: float,
     steps_left: list[str],
 ) -> CheckResult:
-    """The SUT's own cleanup: every in-flight stream completes (or is bounded at the window),
+    """The SUT's own cleanup: every in-flight stream (shorter than the window) completes,
     the endpoint task exits 0 within the allowance as Slurm reports it (an exit status
     nobody reported is a failure, never assumed 0), and no step of it is left running."""
     flying = in_flight(streams, stop_at)
-    counts = _outcomes(flying, stop_at, None, window_s)
-    cut = len(flying) - sum(counts[k] for k in GOOD_OUTCOMES)
+    counts = _outcomes(flying, stop_at, None)  # streams shorter than the window: only completing is right
+    cut = len(flying) - counts.get("completed", 0)
     in_time = endpoint.seconds_after_stop <= allowance_s
     ok = bool(flying) and cut == 0 and endpoint.exit_code == 0 and in_time and not steps_left
     return CheckResult.judge(

@@ -58,9 +58,19 @@ def run_health(
     try:
         progress.emit("backend loss: detection", replicas=options.replicas)
         result.add(_loss_detection(allocation, run, profile, options))
+        progress.emit("a healthy attempt (the baseline of the attempt checks)", replicas=options.replicas)
+        healthy = _drilled_attempt(
+            allocation,
+            deployment.RunDirectory.create(allocation.cluster, "healthy"),
+            profile,
+            options,
+            "healthy",
+            lambda r: None,
+            port_base=deployment.REPLICA_PORT_BASE + 300,
+        )
         progress.emit("backend loss: the attempt", replicas=options.replicas)
         outcome = _drilled_attempt(allocation, run, profile, options, "loss", lambda r: r.control([0], "kill"))
-        result.add(checks.attempt_failed(outcome, profile.cleanup.failure_status))
+        result.add(checks.attempt_failed(outcome, profile.cleanup.failure_status, healthy))
         progress.emit("unresponsive backend: detection", replicas=options.replicas)
         result.add(_unresponsive_detection(allocation, profile, options))
         progress.emit("unresponsive backend: the attempt", replicas=options.replicas)
@@ -76,7 +86,7 @@ def run_health(
         )
         monitor = profile.capabilities
         bound = monitor.monitor_detect_seconds if monitor.health_monitor else None
-        result.add(checks.unresponsive_attempt_failed(outcome, profile.cleanup.failure_status, bound))
+        result.add(checks.unresponsive_attempt_failed(outcome, profile.cleanup.failure_status, bound, healthy))
         progress.emit("probe isolation", streams=options.saturating_streams)
         result.add(_probe_isolation(allocation, run, profile, options))
     finally:
@@ -163,6 +173,7 @@ def _drilled_attempt(
     replicas.wait_running(4)
     time.sleep(1.0)
     lost_at = time.time()
+    running_at_fault = not drill.finished and not (state_host / "wait-status").exists()
     fault(replicas)
     try:
         record = drill.wait(timeout=90)
@@ -177,7 +188,7 @@ def _drilled_attempt(
     named = allocation.steps_by_name()
     for step in named.get("replicas", []) + named.get("client", []):
         allocation.scancel_step(step, "KILL")
-    return checks.AttemptOutcome(wait_status, ended_after, done, records)
+    return checks.AttemptOutcome(wait_status, ended_after, done, records, running_at_fault)
 
 
 def _loss_detection(
@@ -221,7 +232,9 @@ def _loss_detection(
         except WaitTimeout:
             probe = None
         client.wait(timeout=90)
-        return checks.backend_loss_detected(probe, options.replicas, profile.capabilities.health_monitor)
+        return checks.backend_loss_detected(
+            probe, options.replicas, profile.capabilities.health_monitor, options.loss_detect_timeout_s
+        )
     finally:
         proxy.stop()
         replicas.stop("KILL")

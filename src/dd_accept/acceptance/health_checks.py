@@ -16,9 +16,10 @@ class Probe:
     seconds_after_loss: float
 
 
-def backend_loss_detected(probe: Probe | None, replicas: int, has_monitor: bool) -> CheckResult:
+def backend_loss_detected(probe: Probe | None, replicas: int, has_monitor: bool, bound_s: float = 15.0) -> CheckResult:
     ready = (probe.body or {}).get("backends_ready") if probe else None
-    ok = probe is not None and probe.status == 503 and ready == replicas - 1
+    in_time = probe is not None and probe.seconds_after_loss <= bound_s
+    ok = probe is not None and probe.status == 503 and ready == replicas - 1 and in_time
     observed = (
         "the proxy's /health never reported the loss"
         if probe is None
@@ -30,7 +31,7 @@ def backend_loss_detected(probe: Probe | None, replicas: int, has_monitor: bool)
     return CheckResult.judge(
         "health.backend_loss.detected",
         ok,
-        f"/health answers 503 with backends_ready {replicas - 1} of {replicas}",
+        f"/health answers 503 with backends_ready {replicas - 1} of {replicas} within {bound_s:g}s",
         observed,
         detail,
     )
@@ -44,6 +45,7 @@ class AttemptOutcome:
     ended_after_fault_s: float | None
     records_done: int
     records: int
+    running_at_fault: bool = True  # the attempt was still under way when the fault was done
 
     @property
     def client_finished(self) -> bool:
@@ -60,22 +62,43 @@ def _attempt_observed(outcome: AttemptOutcome, fault: str) -> str:
     return text + f"; client {outcome.records_done}/{outcome.records} records"
 
 
-def attempt_failed(outcome: AttemptOutcome, failure_status: int) -> CheckResult:
+def _baseline_ok(healthy: AttemptOutcome | None) -> bool:
+    return healthy is None or (healthy.wait_status == 0 and healthy.client_finished)
+
+
+def _baseline_text(healthy: AttemptOutcome | None) -> str:
+    if healthy is None:
+        return ""
+    return f"; without a fault the attempt {'succeeded' if _baseline_ok(healthy) else 'did not succeed'} " + (
+        f"(wait status {healthy.wait_status}, {healthy.records_done}/{healthy.records} records)"
+    )
+
+
+def attempt_failed(outcome: AttemptOutcome, failure_status: int, healthy: AttemptOutcome | None = None) -> CheckResult:
     """A required replica's process dies mid-generation: the attempt fails with the status the
-    SUT documents, before the client finishes; it never finishes with fewer replicas."""
-    ok = outcome.wait_status == failure_status and not outcome.client_finished
+    SUT documents, before the client finishes; it never finishes with fewer replicas. The
+    same attempt without the fault must succeed, or a wait that always fails would pass."""
+    ok = (
+        outcome.wait_status == failure_status
+        and not outcome.client_finished
+        and outcome.running_at_fault
+        and _baseline_ok(healthy)
+    )
     return CheckResult.judge(
         "health.backend_loss.attempt_failed",
         ok,
         f"the attempt fails with status {failure_status} before the client finishes; "
-        "it does not finish with fewer replicas",
-        _attempt_observed(outcome, "the kill"),
+        "it does not finish with fewer replicas; without the fault it succeeds",
+        _attempt_observed(outcome, "the kill") + _baseline_text(healthy),
         metrics={} if outcome.ended_after_fault_s is None else {"failed_after_s": outcome.ended_after_fault_s},
     )
 
 
 def unresponsive_attempt_failed(
-    outcome: AttemptOutcome, failure_status: int, monitor_bound_s: float | None
+    outcome: AttemptOutcome,
+    failure_status: int,
+    monitor_bound_s: float | None,
+    healthy: AttemptOutcome | None = None,
 ) -> CheckResult:
     """A required replica stays alive but its /health fails while it generates: the SUT's
     controller path must fail the attempt (with the status it documents) rather than let it
@@ -84,8 +107,14 @@ def unresponsive_attempt_failed(
     in_time = monitor_bound_s is None or (
         outcome.ended_after_fault_s is not None and outcome.ended_after_fault_s <= monitor_bound_s
     )
-    ok = outcome.wait_status == failure_status and not outcome.client_finished and in_time
-    expected = f"the attempt fails with status {failure_status} instead of succeeding"
+    ok = (
+        outcome.wait_status == failure_status
+        and not outcome.client_finished
+        and in_time
+        and outcome.running_at_fault
+        and _baseline_ok(healthy)
+    )
+    expected = f"the attempt fails with status {failure_status} instead of succeeding; without the fault it succeeds"
     if monitor_bound_s is not None:
         expected += f", within the health monitor's {monitor_bound_s:g}s"
     detail = (
@@ -97,7 +126,7 @@ def unresponsive_attempt_failed(
         "health.unresponsive.attempt_failed",
         ok,
         expected,
-        _attempt_observed(outcome, "replica 0's /health began answering 503"),
+        _attempt_observed(outcome, "replica 0's /health began answering 503") + _baseline_text(healthy),
         detail,
         {} if outcome.ended_after_fault_s is None else {"attempt_ended_after_s": outcome.ended_after_fault_s},
     )
@@ -109,7 +138,9 @@ def unresponsive_detected(found: dict[str, Probe | None], replicas: int, bound_s
 
     def fine(probe: Probe | None) -> bool:
         ready = (probe.body or {}).get("backends_ready") if probe else None
-        return probe is not None and probe.status == 503 and ready == replicas - 1
+        return (
+            probe is not None and probe.status == 503 and ready == replicas - 1 and probe.seconds_after_loss <= bound_s
+        )
 
     def shown(mode: str, probe: Probe | None) -> str:
         if probe is None:

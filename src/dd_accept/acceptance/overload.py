@@ -160,9 +160,10 @@ def run_overload(
         result.add(
             checks.total_retry_after(total, options.retry_after, proxy_fallback_retry_after(options.retry_after))
         )
-        result.add(checks.total_admission_decrease(total, options.admission_limit, profile.client.decrease_factor))
+        factor, limit = profile.client.decrease_factor, options.admission_limit
+        result.add(checks.total_admission_decrease(total, limit, factor, upstream=upstream, until=relieved_at))
         result.add(checks.total_cooldown(total, profile.client.cooldown_seconds))
-        result.add(checks.recovery(total, options.recovery_records, relieved_at))
+        result.add(checks.recovery(total, options.recovery_records, relieved_at, upstream=upstream, limit=limit))
         if backend is None:
             progress.emit("queue admission at the SUT's default threshold")
             samples += _default_threshold(allocation, run, profile, options, fast)

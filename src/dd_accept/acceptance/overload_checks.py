@@ -11,10 +11,12 @@ from typing import Any
 
 from dd_accept.acceptance.analysis import (
     Event,
+    LimitBreach,
     admission,
     attempts_by_request,
     cooldown_breaches,
     expected_decreases,
+    limit_breaches,
     of_kind,
     percentile,
 )
@@ -149,16 +151,39 @@ def total_retry_after(client: list[Event], retry_after: int, proxy_fallback: int
     )
 
 
-def total_admission_decrease(client: list[Event], limit: int, factor: float, rounds: int = 2) -> CheckResult:
+def _breach_text(breaches: list[LimitBreach]) -> str:
+    if not breaches:
+        return "never more requests under way at the replicas than the limit allowed"
+    worst = max(breaches, key=lambda b: b.in_flight - b.limit)
+    return (
+        f"{len(breaches)} time(s) more requests under way than the limit; "
+        f"worst {worst.in_flight} at limit {worst.limit}"
+    )
+
+
+def total_admission_decrease(
+    client: list[Event],
+    limit: int,
+    factor: float,
+    rounds: int = 2,
+    upstream: list[Event] | None = None,
+    until: float | None = None,
+) -> CheckResult:
+    """The limit falls as AIMD says, and the controller enforces what it reports: the
+    client's requests under way at the replicas (counted there, by request id) never exceed
+    the limit in force."""
     wanted = expected_decreases(limit, factor, rounds)
     seen = [e["limit"] for e in admission(client, "request_limit_decreased")]
-    ok = seen[:rounds] == wanted
+    during = [e for e in upstream or [] if until is None or e.get("started", e["t"]) < until]
+    breaches = limit_breaches(client, during, limit)
+    ok = seen[:rounds] == wanted and not breaches
     return CheckResult.judge(
         "overload.total.admission_decrease",
         ok,
-        " → ".join(map(str, [limit, *wanted])),
-        " → ".join(map(str, [limit, *seen])) if seen else f"{limit} (no decrease)",
-        f"decrease factor {factor}",
+        " → ".join(map(str, [limit, *wanted])) + "; never more requests under way at the replicas than the limit",
+        (" → ".join(map(str, [limit, *seen])) if seen else f"{limit} (no decrease)") + f"; {_breach_text(breaches)}",
+        f"decrease factor {factor}; concurrency counted at the replicas over {len(during)} upstream attempts",
+        {"limit_breaches": len(breaches)},
     )
 
 
@@ -192,18 +217,25 @@ def total_cooldown(client: list[Event], default_cooldown_s: float) -> CheckResul
     )
 
 
-def recovery(client: list[Event], records: int, relieved_at: float) -> CheckResult:
+def recovery(
+    client: list[Event], records: int, relieved_at: float, upstream: list[Event] | None = None, limit: int = 8
+) -> CheckResult:
+    """After relief every record completes and the limit rises above its low point, while
+    the requests under way at the replicas never exceed the limit the controller reports."""
     requests = of_kind(client, "request")
     done = {e["record"] for e in requests if e.get("outcome") == "ok"}
     after = [e for e in admission(client, "request_limit_increased") if e["t"] >= relieved_at]
     decreased = [e["limit"] for e in admission(client, "request_limit_decreased")]
     floor = min(decreased) if decreased else None
     risen = max((e["limit"] for e in after), default=None)
-    ok = len(done) == records and risen is not None and floor is not None and risen > floor
+    after_relief = [e for e in upstream or [] if e.get("started", e["t"]) >= relieved_at]
+    breaches = limit_breaches(client, after_relief, limit)
+    ok = len(done) == records and risen is not None and floor is not None and risen > floor and not breaches
     return CheckResult.judge(
         "overload.recovery",
         ok,
-        f"{records}/{records} records after overload is lifted; the limit rises above its low point",
-        f"{len(done)}/{records} records; low point {floor}, highest after recovery {risen}",
-        metrics={"records_done": len(done)},
+        f"{records}/{records} records after overload is lifted; the limit rises above its low point; "
+        "never more requests under way at the replicas than the limit",
+        f"{len(done)}/{records} records; low point {floor}, highest after recovery {risen}; {_breach_text(breaches)}",
+        metrics={"records_done": len(done), "limit_breaches": len(breaches)},
     )

@@ -203,6 +203,7 @@ def _replica_order(name: str) -> tuple[int, str]:
 DRAIN_COLOURS = {
     "completed": "#2e7d32",
     "bounded": "#00838f",
+    "stalled": "#6a1b9a",
     "forced": "#f9a825",
     "lost": "#c62828",
     "ended before the stop": "#9e9e9e",
@@ -251,7 +252,7 @@ def drain_chart(streams: list[dict[str, Any]], mark: dict[str, Any], title: str)
     return (
         f"<figure><figcaption>Drain timeline — {escape(title)}: in flight at TERM: {escape(summary)}. "
         f"Blue band: the {window:g}s drain window; grey line: the {allowance:g}s allowance; red dashes: KILL; "
-        "streams green completed, teal bounded by the endpoint, amber forced, red lost</figcaption>"
+        "streams green completed, teal bounded by the endpoint, purple stalled, amber forced, red lost</figcaption>"
         f'<svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="drain timeline">'
         f"{''.join(marks)}{_axis(t0, t1, height)}{''.join(spans)}</svg></figure>"
     )

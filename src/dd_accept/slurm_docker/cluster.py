@@ -422,6 +422,11 @@ class SlurmCluster:
         record = self.exec(["grep", "-F", f"] [{step}] task ", SLURMD_LOG], node=node, timeout=15)
         return step_exit.from_slurmd_log(record.stdout, step)
 
+    def signal_sent_at(self, step: str, node: str, signal: int) -> float | None:
+        """When slurmstepd on `node` delivered `signal` to `step`, from the node's slurmd log."""
+        record = self.exec(["grep", "-F", f"] [{step}] Sent signal ", SLURMD_LOG], node=node, timeout=15)
+        return step_exit.signal_sent_at(record.stdout, step, signal)
+
     def node_freeze(self) -> str:
         """`pip freeze` of the SUT's environment on the nodes, as installed (the node lock)."""
         record = self.exec(["cat", f"{self.layout.venv}/dd-accept-freeze.txt"], timeout=10)

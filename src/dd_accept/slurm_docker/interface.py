@@ -64,6 +64,8 @@ class Cluster(Protocol):
 
     def step_exit(self, step: str, node: str) -> StepExit | None: ...  # as Slurm recorded it; None: unknown
 
+    def signal_sent_at(self, step: str, node: str, signal: int) -> float | None: ...  # the node's moment
+
     def versions(self) -> dict[str, str]: ...
 
     def node_freeze(self) -> str: ...

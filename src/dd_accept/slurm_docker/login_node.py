@@ -204,8 +204,13 @@ class ExistingCluster:
     def step_exit(self, step: str, node: str) -> StepExit | None:
         """How `step` ended, from the site's accounting (`sacct`); None where it keeps none."""
         del node
-        record = self.exec(["sacct", "-n", "-P", "-o", "ExitCode,End", "-j", step], timeout=30)
+        record = self.exec(["sacct", "-n", "-P", "-o", "ExitCode,End,State", "-j", step], timeout=30)
         return step_exit.from_sacct(record.stdout) if record.ok else None
+
+    def signal_sent_at(self, step: str, node: str, signal: int) -> float | None:
+        """A site's slurmd logs are not readable from the login node: the moment is unknown."""
+        del step, node, signal
+        return None
 
     def daemon_logs(self, lines: int = 2000) -> dict[str, str]:
         """Slurm's daemon logs are the site's, not readable from a login node: none collected."""

@@ -51,10 +51,15 @@ class CommandRecord:
         return self.exit_code == 0 and not self.timed_out
 
     @property
+    def started_at(self) -> float:
+        """When the command was started (epoch seconds)."""
+        return datetime.fromisoformat(self.start.replace("Z", "+00:00")).timestamp()
+
+    @property
     def ended_at(self) -> float:
         """When the command returned (epoch seconds): for `scancel`, a moment by which the
         signal had been handed to Slurm, so times measured from it are never too long."""
-        return datetime.fromisoformat(self.start.replace("Z", "+00:00")).timestamp() + self.duration_s
+        return self.started_at + self.duration_s
 
     def to_json(self) -> dict[str, object]:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "stdout"}

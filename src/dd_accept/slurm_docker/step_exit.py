@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 
 SLURMD_LOG = "/var/log/slurm/slurmd.log"  # SlurmdLogFile in the docker cluster's slurm.conf
 
+# [2026-11-30T05:36:50.121] [1.3] Sent signal 9 to StepId=1.3
+_SIGNAL_SENT = re.compile(r"^\[(?P<at>[0-9T:.-]+)\] \[(?P<step>\d+\.\d+)\] Sent signal (?P<signal>\d+) to StepId=")
 # [2026-11-30T05:36:18.055] [1.0] task 0 (35) exited with exit code 0.
 # [2026-11-30T05:36:50.121] [1.3] task 0 (68) exited. Killed by signal 9.
 _TASK_END = re.compile(
@@ -56,12 +58,27 @@ def from_slurmd_log(text: str, step: str) -> StepExit | None:
     return StepExit(max(codes), max(times) if times else None, "slurmd step record")
 
 
-def from_sacct(text: str) -> StepExit | None:
-    """The exit of a step from `sacct -n -P -o ExitCode,End -j JOB.STEP` ("code:signal|end")."""
+def signal_sent_at(text: str, step: str, signal: int) -> float | None:
+    """When slurmstepd delivered `signal` to the step's tasks (the first time), from a slurmd
+    log: the node's own moment of TERM, not the harness's."""
     for line in text.splitlines():
-        exit_field, _, end = line.strip().partition("|")
+        match = _SIGNAL_SENT.match(line)
+        if match is not None and match["step"] == step and int(match["signal"]) == signal:
+            return _epoch(match["at"])
+    return None
+
+
+# A step still running reports "0:0|Unknown|RUNNING": only a terminal state has an exit.
+_TERMINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL", "PREEMPTED")
+
+
+def from_sacct(text: str) -> StepExit | None:
+    """The exit of a step from `sacct -n -P -o ExitCode,End,State -j JOB.STEP`
+    ("code:signal|end|state"); None unless the step has ended."""
+    for line in text.splitlines():
+        exit_field, end, state = ([*line.strip().split("|"), "", ""])[:3]
         code, _, signal = exit_field.partition(":")
-        if not code.isdigit() or not signal.isdigit():
+        if not code.isdigit() or not signal.isdigit() or not state.startswith(_TERMINAL):
             continue
         exit_code = 128 + int(signal) if int(signal) else int(code)
         ended = None

@@ -1,0 +1,130 @@
+"""False alarms: how often a check's verdict on a known SUT differs from the verdict it must give.
+
+Each scenario is run N times through the real CLI against rc1, whose expected verdicts are
+known (`variants.RC1_FAILS`: the true findings; everything else must pass), and against each
+positive control (an rc1 variant that fixes some findings, `Fault.fixes`: those must pass
+too). A *false alarm* is a check that fails where it must pass; a *miss* is one that passes
+where it must fail. Zero of both is the target; any non-zero count needs a cause.
+
+    python benchmarks/false_alarms.py [-n 10] [--scenarios drain,health] [--controls] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from dd_accept.fixtures.sut.spec import DEFAULT_SUT, SutSpec
+from dd_accept.fixtures.sut.variants import FAULTS, RC1_FAILS, make_variant
+from dd_accept.fixtures.sut.wheelhouse import build_wheelhouse
+from dd_accept.harness.runner import SCENARIOS
+
+# The positive controls, by the scenario whose checks they fix.
+CONTROLS = {
+    "drain": ("drain-bounded", "step-aware-cleanup"),
+    "health": ("probe-capacity", "health-watching-wait"),
+}
+
+
+def run_once(scenario: str, sut: str | None) -> dict[str, str]:
+    """{check id: verdict} of one `dd-accept run SCENARIO`, or {"<error>": message}."""
+    with tempfile.TemporaryDirectory(prefix="dd-fa-") as out:
+        argv = [sys.executable, "-m", "dd_accept.harness.cli", "--quiet", "run", scenario, "--out", f"{out}/e"]
+        if sut is not None:
+            argv += ["--sut", sut]
+        result = subprocess.run(argv, capture_output=True, text=True, check=False)
+        path = Path(out) / "e" / "results.json"
+        if not path.is_file():
+            return {"<error>": (result.stderr.strip().splitlines() or ["no results"])[-1]}
+        document = json.loads(path.read_text())
+        verdicts = {check["id"]: check["verdict"] for s in document["scenarios"] for check in s["checks"]}
+        for scenario_result in document["scenarios"]:
+            if scenario_result.get("error"):
+                verdicts["<error>"] = scenario_result["error"]
+        return verdicts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=10, help="runs per scenario and SUT (default: 10)")
+    parser.add_argument(
+        "--scenarios",
+        default=",".join(SCENARIOS),
+        help="comma-separated, each run on its own (default: every scenario); 'all' runs them together, "
+        "in parallel allocations, as `dd-accept run all` does",
+    )
+    parser.add_argument("--controls", action="store_true", help="also run the positive controls")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "false_alarms.json")
+    args = parser.parse_args()
+    console = Console()
+    scenarios = [name for name in args.scenarios.split(",") if name]
+    targets: list[tuple[str, str, str | None, frozenset[str]]] = [(s, "rc1", None, frozenset()) for s in scenarios]
+    if args.controls:
+        wheelhouse = build_wheelhouse(SutSpec.parse(DEFAULT_SUT))
+        (wheel,) = [w for w in wheelhouse.wheels if w.name == "data-designer-slurm"]
+        folder = Path(tempfile.mkdtemp(prefix="dd-fa-wheels-"))
+        for scenario in scenarios:
+            for name in (c for s in (SCENARIOS if scenario == "all" else [scenario]) for c in CONTROLS.get(s, ())):
+                variant = make_variant(wheelhouse.path / wheel.file, FAULTS[name], folder)
+                targets.append((scenario, name, str(variant), FAULTS[name].fixes))
+
+    rows = []
+    for scenario, label, sut, fixes in targets:
+        must_fail = RC1_FAILS - fixes
+        false_alarms: Counter[str] = Counter()
+        misses: Counter[str] = Counter()
+        errors: list[str] = []
+        started = time.monotonic()
+        for index in range(args.n):
+            console.print(f"{scenario} on {label}: run {index + 1}/{args.n}")
+            verdicts = run_once(scenario, sut)
+            if "<error>" in verdicts:
+                errors.append(verdicts.pop("<error>"))
+            for check, verdict in verdicts.items():
+                if verdict == "fail" and check not in must_fail:
+                    false_alarms[check] += 1
+                elif verdict == "pass" and check in must_fail:
+                    misses[check] += 1
+        rows.append(
+            {
+                "scenario": scenario,
+                "sut": label,
+                "runs": args.n,
+                "false_alarms": dict(false_alarms),
+                "misses": dict(misses),
+                "errors": errors,
+                "seconds": round(time.monotonic() - started, 1),
+            }
+        )
+
+    table = Table(title=f"dd-accept false alarms ({args.n} runs each, 2 cores)")
+    for column in ("scenario", "SUT", "runs", "false alarms", "misses", "errors", "seconds"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["scenario"],
+            row["sut"],
+            str(row["runs"]),
+            ", ".join(f"{k}: {v}" for k, v in sorted(row["false_alarms"].items())) or "0",
+            ", ".join(f"{k}: {v}" for k, v in sorted(row["misses"].items())) or "0",
+            str(len(row["errors"])),
+            f"{row['seconds']:.0f}",
+        )
+    console.print(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"benchmark": "false_alarms", "rows": rows}, indent=2) + "\n")
+    console.print(f"wrote {args.out.name}")
+    return 0 if all(not r["false_alarms"] and not r["misses"] and not r["errors"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
