@@ -6,7 +6,7 @@ positive control (an rc1 variant that fixes some findings, `Fault.fixes`: those 
 too). A *false alarm* is a check that fails where it must pass; a *miss* is one that passes
 where it must fail. Zero of both is the target; any non-zero count needs a cause.
 
-    python benchmarks/false_alarms.py [-n 10] [--scenarios drain,health] [--controls] [--out FILE]
+    python benchmarks/false_alarms.py [-n 10] [--scenarios drain,health|all] [--controls [--no-rc1]] [--out FILE]
 """
 
 from __future__ import annotations
@@ -63,11 +63,14 @@ def main() -> int:
         "in parallel allocations, as `dd-accept run all` does",
     )
     parser.add_argument("--controls", action="store_true", help="also run the positive controls")
+    parser.add_argument("--no-rc1", action="store_true", help="only the positive controls (with --controls)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "false_alarms.json")
     args = parser.parse_args()
     console = Console()
     scenarios = [name for name in args.scenarios.split(",") if name]
-    targets: list[tuple[str, str, str | None, frozenset[str]]] = [(s, "rc1", None, frozenset()) for s in scenarios]
+    targets: list[tuple[str, str, str | None, frozenset[str]]] = []
+    if not args.no_rc1:
+        targets += [(s, "rc1", None, frozenset()) for s in scenarios]
     if args.controls:
         wheelhouse = build_wheelhouse(SutSpec.parse(DEFAULT_SUT))
         (wheel,) = [w for w in wheelhouse.wheels if w.name == "data-designer-slurm"]

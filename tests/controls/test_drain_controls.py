@@ -41,6 +41,7 @@ def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(su
         ), check
         assert "slurmd step record" in check.detail, "the exit status is Slurm's record, not a default"
         assert check.metrics["endpoint_exit_s"] < 2.0, "rc1 KILLs 0.2 s after its TERM"
+        assert "KILL after 0." in check.observed, "srun turns the launcher's TERM into a KILL of the task at once"
 
 
 def test_an_endpoint_that_bounds_its_drain_at_the_window_passes_allowance(
@@ -62,7 +63,7 @@ def test_step_aware_cleanup_is_the_positive_control_of_sut_cleanup(sut_wheelhous
         check = checks[f"drain.sut_cleanup.{mode}"]
         assert check.verdict == "pass", check
         assert check.observed.startswith("0 of 4 in-flight stream(s) cut; endpoint exit 0")
-        assert "steps left: none" in check.observed
+        assert "steps left: none" in check.observed and "KILL never" in check.observed
         assert check.metrics["endpoint_exit_s"] <= 12.0
     assert checks["drain.scancel_step"].verdict == "pass"
     assert checks["drain.allowance"].observed.startswith("1 long stream(s): 1 forced"), "proxy untouched"

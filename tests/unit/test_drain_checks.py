@@ -107,3 +107,15 @@ def test_a_stream_that_stopped_flowing_long_before_the_cut_is_stalled_not_bounde
 def test_sut_cleanup_streams_must_complete_even_when_cut_at_the_window():
     cut_late = _cleanup([flowing(0, 11.0, 10.95)] * 4, checks.StepEnd(0, 10.0))
     assert cut_late.verdict == "fail" and cut_late.observed.startswith("4 of 4 in-flight stream(s) cut")
+
+
+def test_sut_cleanup_fails_a_kill_before_the_allowance():
+    done = [stream(0, 3)] * 4
+    early = _cleanup_killed(done, 0.2)
+    assert early.verdict == "fail" and "KILL after 0.2s" in early.observed
+    assert _cleanup_killed(done, 12.1).verdict == "pass", "a KILL at the allowance is the last resort, allowed"
+    assert "KILL never" in _cleanup_killed(done, None).observed
+
+
+def _cleanup_killed(streams, killed_after):
+    return checks.sut_cleanup("failure", streams, 1, checks.StepEnd(0, 2.5), {}, 12, [], killed_after)

@@ -216,7 +216,9 @@ def _cleanup_drill(
     _mark(run, f"cleanup-{mode}", profile, stop_at)
     client.wait(timeout=60)
     steps_left = allocation.steps_by_name().get("drill-endpoint", [])
-    end = _endpoint_end(allocation, _drilled_step(state_host), node, stop_at)
+    step = _drilled_step(state_host)
+    end = _endpoint_end(allocation, step, node, stop_at)
+    killed_at = None if step is None else allocation.cluster.signal_sent_at(step, node, 9)
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
     return checks.sut_cleanup(
         mode,
@@ -226,6 +228,7 @@ def _cleanup_drill(
         details,
         profile.drain.allowance_seconds,
         steps_left,
+        None if killed_at is None else max(0.0, killed_at - stop_at),
     )
 
 

@@ -12,6 +12,7 @@ saturation   — stalled streams hold every upstream connection the proxy allows
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import time
 from collections.abc import Callable
@@ -93,6 +94,38 @@ def run_health(
         result.ended = time.time()
     progress.emit("done", verdict=result.verdict())
     return result
+
+
+def _serving(
+    allocation: Allocation, run: deployment.RunDirectory, profile: SutProfile, options: HealthOptions
+) -> tuple[deployment.ReplicaSet, deployment.Proxy]:
+    """N paced replicas and the SUT's proxy in front of them (the detection phases' setting)."""
+    replicas = deployment.start_replicas(
+        allocation,
+        options.replicas,
+        run=run,
+        profile=profile,
+        options=("--ttft-ms", "20", "--itl-ms", "50"),
+        seed=options.seed,
+    )
+    try:
+        return replicas, deployment.start_proxy(allocation, replicas, profile=profile)
+    except BaseException:
+        replicas.stop("KILL")
+        raise
+
+
+def _first_report(proxy: deployment.Proxy, since: float, bound_s: float, what: str) -> checks.Probe | None:
+    """The first /health answer other than 200 within the bound; None if none came (a
+    finding for the check, not an error)."""
+    with contextlib.suppress(WaitTimeout):
+        return wait_until(
+            lambda: _probe(proxy, since),
+            lambda p: p.status != 200,
+            timeout=bound_s,
+            what=f"the proxy's /health to report {what}",
+        )
+    return None
 
 
 def _write_command(path: Path, argv: list[str]) -> None:
@@ -196,15 +229,7 @@ def _loss_detection(
 ) -> checks.CheckResult:
     """Kill one of N replicas under load: the proxy's /health must report N-1 ready."""
     loss_run = deployment.RunDirectory.create(allocation.cluster, "loss")
-    replicas = deployment.start_replicas(
-        allocation,
-        options.replicas,
-        run=loss_run,
-        profile=profile,
-        options=("--ttft-ms", "20", "--itl-ms", "50"),
-        seed=options.seed,
-    )
-    proxy = deployment.start_proxy(allocation, replicas, profile=profile)
+    replicas, proxy = _serving(allocation, loss_run, profile, options)
     try:
         client = deployment.run_client(
             allocation,
@@ -222,15 +247,7 @@ def _loss_detection(
         replicas.wait_running(4)
         lost_at = time.time()
         replicas.control([0], "kill")
-        try:
-            probe = wait_until(
-                lambda: _probe(proxy, lost_at),
-                lambda p: p.status != 200,
-                timeout=options.loss_detect_timeout_s,
-                what="the proxy's /health to report the loss",
-            )
-        except WaitTimeout:
-            probe = None
+        probe = _first_report(proxy, lost_at, options.loss_detect_timeout_s, "the loss")
         client.wait(timeout=90)
         return checks.backend_loss_detected(
             probe, options.replicas, profile.capabilities.health_monitor, options.loss_detect_timeout_s
@@ -244,15 +261,7 @@ def _unresponsive_detection(allocation: Allocation, profile: SutProfile, options
     """A replica that stops answering, then one whose /health fails while it generates: the
     proxy's /health must report each within the bound."""
     unresponsive_run = deployment.RunDirectory.create(allocation.cluster, "unresponsive-detect")
-    replicas = deployment.start_replicas(
-        allocation,
-        options.replicas,
-        run=unresponsive_run,
-        profile=profile,
-        options=("--ttft-ms", "20", "--itl-ms", "50"),
-        seed=options.seed,
-    )
-    proxy = deployment.start_proxy(allocation, replicas, profile=profile)
+    replicas, proxy = _serving(allocation, unresponsive_run, profile, options)
     bound = options.unresponsive_detect_timeout_s
     found: dict[str, checks.Probe | None] = {}
     try:
@@ -262,15 +271,7 @@ def _unresponsive_detection(allocation: Allocation, profile: SutProfile, options
         ):
             since = time.time()
             replicas.control([index], action, **on)
-            try:
-                found[mode] = wait_until(
-                    lambda since=since: _probe(proxy, since),
-                    lambda p: p.status != 200,
-                    timeout=bound,
-                    what=f"the proxy's /health to report a {mode} replica",
-                )
-            except WaitTimeout:
-                found[mode] = None
+            found[mode] = _first_report(proxy, since, bound, f"a {mode} replica")
             replicas.control([index], action, **off)
             wait_until(
                 lambda: proxy.get("/health", timeout=30).get("status"),
