@@ -41,3 +41,11 @@ def test_non_transient_errors_propagate():
 
     with pytest.raises(ValueError):
         wait_until(probe, bool, timeout=1, what="x")
+
+
+def test_wait_for_finding_returns_the_value_or_none_for_a_behaviour_that_never_came():
+    from dd_accept.harness.waiting import wait_for_finding
+
+    values = iter([1, 2, 3])
+    assert wait_for_finding(lambda: next(values), lambda v: v >= 2, timeout=1, what="two") == 2
+    assert wait_for_finding(lambda: 0, lambda v: v > 0, timeout=0.2, what="never") is None

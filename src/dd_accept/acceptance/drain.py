@@ -10,7 +10,6 @@ Replicas stay up throughout: only the endpoint is stopped, as in production shut
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from dd_accept.acceptance.results import ScenarioResult
 from dd_accept.errors import SutBehaviourMissing
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.sut.profile import SutProfile
-from dd_accept.harness.waiting import WaitTimeout, wait_until
+from dd_accept.harness.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, start_background
 
 DRILL = "sut_cleanup_drill.sh"
@@ -77,14 +76,13 @@ def _term_moment(allocation: Allocation, step: str, node: str, fallback: float) 
     """When slurmstepd delivered TERM to the endpoint's task (the node's own log line), or,
     where the node's log cannot be read, when `scancel` was started: the earliest moment the
     TERM can have arrived, so no stream cut by it is missed as 'ended before the stop'."""
-    with contextlib.suppress(WaitTimeout):
-        return wait_until(
-            lambda: allocation.cluster.signal_sent_at(step, node, 15),
-            lambda at: at is not None,
-            timeout=3,
-            what=f"Slurm's record of TERM reaching step {step}",
-        )
-    return fallback
+    moment = wait_for_finding(
+        lambda: allocation.cluster.signal_sent_at(step, node, 15),
+        lambda at: at is not None,
+        timeout=3,
+        what=f"Slurm's record of TERM reaching step {step}",
+    )
+    return fallback if moment is None else moment
 
 
 def _mark(
@@ -257,13 +255,12 @@ def _endpoint_end(
     (never assumed 0: a launcher the SUT reaped tells the harness nothing)."""
     found = None
     if step is not None:
-        with contextlib.suppress(WaitTimeout):
-            found = wait_until(
-                lambda: allocation.cluster.step_exit(step, node),
-                lambda exit_: exit_ is not None,
-                timeout=10 if launcher_exit is None else 3,
-                what=f"Slurm's record of how step {step} ended",
-            )
+        found = wait_for_finding(
+            lambda: allocation.cluster.step_exit(step, node),
+            lambda exit_: exit_ is not None,
+            timeout=10 if launcher_exit is None else 3,
+            what=f"Slurm's record of how step {step} ended",
+        )
     if found is None and launcher_exit is not None:
         return checks.StepEnd(launcher_exit, time.time() - stop_at, "srun launcher")
     if found is None:

@@ -12,7 +12,6 @@ saturation   — stalled streams hold every upstream connection the proxy allows
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import time
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from dd_accept.acceptance.results import ScenarioResult
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.backends.control import TOKEN_ENV
 from dd_accept.fixtures.sut.profile import SutProfile
-from dd_accept.harness.waiting import WaitTimeout, wait_until
+from dd_accept.harness.waiting import wait_for_finding, wait_until
 from dd_accept.slurm_docker.allocation import Allocation, start_background
 
 DRILL = "sut_health_drill.sh"
@@ -60,30 +59,21 @@ def run_health(
         progress.emit("backend loss: detection", replicas=options.replicas)
         result.add(_loss_detection(allocation, run, profile, options))
         progress.emit("a healthy attempt (the baseline of the attempt checks)", replicas=options.replicas)
-        healthy = _drilled_attempt(
-            allocation,
-            deployment.RunDirectory.create(allocation.cluster, "healthy"),
-            profile,
-            options,
-            "healthy",
-            lambda r: None,
-            port_base=deployment.REPLICA_PORT_BASE + 300,
-        )
+        healthy = _drilled_attempt(allocation, profile, options, "healthy", lambda r: None, port_offset=300)
         progress.emit("backend loss: the attempt", replicas=options.replicas)
-        outcome = _drilled_attempt(allocation, run, profile, options, "loss", lambda r: r.control([0], "kill"))
+        outcome = _drilled_attempt(allocation, profile, options, "loss", lambda r: r.control([0], "kill"))
         result.add(checks.attempt_failed(outcome, profile.cleanup.failure_status, healthy))
         progress.emit("unresponsive backend: detection", replicas=options.replicas)
         result.add(_unresponsive_detection(allocation, profile, options))
         progress.emit("unresponsive backend: the attempt", replicas=options.replicas)
         outcome = _drilled_attempt(
             allocation,
-            deployment.RunDirectory.create(allocation.cluster, "unresponsive"),
             profile,
             options,
             "unresponsive",
             lambda r: r.control([0], "health", ok=False),
             records=48,
-            port_base=deployment.REPLICA_PORT_BASE + 200,
+            port_offset=200,
         )
         monitor = profile.capabilities
         bound = monitor.monitor_detect_seconds if monitor.health_monitor else None
@@ -118,14 +108,12 @@ def _serving(
 def _first_report(proxy: deployment.Proxy, since: float, bound_s: float, what: str) -> checks.Probe | None:
     """The first /health answer other than 200 within the bound; None if none came (a
     finding for the check, not an error)."""
-    with contextlib.suppress(WaitTimeout):
-        return wait_until(
-            lambda: _probe(proxy, since),
-            lambda p: p.status != 200,
-            timeout=bound_s,
-            what=f"the proxy's /health to report {what}",
-        )
-    return None
+    return wait_for_finding(
+        lambda: _probe(proxy, since),
+        lambda p: p.status != 200,
+        timeout=bound_s,
+        what=f"the proxy's /health to report {what}",
+    )
 
 
 def _write_command(path: Path, argv: list[str]) -> None:
@@ -134,17 +122,20 @@ def _write_command(path: Path, argv: list[str]) -> None:
 
 def _drilled_attempt(
     allocation: Allocation,
-    run: deployment.RunDirectory,
     profile: SutProfile,
     options: HealthOptions,
     name: str,
     fault: Callable[[deployment.ReplicaSet], object],
     *,
     records: int = 24,
-    port_base: int = deployment.REPLICA_PORT_BASE,
+    port_offset: int = 0,
 ) -> checks.AttemptOutcome:
     """An attempt under the SUT's own controller functions (required replica steps, its wait
-    function): `fault` is done to replica 0 mid-generation; returns how the attempt ended."""
+    function), in a run directory of its own named `name`, on replica ports shifted by
+    `port_offset` (a previous attempt's replicas may still hold theirs): `fault` is done to
+    replica 0 mid-generation; returns how the attempt ended."""
+    run = deployment.RunDirectory.create(allocation.cluster, name)
+    port_base = deployment.REPLICA_PORT_BASE + port_offset
     node = allocation.first_node
     layout = allocation.cluster.layout
     state_cluster, state_host = run.path("health-drill")

@@ -71,3 +71,15 @@ def wait_until(
             raise WaitTimeout(what, timeout, last, last_error)
         time.sleep(min(delay, remaining))
         delay = min(delay * 1.5, max_interval)
+
+
+def wait_for_finding(
+    probe: Callable[[], T], predicate: Callable[[T], bool], *, timeout: float, what: str, interval: float = 0.1
+) -> T | None:
+    """`wait_until` for a behaviour of the SUT: the first value that holds, or None when none
+    came in time. None is evidence for a check (which names what did not happen), never an
+    error; use `wait_until` where the harness itself must get there."""
+    try:
+        return wait_until(probe, predicate, timeout=timeout, what=what, interval=interval)
+    except WaitTimeout:
+        return None
