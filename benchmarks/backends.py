@@ -28,10 +28,10 @@ import aiohttp
 from rich.console import Console
 from rich.table import Table
 
+from dd_accept.base.waiting import wait_until
 from dd_accept.fixtures.backends.local import LocalReplica, free_port
-from dd_accept.fixtures.sut.spec import DEFAULT_SUT, SutSpec
-from dd_accept.fixtures.sut.wheelhouse import build_wheelhouse, install_local
-from dd_accept.harness.waiting import wait_until
+from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
+from dd_accept.sut.wheelhouse import build_wheelhouse, install_local
 
 REFERENCE_SERVER = textwrap.dedent(
     """

@@ -23,10 +23,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from dd_accept.fixtures.sut.spec import DEFAULT_SUT, SutSpec
-from dd_accept.fixtures.sut.variants import FAULTS, RC1_FAILS, make_variant
-from dd_accept.fixtures.sut.wheelhouse import build_wheelhouse
 from dd_accept.harness.runner import SCENARIOS
+from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
+from dd_accept.sut.variants import FAULTS, RC1_FAILS, make_variant
+from dd_accept.sut.wheelhouse import build_wheelhouse
 
 # The positive controls, by the scenario whose checks they fix.
 CONTROLS = {

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from dd_accept.harness.waiting import wait_until
+from dd_accept.base.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

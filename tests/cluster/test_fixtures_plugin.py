@@ -11,13 +11,13 @@ pytestmark = pytest.mark.cluster
 LEAKY = """
 def test_leaves_a_step_running(allocation):
     allocation.start_step(["sleep", "300"], options=["-N1", "-n1"])
-    from dd_accept.harness.waiting import wait_until
+    from dd_accept.base.waiting import wait_until
     wait_until(allocation.steps, bool, timeout=30, what="step to start")
 """
 
 TIDY = """
 def test_stops_its_step(allocation):
-    from dd_accept.harness.waiting import wait_until
+    from dd_accept.base.waiting import wait_until
     step = allocation.start_step(["sleep", "300"], options=["-N1", "-n1"])
     (running,) = wait_until(allocation.steps, bool, timeout=30, what="step to start")
     allocation.scancel_step(running, "KILL")

@@ -9,8 +9,8 @@ import uuid
 import docker
 import pytest
 
-from dd_accept.errors import ClusterError
-from dd_accept.harness.waiting import wait_until
+from dd_accept.base.errors import ClusterError
+from dd_accept.base.waiting import wait_until
 from dd_accept.slurm_docker import cluster as cluster_module
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.cluster import ClusterSpec, SlurmCluster, remove_cluster

@@ -5,7 +5,7 @@ import base64
 import docker
 import pytest
 
-from dd_accept.slurm_docker.state import state_root
+from dd_accept.base.state import state_root
 from tests.helpers import LABEL, files_under
 
 pytestmark = pytest.mark.cluster

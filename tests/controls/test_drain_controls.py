@@ -14,7 +14,7 @@ window and exits 0 by itself; the controller's 12 s allowance and KILL are the l
 import pytest
 
 from dd_accept.acceptance.drain import DrainOptions, run_drain
-from dd_accept.acceptance.progress import ProgressWriter
+from dd_accept.base.progress import ProgressWriter
 from dd_accept.fixtures.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
 

@@ -11,7 +11,7 @@ the positive control of unresponsive.attempt_failed.
 import pytest
 
 from dd_accept.acceptance.health import HealthOptions, run_health
-from dd_accept.acceptance.progress import ProgressWriter
+from dd_accept.base.progress import ProgressWriter
 from dd_accept.fixtures.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
 

@@ -66,7 +66,7 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(tmp_pa
 
 def test_run_reports_a_failed_check_with_exit_1(tmp_path, sut_wheelhouse):
     """A faulty SUT given through --sut fails the run with exit status 1 (not 2)."""
-    from dd_accept.fixtures.sut.variants import FAULTS, make_variant
+    from dd_accept.sut.variants import FAULTS, make_variant
 
     (wheel,) = [w for w in sut_wheelhouse.wheels if w.name == "data-designer-slurm"]
     variant = make_variant(sut_wheelhouse.path / wheel.file, FAULTS["five-attempts"], tmp_path / "wheels")
@@ -81,7 +81,7 @@ def test_run_reports_a_failed_check_with_exit_1(tmp_path, sut_wheelhouse):
 def test_a_proxy_that_never_serves_is_a_failed_check_not_an_environment_error(tmp_path, sut_wheelhouse):
     """A SUT behaviour the scenario waits on that never happens is judged: exit 1, a failed
     check named after the behaviour, never exit 2 ("could not be judged")."""
-    from dd_accept.fixtures.sut.variants import FAULTS, make_variant
+    from dd_accept.sut.variants import FAULTS, make_variant
 
     (wheel,) = [w for w in sut_wheelhouse.wheels if w.name == "data-designer-slurm"]
     variant = make_variant(sut_wheelhouse.path / wheel.file, FAULTS["endpoint-exits-at-start"], tmp_path / "wheels")

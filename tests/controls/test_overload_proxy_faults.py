@@ -8,7 +8,7 @@ import pytest
 
 from dd_accept.acceptance import overload, overload_checks
 from dd_accept.acceptance.overload import OverloadOptions
-from dd_accept.acceptance.results import ScenarioResult
+from dd_accept.base.results import ScenarioResult
 from dd_accept.fixtures import deployment
 from tests.controls.controls import run_against_fault, run_with_fault
 

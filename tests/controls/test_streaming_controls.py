@@ -6,8 +6,8 @@ while the checks they do not touch still pass.
 
 import pytest
 
-from dd_accept.acceptance.progress import ProgressWriter
 from dd_accept.acceptance.streaming import StreamingOptions, run_streaming
+from dd_accept.base.progress import ProgressWriter
 from dd_accept.fixtures.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
 

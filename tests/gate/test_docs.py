@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from dd_accept.acceptance.catalog import ALL_CHECKS, CHECKS
 from dd_accept.harness.cli import build_parser
 from tests.helpers import run_cli
 
@@ -90,3 +91,23 @@ def test_the_workflow_caches_images_by_files_that_exist():
         assert list(REPOSITORY.glob(pattern)), pattern
     summary = next(step["run"] for step in steps if "GITHUB_STEP_SUMMARY" in step.get("run", ""))
     assert "gate/gate.md" in summary
+
+
+def _readme_check_ids() -> set[str]:
+    """The ids in README's check table, with `{a,b}` and `<scenario>` expanded."""
+    readme = (REPOSITORY / "README.md").read_text()
+    table = readme[readme.index("### Checks (stable ids)") : readme.index("### What it finds")]
+    ids: set[str] = set()
+    for cell in re.findall(r"^\| `([^`]+)` \|", table, re.M):
+        if cell.startswith("<scenario>."):
+            ids |= {cell.replace("<scenario>", scenario) for scenario in CHECKS}
+        elif match := re.fullmatch(r"(.*)\{(.*)\}", cell):
+            ids |= {match.group(1) + mode for mode in match.group(2).split(",")}
+        else:
+            ids.add(cell)
+    return ids
+
+
+def test_the_readme_check_table_is_the_catalog():
+    """Every registered check is documented, and the README documents no check that does not exist."""
+    assert _readme_check_ids() == ALL_CHECKS

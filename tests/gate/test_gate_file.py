@@ -5,14 +5,15 @@ from pathlib import Path
 import pytest
 
 from dd_accept.acceptance.catalog import ALL_CHECKS, CHECKS
-from dd_accept.errors import UsageError
+from dd_accept.acceptance.registry import REGISTRY, check
+from dd_accept.base.errors import UsageError
+from dd_accept.base.results import CheckResult
 from dd_accept.fixtures.deployment import ENDPOINT_STARTS
 from dd_accept.harness.gate_file import load_gate, parse_gate
 from dd_accept.harness.runner import SCENARIOS
 from tests.helpers import run_cli
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "gate.example.toml"
-ACCEPTANCE = Path(__file__).parents[2] / "src" / "dd_accept" / "acceptance"
 
 
 def test_the_shipped_example_gate_file_is_valid():
@@ -22,15 +23,30 @@ def test_the_shipped_example_gate_file_is_valid():
     assert gate.cluster.mode == "docker"
 
 
-def test_the_catalog_names_every_check_the_scenarios_report():
-    """Gate files are validated against the catalog, so it must match the checks' own ids."""
+def test_the_catalog_is_read_from_the_registered_checks():
+    """Gate files are validated against the catalog; it is derived from the scenario
+    declaration and the checks' own registrations, so it cannot lag behind them."""
     assert set(CHECKS) == set(SCENARIOS)
-    source = "".join(p.read_text() for p in ACCEPTANCE.glob("*_checks.py"))
     for scenario in SCENARIOS:  # a proxy that never serves fails this one (deployment.start_proxy)
-        assert f"{scenario}.{ENDPOINT_STARTS}" in CHECKS[scenario]
-    for check in ALL_CHECKS - {f"{scenario}.{ENDPOINT_STARTS}" for scenario in SCENARIOS}:
-        literal = check if not check.startswith("drain.sut_cleanup.") else "drain.sut_cleanup.{mode}"
-        assert f'"{literal}"' in source, check
+        assert CHECKS[scenario][0] == f"{scenario}.{ENDPOINT_STARTS}"
+    for check_id, registered in REGISTRY.items():
+        assert check_id in CHECKS[registered.scenario]
+        assert registered.function.startswith(f"dd_accept.acceptance.{registered.scenario}_checks."), registered
+    assert len(ALL_CHECKS) == len(REGISTRY) + len(SCENARIOS) == 26
+
+
+def test_a_check_that_reports_an_unregistered_id_is_a_harness_fault():
+    @check("overload.example")
+    def example(ok: bool) -> CheckResult:
+        return CheckResult.judge("overload.exampel" if not ok else example.check_id, ok, "x", "y")
+
+    try:
+        assert example(True).id == "overload.example"
+        wrong = r"reported 'overload\.exampel'; it is registered as overload\.example"
+        with pytest.raises(AssertionError, match=wrong):
+            example(False)
+    finally:
+        REGISTRY.pop("overload.example")
 
 
 MINIMAL = '[gate]\nname = "g"\nscenarios = ["overload"]\n'
@@ -55,14 +71,14 @@ MINIMAL = '[gate]\nname = "g"\nscenarios = ["overload"]\n'
         ('[gate]\nscenarios = ["overload"]\n', "missing key gate.name"),
         (MINIMAL + "[thresholds\n", "not valid TOML"),
         (MINIMAL + "[backend]\nkind = 'vllm'\n", "needs backend.model"),
-        (MINIMAL + "[backend]\nkind = 'tgi'\n", "backend.kind must be synthetic or vllm"),
+        (MINIMAL + "[backend]\nkind = 'tgi'\n", "backend.kind must be one of synthetic, vllm"),
         (
             MINIMAL.replace('"overload"', '"overload", "drain"') + "[backend]\nkind = 'vllm'\nmodel = 'm'\n",
             "overload scenario only",
         ),
         (
             '[gate]\nname = "g"\nscenarios = ["drain"]\n[thresholds]\ndrain_window_s = 10\ndrain_allowance_s = 5\n',
-            "drain_allowance_s must be at least drain_window_s",
+            "thresholds.drain_allowance_s must be at least thresholds.drain_window_s",
         ),
     ],
 )

@@ -1,7 +1,6 @@
 """What a gate file's sections become: the run request, and the scenarios' pytest options."""
 
 import itertools
-from pathlib import Path
 
 from dd_accept.harness.gate import _request
 from dd_accept.harness.gate_file import parse_gate
@@ -33,8 +32,8 @@ def test_gate_sections_reach_the_scenarios_as_options(tmp_path):
     gate = parse_gate(GATE, "site.toml")
     request = _request(gate, "data-designer-slurm==1.0.0rc1", tmp_path / "out", None)
     assert request.scenarios() == ["overload", "drain"] and request.allow_unsupported is False
-    assert request.cluster_mode == "existing" and request.run_dir == Path("/lustre/dd")
-    assert request.slurm.salloc_args() == ("--partition=gpu", "--account=llm", "--gres=gpu:8")
+    assert request.cluster.mode == "existing" and request.cluster.run_dir == "/lustre/dd"
+    assert request.cluster.salloc_args() == ("--partition=gpu", "--account=llm", "--gres=gpu:8")
     argv = _pytest_argv(request, tmp_path)
     pairs = dict(itertools.pairwise(argv))
     assert pairs["--dd-cluster-mode"] == "existing" and pairs["--dd-run-dir"] == "/lustre/dd"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dd_accept.base.results import load_results
 from tests.helpers import assert_the_dry_run_planned_what_the_run_did, run_cli
 
 REPOSITORY = Path(__file__).parents[2]
@@ -118,7 +119,7 @@ def test_drain_thresholds_of_a_gate_file_replace_the_profiles(tmp_path):
     out = tmp_path / "gate"
     result = run_cli("--quiet", "gate", "--config", str(config), "--out", str(out), timeout=900)
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-2000:]
-    scenarios = json.loads((out / "candidate" / "results.json").read_text())["scenarios"]
+    scenarios = load_results(out / "candidate" / "results.json")["scenarios"]
     checks = {c["id"]: c for scenario in scenarios for c in scenario["checks"]}
     scancel = checks["drain.scancel_step"]
     assert scancel["verdict"] == "fail" and "within 2s" in scancel["expected"]

@@ -20,6 +20,9 @@ max_ttft_p99_s = 1.5
 """
 
 
+SCENARIO = {"verdict": "pass", "started": 1.0, "ended": 2.0, "error": None}  # what every scenario record holds
+
+
 def _results(spec="sut==1", *, error_rate=0.0, ttft=0.5, isolation="unsupported", failover="pass", extra=()):
     def check(check_id, verdict="pass", **metrics):
         return {"id": check_id, "verdict": verdict, "expected": "e", "observed": "o", "detail": "", "metrics": metrics}
@@ -27,9 +30,11 @@ def _results(spec="sut==1", *, error_rate=0.0, ttft=0.5, isolation="unsupported"
     return {
         "schema": "dd-accept/results/v1",
         "verdict": "pass",
+        "allow_unsupported": False,
         "sut": {"spec": spec},
         "scenarios": [
             {
+                **SCENARIO,
                 "name": "overload",
                 "checks": [
                     check("overload.partial.completes", client_error_rate=error_rate),
@@ -37,8 +42,8 @@ def _results(spec="sut==1", *, error_rate=0.0, ttft=0.5, isolation="unsupported"
                     *extra,
                 ],
             },
-            {"name": "streaming", "checks": [check("streaming.no_buffering", ttft_p99_s=ttft)]},
-            {"name": "health", "checks": [check("health.probe_isolation", isolation)]},
+            {**SCENARIO, "name": "streaming", "checks": [check("streaming.no_buffering", ttft_p99_s=ttft)]},
+            {**SCENARIO, "name": "health", "checks": [check("health.probe_isolation", isolation)]},
         ],
     }
 

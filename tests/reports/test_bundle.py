@@ -31,6 +31,7 @@ def _results(verdict="pass"):
     return {
         "schema": "dd-accept/results/v1",
         "verdict": verdict,
+        "allow_unsupported": False,
         "sut": {
             "spec": "x==1",
             "profile": "p",
@@ -41,6 +42,8 @@ def _results(verdict="pass"):
             {
                 "name": "overload",
                 "verdict": verdict,
+                "started": 1.0,
+                "ended": 2.0,
                 "error": None,
                 "checks": [
                     {
@@ -49,6 +52,7 @@ def _results(verdict="pass"):
                         "expected": "3",
                         "observed": "3",
                         "detail": "",
+                        "metrics": {"attempts": 3},
                     }
                 ],
             }

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import xmlschema
 
+from dd_accept.base.state import file_lock, state_root
 from dd_accept.reports.render import junit
-from dd_accept.slurm_docker.state import file_lock, state_root
 
 SCHEMA_MEMBER = "testing/example_scripts/junit-10.xsd"
 

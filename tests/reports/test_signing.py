@@ -6,7 +6,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from dd_accept.errors import UsageError
+from dd_accept.base.errors import UsageError
 from dd_accept.reports.bundle import write_bundle
 from dd_accept.reports.sanitize import Sanitizer
 from dd_accept.reports.signing import pae

@@ -2,8 +2,8 @@
 
 import pytest
 
+from dd_accept.base.waiting import wait_until
 from dd_accept.fixtures import deployment
-from dd_accept.harness.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -4,7 +4,7 @@ import zipfile
 
 import pytest
 
-from dd_accept.slurm_docker.state import state_root
+from dd_accept.base.state import state_root
 from tests.helpers import run_cli
 
 
@@ -41,7 +41,7 @@ def profile_file(tmp_path):
     from importlib import resources
 
     path = tmp_path / "profile.toml"
-    source = resources.files("dd_accept.fixtures.sut").joinpath("profiles", "data-designer-slurm-1.0.toml")
+    source = resources.files("dd_accept.sut").joinpath("profiles", "data-designer-slurm-1.0.toml")
     path.write_text(source.read_text())
     return str(path)
 
@@ -83,8 +83,9 @@ def test_an_unreadable_profile(tmp_path):
 
 
 def test_a_source_directory_is_built_into_the_wheelhouse_with_its_digest(tmp_path, monkeypatch):
-    from dd_accept.fixtures.sut.spec import SutSpec
-    from dd_accept.fixtures.sut.wheelhouse import build_wheelhouse, sha256_file
+    from dd_accept.base.hashing import sha256_file
+    from dd_accept.sut.spec import SutSpec
+    from dd_accept.sut.wheelhouse import build_wheelhouse
 
     monkeypatch.setenv("DD_ACCEPT_STATE_DIR", str(tmp_path / "state"))
     source = tmp_path / "ddcanary-src"

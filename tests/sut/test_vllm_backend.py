@@ -19,7 +19,7 @@ from dd_accept.fixtures.backends.vllm import VllmBackend
 from tests.controls.controls import run_with_fault
 from tests.helpers import assert_the_dry_run_planned_what_the_run_did, run_cli
 
-STANDIN = "/opt/sut/bin/python -m dd_accept.fixtures.backends.vllm_standin"
+STANDIN = "/opt/sut/bin/python -m dd_accept.node.replica.vllm_standin"
 # Each replica must hold the client's whole admission limit (8) below the SUT's queue
 # threshold, or the healthy replicas reject too and 429s reach the client for true reasons.
 VLLM_ARGS = ("--max-num-seqs=8",)
@@ -40,7 +40,7 @@ def test_rc1_passes_every_overload_check_with_vllm_replicas(tmp_path):
     commands = [json.loads(line)["argv"] for line in (out / "commands.jsonl").read_text().splitlines()]
     replicas = [argv for argv in commands if "serve" in argv]
     assert [argv[argv.index("-J") + 1] for argv in replicas] == [f"replica-{i}" for i in range(4)]
-    assert all("dd_accept.fixtures.backends.recorder.RequestEvents" in argv for argv in replicas)
+    assert all("dd_accept.node.replica.recorder.RequestEvents" in argv for argv in replicas)
     assert all("--gres=gpu:0" not in " ".join(argv) for argv in replicas)
     steps = {argv[argv.index("-J") + 1] for argv in commands if argv[0] == "srun" and "-J" in argv}
     pressure = {name for name in steps if name.startswith("pressure-")}

@@ -1,6 +1,6 @@
 import pytest
 
-from dd_accept.errors import UsageError
+from dd_accept.base.errors import UsageError
 from dd_accept.slurm_docker.cluster import ClusterSpec, render_slurm_conf
 
 

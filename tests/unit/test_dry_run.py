@@ -44,10 +44,10 @@ def test_vllm_dry_run_prints_every_slurm_command_with_site_options(tmp_path):
     assert [proxy[i + 1] for i, part in enumerate(proxy) if part == "--backend"] == [
         f"http://$NODE:{8100 + i}" for i in range(4)
     ]
-    clients = [c for c in commands if "dd_accept.harness.loadclient" in c and c[c.index("--mode") + 1] == "sut"]
+    clients = [c for c in commands if "dd_accept.node.loadclient" in c and c[c.index("--mode") + 1] == "sut"]
     assert [c[c.index("-J") + 1] for c in clients] == ["partial", "total"]
     # vLLM has no control plane: pressure steps hold the queues, 2 replicas (partial), then the rest
-    pressure = [c for c in commands if "dd_accept.harness.loadclient" in c and c[c.index("--mode") + 1] == "raw"]
+    pressure = [c for c in commands if "dd_accept.node.loadclient" in c and c[c.index("--mode") + 1] == "raw"]
     assert [c[c.index("-J") + 1] for c in pressure] == [f"pressure-{i}" for i in range(4)]
     assert [c[c.index("--endpoint") + 1] for c in pressure] == [f"http://$NODE:{8100 + i}" for i in range(4)]
     assert {c[c.index("--concurrency") + 1] for c in pressure} == {"71"}  # --max-num-seqs=64 running + 7 waiting
@@ -60,7 +60,7 @@ def test_vllm_dry_run_prints_every_slurm_command_with_site_options(tmp_path):
 
 def test_synthetic_dry_run_on_the_docker_cluster(tmp_path):
     _, commands = _plan(tmp_path, "--replicas", "3", "--sut", "data-designer-slurm==1.0.0rc1")
-    (replicas,) = [c for c in commands if "dd_accept.fixtures.backends.server" in c]
+    (replicas,) = [c for c in commands if "dd_accept.node.replica.server" in c]
     assert "-n3" in replicas and any(part.startswith("DD_ACCEPT_CONTROL_TOKEN=") for part in replicas[:3])
     assert "/opt/sut/bin/python" in replicas
 

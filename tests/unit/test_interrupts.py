@@ -3,7 +3,7 @@ import signal
 
 import pytest
 
-from dd_accept.harness.interrupts import deferred_interrupts
+from dd_accept.base.interrupts import deferred_interrupts
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

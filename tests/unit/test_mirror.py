@@ -1,6 +1,6 @@
 import pytest
 
-from dd_accept.errors import EnvironmentProblem
+from dd_accept.base.errors import EnvironmentProblem
 from dd_accept.slurm_docker.mirror import MIRROR_ENV, find_mirror
 
 

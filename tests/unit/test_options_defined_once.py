@@ -1,16 +1,30 @@
-"""Each overload option is defined once (scenario_options.OverloadOptions); the CLI, the
-pytest plugin and gate files are derived from it. This test fails when one of them grows an
-option of its own, loses one, or disagrees on a default."""
+"""Every user option is defined once (base.options); `dd-accept run`, the pytest plugin, gate
+files and the runner's pytest argv are derived from it. These tests fail when a front end
+grows an option of its own, loses one, or reads one back differently: each option of each
+model makes the round trip CLI → model, pytest → model, gate file → model, and
+model → the runner's pytest argv → the plugin's model."""
+
+from __future__ import annotations
 
 import argparse
-import dataclasses
+import json
+from typing import Any
 
-from dd_accept.fixtures.plugin import SCENARIO_OPTIONS
+import pytest
+from _pytest.config.argparsing import Parser
+
+from dd_accept.base import options as opts
+from dd_accept.base.options import MODELS, BackendOptions, ClusterOptions, DrainOptions, OverloadOptions
+from dd_accept.fixtures import plugin
 from dd_accept.harness.cli import build_parser
-from dd_accept.harness.gate_file import GateOptions
-from dd_accept.scenario_options import OverloadOptions, user_options
+from dd_accept.harness.gate_file import parse_gate
 
-OVERLOAD_FLAGS = {"replicas", "overloaded", "queue_depth", "threshold", "retry_after", "admission_limit", "records"}
+GATE_SECTION = {
+    OverloadOptions: "options",
+    DrainOptions: "thresholds",
+    ClusterOptions: "cluster",
+    BackendOptions: "backend",
+}
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -19,25 +33,126 @@ def _run_parser() -> argparse.ArgumentParser:
     return commands.choices["run"]
 
 
-def test_the_user_options_are_the_overload_fields_marked_as_options():
-    assert {f.name for f in user_options()} == OVERLOAD_FLAGS
-    assert all(getattr(OverloadOptions(), f.name) == f.default for f in user_options())
+def _pytest_parser() -> Parser:
+    parser = Parser(processopt=lambda option: None, _ispytest=True)
+    plugin.pytest_addoption(parser)
+    return parser
 
 
-def test_cli_pytest_and_gate_files_agree_with_the_definition():
-    wanted = {f.name: f.default for f in user_options()}
-    run = _run_parser()
-    cli = {a.dest: a.default for a in run._actions if a.dest in wanted}
-    assert cli == wanted
-    pytest_options = {name.removeprefix("--dd-").replace("-", "_"): default for name, default, _ in SCENARIO_OPTIONS}
-    assert pytest_options == wanted
-    gate = {f.name: f.default for f in dataclasses.fields(GateOptions) if f.name not in ("seed", "parallel")}
-    assert gate == wanted
-    assert GateOptions().scenario_options() == wanted
+def _changed(model: type) -> Any:
+    """An instance of `model` with every user option away from its default (so a lost option
+    cannot hide behind its default)."""
+    hints = opts._hints(model)
+    values = {}
+    for field in opts.user_options(model):
+        kind, _, repeated = opts._scalar(hints[field.name])
+        default, choices = opts.default_of(field), field.metadata["choices"]
+        if repeated:
+            values[field.name] = ("--a=1", "b")
+        elif choices:
+            values[field.name] = next(choice for choice in reversed(choices) if choice != default)
+        elif kind is int:
+            values[field.name] = (default or 0) + 1
+        elif kind is float:
+            values[field.name] = (default or 7.0) + 0.5
+        else:
+            values[field.name] = "/x/y"
+    return model(**values)
 
 
-def test_the_help_text_comes_from_the_definition():
-    run = _run_parser()
-    depth = next(a for a in run._actions if a.dest == "queue_depth")
-    assert depth.help.startswith(OverloadOptions.__dataclass_fields__["queue_depth"].metadata["help"])
-    assert "(default: 7)" in depth.help
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_every_option_reaches_the_model_from_the_cli(model):
+    instance = _changed(model)
+    namespace = _run_parser().parse_args(["overload", *opts.to_argv(instance, "--")])
+    assert opts.build(model, opts.parse_argv_values(namespace, model)) == instance
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_every_option_reaches_the_plugin_through_the_runners_argv(model):
+    instance = _changed(model)
+    namespace = _pytest_parser().parse(opts.to_argv(instance, "--dd-"))
+    raw = opts.given(model, lambda dest: getattr(namespace, dest), "--dd-")
+    assert opts.build(model, raw) == instance
+
+
+def _toml(value: Any) -> str:
+    return json.dumps(list(value)) if isinstance(value, tuple) else json.dumps(value)
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_every_option_reaches_the_model_from_a_gate_file(model):
+    instance = _changed(model)
+    scenario = "drain" if model is DrainOptions else "overload"
+    lines = [f'[gate]\nname = "g"\nscenarios = ["{scenario}"]', f"[{GATE_SECTION[model]}]"]
+    lines += [f"{opts.gate_key(f)} = {_toml(getattr(instance, f.name))}" for f in opts.user_options(model)]
+    gate = parse_gate("\n".join(lines) + "\n", "g.toml")
+    built = {
+        OverloadOptions: gate.overload,
+        DrainOptions: gate.drain,
+        ClusterOptions: gate.cluster_options,
+        BackendOptions: gate.backend_options,
+    }[model]()
+    assert built == instance
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_defaults_and_help_come_from_the_definition(model):
+    run = {a.dest: a for a in _run_parser()._actions}
+    for field in opts.user_options(model):
+        action = run[field.name]
+        assert action.help.startswith(field.metadata["help"])
+        default = opts.default_of(field)
+        if default not in (None, ()):
+            assert f"(default: {default})" in action.help
+    assert model() == opts.build(model, {})  # nothing given: the model's own defaults
+
+
+def test_cross_field_rules_speak_each_front_ends_spelling():
+    with pytest.raises(ValueError, match="--queue-depth must be above --threshold"):
+        opts.build(OverloadOptions, {"queue_depth": "2", "threshold": "2"})
+    with pytest.raises(ValueError, match="--dd-queue-depth must be above --dd-threshold"):
+        opts.build(OverloadOptions, {"queue_depth": "2", "threshold": "2"}, lambda f: opts.flag(f, "--dd-"))
+    with pytest.raises(ValueError, match="--dd-srun-arg applies to --dd-cluster-mode existing only"):
+        opts.build(ClusterOptions, {"srun_args": ["x"]}, lambda f: opts.flag(f, "--dd-"))
+    with pytest.raises(ValueError, match=r"options.queue_depth must be a whole number >= 1, got 'x'"):
+        opts.build(OverloadOptions, {"queue_depth": "x"}, lambda f: f"options.{f.name}")
+
+
+def test_bad_values_are_refused_with_the_bound():
+    with pytest.raises(ValueError, match="--drain-window must be a number of seconds > 0, got '0'"):
+        opts.build(DrainOptions, {"window_seconds": "0"})
+    with pytest.raises(ValueError, match="--gpus-per-replica must be a whole number >= 0, got '-1'"):
+        opts.build(BackendOptions, {"backend": "vllm", "model": "m", "gpus_per_replica": "-1"})
+    with pytest.raises(ValueError, match="--replicas must be a whole number >= 1, got True"):
+        opts.build(OverloadOptions, {"replicas": True})
+
+
+def test_the_models_cover_the_front_ends_and_nothing_else():
+    """A flag the run parser or the plugin declares by hand for a model's concern is a second
+    definition: every option-like flag of `run` is either from a model or a run-level flag."""
+    from_models = {opts.flag(f) for model in MODELS for f in opts.user_options(model)}
+    run_level = {"--out", "--client-header", "--sign-key", "--seed", "--allow-unsupported", "--parallel"}
+    run_level |= {"--keep-cluster", "--dry-run", "--sut", "--profile", "--help", "-h"}
+    declared = {s for a in _run_parser()._actions for s in a.option_strings}
+    assert declared - from_models == run_level
+
+
+READS_OPTIONS = """
+def test_reads(overload_options, replica_backend, request):
+    assert overload_options.queue_depth == 9 and overload_options.replicas == 5
+    assert replica_backend.model == "org/m" and replica_backend.gpus_per_replica == 1
+"""
+
+
+def test_the_plugin_parses_its_options_at_configure_time(pytester):
+    """The real plugin in a child pytest: values given as `--dd-*` reach the fixtures, and a
+    bad one is a usage error (exit 4) before any fixture runs."""
+    pytester.makepyfile(test_reads=READS_OPTIONS)
+    flags = ["-p", "no:cacheprovider", "--dd-queue-depth=9", "--dd-replicas=5"]
+    result = pytester.runpytest_subprocess(*flags, "--dd-backend=vllm", "--dd-model=org/m")
+    result.assert_outcomes(passed=1)
+    bad = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--dd-queue-depth=deep")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--dd-queue-depth must be a whole number >= 1, got 'deep'" in bad.stderr.str()
+    vllm_only = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--dd-model=org/m")
+    assert "--dd-model applies to --dd-backend vllm only" in vllm_only.stderr.str()

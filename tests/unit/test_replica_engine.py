@@ -5,7 +5,7 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dd_accept.fixtures.backends.engine import Engine, EngineMetrics, EngineSettings
+from dd_accept.node.replica.engine import Engine, EngineMetrics, EngineSettings
 
 
 def _engine(**settings):

@@ -9,7 +9,7 @@ import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
-from dd_accept.fixtures.backends.control import ControlError
+from dd_accept.node.control import ControlError
 
 FAST = ("--ttft-ms", "5", "--itl-ms", "1")
 MIDDLEWARE = "data_designer.slurm.runtime.backpressure:QueueDepthBackpressureMiddleware"

@@ -2,7 +2,7 @@
 
 import json
 
-from dd_accept.acceptance.results import SCHEMA, CheckResult, ScenarioResult, run_verdict, write_results
+from dd_accept.base.results import SCHEMA, CheckResult, ScenarioResult, run_verdict, write_results
 
 
 def _scenario(*verdicts, error=None):

@@ -1,13 +1,13 @@
 import pytest
 
-from dd_accept.errors import UsageError
-from dd_accept.fixtures.sut.profile import builtin_profiles, parse_profile, profile_for
+from dd_accept.base.errors import UsageError
+from dd_accept.sut.profile import builtin_profiles, parse_profile, profile_for
 
 
 def _builtin_text():
     from importlib import resources
 
-    return resources.files("dd_accept.fixtures.sut").joinpath("profiles", "data-designer-slurm-1.0.toml").read_text()
+    return resources.files("dd_accept.sut").joinpath("profiles", "data-designer-slurm-1.0.toml").read_text()
 
 
 def test_builtin_profile_matches_rc1_and_1_0_releases_only():

@@ -2,8 +2,8 @@ import zipfile
 
 import pytest
 
-from dd_accept.errors import UsageError
-from dd_accept.fixtures.sut.spec import DEFAULT_SUT, SutSpec
+from dd_accept.base.errors import UsageError
+from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
 
 
 def _wheel(path, with_metadata=True):

@@ -1,6 +1,6 @@
 import pytest
 
-from dd_accept.harness.waiting import WaitAborted, WaitTimeout, wait_until
+from dd_accept.base.waiting import WaitAborted, WaitTimeout, wait_until
 
 
 def test_returns_the_value_that_satisfied_the_predicate():
@@ -44,7 +44,7 @@ def test_non_transient_errors_propagate():
 
 
 def test_wait_for_finding_returns_the_value_or_none_for_a_behaviour_that_never_came():
-    from dd_accept.harness.waiting import wait_for_finding
+    from dd_accept.base.waiting import wait_for_finding
 
     values = iter([1, 2, 3])
     assert wait_for_finding(lambda: next(values), lambda v: v >= 2, timeout=1, what="two") == 2

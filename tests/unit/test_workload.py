@@ -2,8 +2,8 @@
 
 import pytest
 
-from dd_accept.harness.loadclient.__main__ import build_parser, workload_from_args
-from dd_accept.harness.loadclient.workload import Workload, parse_header
+from dd_accept.node.loadclient.__main__ import build_parser, workload_from_args
+from dd_accept.node.loadclient.workload import Workload, parse_header
 
 
 def test_to_argv_is_read_back_as_the_same_workload():

@@ -12,9 +12,8 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-Event = dict[str, Any]
+from dd_accept.base.events import Event
 
 
 def of_kind(events: Iterable[Event], kind: str) -> list[Event]:

@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.acceptance import drain_checks as checks
-from dd_accept.acceptance.progress import ProgressWriter
-from dd_accept.acceptance.results import ScenarioResult
-from dd_accept.errors import SutBehaviourMissing
+from dd_accept.base.drain_outcomes import MARKS
+from dd_accept.base.errors import SutBehaviourMissing
+from dd_accept.base.progress import ProgressWriter
+from dd_accept.base.results import ScenarioResult
+from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.fixtures import deployment
-from dd_accept.fixtures.sut.profile import SutProfile
-from dd_accept.harness.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, start_background
+from dd_accept.sut.profile import SutProfile
 
 DRILL = "sut_cleanup_drill.sh"
-MODES = ("completion", "failure", "cancel")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +88,7 @@ def _term_moment(allocation: Allocation, step: str, node: str, fallback: float) 
 def _mark(
     run: deployment.RunDirectory, phase: str, profile: SutProfile, stop_at: float, forced_at: float | None = None
 ) -> None:
-    _, path = run.path(checks.MARKS)
+    _, path = run.path(MARKS)
     drain = profile.drain
     row = {"phase": phase, "stop_at": stop_at, "forced_at": forced_at}
     row |= {"window_s": drain.window_seconds, "allowance_s": drain.allowance_seconds}
@@ -141,7 +141,7 @@ def run_drain(
         )
 
         # -- C: the SUT's own cleanup -------------------------------------------------------------
-        for mode in MODES:
+        for mode in checks.CLEANUP_MODES:
             progress.emit(f"SUT cleanup: {mode}")
             result.add(_cleanup_drill(allocation, replicas, run, profile, options, mode))
     finally:

@@ -23,13 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from dd_accept.acceptance.analysis import Event, of_kind
-from dd_accept.acceptance.results import CheckResult
+from dd_accept.acceptance.registry import check
+from dd_accept.base.drain_outcomes import (
+    FORCE_TOLERANCE_S,
+    GOOD_OUTCOMES,
+    classify,
+)
+from dd_accept.base.results import CheckResult
 
-MARKS = "drain-marks.jsonl"  # when each stop began (and was forced): the drain chart's axis marks
-FORCE_TOLERANCE_S = 0.5  # a cut this close before the KILL counts as caused by it
-WINDOW_TOLERANCE_S = 0.5  # a cut this close before the window's end counts as the endpoint's bound
-FLOWING_S = 1.0  # a bounded stream's last event arrived at most this long before its cut
-GOOD_OUTCOMES = frozenset({"completed", "bounded"})
+CLEANUP_MODES = ("completion", "failure", "cancel")  # when the SUT's own cleanup stops the endpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,27 +42,6 @@ class StepEnd:
     exit_code: int | None
     seconds_after_stop: float
     source: str = "srun"  # where the exit status was read (srun launcher, slurmd's step record)
-
-
-def classify(stream: Event, stop_at: float, forced_at: float | None, window_s: float | None = None) -> str:
-    if stream.get("done") and stream.get("outcome") == "ok":
-        return "completed"
-    if stream["t"] < stop_at:
-        return "ended before the stop"
-    if forced_at is not None and stream["t"] >= forced_at - FORCE_TOLERANCE_S:
-        return "forced"
-    if window_s is not None and stream["t"] - stop_at >= window_s - WINDOW_TOLERANCE_S:
-        last = last_event_at(stream)
-        return "bounded" if last is None or stream["t"] - last <= FLOWING_S else "stalled"
-    return "lost"
-
-
-def last_event_at(stream: Event) -> float | None:
-    """When the stream's last data event arrived (wall clock), from the client's record."""
-    if stream.get("started") is None or stream.get("ttft_s") is None:
-        return None
-    offsets = stream.get("chunk_offsets_s") or [0.0]
-    return float(stream["started"]) + float(stream["ttft_s"]) + float(offsets[-1])
 
 
 def in_flight(events: list[Event], stop_at: float) -> list[Event]:
@@ -82,6 +63,7 @@ def _show(counts: Counter[str]) -> str:
     return ", ".join(f"{value} {key}" for key, value in sorted(counts.items())) or "none"
 
 
+@check("drain.scancel_step")
 def scancel_step(
     streams: list[Event], stop_at: float, endpoint: StepEnd, steps_left: list[str], window_s: float
 ) -> CheckResult:
@@ -95,7 +77,7 @@ def scancel_step(
         and not steps_left
     )
     return CheckResult.judge(
-        "drain.scancel_step",
+        scancel_step.check_id,
         ok,
         f"every in-flight stream ends with [DONE]; the endpoint task exits 0 within {window_s:g}s; no step left",
         f"{len(flying)} in flight: {_show(counts)}; endpoint exit {endpoint.exit_code} after "
@@ -105,6 +87,7 @@ def scancel_step(
     )
 
 
+@check("drain.allowance")
 def allowance(
     streams: list[Event],
     stop_at: float,
@@ -135,7 +118,7 @@ def allowance(
     else:
         detail = "the endpoint bounded its drain and exited by itself"
     return CheckResult.judge(
-        "drain.allowance",
+        allowance.check_id,
         ok,
         f"a stream longer than the {window_s:g}s drain window completes or is ended by the endpoint at its window; "
         f"the endpoint exits 0 by itself before the {allowance_s:g}s allowance; nothing forced, nothing lost",
@@ -152,6 +135,7 @@ def allowance(
     )
 
 
+@check(*(f"drain.sut_cleanup.{mode}" for mode in CLEANUP_MODES))
 def sut_cleanup(
     mode: str,
     streams: list[Event],

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.acceptance import health_checks as checks
-from dd_accept.acceptance.progress import ProgressWriter
-from dd_accept.acceptance.results import ScenarioResult
+from dd_accept.base.progress import ProgressWriter
+from dd_accept.base.results import ScenarioResult
+from dd_accept.base.waiting import wait_for_finding, wait_until
 from dd_accept.fixtures import deployment
-from dd_accept.fixtures.backends.control import TOKEN_ENV
-from dd_accept.fixtures.sut.profile import SutProfile
-from dd_accept.harness.waiting import wait_for_finding, wait_until
+from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.slurm_docker.allocation import Allocation, start_background
+from dd_accept.sut.profile import SutProfile
 
 DRILL = "sut_health_drill.sh"
 UPSTREAM_CONNECTION_LIMIT = 256  # rc1's proxy: TCPConnector(limit=256)
@@ -183,7 +183,7 @@ def _drilled_attempt(
         terminal=lambda _: "the drill ended" if drill.finished else None,
     )
     info = deployment.read_ready_files(replica_host)
-    replicas = deployment.ReplicaSet(allocation, drill, run, token, options.replicas, info)
+    replicas = deployment.SyntheticReplicas(allocation, run, options.replicas, info, step=drill, token=token)
     proxy = deployment.start_proxy(allocation, replicas, profile=profile)
     client = deployment.client_command(
         proxy, run, mode="raw", profile=profile, name=name,

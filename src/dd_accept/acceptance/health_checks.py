@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dd_accept.acceptance.results import CheckResult
+from dd_accept.acceptance.registry import check
+from dd_accept.base.results import CheckResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +17,7 @@ class Probe:
     seconds_after_loss: float
 
 
+@check("health.backend_loss.detected")
 def backend_loss_detected(probe: Probe | None, replicas: int, has_monitor: bool, bound_s: float = 15.0) -> CheckResult:
     ready = (probe.body or {}).get("backends_ready") if probe else None
     in_time = probe is not None and probe.seconds_after_loss <= bound_s
@@ -29,7 +31,7 @@ def backend_loss_detected(probe: Probe | None, replicas: int, has_monitor: bool,
     if has_monitor:
         detail = "the profile declares a health monitor; dd-accept observes the proxy's /health and the attempt"
     return CheckResult.judge(
-        "health.backend_loss.detected",
+        backend_loss_detected.check_id,
         ok,
         f"/health answers 503 with backends_ready {replicas - 1} of {replicas} within {bound_s:g}s",
         observed,
@@ -74,6 +76,7 @@ def _baseline_text(healthy: AttemptOutcome | None) -> str:
     )
 
 
+@check("health.backend_loss.attempt_failed")
 def attempt_failed(outcome: AttemptOutcome, failure_status: int, healthy: AttemptOutcome | None = None) -> CheckResult:
     """A required replica's process dies mid-generation: the attempt fails with the status the
     SUT documents, before the client finishes; it never finishes with fewer replicas. The
@@ -85,7 +88,7 @@ def attempt_failed(outcome: AttemptOutcome, failure_status: int, healthy: Attemp
         and _baseline_ok(healthy)
     )
     return CheckResult.judge(
-        "health.backend_loss.attempt_failed",
+        attempt_failed.check_id,
         ok,
         f"the attempt fails with status {failure_status} before the client finishes; "
         "it does not finish with fewer replicas; without the fault it succeeds",
@@ -94,6 +97,7 @@ def attempt_failed(outcome: AttemptOutcome, failure_status: int, healthy: Attemp
     )
 
 
+@check("health.unresponsive.attempt_failed")
 def unresponsive_attempt_failed(
     outcome: AttemptOutcome,
     failure_status: int,
@@ -123,7 +127,7 @@ def unresponsive_attempt_failed(
         else "the profile declares a health monitor"
     )
     return CheckResult.judge(
-        "health.unresponsive.attempt_failed",
+        unresponsive_attempt_failed.check_id,
         ok,
         expected,
         _attempt_observed(outcome, "replica 0's /health began answering 503") + _baseline_text(healthy),
@@ -132,6 +136,7 @@ def unresponsive_attempt_failed(
     )
 
 
+@check("health.unresponsive.detected")
 def unresponsive_detected(found: dict[str, Probe | None], replicas: int, bound_s: float) -> CheckResult:
     """Each way of being alive but not serving is reported by the proxy's /health (503 with
     one backend fewer ready) within the bound."""
@@ -151,7 +156,7 @@ def unresponsive_detected(found: dict[str, Probe | None], replicas: int, bound_s
     ok = bool(found) and all(fine(probe) for probe in found.values())
     slowest = max((p.seconds_after_loss for p in found.values() if p is not None), default=None)
     return CheckResult.judge(
-        "health.unresponsive.detected",
+        unresponsive_detected.check_id,
         ok,
         f"/health answers 503 with backends_ready {replicas - 1} of {replicas} within {bound_s:g}s, "
         "for a hung replica and for one whose /health fails",
@@ -160,10 +165,11 @@ def unresponsive_detected(found: dict[str, Probe | None], replicas: int, bound_s
     )
 
 
+@check("health.probe_isolation")
 def probe_isolation(probe: Probe, saturated: int, limit_s: float = 5.0) -> CheckResult:
     ok = probe.status == 200 and probe.elapsed_s <= limit_s
     return CheckResult.judge(
-        "health.probe_isolation",
+        probe_isolation.check_id,
         ok,
         f"/health answers 200 within {limit_s:g}s while upstream connections are saturated",
         f"/health {probe.status} after {probe.elapsed_s:.1f}s with {saturated} streams holding upstream connections",

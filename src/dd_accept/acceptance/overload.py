@@ -17,14 +17,14 @@ from typing import Any
 
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import admission, of_kind, with_prefix
-from dd_accept.acceptance.progress import ProgressWriter
-from dd_accept.acceptance.results import ScenarioResult
+from dd_accept.base.options import OverloadOptions
+from dd_accept.base.progress import ProgressWriter
+from dd_accept.base.results import ScenarioResult
+from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.backends.vllm import VllmBackend
-from dd_accept.fixtures.sut.profile import SutProfile
-from dd_accept.harness.waiting import WaitTimeout, wait_until
-from dd_accept.scenario_options import OverloadOptions
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand
+from dd_accept.sut.profile import SutProfile
 
 
 def _watch(
@@ -62,6 +62,8 @@ def _report(events: list[dict[str, Any]], progress: ProgressWriter, phase: str) 
 
 
 DEADLINES = {"partial": 120.0, "total": 150.0}  # the load client's own deadline per phase, seconds
+# Synthetic replicas answer fast here: overload is about admission and retries, not speed.
+FAST_REPLICAS = ("--ttft-ms", "5", "--itl-ms", "1")
 
 
 def run_overload(
@@ -71,33 +73,23 @@ def run_overload(
     options: OverloadOptions,
     progress: ProgressWriter,
     *,
-    fast: tuple[str, ...] = ("--ttft-ms", "5", "--itl-ms", "1"),
+    fast: tuple[str, ...] = FAST_REPLICAS,
     backend: VllmBackend | None = None,
 ) -> ScenarioResult:
     result = ScenarioResult("overload", started=time.time())
     max_attempts = profile.proxy.max_upstream_attempts
     progress.emit("deploying", replicas=options.replicas)
-    if backend is None:
-        replicas = deployment.start_replicas(
-            allocation,
-            options.replicas,
-            run=run,
-            profile=profile,
-            threshold=options.threshold,
-            retry_after=options.retry_after,
-            options=fast,
-            seed=options.seed,
-        )
-    else:
-        replicas = deployment.start_vllm_replicas(
-            allocation,
-            options.replicas,
-            run=run,
-            profile=profile,
-            backend=backend,
-            threshold=options.threshold,
-            retry_after=options.retry_after,
-        )
+    replicas = deployment.deploy_replicas(
+        allocation,
+        options.replicas,
+        run=run,
+        profile=profile,
+        backend=backend,
+        threshold=options.threshold,
+        retry_after=options.retry_after,
+        options=fast,
+        seed=options.seed,
+    )
     # The proxy's own Retry-After (used when an upstream 429 carries none) differs from the
     # replicas' on purpose: a client seeing the replicas' value proves it was passed through.
     proxy = deployment.start_proxy(
@@ -107,7 +99,7 @@ def run_overload(
     try:
         # -- queue admission, then partial ----------------------------------------------------
         overloaded = range(options.overloaded)
-        if backend is None:  # exact depths need the synthetic control plane
+        if replicas.exact_depths:
             samples.append(replicas.hold_at(overloaded, depth=options.threshold, threshold=options.threshold))
         progress.emit("partial overload", overloaded=options.overloaded)
         samples.append(replicas.overload(overloaded, depth=options.queue_depth, threshold=options.threshold))
@@ -119,7 +111,7 @@ def run_overload(
             mode="sut",
             profile=profile,
             name="partial",
-            **client_load(options, options.records, DEADLINES["partial"], backend),
+            **client_load(options, options.records, DEADLINES["partial"], replicas.model),
         )
         partial = _watch(client, run, "partial", progress, "partial overload", timeout=150)
         after = proxy.get(profile.proxy.metrics_path)["json"]
@@ -139,7 +131,7 @@ def run_overload(
             mode="sut",
             profile=profile,
             name="total",
-            **client_load(options, options.recovery_records, DEADLINES["total"], backend),
+            **client_load(options, options.recovery_records, DEADLINES["total"], replicas.model),
         )
         try:
             # A SUT that never decreases is a finding for the checks below, not an error here.
@@ -164,7 +156,7 @@ def run_overload(
         result.add(checks.total_admission_decrease(total, limit, factor, upstream=upstream, until=relieved_at))
         result.add(checks.total_cooldown(total, profile.client.cooldown_seconds))
         result.add(checks.recovery(total, options.recovery_records, relieved_at, upstream=upstream, limit=limit))
-        if backend is None:
+        if replicas.exact_depths:  # the default threshold (128) is an exact depth too
             progress.emit("queue admission at the SUT's default threshold")
             samples += _default_threshold(allocation, run, profile, options, fast)
         result.add(checks.admission_rejects(samples, options.retry_after))
@@ -216,14 +208,11 @@ def _save_admission(run: deployment.RunDirectory, samples: list[deployment.Admis
     path.write_text("".join(json.dumps(sample.to_json()) + "\n" for sample in samples))
 
 
-def client_load(
-    options: OverloadOptions, records: int, deadline_s: float, backend: VllmBackend | None = None
-) -> dict[str, Any]:
+def client_load(options: OverloadOptions, records: int, deadline_s: float, model: str | None = None) -> dict[str, Any]:
     """The SUT client at full admission: as many workers as the initial limit, short answers;
     against vLLM replicas it asks for the model they serve."""
-    model = {} if backend is None else {"model": backend.model}
     return {
-        **model,
+        **({"model": model} if model else {}),
         "records": records,
         "concurrency": options.admission_limit,
         "admission_limit": options.admission_limit,

@@ -20,7 +20,8 @@ from dd_accept.acceptance.analysis import (
     of_kind,
     percentile,
 )
-from dd_accept.acceptance.results import CheckResult
+from dd_accept.acceptance.registry import check
+from dd_accept.base.results import CheckResult
 from dd_accept.fixtures.deployment import AdmissionSample
 
 
@@ -51,6 +52,7 @@ def _describe_sample(sample: AdmissionSample) -> str:
     return text
 
 
+@check("overload.admission.rejects")
 def admission_rejects(samples: list[AdmissionSample], retry_after: int) -> CheckResult:
     """The SUT's queue admission, measured at the replicas: above its threshold it answers
     429 with the configured Retry-After, at or below it it admits — for the run's threshold
@@ -64,7 +66,7 @@ def admission_rejects(samples: list[AdmissionSample], retry_after: int) -> Check
         detail = f"first miss: {len(first.replicas)} replica(s) held at depth {first.depth} did not {verb} "
         detail += f"within {first.waited_s:g}s"
     return CheckResult.judge(
-        "overload.admission.rejects",
+        admission_rejects.check_id,
         ok,
         f"429 with Retry-After: {retry_after} when the queue is deeper than the threshold; admitted (404 from the "
         "app) at or below it",
@@ -74,6 +76,7 @@ def admission_rejects(samples: list[AdmissionSample], retry_after: int) -> Check
     )
 
 
+@check("overload.partial.completes")
 def partial_completes(client: list[Event], records: int, overloaded: int, max_attempts: int) -> CheckResult:
     """Every record completes; while fewer replicas are overloaded than the proxy has
     attempts, failover must absorb the overload entirely (no client-visible 429)."""
@@ -90,9 +93,10 @@ def partial_completes(client: list[Event], records: int, overloaded: int, max_at
     metrics = {"records_done": len(done), "client_error_rate": error_rate}
     if latencies:
         metrics["latency_p99_s"] = percentile(latencies, 0.99)
-    return CheckResult.judge("overload.partial.completes", ok, expected, observed, detail, metrics)
+    return CheckResult.judge(partial_completes.check_id, ok, expected, observed, detail, metrics)
 
 
+@check("overload.partial.failover")
 def partial_failover(upstream: list[Event], proxy_retries: dict[str, int], max_attempts: int) -> CheckResult:
     """Failovers happened (seen by the replicas and in the proxy's metrics) and no request
     used more upstream attempts than the proxy allows."""
@@ -102,7 +106,7 @@ def partial_failover(upstream: list[Event], proxy_retries: dict[str, int], max_a
     metric_failovers = int(proxy_retries.get("http_429", 0))
     ok = failed_over > 0 and metric_failovers > 0 and most <= max_attempts
     return CheckResult.judge(
-        "overload.partial.failover",
+        partial_failover.check_id,
         ok,
         f"failovers observed; at most {max_attempts} upstream attempts per request",
         f"{failed_over} request(s) failed over (replicas), {metric_failovers} 429 retries (proxy metrics); "
@@ -112,6 +116,7 @@ def partial_failover(upstream: list[Event], proxy_retries: dict[str, int], max_a
     )
 
 
+@check("overload.total.attempts")
 def total_attempts(client: list[Event], upstream: list[Event], replicas: int, max_attempts: int) -> CheckResult:
     """Under total overload each proxy 429 comes after exactly min(max_attempts, N) upstream
     attempts, each answered 429."""
@@ -122,7 +127,7 @@ def total_attempts(client: list[Event], upstream: list[Event], replicas: int, ma
     non_429 = sum(1 for e in limited for a in attempts.get(e["request_id"], []) if a.get("status") != 429)
     ok = bool(limited) and set(counts) == {wanted} and non_429 == 0
     return CheckResult.judge(
-        "overload.total.attempts",
+        total_attempts.check_id,
         ok,
         f"every client 429 after exactly {wanted} upstream attempts, all 429",
         f"{len(limited)} client 429(s); attempts per 429: {_fmt_counts(counts)}; non-429 attempts: {non_429}",
@@ -130,6 +135,7 @@ def total_attempts(client: list[Event], upstream: list[Event], replicas: int, ma
     )
 
 
+@check("overload.total.retry_after")
 def total_retry_after(client: list[Event], retry_after: int, proxy_fallback: int | None = None) -> CheckResult:
     """Every 429 the client sees carries the replicas' Retry-After, passed through by the
     proxy. The proxy's own fallback is set to a different value, so a proxy that drops the
@@ -143,7 +149,7 @@ def total_retry_after(client: list[Event], retry_after: int, proxy_fallback: int
         if float(proxy_fallback) in seen:
             detail += ": the proxy substituted its fallback for the replicas' value"
     return CheckResult.judge(
-        "overload.total.retry_after",
+        total_retry_after.check_id,
         ok,
         f"Retry-After: {retry_after} (the replicas' value) on every 429 the client sees",
         f"{len(limited)} client 429(s); Retry-After values: {_fmt_counts(seen)}",
@@ -161,6 +167,7 @@ def _breach_text(breaches: list[LimitBreach]) -> str:
     )
 
 
+@check("overload.total.admission_decrease")
 def total_admission_decrease(
     client: list[Event],
     limit: int,
@@ -178,7 +185,7 @@ def total_admission_decrease(
     breaches = limit_breaches(client, during, limit)
     ok = seen[:rounds] == wanted and not breaches
     return CheckResult.judge(
-        "overload.total.admission_decrease",
+        total_admission_decrease.check_id,
         ok,
         " → ".join(map(str, [limit, *wanted])) + "; never more requests under way at the replicas than the limit",
         (" → ".join(map(str, [limit, *seen])) if seen else f"{limit} (no decrease)") + f"; {_breach_text(breaches)}",
@@ -187,6 +194,7 @@ def total_admission_decrease(
     )
 
 
+@check("overload.total.cooldown")
 def total_cooldown(client: list[Event], default_cooldown_s: float) -> CheckResult:
     """No request is admitted while a cooldown demanded by a 429 (its Retry-After) runs, and
     the rule was actually exercised: the controller's lease events were recorded and at
@@ -208,7 +216,7 @@ def total_cooldown(client: list[Event], default_cooldown_s: float) -> CheckResul
     elif not limited or not leases or not judged:
         detail = "cooldown not observed: no 429 with a lease after it, so no window could be judged"
     return CheckResult.judge(
-        "overload.total.cooldown",
+        total_cooldown.check_id,
         ok,
         "no request admitted inside a cooldown window; at least one window judged",
         observed,
@@ -217,6 +225,7 @@ def total_cooldown(client: list[Event], default_cooldown_s: float) -> CheckResul
     )
 
 
+@check("overload.recovery")
 def recovery(
     client: list[Event], records: int, relieved_at: float, upstream: list[Event] | None = None, limit: int = 8
 ) -> CheckResult:
@@ -232,7 +241,7 @@ def recovery(
     breaches = limit_breaches(client, after_relief, limit)
     ok = len(done) == records and risen is not None and floor is not None and risen > floor and not breaches
     return CheckResult.judge(
-        "overload.recovery",
+        recovery.check_id,
         ok,
         f"{records}/{records} records after overload is lifted; the limit rises above its low point; "
         "never more requests under way at the replicas than the limit",

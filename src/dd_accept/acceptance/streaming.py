@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 from dd_accept.acceptance import streaming_checks as checks
 from dd_accept.acceptance.analysis import of_kind, with_prefix
-from dd_accept.acceptance.progress import ProgressWriter
-from dd_accept.acceptance.results import ScenarioResult
+from dd_accept.base.progress import ProgressWriter
+from dd_accept.base.results import ScenarioResult
+from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
-from dd_accept.fixtures.sut.profile import SutProfile
-from dd_accept.harness.waiting import WaitTimeout, wait_until
 from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.sut.profile import SutProfile
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,9 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dd_accept.acceptance.analysis import Event, attempts_by_request, of_kind, percentile
-from dd_accept.acceptance.results import CheckResult
+from dd_accept.acceptance.registry import check
+from dd_accept.base.results import CheckResult
 
 
+@check("streaming.integrity")
 def integrity(client: list[Event], upstream: list[Event]) -> CheckResult:
     """Each stream arrives whole: the client got every event and byte its replica sent."""
     attempts = attempts_by_request(upstream)
@@ -21,7 +23,7 @@ def integrity(client: list[Event], upstream: list[Event]) -> CheckResult:
             mismatched.append(stream["request_id"])
     ok = bool(streams) and not mismatched and truncated == 0
     return CheckResult.judge(
-        "streaming.integrity",
+        integrity.check_id,
         ok,
         "every stream ends with [DONE]; client events and bytes equal the replica's, per request",
         f"{len(streams)} streams; {truncated} truncated; {len(mismatched)} differ from what the replica sent",
@@ -37,6 +39,7 @@ def chunk_lateness(stream: Event, sent: Event) -> list[float]:
     return [got - want for got, want in zip(received, paced, strict=False)][1:]
 
 
+@check("streaming.no_buffering")
 def no_buffering(
     client: list[Event],
     upstream: list[Event],
@@ -89,7 +92,7 @@ def no_buffering(
             f"over {len(lateness)} events of {streams_judged} streams"
         )
     return CheckResult.judge(
-        "streaming.no_buffering",
+        no_buffering.check_id,
         ok,
         f"the proxy adds at most {limit_s * 1000:.0f} ms to TTFT (p95) and keeps every event's pacing: "
         f"added delay per event p95 <= {chunk_p95_limit_s * 1000:.0f} ms, max <= {chunk_max_limit_s * 1000:.0f} ms",
@@ -117,6 +120,7 @@ class ConnectionPhase:
         )
 
 
+@check("streaming.connection_accounting")
 def connection_accounting(phases: dict[str, ConnectionPhase], closing: str = "closing") -> CheckResult:
     """The proxy's connection counts agree with what the replicas accepted in every phase;
     when replicas close every keep-alive connection (`closing`), no closed connection is
@@ -151,7 +155,7 @@ def connection_accounting(phases: dict[str, ConnectionPhase], closing: str = "cl
     if not any(distinguishes(phase) for phase in phases.values()):
         detail = "no phase opened a different number of connections than it reused: a swap would not show"
     return CheckResult.judge(
-        "streaming.connection_accounting",
+        connection_accounting.check_id,
         ok,
         "proxy opened = replicas accepted, opened + reused = requests, in every phase; with replicas closing "
         "keep-alive, no closed connection reused and no client-visible error",
@@ -190,6 +194,7 @@ def routing_violations(upstream: list[Event], replicas: int, slack: int = 1) -> 
     return found
 
 
+@check("streaming.least_connections")
 def least_connections(upstream: list[Event], replicas: int, slowed: int, records: int) -> CheckResult:
     """With one replica slowed (its streams stall), new requests go to the least-loaded
     replicas: no request is sent to a replica busier than the least-loaded one (beyond the
@@ -203,7 +208,7 @@ def least_connections(upstream: list[Event], replicas: int, slowed: int, records
         first = violations[0]
         detail = f"first: sent to replica {first.replica} with {first.in_flight} in flight while one had {first.least}"
     return CheckResult.judge(
-        "streaming.least_connections",
+        least_connections.check_id,
         ok,
         f"with replica {slowed} stalled, no request goes to a replica with more than one request more in flight "
         f"than the least-loaded; replica {slowed} gets less than an even share",

@@ -17,8 +17,35 @@ from typing import NoReturn
 from rich.table import Table
 
 from dd_accept import __version__
-from dd_accept.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, DDAcceptError, UsageError
+from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, DDAcceptError, UsageError
+from dd_accept.base.options import (
+    BackendOptions,
+    ClusterOptions,
+    DrainOptions,
+    OverloadOptions,
+    add_arguments,
+    build,
+    parse_argv_values,
+)
+from dd_accept.base.results import load_results
+from dd_accept.base.state import state_root
 from dd_accept.harness.console import ConsoleListener, fail_line
+from dd_accept.harness.doctor import run_checks
+from dd_accept.harness.dry_run import print_plan
+from dd_accept.harness.gate import resolve_suts, run_gate
+from dd_accept.harness.gate_file import load_gate
+from dd_accept.harness.runner import SCENARIOS, RunRequest, default_out, run
+from dd_accept.node.loadclient.workload import parse_header
+from dd_accept.reports import compare, render
+from dd_accept.reports.audit import audit
+from dd_accept.reports.html import render_bundle
+from dd_accept.reports.verify import verify
+from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
+from dd_accept.slurm_docker.cluster import list_clusters
+from dd_accept.slurm_docker.sut_image import build_node_image
+from dd_accept.sut.profile import load_profile, profile_for
+from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
+from dd_accept.sut.wheelhouse import build_wheelhouse
 
 EXIT_INTERRUPTED = 130
 DEFAULT_CLUSTER = "dd-accept"
@@ -43,7 +70,6 @@ def _interrupt_on_term() -> None:
 
 # ---- cluster ------------------------------------------------------------------------------
 def _cmd_cluster_build(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.slurm_docker import engine, images
 
     client = engine.connect()
     with console:
@@ -56,7 +82,6 @@ def _cmd_cluster_build(args: argparse.Namespace, console: ConsoleListener) -> in
 
 
 def _cmd_cluster_up(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
 
     spec = ClusterSpec(name=args.name, nodes=args.nodes, cpus_per_node=args.cpus_per_node, subnet=args.subnet)
     client = engine.connect()
@@ -73,7 +98,6 @@ def _cmd_cluster_up(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 
 def _cmd_cluster_down(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.slurm_docker import SlurmCluster
 
     cluster = SlurmCluster.attach(args.name)
     removed = cluster.down()
@@ -82,8 +106,6 @@ def _cmd_cluster_down(args: argparse.Namespace, console: ConsoleListener) -> int
 
 
 def _cmd_cluster_status(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.slurm_docker import SlurmCluster, engine
-    from dd_accept.slurm_docker.cluster import list_clusters
 
     client = engine.connect()
     names = [args.name] if args.name else sorted(list_clusters(client))
@@ -107,7 +129,6 @@ def _cmd_cluster_status(args: argparse.Namespace, console: ConsoleListener) -> i
 
 
 def _cmd_cluster_exec(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.slurm_docker import SlurmCluster
 
     command = list(args.command)
     if command and command[0] == "--":
@@ -126,9 +147,6 @@ def _cmd_cluster_exec(args: argparse.Namespace, console: ConsoleListener) -> int
 def _cmd_cluster_prune(args: argparse.Namespace, console: ConsoleListener) -> int:
     import shutil
 
-    from dd_accept.slurm_docker import engine
-    from dd_accept.slurm_docker.state import state_root
-
     client = engine.connect()
     removed = engine.remove_labelled(client, engine.find_labelled(client))
     shutil.rmtree(state_root() / "clusters", ignore_errors=True)
@@ -141,11 +159,6 @@ def _cmd_cluster_prune(args: argparse.Namespace, console: ConsoleListener) -> in
 
 
 def _cmd_sut_prepare(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.fixtures.sut.profile import load_profile, profile_for
-    from dd_accept.fixtures.sut.spec import SutSpec
-    from dd_accept.fixtures.sut.wheelhouse import build_wheelhouse
-    from dd_accept.slurm_docker import engine
-    from dd_accept.slurm_docker.sut_image import build_node_image
 
     spec = SutSpec.parse(args.sut)
     profile = load_profile(Path(args.profile)) if args.profile else None
@@ -165,38 +178,27 @@ def _cmd_sut_prepare(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 
 def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.harness.loadclient.workload import parse_header
-    from dd_accept.harness.runner import RunRequest, run
-    from dd_accept.scenario_options import OverloadOptions, user_options
-
-    options = {f.name: getattr(args, f.name) for f in user_options()}
     try:
-        overload = OverloadOptions(**options, seed=args.seed)
+        overload = build(OverloadOptions, parse_argv_values(args, OverloadOptions), seed=args.seed)
+        drain = build(DrainOptions, parse_argv_values(args, DrainOptions))
+        cluster = build(ClusterOptions, parse_argv_values(args, ClusterOptions))
+        backend = build(BackendOptions, parse_argv_values(args, BackendOptions))
         for header in args.client_header:
             parse_header(header)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    backend = _replica_backend(args)
     if args.dry_run:
-        from dd_accept.harness.dry_run import print_plan
-
-        return print_plan(args, overload, backend, _slurm_options(args))
+        return print_plan(args, overload, backend, cluster)
 
     request = RunRequest(
         scenario=args.scenario,
-        drain={
-            key: value
-            for key, value in (("window_seconds", args.drain_window), ("allowance_seconds", args.drain_allowance))
-            if value is not None
-        },
-        cluster_mode=args.cluster,
-        run_dir=Path(args.run_dir) if args.run_dir else None,
-        slurm=_slurm_options(args),
-        backend=backend,
         sut=args.sut,
         profile=args.profile,
         out=Path(args.out) if args.out else None,
-        options=options,
+        overload=overload,
+        drain=drain,
+        cluster=cluster,
+        backend=backend,
         allow_unsupported=args.allow_unsupported,
         seed=args.seed,
         sign_key=Path(args.sign_key) if args.sign_key else None,
@@ -205,55 +207,6 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         keep_cluster=args.keep_cluster,
     )
     return run(request, console)
-
-
-def _replica_backend(args: argparse.Namespace):
-    import shlex
-
-    from dd_accept.fixtures.backends.vllm import VllmBackend
-
-    if args.backend == "synthetic":
-        flags = (("--model", args.model), ("--vllm-arg", args.vllm_arg), ("--vllm-command", args.vllm_command))
-        given = [flag for flag, value in flags if value]
-        if given or args.gpus_per_replica is not None:
-            raise UsageError(f"{(given or ['--gpus-per-replica'])[0]} applies to --backend vllm only")
-        return None
-    if not args.model:
-        raise UsageError("--backend vllm needs --model MODEL (what `vllm serve` loads)")
-    gpus = 1 if args.gpus_per_replica is None else args.gpus_per_replica
-    prefix = tuple(shlex.split(args.vllm_command)) if args.vllm_command else ()
-    return VllmBackend(model=args.model, gpus_per_replica=gpus, extra_args=tuple(args.vllm_arg), command_prefix=prefix)
-
-
-def _slurm_options(args: argparse.Namespace):
-    from dd_accept.slurm_docker.login_node import SlurmOptions
-
-    if args.cluster == "docker":
-        names = ("run_dir", "partition", "account", "time", "gres", "srun_arg")
-        given = [f"--{name.replace('_', '-')}" for name in names if getattr(args, name)]
-        if given:
-            raise UsageError(f"{given[0]} applies to --cluster existing only")
-    return SlurmOptions(
-        partition=args.partition, account=args.account, time=args.time, gres=args.gres, srun_args=tuple(args.srun_arg)
-    )
-
-
-def add_cluster_options(parser: argparse.ArgumentParser) -> None:
-    where = parser.add_argument_group("where to run (default: a dockerized Slurm cluster on this machine)")
-    where.add_argument(
-        "--cluster",
-        choices=("docker", "existing"),
-        default="docker",
-        help="existing: this machine is a login node of a real Slurm cluster (srun, salloc, scancel on PATH)",
-    )
-    where.add_argument("--run-dir", help="existing cluster: absolute path of a directory every node shares")
-    where.add_argument("--partition", help="existing cluster: partition of the allocations")
-    where.add_argument("--account", help="existing cluster: account of the allocations")
-    where.add_argument("--time", help="existing cluster: time limit of the allocations (e.g. 30:00)")
-    where.add_argument("--gres", help="existing cluster: generic resources of the allocations (e.g. gpu:8)")
-    where.add_argument(
-        "--srun-arg", action="append", default=[], metavar="ARG", help="existing cluster: extra srun argument (repeat)"
-    )
 
 
 def _whole(minimum: int):
@@ -270,9 +223,6 @@ def _whole(minimum: int):
 
 
 def _cmd_gate(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.harness.gate import resolve_suts, run_gate
-    from dd_accept.harness.gate_file import load_gate
-    from dd_accept.harness.runner import default_out
 
     gate = load_gate(Path(args.config))
     suts = resolve_suts(gate, args.sut)
@@ -282,7 +232,6 @@ def _cmd_gate(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.reports import compare
 
     comparison = compare.compare(compare.load_results(Path(args.baseline)), compare.load_results(Path(args.candidate)))
     if args.format == "md":
@@ -298,7 +247,6 @@ def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.reports.audit import audit
 
     findings = audit([Path(p) for p in args.paths], licences=args.licences)
     for finding in findings:
@@ -311,7 +259,6 @@ def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.reports.verify import verify
 
     problems = verify(Path(args.bundle), [Path(w) for w in args.wheel], Path(args.pubkey) if args.pubkey else None)
     for problem in problems:
@@ -324,18 +271,11 @@ def _cmd_verify(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 
 def _cmd_report(args: argparse.Namespace, console: ConsoleListener) -> int:
-    import json
-
-    from dd_accept.reports import render
-
     path = Path(args.bundle) / "results.json"
-    try:
-        results = json.loads(path.read_text())
-    except (OSError, ValueError):
-        raise UsageError(f"report: {Path(args.bundle).name} has no readable results.json") from None
+    if not path.is_file():
+        raise UsageError(f"report: {Path(args.bundle).name} has no readable results.json")
+    results = load_results(path, f"report: {Path(args.bundle).name}/results.json")
     if args.format == "html":
-        from dd_accept.reports.html import render_bundle
-
         sys.stdout.write(render_bundle(Path(args.bundle)))
     else:
         sys.stdout.write(render.markdown(results) if args.format == "md" else render.junit(results))
@@ -343,7 +283,6 @@ def _cmd_report(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace, console: ConsoleListener) -> int:
-    from dd_accept.harness.doctor import run_checks
 
     findings = run_checks()
     table = Table(title="dd-accept doctor")
@@ -372,7 +311,6 @@ def _positive(text: str) -> float:
 
 
 def add_sut_options(parser: argparse.ArgumentParser) -> None:
-    from dd_accept.fixtures.sut.spec import DEFAULT_SUT
 
     parser.add_argument(
         "--sut",
@@ -425,8 +363,6 @@ def build_parser() -> argparse.ArgumentParser:
     execute.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     execute.set_defaults(handler=_cmd_cluster_exec)
 
-    from dd_accept.harness.runner import SCENARIOS
-
     run = commands.add_parser(
         "run",
         help="run acceptance scenarios against the SUT; exit 0 pass, 1 a check failed, 2 error",
@@ -436,15 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("scenario", metavar="SCENARIO", help=f"one of: {', '.join((*SCENARIOS, 'all'))}")
     add_sut_options(run)
     run.add_argument("--out", help="output directory (default: evidence/<utc-time>-<scenario>/); must be new")
-    from dd_accept.scenario_options import flag, user_options
 
-    for option in user_options():  # each defined once, in scenario_options.OverloadOptions
-        run.add_argument(
-            flag(option),
-            type=_whole(option.metadata["minimum"]),
-            default=option.default,
-            help=f"{option.metadata['help']} (default: {option.default})",
-        )
+    add_arguments(run.add_argument, OverloadOptions)  # every option defined once, in base.options
     run.add_argument(
         "--client-header",
         action="append",
@@ -456,28 +385,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--allow-unsupported", action="store_true", help="checks the SUT declares unsupported pass")
     run.add_argument("--parallel", type=_whole(1), default=2, help="parallel allocations for `run all`")
     run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
-    run.add_argument("--drain-window", type=_positive, help="seconds; replaces the SUT profile's drain window")
-    run.add_argument("--drain-allowance", type=_positive, help="seconds; replaces the SUT profile's drain allowance")
-    add_cluster_options(run)
+    add_arguments(run.add_argument, DrainOptions)
+    where = run.add_argument_group("where to run (default: a dockerized Slurm cluster on this machine)")
+    add_arguments(where.add_argument, ClusterOptions)
     replicas = run.add_argument_group("replicas (default: synthetic vLLM stand-ins)")
-    replicas.add_argument(
-        "--backend",
-        choices=("synthetic", "vllm"),
-        default="synthetic",
-        help="vllm: `vllm serve` replicas, steered by real load (overload scenario only)",
-    )
-    replicas.add_argument("--model", help="vllm: the model `vllm serve` loads")
-    replicas.add_argument(
-        "--gpus-per-replica", type=_whole(0), help="vllm: GPUs per replica step (default: 1; 0: no --gres)"
-    )
-    replicas.add_argument(
-        "--vllm-command",
-        metavar="CMD",
-        help="vllm: how to run vllm on the nodes, e.g. '/opt/vllm/bin/vllm' (default: the SUT venv's bin/vllm)",
-    )
-    replicas.add_argument(
-        "--vllm-arg", action="append", default=[], metavar="ARG", help="vllm: extra `vllm serve` argument (repeat)"
-    )
+    add_arguments(replicas.add_argument, BackendOptions)
     run.add_argument(
         "--dry-run",
         action="store_true",

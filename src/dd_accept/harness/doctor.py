@@ -6,10 +6,10 @@ import shutil
 import sys
 from dataclasses import dataclass
 
-from dd_accept.errors import DDAcceptError
+from dd_accept.base.errors import DDAcceptError
+from dd_accept.base.state import state_root
 from dd_accept.slurm_docker import engine, images
 from dd_accept.slurm_docker.mirror import find_mirror
-from dd_accept.slurm_docker.state import state_root
 
 MIN_FREE_BYTES = 3 * 1024**3
 

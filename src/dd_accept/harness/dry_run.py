@@ -13,12 +13,13 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 
-from dd_accept.errors import EXIT_PASS, UsageError
-from dd_accept.fixtures.run_plan import PlanTarget, VllmBackend, overload_plan, render
-from dd_accept.fixtures.sut.profile import SutProfile, load_profile, profile_for
-from dd_accept.fixtures.sut.spec import SutSpec
+from dd_accept.acceptance.plan import PlanTarget, overload_plan, render
+from dd_accept.base.errors import EXIT_PASS, UsageError
+from dd_accept.base.options import BackendOptions, ClusterOptions, OverloadOptions
+from dd_accept.fixtures.backends.vllm import vllm_backend
 from dd_accept.slurm_docker.layout import DOCKER_LAYOUT, NodeLayout
-from dd_accept.slurm_docker.login_node import SlurmOptions
+from dd_accept.sut.profile import SutProfile, load_profile, profile_for
+from dd_accept.sut.spec import SutSpec
 
 
 def _profile(spec: SutSpec, profile: str | None) -> SutProfile:
@@ -34,25 +35,28 @@ def _profile(spec: SutSpec, profile: str | None) -> SutProfile:
     raise UsageError(f"--dry-run cannot tell the profile of --sut {spec.display} without fetching it; pass --profile")
 
 
-def print_plan(args: argparse.Namespace, options, backend: VllmBackend | None, slurm: SlurmOptions) -> int:
+def print_plan(
+    args: argparse.Namespace, options: OverloadOptions, backend_options: BackendOptions, cluster: ClusterOptions
+) -> int:
     if args.scenario != "overload":
         raise UsageError(f"--dry-run plans the overload scenario; got {args.scenario!r}")
     spec = SutSpec.parse(args.sut)
     profile = _profile(spec, args.profile)
-    if args.cluster == "existing":
-        if not args.run_dir or not Path(args.run_dir).is_absolute():
+    if cluster.mode == "existing":
+        if not cluster.run_dir or not Path(cluster.run_dir).is_absolute():
             raise UsageError("--cluster existing needs --run-dir DIR, an absolute path every node shares")
-        base = f"{args.run_dir.rstrip('/')}/dd-accept-sut/<sut-and-harness-digest>"
+        base = f"{cluster.run_dir.rstrip('/')}/dd-accept-sut/<sut-and-harness-digest>"
         layout = NodeLayout(venv=f"{base}/venv", harness_dir=f"{base}/harness", sut_only=f"{base}/sut-only")
-        run_dir = f"{args.run_dir.rstrip('/')}/runs/run-<id>"
+        run_dir = f"{cluster.run_dir.rstrip('/')}/runs/run-<id>"
     else:
         layout, run_dir = DOCKER_LAYOUT, "/shared/runs/run-<id>"
-    target = PlanTarget(layout, slurm.salloc_args(), slurm.srun_args, slurm.time)
+    target = PlanTarget(layout, cluster.salloc_args(), cluster.srun_args, cluster.time)
+    backend = vllm_backend(backend_options)
     plan = overload_plan(target, profile, options, run_dir, backend)
     replicas = f"vLLM ({backend.model}, {backend.gpus_per_replica} GPU(s) each)" if backend else "synthetic"
     header = [
         f"dd-accept dry run: overload against {spec.display} (profile {profile.name})",
-        f"{options.replicas} {replicas} replicas on a{'n existing' if args.cluster == 'existing' else ' docker'} "
+        f"{options.replicas} {replicas} replicas on a{'n existing' if cluster.mode == 'existing' else ' docker'} "
         "Slurm cluster; nothing below has been run",
         "$JOB, $NODE and the step ids are known once salloc answers; the token is made per run",
     ]

@@ -18,11 +18,13 @@ from typing import Any
 
 from rich.table import Table
 
-from dd_accept.acceptance.results import CheckResult
-from dd_accept.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, UsageError
+from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, UsageError
+from dd_accept.base.results import CheckResult, load_results
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import GateFile
-from dd_accept.slurm_docker.login_node import SlurmOptions
+from dd_accept.harness.runner import RunRequest, prepare_out, run
+from dd_accept.reports import compare
+from dd_accept.sut.spec import SutSpec
 
 SCHEMA = "dd-accept/gate/v1"
 
@@ -71,31 +73,21 @@ def judge(gate: GateFile, results: dict[str, Any]) -> list[CheckResult]:
 
 
 def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None):
-    from dd_accept.harness.runner import RunRequest
 
-    options = gate.options
     return RunRequest(
         scenario=",".join(gate.scenarios()),
         sut=sut,
         profile=gate.gate.profile,
         out=out,
-        options=options.scenario_options(),
+        overload=gate.overload(),
+        drain=gate.drain(),
+        cluster=gate.cluster_options(),
+        backend=gate.backend_options(),
         # Bundles keep the strict verdict; the gate itself allows only the checks its file names.
         allow_unsupported=False,
-        seed=options.seed,
+        seed=gate.options.seed,
         sign_key=sign_key,
-        parallel=options.parallel,
-        drain=gate.drain_overrides(),
-        cluster_mode=gate.cluster.mode,
-        run_dir=Path(gate.cluster.run_dir) if gate.cluster.run_dir else None,
-        slurm=SlurmOptions(
-            partition=gate.cluster.partition,
-            account=gate.cluster.account,
-            time=gate.cluster.time,
-            gres=gate.cluster.gres,
-            srun_args=gate.cluster.srun_args,
-        ),
-        backend=gate.backend.vllm(),
+        parallel=gate.options.parallel,
     )
 
 
@@ -109,8 +101,6 @@ def _markdown(gate_name: str, verdict: str, checks: list[CheckResult], bundles: 
 
 
 def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListener, sign_key: Path | None) -> int:
-    from dd_accept.harness.runner import prepare_out, run
-    from dd_accept.reports import compare
 
     roles = dict(zip(("baseline", "candidate") if len(suts) == 2 else ("candidate",), suts, strict=True))
     out = prepare_out(out)
@@ -122,7 +112,7 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # a gate that did not finish leaves nothing half-written
         raise
-    candidate = json.loads((out / "candidate" / "results.json").read_text())
+    candidate = load_results(out / "candidate" / "results.json")
     checks = judge(gate, candidate)
     verdict = "pass" if all(c.verdict == "pass" for c in checks) else "fail"
     document: dict[str, Any] = {
@@ -135,7 +125,7 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
         "checks": [asdict(check) for check in checks],
     }
     if "baseline" in roles:
-        baseline = json.loads((out / "baseline" / "results.json").read_text())
+        baseline = load_results(out / "baseline" / "results.json")
         comparison = compare.compare(baseline, candidate)
         (out / "comparison.md").write_text(compare.to_markdown(comparison))
         (out / "comparison.html").write_text(compare.to_html(comparison))
@@ -160,7 +150,6 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
 
 
 def resolve_suts(gate: GateFile, cli_suts: list[str]) -> list[str]:
-    from dd_accept.fixtures.sut.spec import SutSpec
 
     suts = cli_suts or list(gate.gate.suts)
     if len(suts) > 2:

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
-from typing import Any
 
 from dd_accept.acceptance.catalog import CHECKS
-from dd_accept.errors import UsageError
-from dd_accept.fixtures.sut.spec import DEFAULT_SUT
-from dd_accept.scenario_options import user_options
-from dd_accept.toml_tables import build_table, parse_toml
-
-CLUSTER_MODES = ("docker", "existing")
+from dd_accept.base.errors import UsageError
+from dd_accept.base.options import (
+    BackendOptions,
+    ClusterOptions,
+    DrainOptions,
+    OverloadOptions,
+    from_gate,
+    gate_fields,
+    gate_key,
+    user_options,
+)
+from dd_accept.base.toml_tables import build_table, parse_toml
+from dd_accept.sut.spec import DEFAULT_SUT
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,59 +39,25 @@ class GateSection:
     sign_key: str | None = None
 
 
-def _scenario_options(self: Any) -> dict[str, int]:
-    """The overload options, as `dd-accept run` takes them (seed and parallel go separately)."""
-    return {f.name: getattr(self, f.name) for f in user_options()}
-
-
-# [options]: the scenarios' user options (derived from their one definition), seed, parallel.
+# Each section's keys are derived from the option models (base.options), so a gate file
+# accepts exactly what `dd-accept run` accepts, under the same bounds.
+# [options]: the overload options, plus seed and parallel.
 GateOptions = make_dataclass(
-    "GateOptions",
-    [(f.name, int, field(default=f.default)) for f in user_options()] + [("seed", int, 0), ("parallel", int, 2)],
+    "GateOptions", [*gate_fields(OverloadOptions), ("seed", int, 0), ("parallel", int, 2)], frozen=True, slots=True
+)
+# [thresholds]: what the gate demands, plus the drain timing it replaces.
+Thresholds = make_dataclass(
+    "Thresholds",
+    [
+        ("max_error_rate", float | None, None),  # client-visible errors / requests where none are intended
+        ("max_ttft_p99_s", float | None, None),  # time to first token through the proxy, p99
+        *gate_fields(DrainOptions),
+    ],
     frozen=True,
     slots=True,
-    namespace={"scenario_options": _scenario_options},
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    max_error_rate: float | None = None  # client-visible errors / requests where none are intended
-    max_ttft_p99_s: float | None = None  # time to first token through the proxy, p99
-    drain_window_s: float | None = None  # replaces the profile's drain window
-    drain_allowance_s: float | None = None  # replaces the profile's drain allowance
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterSection:
-    mode: str = "docker"
-    run_dir: str | None = None
-    partition: str | None = None
-    account: str | None = None
-    time: str | None = None
-    gres: str | None = None
-    srun_args: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class BackendSection:
-    kind: str = "synthetic"  # or "vllm" (overload only)
-    model: str | None = None
-    gpus_per_replica: int = 1
-    vllm_args: tuple[str, ...] = ()
-    vllm_command: str | None = None
-
-    def vllm(self):
-        """The `VllmBackend` this section describes, or None for synthetic replicas."""
-        import shlex
-
-        from dd_accept.fixtures.backends.vllm import VllmBackend
-
-        if self.kind != "vllm":
-            return None
-        prefix = tuple(shlex.split(self.vllm_command)) if self.vllm_command else ()
-        assert self.model is not None  # checked when the file is read
-        return VllmBackend(self.model, self.gpus_per_replica, self.vllm_args, prefix)
+ClusterSection = make_dataclass("ClusterSection", gate_fields(ClusterOptions), frozen=True, slots=True)
+BackendSection = make_dataclass("BackendSection", gate_fields(BackendOptions), frozen=True, slots=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,10 +71,18 @@ class GateFile:
     def scenarios(self) -> list[str]:
         return list(CHECKS) if "all" in self.gate.scenarios else list(self.gate.scenarios)
 
-    def drain_overrides(self) -> dict[str, float]:
-        limits = self.thresholds
-        overrides = {"window_seconds": limits.drain_window_s, "allowance_seconds": limits.drain_allowance_s}
-        return {key: value for key, value in overrides.items() if value is not None}
+    # The option models the run takes, built from the sections (validated when the file is read).
+    def overload(self) -> OverloadOptions:
+        return from_gate(OverloadOptions, self.options, "options", seed=self.options.seed)
+
+    def drain(self) -> DrainOptions:
+        return from_gate(DrainOptions, self.thresholds, "thresholds")
+
+    def cluster_options(self) -> ClusterOptions:
+        return from_gate(ClusterOptions, self.cluster, "cluster")
+
+    def backend_options(self) -> BackendOptions:
+        return from_gate(BackendOptions, self.backend, "backend")
 
 
 def _fail(source: str, message: str) -> UsageError:
@@ -129,8 +109,7 @@ def _validate(gate: GateFile, source: str) -> GateFile:
     needs = (
         ("max_error_rate", limits.max_error_rate, "overload"),
         ("max_ttft_p99_s", limits.max_ttft_p99_s, "streaming"),
-        ("drain_window_s", limits.drain_window_s, "drain"),
-        ("drain_allowance_s", limits.drain_allowance_s, "drain"),
+        *((gate_key(f), getattr(limits, gate_key(f)), "drain") for f in user_options(DrainOptions)),
     )
     for key, value, scenario in needs:
         if value is None:
@@ -141,34 +120,19 @@ def _validate(gate: GateFile, source: str) -> GateFile:
             raise _fail(source, f"thresholds.{key} is measured by scenario {scenario}, which the gate does not run")
     if limits.max_error_rate is not None and limits.max_error_rate > 1:
         raise _fail(source, f"thresholds.max_error_rate is a fraction from 0 to 1, got {limits.max_error_rate:g}")
-    window, allowance = limits.drain_window_s, limits.drain_allowance_s
-    if window is not None and allowance is not None and allowance < window:
-        raise _fail(source, "thresholds.drain_allowance_s must be at least drain_window_s")
-    options = gate.options
     try:
-        from dd_accept.acceptance.overload import OverloadOptions
-
-        OverloadOptions(**options.scenario_options())
+        gate.overload()
+        gate.drain()
+        gate.backend_options()
+        gate.cluster_options()
     except ValueError as error:
-        raise _fail(source, f"options: {error}".replace("--", "options.").replace("-", "_")) from None
-    if options.seed < 0 or options.parallel < 1:
+        raise _fail(source, str(error)) from None
+    if gate.options.seed < 0 or gate.options.parallel < 1:
         raise _fail(source, "options.seed must be >= 0 and options.parallel >= 1")
-    if gate.cluster.mode not in CLUSTER_MODES:
-        raise _fail(source, f"cluster.mode must be one of {', '.join(CLUSTER_MODES)}, got {gate.cluster.mode!r}")
     if gate.cluster.mode == "existing" and not gate.cluster.run_dir:
         raise _fail(source, "cluster.mode = existing needs cluster.run_dir (a directory every node shares)")
-    backend = gate.backend
-    if backend.kind not in ("synthetic", "vllm"):
-        raise _fail(source, f"backend.kind must be synthetic or vllm, got {backend.kind!r}")
-    if backend.kind == "vllm":
-        if not backend.model:
-            raise _fail(source, "backend.kind = vllm needs backend.model")
-        if chosen != ["overload"]:
-            raise _fail(
-                source, 'backend.kind = vllm runs the overload scenario only; set gate.scenarios = ["overload"]'
-            )
-    if backend.gpus_per_replica < 0:
-        raise _fail(source, "backend.gpus_per_replica must be >= 0")
+    if gate.backend.kind == "vllm" and chosen != ["overload"]:
+        raise _fail(source, 'backend.kind = vllm runs the overload scenario only; set gate.scenarios = ["overload"]')
     return gate
 
 

@@ -10,27 +10,39 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from dd_accept.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
-from dd_accept.fixtures.backends.vllm import VllmBackend
+from dd_accept.acceptance.scenarios import SCENARIO_NAMES
+from dd_accept.acceptance.scenarios import SCENARIOS as DECLARED
+from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
+from dd_accept.base.options import BackendOptions, ClusterOptions, DrainOptions, OverloadOptions, to_argv
+from dd_accept.base.results import load_results
+from dd_accept.base.state import state_root
 from dd_accept.harness.console import ConsoleListener
-from dd_accept.slurm_docker.login_node import SlurmOptions
-from dd_accept.slurm_docker.state import state_root
+from dd_accept.harness.provenance import gather
+from dd_accept.reports.audit import audit
+from dd_accept.reports.bundle import write_bundle
+from dd_accept.reports.sanitize import Sanitizer
+from dd_accept.reports.signing import load_private_key
+from dd_accept.slurm_docker import engine
+from dd_accept.slurm_docker.login_node import open_existing
+from dd_accept.slurm_docker.sut_image import build_node_image
+from dd_accept.sut.profile import load_profile, profile_for
+from dd_accept.sut.spec import SutSpec
+from dd_accept.sut.wheelhouse import build_wheelhouse
 
-SCENARIOS = ("overload", "drain", "health", "streaming")  # grows as scenarios land; `all` runs every one of them
-MODULES = {name: f"dd_accept.acceptance.test_{name}" for name in SCENARIOS}
+SCENARIOS = SCENARIO_NAMES  # declared in acceptance.scenarios; `all` runs every one of them
+MODULES = {scenario.name: scenario.test_module for scenario in DECLARED}
 
 
 @dataclass
@@ -39,22 +51,20 @@ class RunRequest:
     sut: str
     profile: str | None
     out: Path | None
-    options: dict[str, int] = field(default_factory=dict)
+    overload: OverloadOptions = field(default_factory=OverloadOptions)
+    drain: DrainOptions = field(default_factory=DrainOptions)  # replaces the profile's drain window/allowance
+    cluster: ClusterOptions = field(default_factory=ClusterOptions)  # docker, or this machine's Slurm cluster
+    backend: BackendOptions = field(default_factory=BackendOptions)  # synthetic, or vLLM (overload only)
     allow_unsupported: bool = False
     seed: int = 0
     sign_key: Path | None = None
     client_headers: tuple[str, ...] = ()
     parallel: int = 2
     keep_cluster: bool = False
-    drain: dict[str, float] = field(default_factory=dict)  # replaces the profile's drain window/allowance
-    cluster_mode: str = "docker"  # or "existing": this machine is a Slurm login node
-    run_dir: Path | None = None  # existing cluster: the directory every node shares
-    slurm: SlurmOptions = field(default_factory=SlurmOptions)
-    backend: VllmBackend | None = None  # real vLLM replicas (overload only) instead of synthetic ones
 
     def scenarios(self) -> list[str]:
         """`all`, one scenario, or several joined by commas (`overload,streaming`)."""
-        if self.backend is not None and self.scenario != "overload":
+        if self.backend.backend == "vllm" and self.scenario != "overload":
             raise UsageError(
                 f"--backend vllm runs the overload scenario only, got {self.scenario!r}: the other scenarios steer "
                 "replicas through the synthetic replica's control plane, which vLLM does not have"
@@ -93,32 +103,14 @@ def _pytest_argv(request: RunRequest, out: Path) -> list[str]:
     if request.keep_cluster:
         argv.append("--dd-keep-cluster")
     argv += ["--dd-seed", str(request.seed)]
-    for key, option in (("window_seconds", "--dd-drain-window"), ("allowance_seconds", "--dd-drain-allowance")):
-        if key in request.drain:
-            argv += [option, repr(request.drain[key])]
-    if request.cluster_mode == "existing":
-        slurm = request.slurm
-        argv += ["--dd-cluster-mode", "existing", "--dd-run-dir", str(request.run_dir)]
-        for option, value in (
-            ("--dd-partition", slurm.partition),
-            ("--dd-account", slurm.account),
-            ("--dd-time", slurm.time),
-            ("--dd-gres", slurm.gres),
-        ):
-            if value:
-                argv += [option, value]
-        argv += [f"--dd-srun-arg={arg}" for arg in slurm.srun_args]
-    if request.backend is not None:
-        backend = request.backend
-        argv += ["--dd-backend", "vllm", "--dd-model", backend.model]
-        argv += ["--dd-gpus-per-replica", str(backend.gpus_per_replica)]
-        argv += [f"--dd-vllm-arg={arg}" for arg in backend.extra_args]
-        if backend.command_prefix:
-            argv += ["--dd-vllm-command", shlex.join(backend.command_prefix)]
     for header in request.client_headers:
         argv += ["--dd-client-header", header]
-    for key, value in request.options.items():
-        argv += [f"--dd-{key.replace('_', '-')}", str(value)]
+    # Each model's options as the pytest plugin spells them, derived from their one definition.
+    cluster = request.cluster
+    if cluster.run_dir:
+        cluster = replace(cluster, run_dir=str(Path(cluster.run_dir).resolve()))
+    for options in (request.overload, request.drain, cluster, request.backend):
+        argv += to_argv(options, "--dd-")
     if len(names) > 1 and request.parallel > 1:
         workers = min(request.parallel, len(names))
         argv += ["-n", str(workers), "--dist", "load", "--dd-nodes", str(workers)]
@@ -174,18 +166,11 @@ class ProgressFollower:
 
 
 def run(request: RunRequest, console: ConsoleListener) -> int:
-    from dd_accept.fixtures.sut.profile import load_profile, profile_for
-    from dd_accept.fixtures.sut.spec import SutSpec
-    from dd_accept.fixtures.sut.wheelhouse import build_wheelhouse
-    from dd_accept.slurm_docker import engine
-    from dd_accept.slurm_docker.sut_image import build_node_image
 
     request.scenarios()  # validate before anything is created
     spec = SutSpec.parse(request.sut)
     sign_key = None
     if request.sign_key is not None:
-        from dd_accept.reports.signing import load_private_key
-
         sign_key = load_private_key(request.sign_key)
     if request.profile:
         load_profile(Path(request.profile))
@@ -216,7 +201,8 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
                 with open(raw / "commands.jsonl", "a") as handle:
                     handle.write(existing.records.to_jsonl())
             console.on_step("writing the evidence bundle")
-            _write_evidence(raw, out, wheelhouse, image, started_wall, sign_key, request.run_dir)
+            run_dir = Path(request.cluster.run_dir) if request.cluster.run_dir else None
+            _write_evidence(raw, out, wheelhouse, image, started_wall, sign_key, run_dir)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # nothing half-written is left behind
         out.with_name(out.name + ".tar.gz").unlink(missing_ok=True)
@@ -228,11 +214,10 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
 
 def _existing_cluster(request: RunRequest):
     """The login-node cluster of `--cluster existing`, validated (exit 2 before anything starts)."""
-    if request.cluster_mode != "existing":
+    if request.cluster.mode != "existing":
         return None
-    from dd_accept.slurm_docker.login_node import open_existing
 
-    return open_existing(request.run_dir, request.slurm)
+    return open_existing(request.cluster)
 
 
 def _write_evidence(
@@ -244,9 +229,6 @@ def _write_evidence(
     sign_key: Any = None,
     run_dir: Path | None = None,
 ) -> None:
-    from dd_accept.reports.bundle import write_bundle
-    from dd_accept.reports.context import gather
-    from dd_accept.reports.sanitize import Sanitizer
 
     roots = {str(out): "<bundle>", str(raw): "<run>", str(Path.cwd()): "<cwd>", str(state_root()): "<state>"}
     if run_dir is not None:
@@ -293,9 +275,8 @@ def _run_pytest(request: RunRequest, out: Path, console: ConsoleListener) -> int
 
 
 def _report(out: Path, console: ConsoleListener, seconds: float) -> int:
-    from dd_accept.reports.audit import audit
 
-    results = json.loads((out / "results.json").read_text())
+    results = load_results(out / "results.json")
     table = Table(title=f"dd-accept {results['verdict'].upper()} — {results['sut'].get('spec', '?')}")
     for column in ("check", "verdict", "expected", "observed"):
         table.add_column(column, overflow="fold")

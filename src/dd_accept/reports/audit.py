@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dd_accept.errors import UsageError
+from dd_accept.base.errors import UsageError
 from dd_accept.reports.sanitize import PRIVATE_IP, Rule, Sanitizer
 
 BINARY_SNIFF = 8192

@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from dd_accept import __version__
+from dd_accept.base.results import load_results
 from dd_accept.reports import render
 from dd_accept.reports.digests import lock_digest, sha256_file
+from dd_accept.reports.html import render_bundle
 from dd_accept.reports.sanitize import Sanitizer
+from dd_accept.reports.signing import sign_bundle
 
 MANIFEST_SCHEMA = "dd-accept/manifest/v1"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -139,7 +142,7 @@ def write_bundle(
     raw: Path, out: Path, context: RunContext, sanitizer: Sanitizer, sign_key: Any | None = None
 ) -> dict[str, Any]:
     """Write the sanitized bundle into `out` (which holds no other files) and its .tar.gz."""
-    results = json.loads((raw / "results.json").read_text())
+    results = load_results(raw / "results.json")
     results = json.loads(sanitizer.text(json.dumps(results), "results.json"))
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     for source, relative in _evidence_files(raw):
@@ -149,12 +152,9 @@ def write_bundle(
     (out / "summary.md").write_text(render.markdown(results))
     (out / "junit.xml").write_text(render.junit(results))
     (out / "redactions.json").write_text(json.dumps(sanitizer.report(), indent=2) + "\n")
-    from dd_accept.reports.html import render_bundle  # renders from the sanitized bundle itself
 
     (out / "report.html").write_text(render_bundle(out))
     if sign_key is not None:
-        from dd_accept.reports.signing import sign_bundle
-
         sign_bundle(out, sign_key)
     write_manifest(out)
     archive = out.with_name(out.name + ".tar.gz")

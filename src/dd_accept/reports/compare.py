@@ -8,7 +8,6 @@ drain time) that moved. The comparison reads only the two bundles' `results.json
 from __future__ import annotations
 
 import html
-import json
 import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,8 @@ from typing import Any
 
 from rich.table import Table
 
-from dd_accept.errors import UsageError
+from dd_accept.base.errors import UsageError
+from dd_accept.base.results import parse_results
 
 CHANGES = ("regressed", "fixed", "changed", "same", "added", "removed")
 
@@ -90,15 +90,17 @@ def load_results(bundle: Path) -> dict[str, Any]:
     """`results.json` of a bundle directory or `.tar.gz`, or a usage error naming the bundle."""
     try:
         if bundle.is_dir():
-            return json.loads((bundle / "results.json").read_text())
-        with tarfile.open(bundle) as archive:
-            member = next((m for m in archive.getmembers() if m.name.endswith("/results.json")), None)
-            handle = archive.extractfile(member) if member is not None else None
-            if handle is None:
-                raise UsageError(f"compare: {bundle.name} holds no results.json")
-            return json.loads(handle.read())
+            text = (bundle / "results.json").read_text()
+        else:
+            with tarfile.open(bundle) as archive:
+                member = next((m for m in archive.getmembers() if m.name.endswith("/results.json")), None)
+                handle = archive.extractfile(member) if member is not None else None
+                if handle is None:
+                    raise UsageError(f"compare: {bundle.name} holds no results.json")
+                text = handle.read().decode()
     except (OSError, ValueError, tarfile.TarError):
         raise UsageError(f"compare: {bundle.name} is not a readable bundle directory or .tar.gz") from None
+    return parse_results(text, f"compare: {bundle.name}/results.json")
 
 
 def _checks(results: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-from dd_accept.fixtures.sut.wheelhouse import sha256_file
+from dd_accept.base.hashing import sha256_file
 
 __all__ = ["sha256_file"]
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import jinja2
 
-from dd_accept.acceptance.drain_checks import MARKS, classify
+from dd_accept.base.drain_outcomes import MARKS, classify
+from dd_accept.base.results import load_results
 
 WIDTH, ROW = 860, 14
 COLOURS = {"ok": "#2e7d32", "rate_limited": "#f9a825", "truncated": "#c62828", "error": "#c62828"}
@@ -297,7 +298,7 @@ code{font-size:.85em}
 
 
 def render_bundle(bundle: Path) -> str:
-    results = json.loads((bundle / "results.json").read_text())
+    results = load_results(bundle / "results.json")
     commands = _read_jsonl(bundle / "commands.jsonl") if (bundle / "commands.jsonl").is_file() else []
     charts: list[str] = []
     events = bundle / "events"

@@ -16,7 +16,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from dd_accept.errors import UsageError
+from dd_accept.base.errors import UsageError
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 ENVELOPE = "provenance.dsse.json"

@@ -12,10 +12,12 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from dd_accept.errors import UsageError
+from dd_accept.base.errors import UsageError
+from dd_accept.base.results import SCHEMA, schema_problem
 from dd_accept.reports.audit import audit
 from dd_accept.reports.bundle import STATEMENT_TYPE, TEST_RESULT_PREDICATE
 from dd_accept.reports.digests import sha256_file
+from dd_accept.reports.signing import check_signature, load_public_key
 
 
 def _load(path: Path, what: str) -> dict:
@@ -52,6 +54,9 @@ def verify_directory(bundle: Path, wheels: list[Path], public_key: object | None
         results = _load(bundle / "results.json", "results.json")
     except _Problem as problem:
         return [*problems, str(problem)]
+    shape = schema_problem(results)
+    if shape:
+        return [*problems, f"results.json: does not follow {SCHEMA} ({shape})"]
     if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != TEST_RESULT_PREDICATE:
         problems.append("provenance.json: not an in-toto test-result statement")
     claimed = "PASSED" if results.get("verdict") == "pass" else "FAILED"
@@ -68,7 +73,6 @@ def verify_directory(bundle: Path, wheels: list[Path], public_key: object | None
             problems.append(f"wheel {wheel.name}: not a subject of this bundle")
         elif sha256_file(wheel) != subjects[wheel.name]:
             problems.append(f"wheel {wheel.name}: sha256 differs from the provenance subject")
-    from dd_accept.reports.signing import check_signature
 
     problems += check_signature(bundle, public_key)  # type: ignore[arg-type]
     problems += [f"audit: {finding}" for finding in audit([bundle])]
@@ -83,8 +87,6 @@ def verify(bundle: Path, wheels: list[Path], pubkey: Path | None = None) -> list
             raise UsageError(f"verify: --wheel {wheel.name}: no such file")
     public_key = None
     if pubkey is not None:
-        from dd_accept.reports.signing import load_public_key
-
         public_key = load_public_key(pubkey)
     if bundle.is_dir():
         return verify_directory(bundle, wheels, public_key)

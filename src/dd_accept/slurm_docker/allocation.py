@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
 
-from dd_accept.errors import ClusterError
-from dd_accept.harness.waiting import wait_until
+from dd_accept.base.errors import ClusterError
+from dd_accept.base.waiting import wait_until
 from dd_accept.slurm_docker.cluster import CONTROLLER
 from dd_accept.slurm_docker.interface import AllocationSite, Cluster
 from dd_accept.slurm_docker.records import CommandRecord, tail, utc_now_iso
@@ -142,6 +142,12 @@ def srun_argv(job_id: str, argv: Sequence[str], options: Sequence[str] = (), sit
     return ["srun", f"--jobid={job_id}", "--overlap", *site, *options, *argv]
 
 
+def scancel_argv(target: str, signal_name: str | None = None) -> list[str]:
+    """`scancel` of a step or job: with a signal, to the step's tasks (not its srun), as
+    the drain contract requires; without, the whole job."""
+    return ["scancel", *([f"--signal={signal_name}"] if signal_name else []), target]
+
+
 @dataclass
 class Allocation:
     """A job allocation held with `salloc --no-shell`; steps run in it with `srun`."""
@@ -227,7 +233,7 @@ class Allocation:
             return launcher.wait(timeout=timeout)
 
     def scancel_step(self, step: str, signal_name: str = "TERM") -> CommandRecord:
-        return self.cluster.exec(["scancel", f"--signal={signal_name}", step], timeout=10)
+        return self.cluster.exec(scancel_argv(step, signal_name), timeout=10)
 
     def job_state(self) -> str:
         record = self.cluster.exec(["squeue", "-h", "-j", self.job_id, "-o", "%T"], timeout=10)
@@ -236,7 +242,7 @@ class Allocation:
     def release(self, timeout: float = 30.0) -> list[str]:
         """Cancel the allocation; return the steps that were still running (leaks)."""
         leaked = self.steps()
-        self.cluster.exec(["scancel", self.job_id], timeout=10)
+        self.cluster.exec(scancel_argv(self.job_id), timeout=10)
         for command in self.background:
             if not command.finished:
                 with contextlib.suppress(TimeoutError):

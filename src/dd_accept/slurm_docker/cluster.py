@@ -23,13 +23,14 @@ import docker.types
 import jinja2
 from docker.models.containers import Container
 
-from dd_accept.errors import ClusterError, UsageError
-from dd_accept.harness.interrupts import deferred_interrupts
-from dd_accept.harness.waiting import WaitAborted, WaitTimeout, wait_until
+from dd_accept.base.errors import ClusterError, UsageError
+from dd_accept.base.interrupts import deferred_interrupts
+from dd_accept.base.state import cluster_dir
+from dd_accept.base.waiting import WaitAborted, WaitTimeout, wait_until
 from dd_accept.slurm_docker import engine, step_exit
+from dd_accept.slurm_docker.images import ensure_images
 from dd_accept.slurm_docker.layout import DOCKER_LAYOUT, NodeLayout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
-from dd_accept.slurm_docker.state import cluster_dir
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit
 
 CONTROLLER = "ctl"
@@ -228,8 +229,6 @@ class SlurmCluster:
     def up(self, ready_timeout: float = 60.0) -> Self:
         """Start the cluster and return once every node is idle; on any failure, tear down."""
         if self.image is None:
-            from dd_accept.slurm_docker.images import ensure_images
-
             self.image = ensure_images(self.engine)
         try:
             self._remove_stale()

@@ -16,7 +16,7 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
-from dd_accept.errors import EnvironmentProblem
+from dd_accept.base.errors import EnvironmentProblem
 from dd_accept.slurm_docker.records import (
     TIMEOUT_EXIT_CODES,
     CommandLog,

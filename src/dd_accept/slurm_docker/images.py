@@ -16,15 +16,15 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Protocol
 
 import docker
 import docker.errors
 
-from dd_accept.errors import ClusterError, EnvironmentProblem
+from dd_accept.base.errors import ClusterError, EnvironmentProblem
+from dd_accept.base.progress import BuildListener, QuietListener
+from dd_accept.base.state import file_lock, state_root
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.mirror import find_mirror
-from dd_accept.slurm_docker.state import file_lock, state_root
 
 SUITE = "bookworm"
 VARIANT = "minbase"
@@ -42,22 +42,6 @@ RECIPE_VERSION = "1"  # bump to force a rebuild when the build procedure itself 
 BASE_REPOSITORY = "dd-accept/base"
 SLURM_REPOSITORY = "dd-accept/slurm"
 RECIPE_FILES = ("Dockerfile", "dd-node-entrypoint", "dd-bg")
-
-
-class BuildListener(Protocol):
-    """Observer of a build; the console display is one implementation, tests another."""
-
-    def on_step(self, name: str) -> None: ...
-
-    def on_detail(self, text: str) -> None: ...
-
-
-class QuietListener:
-    def on_step(self, name: str) -> None:
-        pass
-
-    def on_detail(self, text: str) -> None:
-        pass
 
 
 def _digest(*parts: str | bytes) -> str:

@@ -29,7 +29,7 @@ class NodeLayout:
         return f"{self.venv}/lib/python{NODE_PYTHON_VERSION}/site-packages"
 
     def drill(self, name: str) -> str:
-        return f"{self.harness_dir}/dd_accept/fixtures/{name}"
+        return f"{self.harness_dir}/dd_accept/node/drills/{name}"
 
 
 DOCKER_LAYOUT = NodeLayout(venv="/opt/sut", harness_dir="/opt/dd-accept")

@@ -16,22 +16,25 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import Field, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from dd_accept.errors import ClusterError, UsageError
+import dd_accept
+from dd_accept.base.errors import ClusterError, UsageError
+from dd_accept.base.options import ClusterOptions, flag
+from dd_accept.base.state import file_lock
 from dd_accept.slurm_docker import step_exit
 from dd_accept.slurm_docker.cluster import CONTROLLER, SlurmCluster
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord, decode, tail, utc_now_iso
-from dd_accept.slurm_docker.state import file_lock
 from dd_accept.slurm_docker.step_exit import StepExit
+from dd_accept.slurm_docker.sut_image import node_files, node_source_digest
 
 if TYPE_CHECKING:
-    from dd_accept.fixtures.sut.wheelhouse import Wheelhouse
+    from dd_accept.sut.wheelhouse import Wheelhouse
 
 SLURM_COMMANDS = ("salloc", "srun", "scancel", "squeue", "sinfo", "scontrol")
 LOGIN = "login"  # how records name the login node
@@ -56,39 +59,21 @@ def check_run_dir(run_dir: Path) -> Path:
     return run_dir
 
 
-def open_existing(
-    run_dir: Path | None,
-    options: SlurmOptions,
-    *,
-    mode_flag: str = "--cluster existing",
-    run_dir_flag: str = "--run-dir",
-) -> ExistingCluster:
+def open_existing(options: ClusterOptions, spell: Callable[[Field[Any]], str] = flag) -> ExistingCluster:
     """The login node's cluster, once its preconditions hold: Slurm's commands on PATH and a
-    usable run directory. Every failure is a usage error naming the flag to fix."""
+    usable run directory. Every failure is a usage error naming the option to fix, spelled
+    the way the caller's front end spells it (`spell`)."""
+    fields = ClusterOptions.__dataclass_fields__
+    mode_flag, run_dir_flag = f"{spell(fields['mode'])} existing", spell(fields["run_dir"])
     missing = missing_slurm_commands()
     if missing:
         raise UsageError(
             f"{mode_flag} needs Slurm's commands on PATH (this machine must be a login node); "
             f"missing: {', '.join(missing)}"
         )
-    if run_dir is None:
+    if options.run_dir is None:
         raise UsageError(f"{mode_flag} needs {run_dir_flag} DIR, a directory every node of the cluster shares")
-    return ExistingCluster(run_dir=check_run_dir(run_dir), options=options)
-
-
-@dataclass(frozen=True, slots=True)
-class SlurmOptions:
-    """What a site needs on its allocations and steps (partition, account, time, GPUs, ...)."""
-
-    partition: str | None = None
-    account: str | None = None
-    time: str | None = None
-    gres: str | None = None
-    srun_args: tuple[str, ...] = ()
-
-    def salloc_args(self) -> tuple[str, ...]:
-        pairs = (("--partition", self.partition), ("--account", self.account), ("--gres", self.gres))
-        return tuple(f"{flag}={value}" for flag, value in pairs if value)
+    return ExistingCluster(run_dir=check_run_dir(Path(options.run_dir)), options=options)
 
 
 @dataclass
@@ -96,7 +81,7 @@ class ExistingCluster:
     """A Slurm cluster this machine is a login node of; see the module docstring."""
 
     run_dir: Path
-    options: SlurmOptions = field(default_factory=SlurmOptions)
+    options: ClusterOptions = field(default_factory=ClusterOptions)
     name: str = "existing"
     records: CommandLog = field(default_factory=CommandLog)
     layout: NodeLayout | None = None
@@ -232,9 +217,8 @@ class ExistingCluster:
     def install_sut(self, wheelhouse: Wheelhouse) -> NodeLayout:
         """Install the SUT (offline, from the wheelhouse) and dd-accept's in-cluster code into
         the shared run directory, once per SUT and harness version (keyed by both digests)."""
-        from dd_accept.slurm_docker.sut_image import harness_source_digest
 
-        key = f"{wheelhouse.digest[:16]}-{harness_source_digest()[:16]}"
+        key = f"{wheelhouse.digest[:16]}-{node_source_digest()[:16]}"
         base = self.run_dir / "dd-accept-sut" / key
         layout = NodeLayout(venv=str(base / "venv"), harness_dir=str(base / "harness"), sut_only=str(base / "sut-only"))
         base.parent.mkdir(parents=True, exist_ok=True)
@@ -247,12 +231,10 @@ class ExistingCluster:
         return layout
 
     def _install(self, wheelhouse: Wheelhouse, base: Path, layout: NodeLayout) -> None:
-        import dd_accept
-        from dd_accept.slurm_docker.sut_image import harness_files
 
         shutil.copytree(wheelhouse.path, base / "wheelhouse")
         root = Path(dd_accept.__file__).parent
-        for path in harness_files():
+        for path in node_files():
             target = Path(layout.harness_dir) / "dd_accept" / path.relative_to(root)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from dd_accept.errors import EnvironmentProblem
+from dd_accept.base.errors import EnvironmentProblem
 
 MIRROR_ENV = "DD_ACCEPT_DEBIAN_MIRROR"
 APT_DIR = Path("/etc/apt")

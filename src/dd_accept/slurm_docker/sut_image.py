@@ -3,7 +3,7 @@
 `dd-accept/sut:<hash>` is `/opt/sut`, a venv installed offline from the wheelhouse; its
 tag is a hash of the Slurm layer and the wheel digests, so a new SUT means a new image and
 the same SUT never reinstalls. `dd-accept/node:<hash>` adds dd-accept's in-cluster code
-(replica, load client) in seconds; its tag adds the harness's source digest. Both are
+(`dd_accept.node` and the `base` it imports) in seconds; its tag adds that code's digest. Both are
 built with `network_mode=none`: nothing can reach an index.
 """
 
@@ -20,12 +20,14 @@ import docker
 import docker.errors
 
 import dd_accept
-from dd_accept.errors import ClusterError, UsageError
-from dd_accept.fixtures.sut.wheelhouse import Wheelhouse, sha256_file
+from dd_accept.base.errors import ClusterError, UsageError
+from dd_accept.base.hashing import sha256_file
+from dd_accept.base.progress import BuildListener, QuietListener
+from dd_accept.base.state import file_lock, state_root
 from dd_accept.slurm_docker import engine
-from dd_accept.slurm_docker.images import BuildListener, BuildResult, QuietListener, ensure_images, slurm_tag
+from dd_accept.slurm_docker.images import BuildResult, ensure_images, slurm_tag
 from dd_accept.slurm_docker.layout import DOCKER_LAYOUT
-from dd_accept.slurm_docker.state import file_lock, state_root
+from dd_accept.sut.wheelhouse import Wheelhouse
 
 SUT_REPOSITORY = "dd-accept/sut"
 NODE_REPOSITORY = "dd-accept/node"
@@ -56,18 +58,40 @@ RUN {SUT_PYTHON} -c 'import site, sys; open(site.getsitepackages()[0] + "/dd_acc
 """
 
 
+NODE_PACKAGES = ("base", "node")  # what runs on compute nodes; the layer contract keeps it light
+
+
 def harness_files() -> list[Path]:
-    """dd-accept's package files, as copied into the node image (caches excluded)."""
+    """dd-accept's package files (caches excluded): what the provenance digest covers."""
     root = Path(dd_accept.__file__).parent
     return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc")
 
 
-def harness_source_digest() -> str:
+def node_files() -> list[Path]:
+    """The part of dd-accept the nodes run (`dd_accept.node` and the `base` it imports): a
+    change to checks, reports or the CLI does not rebuild the node image."""
+    root = Path(dd_accept.__file__).parent
+    return [
+        path
+        for path in harness_files()
+        if path.relative_to(root).parts[0] in NODE_PACKAGES or path.relative_to(root) == Path("__init__.py")
+    ]
+
+
+def _digest_files(files: list[Path]) -> str:
     root = Path(dd_accept.__file__).parent
     hasher = hashlib.sha256()
-    for path in harness_files():
+    for path in files:
         hasher.update(str(path.relative_to(root)).encode() + b"\0" + sha256_file(path).encode() + b"\n")
     return hasher.hexdigest()
+
+
+def harness_source_digest() -> str:
+    return _digest_files(harness_files())
+
+
+def node_source_digest() -> str:
+    return _digest_files(node_files())
 
 
 def sut_tag(wheelhouse: Wheelhouse) -> str:
@@ -77,7 +101,7 @@ def sut_tag(wheelhouse: Wheelhouse) -> str:
 
 def node_tag(wheelhouse: Wheelhouse) -> str:
     recipe = hashlib.sha256(
-        "\n".join([sut_tag(wheelhouse), harness_source_digest(), NODE_DOCKERFILE]).encode()
+        "\n".join([sut_tag(wheelhouse), node_source_digest(), NODE_DOCKERFILE]).encode()
     ).hexdigest()[:16]
     return f"{NODE_REPOSITORY}:{recipe}"
 
@@ -130,7 +154,7 @@ def build_node_image(
                 context = Path(context_dir)
                 (context / "Dockerfile").write_text(NODE_DOCKERFILE)
                 package = Path(dd_accept.__file__).parent
-                for path in harness_files():
+                for path in node_files():
                     target = context / "dd_accept" / path.relative_to(package)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(path, target)

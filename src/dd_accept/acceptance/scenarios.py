@@ -1,0 +1,35 @@
+"""The scenarios dd-accept runs, declared once.
+
+`dd-accept run`'s scenario names, the pytest module each runs as, gate-file validation and
+the check catalog are all read from this declaration (and from the checks that register
+themselves in `checks_module`), so adding a scenario is one entry here plus its code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    summary: str
+
+    @property
+    def test_module(self) -> str:
+        """The pytest module that runs it (the runner passes it with --pyargs)."""
+        return f"dd_accept.acceptance.test_{self.name}"
+
+    @property
+    def checks_module(self) -> str:
+        """Where its checks are written, as pure functions that register themselves."""
+        return f"dd_accept.acceptance.{self.name}_checks"
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("overload", "partial and total overload through the SUT's proxy, admission and client"),
+    Scenario("drain", "graceful drain with real srun and scancel, and the SUT's own cleanup"),
+    Scenario("health", "backend loss and unresponsive backends, detected and failing the attempt"),
+    Scenario("streaming", "streams passed through whole, unbuffered, with honest connection accounting"),
+)
+SCENARIO_NAMES: tuple[str, ...] = tuple(scenario.name for scenario in SCENARIOS)

@@ -1,0 +1,367 @@
+"""The user options, each defined once: one typed model per concern.
+
+A model is a frozen dataclass whose fields marked with `option(...)` carry everything the
+front ends need: the type (the annotation), the default, the bounds or choices and the help.
+`dd-accept run`'s arguments, the pytest plugin's `--dd-*` options, gate-file keys, the
+runner's pytest argv and the dry-run plan are all derived from these fields, so adding an
+option is one field (plus its use in a scenario), and the front ends cannot drift. Rules
+that relate two fields live in the model's `__post_init__`, written in terms of CLI flags;
+each front end renames the flags to its own spelling (`--dd-x`, `section.x`).
+
+This module sits at the bottom of the house: it imports nothing of dd-accept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import Field, dataclass, field, fields
+from typing import Any
+
+MISSING = dataclasses.MISSING
+
+
+def option(
+    default: Any,
+    help_text: str,
+    *,
+    minimum: float | None = None,
+    above: float | None = None,
+    choices: tuple[str, ...] | None = None,
+    flag: str | None = None,
+    gate_key: str | None = None,
+    pytest_flag: str | None = None,
+    metavar: str | None = None,
+) -> Any:
+    """A user option: a dataclass field whose metadata the front ends read.
+
+    `flag` names the CLI flag when the field's name does not read well as one (`srun_args`
+    is `--srun-arg`, given once per value); `gate_key` names its gate-file key when that file
+    spells it differently; `pytest_flag` the pytest option where the plugin's older option
+    of the same name means something else (`--dd-cluster` names the session cluster)."""
+    metadata = {
+        "option": True,
+        "help": help_text,
+        "minimum": minimum,
+        "above": above,
+        "choices": choices,
+        "flag": flag,
+        "gate_key": gate_key,
+        "pytest_flag": pytest_flag,
+        "metavar": metavar,
+    }
+    if isinstance(default, tuple):
+        return field(default_factory=lambda: default, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def user_options(model: type | None = None) -> tuple[Field[Any], ...]:
+    """The fields of `model` that users set (CLI, pytest, gate files), in declaration order."""
+    return tuple(f for f in fields(model or OverloadOptions) if f.metadata.get("option"))
+
+
+def flag(option_field: Field[Any], prefix: str = "--") -> str:
+    """`queue_depth` → `--queue-depth` (CLI) or, with prefix "--dd-", `--dd-queue-depth` (pytest)."""
+    meta = option_field.metadata
+    name = (prefix != "--" and meta.get("pytest_flag")) or meta.get("flag") or option_field.name.replace("_", "-")
+    return prefix + name
+
+
+def gate_key(option_field: Field[Any]) -> str:
+    return option_field.metadata.get("gate_key") or option_field.name
+
+
+def default_of(option_field: Field[Any]) -> Any:
+    if option_field.default_factory is not MISSING:
+        return option_field.default_factory()
+    return option_field.default
+
+
+def _hints(model: type) -> dict[str, Any]:
+    return typing.get_type_hints(model)
+
+
+def _scalar(hint: Any) -> tuple[type, bool, bool]:
+    """(scalar type, optional, repeated) of a field's annotation."""
+    optional = False
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        inner = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        hint, optional = inner[0], True
+    if typing.get_origin(hint) is tuple:
+        return typing.get_args(hint)[0], optional, True
+    return hint, optional, False
+
+
+def _describe(option_field: Field[Any], kind: type) -> str:
+    meta = option_field.metadata
+    if meta["choices"]:
+        return f"one of {', '.join(meta['choices'])}"
+    if kind is int:
+        return "a whole number" + (f" >= {meta['minimum']:g}" if meta["minimum"] is not None else "")
+    if kind is float:
+        bound = f" > {meta['above']:g}" if meta["above"] is not None else ""
+        return "a number of seconds" + bound
+    return "a string"
+
+
+def convert(option_field: Field[Any], kind: type, value: Any, name: str) -> Any:
+    """One value of an option, from text (CLI, pytest) or TOML; ValueError names `name`."""
+    meta = option_field.metadata
+    try:
+        if kind is int:
+            if isinstance(value, bool) or not isinstance(value, int | str):
+                raise ValueError
+            converted: Any = int(value, 10) if isinstance(value, str) else value
+        elif kind is float:
+            if isinstance(value, bool) or not isinstance(value, int | float | str):
+                raise ValueError
+            converted = float(value)
+        else:
+            if not isinstance(value, str):
+                raise ValueError
+            converted = value
+    except ValueError:
+        raise ValueError(f"{name} must be {_describe(option_field, kind)}, got {value!r}") from None
+    if meta["choices"] and converted not in meta["choices"]:
+        raise ValueError(f"{name} must be {_describe(option_field, kind)}, got {value!r}")
+    if meta["minimum"] is not None and converted < meta["minimum"]:
+        raise ValueError(f"{name} must be {_describe(option_field, kind)}, got {value!r}")
+    if meta["above"] is not None and not converted > meta["above"]:
+        raise ValueError(f"{name} must be {_describe(option_field, kind)}, got {value!r}")
+    return converted
+
+
+def add_arguments(add: Callable[..., Any], model: type, prefix: str = "--") -> None:
+    """Declare every option of `model` with `add` (argparse's `add_argument` or pytest's
+    `addoption`). Nothing is converted here: `build` does it, so both front ends report a
+    bad value the same way. The default shown is the model's; the parsed default is None
+    (or empty), so `build` can tell an option given from one left alone."""
+    for option_field in user_options(model):
+        meta = option_field.metadata
+        _, _, repeated = _scalar(_hints(model)[option_field.name])
+        default = default_of(option_field)
+        shown = "" if default in (None, ()) else f" (default: {default})"
+        kwargs: dict[str, Any] = {"help": meta["help"] + shown, "dest": _dest(option_field, prefix)}
+        if meta["choices"]:
+            kwargs["choices"] = meta["choices"]
+        if meta["metavar"]:
+            kwargs["metavar"] = meta["metavar"]
+        if repeated:
+            kwargs.update(action="append", default=[])
+            kwargs["help"] += " (repeat)"
+        else:
+            kwargs["default"] = None
+        add(flag(option_field, prefix), **kwargs)
+
+
+def _dest(option_field: Field[Any], prefix: str) -> str:
+    return (prefix.strip("-").replace("-", "_") + "_" if prefix != "--" else "") + option_field.name
+
+
+def given(model: type, lookup: Callable[[str], Any], prefix: str = "--") -> dict[str, Any]:
+    """The raw values of `model`'s options a front end holds, by field name, left-alone
+    options (None, empty) dropped. `lookup(dest)` reads one parsed value."""
+    values = {}
+    for option_field in user_options(model):
+        raw = lookup(_dest(option_field, prefix))
+        if raw is None or raw == [] or raw == ():
+            continue
+        values[option_field.name] = raw
+    return values
+
+
+def build(model: type, raw: Mapping[str, Any], names: Callable[[Field[Any]], str] | None = None, **extra: Any) -> Any:
+    """`model` from raw values (text or TOML values) by field name, converted and checked.
+
+    Raises ValueError naming the option as `names(field)` spells it (default: the CLI
+    flag); the model's own cross-field rules speak in CLI flags and are renamed the same way."""
+    spell = names or flag
+    hints = _hints(model)
+    values = {}
+    for option_field in user_options(model):
+        if option_field.name not in raw:
+            continue
+        kind, _, repeated = _scalar(hints[option_field.name])
+        value = raw[option_field.name]
+        if repeated:
+            items = value if isinstance(value, list | tuple) else [value]
+            values[option_field.name] = tuple(convert(option_field, kind, item, spell(option_field)) for item in items)
+        else:
+            values[option_field.name] = convert(option_field, kind, value, spell(option_field))
+    try:
+        return model(**values, **extra)
+    except ValueError as error:
+        raise ValueError(rename_flags(str(error), model, spell)) from None
+
+
+def rename_flags(message: str, model: type, names: Callable[[Field[Any]], str]) -> str:
+    """A model's message, with its CLI flags spelled the way a front end spells them."""
+    spelled = {flag(f): names(f) for f in user_options(model)}
+    return re.sub(r"--[a-z][a-z0-9-]*", lambda m: spelled.get(m.group(0), m.group(0)), message)
+
+
+def to_argv(instance: Any, prefix: str = "--dd-") -> list[str]:
+    """The options of `instance` that differ from their defaults, as argv (the runner passes
+    these to the pytest child, which builds the same instance from them)."""
+    argv: list[str] = []
+    for option_field in user_options(type(instance)):
+        value = getattr(instance, option_field.name)
+        if value == default_of(option_field):
+            continue
+        if isinstance(value, tuple):
+            argv += [f"{flag(option_field, prefix)}={item}" for item in value]
+        else:
+            argv += [flag(option_field, prefix), str(value)]
+    return argv
+
+
+def gate_fields(model: type) -> list[tuple[str, Any, Any]]:
+    """`make_dataclass` fields for a gate-file section holding `model`'s options."""
+    hints = _hints(model)
+    out = []
+    for option_field in user_options(model):
+        default = default_of(option_field)
+        factory = field(default_factory=lambda d=default: d) if isinstance(default, tuple) else field(default=default)
+        out.append((gate_key(option_field), hints[option_field.name], factory))
+    return out
+
+
+def from_gate(model: type, section: Any, where: str, **extra: Any) -> Any:
+    """`model` from a parsed gate-file section; complaints name `where.key`."""
+    raw = {f.name: getattr(section, gate_key(f)) for f in user_options(model)}
+    raw = {name: value for name, value in raw.items() if value is not None}
+    return build(model, raw, lambda f: f"{where}.{gate_key(f)}", **extra)
+
+
+# ---- the models ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OverloadOptions:
+    replicas: int = option(8, "synthetic replicas behind the proxy", minimum=1)
+    overloaded: int = option(2, "replicas held in overload during partial overload", minimum=1)
+    queue_depth: int = option(
+        7, "waiting requests held on each overloaded replica (the seed's acceptance ran at 7)", minimum=1
+    )
+    threshold: int = option(0, "queue admission threshold, the SUT's override (its own default is 128)", minimum=0)
+    retry_after: int = option(3, "Retry-After seconds the replicas' queue admission sends", minimum=1)
+    admission_limit: int = option(8, "the SUT client's initial admission limit", minimum=1)
+    records: int = option(32, "records per client run", minimum=1)
+    recovery_records: int = 40
+    decrease_wait_s: float = 30.0  # two rounds take ~2 x Retry-After on a correct SUT
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.replicas <= 64:
+            raise ValueError("--replicas must be between 1 and 64")
+        if not 1 <= self.overloaded < self.replicas:
+            raise ValueError(
+                "--overloaded must be at least 1 and below --replicas: partial overload needs a replica left"
+            )
+        if self.queue_depth <= self.threshold:
+            raise ValueError("--queue-depth must be above --threshold, or nothing is overloaded")
+        if self.retry_after < 1 or self.admission_limit < 1 or self.records < 1 or self.threshold < 0:
+            raise ValueError("--retry-after, --admission-limit and --records must be positive, --threshold >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class DrainOptions:
+    """The SUT profile's drain timing, replaced for one run (None: the profile's own)."""
+
+    window_seconds: float | None = option(
+        None,
+        "seconds; replaces the SUT profile's drain window",
+        above=0,
+        flag="drain-window",
+        gate_key="drain_window_s",
+    )
+    allowance_seconds: float | None = option(
+        None,
+        "seconds; replaces the SUT profile's drain allowance",
+        above=0,
+        flag="drain-allowance",
+        gate_key="drain_allowance_s",
+    )
+
+    def __post_init__(self) -> None:
+        window, allowance = self.window_seconds, self.allowance_seconds
+        if window is not None and allowance is not None and allowance < window:
+            raise ValueError("--drain-allowance must be at least --drain-window")
+
+    def overrides(self) -> dict[str, float]:
+        """The profile fields to replace, by their names in the profile's [drain] table."""
+        return {f.name: getattr(self, f.name) for f in user_options(DrainOptions) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterOptions:
+    """Where to run, and what a site needs on its allocations and steps."""
+
+    mode: str = option(
+        "docker",
+        "existing: this machine is a login node of a real Slurm cluster (srun, salloc, scancel on PATH)",
+        choices=("docker", "existing"),
+        flag="cluster",
+        pytest_flag="cluster-mode",
+    )
+    run_dir: str | None = option(None, "existing cluster: absolute path of a directory every node shares")
+    partition: str | None = option(None, "existing cluster: partition of the allocations")
+    account: str | None = option(None, "existing cluster: account of the allocations")
+    time: str | None = option(None, "existing cluster: time limit of the allocations (e.g. 30:00)")
+    gres: str | None = option(None, "existing cluster: generic resources of the allocations (e.g. gpu:8)")
+    srun_args: tuple[str, ...] = option((), "existing cluster: extra srun argument", flag="srun-arg", metavar="ARG")
+
+    def __post_init__(self) -> None:
+        if self.mode == "docker":
+            site = ("run_dir", "partition", "account", "time", "gres", "srun_args")
+            for name in site:
+                if getattr(self, name):
+                    option_flag = flag(ClusterOptions.__dataclass_fields__[name])
+                    raise ValueError(f"{option_flag} applies to --cluster existing only")
+
+    def salloc_args(self) -> tuple[str, ...]:
+        pairs = (("--partition", self.partition), ("--account", self.account), ("--gres", self.gres))
+        return tuple(f"{option_flag}={value}" for option_flag, value in pairs if value)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """Which replicas serve: synthetic vLLM stand-ins, or `vllm serve` (overload only)."""
+
+    backend: str = option(
+        "synthetic",
+        "vllm: `vllm serve` replicas, steered by real load (overload scenario only)",
+        choices=("synthetic", "vllm"),
+        gate_key="kind",
+    )
+    model: str | None = option(None, "vllm: the model `vllm serve` loads")
+    gpus_per_replica: int | None = option(None, "vllm: GPUs per replica step (default: 1; 0: no --gres)", minimum=0)
+    vllm_args: tuple[str, ...] = option((), "vllm: extra `vllm serve` argument", flag="vllm-arg", metavar="ARG")
+    vllm_command: str | None = option(
+        None,
+        "vllm: how to run vllm on the nodes, e.g. '/opt/vllm/bin/vllm' (default: the SUT venv's bin/vllm)",
+        metavar="CMD",
+    )
+
+    def __post_init__(self) -> None:
+        if self.backend == "synthetic":
+            for name in ("model", "gpus_per_replica", "vllm_args", "vllm_command"):
+                value = getattr(self, name)
+                if value is not None and value != ():
+                    raise ValueError(
+                        f"{flag(BackendOptions.__dataclass_fields__[name])} applies to --backend vllm only"
+                    )
+        elif not self.model:
+            raise ValueError("--backend vllm needs --model MODEL (what `vllm serve` loads)")
+
+
+MODELS: tuple[type, ...] = (OverloadOptions, DrainOptions, ClusterOptions, BackendOptions)
+
+
+def parse_argv_values(parser_values: argparse.Namespace, model: type, prefix: str = "--") -> dict[str, Any]:
+    """`given` over an argparse namespace."""
+    return given(model, lambda dest: getattr(parser_values, dest, None), prefix)

@@ -1,0 +1,154 @@
+"""Check and scenario results, and the `results.json` schema a release gate reads.
+
+A check says what was expected and what was observed, in words a person can compare,
+plus a detail line. `unsupported` is reserved for capabilities the SUT's profile declares
+it lacks; the run still fails on it unless the user allows unsupported checks.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import jsonschema
+
+from dd_accept.base.errors import UsageError
+
+SCHEMA = "dd-accept/results/v1"  # published as docs/schema/results-v1.json
+Verdict = Literal["pass", "fail", "unsupported"]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    id: str
+    verdict: Verdict
+    expected: str
+    observed: str
+    detail: str = ""
+    # Key numbers (name → value) a release gate thresholds and a comparison puts side by side.
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def judge(
+        cls,
+        check_id: str,
+        ok: bool,
+        expected: str,
+        observed: str,
+        detail: str = "",
+        metrics: dict[str, float] | None = None,
+    ) -> CheckResult:
+        return cls(check_id, "pass" if ok else "fail", expected, observed, detail, dict(metrics or {}))
+
+    @classmethod
+    def unsupported(cls, check_id: str, expected: str, detail: str) -> CheckResult:
+        return cls(check_id, "unsupported", expected, "capability not present in the SUT", detail)
+
+
+@dataclass(slots=True)
+class ScenarioResult:
+    name: str
+    checks: list[CheckResult] = field(default_factory=list)
+    started: float | None = None
+    ended: float | None = None
+    error: str | None = None  # the scenario could not be judged (environment), not a failed check
+
+    def add(self, check: CheckResult) -> CheckResult:
+        self.checks.append(check)
+        return check
+
+    def verdict(self, allow_unsupported: bool = False) -> Verdict:
+        if self.error is not None:
+            return "fail"
+        accepted = {"pass", "unsupported"} if allow_unsupported else {"pass"}
+        return "pass" if self.checks and all(c.verdict in accepted for c in self.checks) else "fail"
+
+    def failed(self, allow_unsupported: bool = False) -> list[CheckResult]:
+        accepted = {"pass", "unsupported"} if allow_unsupported else {"pass"}
+        return [c for c in self.checks if c.verdict not in accepted]
+
+    def to_json(self, allow_unsupported: bool = False) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "verdict": self.verdict(allow_unsupported),
+            "started": self.started,
+            "ended": self.ended,
+            "error": self.error,
+            "checks": [asdict(check) for check in self.checks],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ScenarioResult:
+        return cls(
+            name=data["name"],
+            checks=[CheckResult(**check) for check in data["checks"]],
+            started=data.get("started"),
+            ended=data.get("ended"),
+            error=data.get("error"),
+        )
+
+
+def run_verdict(scenarios: list[ScenarioResult], allow_unsupported: bool) -> Verdict:
+    if not scenarios:
+        return "fail"
+    return "pass" if all(s.verdict(allow_unsupported) == "pass" for s in scenarios) else "fail"
+
+
+def write_results(
+    path: Path, scenarios: list[ScenarioResult], sut: dict[str, Any], allow_unsupported: bool
+) -> dict[str, Any]:
+    document = {
+        "schema": SCHEMA,
+        "verdict": run_verdict(scenarios, allow_unsupported),
+        "allow_unsupported": allow_unsupported,
+        "sut": sut,
+        "scenarios": [s.to_json(allow_unsupported) for s in sorted(scenarios, key=lambda s: s.name)],
+    }
+    problem = schema_problem(document)
+    if problem:  # the writer and the published schema disagree: a fault of dd-accept itself
+        raise AssertionError(f"results.json would not follow {SCHEMA}: {problem}")
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(document, indent=2) + "\n")
+    temporary.replace(path)
+    return document
+
+
+@functools.cache
+def _validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(resources.files("dd_accept.base").joinpath("schemas", "results-v1.json").read_text())
+    return jsonschema.Draft202012Validator(schema)
+
+
+def schema_problem(document: Any) -> str | None:
+    """Where `document` departs from dd-accept/results/v1 (the first place), or None."""
+    error = jsonschema.exceptions.best_match(_validator().iter_errors(document))
+    if error is None:
+        return None
+    where = "/".join(str(part) for part in error.absolute_path) or "the top level"
+    return f"at {where}: {error.message[:200]}"
+
+
+def parse_results(text: str, name: str = "results.json") -> dict[str, Any]:
+    """A results document a reader can trust the shape of: every reader (verify, compare,
+    report, gates) goes through here, so a hand-edited or truncated file is one clear usage
+    error, never a KeyError deep in a report."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        raise UsageError(f"{name} is not JSON") from None
+    problem = schema_problem(document)
+    if problem:
+        raise UsageError(f"{name} does not follow {SCHEMA} ({problem})")
+    return document
+
+
+def load_results(path: Path, name: str = "results.json") -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        raise UsageError(f"{name}: cannot read it") from None
+    return parse_results(text, name)

@@ -1,0 +1,40 @@
+"""Gathering what the provenance records about a run (digests, locks, images, versions)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dd_accept.reports.bundle import RunContext
+from dd_accept.reports.digests import lock_of_environment, runtime_source_digest
+from dd_accept.slurm_docker import engine
+from dd_accept.slurm_docker.sut_image import harness_source_digest
+from dd_accept.sut.wheelhouse import Wheelhouse
+
+
+def gather(
+    raw: Path, wheelhouse: Wheelhouse, node_image: str | None, command_line: list[str], started: float, ended: float
+) -> RunContext:
+    """What the provenance records; `node_image` is None on an existing cluster (no docker)."""
+    (sut_wheel, *_) = wheelhouse.sut_wheels
+    runtime_digest, runtime_files = runtime_source_digest(wheelhouse.path / sut_wheel.file)
+    freeze = raw / "node-freeze.txt"
+    node_lock = freeze.read_text().split() if freeze.is_file() else []
+    versions = json.loads((raw / "cluster.json").read_text()) if (raw / "cluster.json").is_file() else {}
+    images = {}
+    if node_image is not None:
+        client = engine.connect()
+        versions["docker_engine"] = engine.engine_version(client)
+        images[node_image] = engine.image_id(client, node_image)
+    return RunContext(
+        command_line=command_line,
+        started=started,
+        ended=ended,
+        harness_source_digest=harness_source_digest(),
+        runtime_source_digest=runtime_digest,
+        runtime_files=runtime_files,
+        host_lock=lock_of_environment(),
+        node_lock=sorted(line for line in node_lock if "==" in line or " @ " in line),
+        images=images,
+        versions=versions,
+    )

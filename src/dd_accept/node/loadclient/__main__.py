@@ -1,0 +1,83 @@
+"""`python -m dd_accept.node.loadclient --endpoint URL [--mode sut|raw] ...`
+
+Prints one JSON summary line on stdout; events go to `--events FILE` (JSONL).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from dd_accept.base.events import EventWriter
+from dd_accept.node.loadclient.raw import run_raw
+from dd_accept.node.loadclient.workload import Workload, parse_header
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dd-accept-loadclient")
+    parser.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:9000")
+    parser.add_argument("--mode", choices=("sut", "raw"), default="sut")
+    parser.add_argument(
+        "--adapter",
+        default="dd_accept.node.loadclient.data_designer",
+        help="module with run_sut(workload, events) for --mode sut (from the SUT profile)",
+    )
+    parser.add_argument("--records", type=int, default=16)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--prompt-chars", type=int, default=64)
+    parser.add_argument("--no-stream", action="store_true")
+    parser.add_argument("--admission-limit", type=int, default=8)
+    parser.add_argument("--deadline-s", type=float, default=120.0)
+    parser.add_argument("--max-record-attempts", type=int, default=50)
+    parser.add_argument("--model", default="dd-accept-synthetic")
+    parser.add_argument("--events", type=Path)
+    parser.add_argument("--run-tag", default="", help="prefix of request ids (x-dd-request-id)")
+    parser.add_argument("--header", action="append", default=[], help="extra request header, NAME: VALUE")
+    return parser
+
+
+def workload_from_args(args: argparse.Namespace) -> Workload:
+    """The `Workload` whose `to_argv()` produced these flags (the inverse of `Workload.to_argv`)."""
+    return Workload(
+        endpoint=args.endpoint.rstrip("/"),
+        records=args.records,
+        concurrency=args.concurrency,
+        max_tokens=args.max_tokens,
+        prompt_chars=args.prompt_chars,
+        stream=not args.no_stream,
+        model=args.model,
+        admission_limit=args.admission_limit,
+        deadline_s=args.deadline_s,
+        max_record_attempts=args.max_record_attempts,
+        run_tag=args.run_tag,
+        headers=tuple(parse_header(text) for text in args.header),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        workload = workload_from_args(args)
+    except ValueError as error:
+        print(f"loadclient: {error}", file=sys.stderr)
+        return 2
+    events = EventWriter(args.events, source="client")
+    try:
+        if args.mode == "raw":
+            summary = asyncio.run(run_raw(workload, events))
+        else:
+            summary = asyncio.run(importlib.import_module(args.adapter).run_sut(workload, events))
+    finally:
+        events.close()
+    print(json.dumps({**summary, "mode": args.mode, "events": events.counts}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,465 @@
+"""The synthetic vLLM replica as an ASGI application.
+
+Layers, outermost first:
+  1. `ControlRouter` — the harness's control plane under `/_dd/`, guarded by a per-run
+     token. It sits *outside* the SUT's middleware so that controls still work while the
+     replica is overloaded (the middleware would answer 429 to them too).
+  2. the SUT's queue-admission middleware, unmodified, loaded by import path.
+  3. `ReplicaApp` — OpenAI-compatible endpoints backed by the engine model.
+
+No request or response text is ever logged: only counts, sizes and timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import importlib
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
+
+from dd_accept.base.events import EventWriter
+from dd_accept.node.replica.control_state import ControlState, ForcedResponse
+from dd_accept.node.replica.engine import Engine
+
+Scope = dict[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+CONTROL_PREFIX = "/_dd/"
+REQUEST_ID_HEADER = b"x-dd-request-id"
+PROBE_PATHS = frozenset({"/health", "/metrics", "/version", "/v1/models"})
+TOKEN_HEADER = b"x-dd-control-token"
+VERSION = "0.0.0-dd-accept-synthetic"
+MAX_CHUNK_OFFSETS = 2048  # per stream: enough for the scenarios' streams, bounded for long ones
+
+
+class StreamCut(Exception):
+    """Raised to abort a response mid-stream, as a crashing or cut-off backend would."""
+
+
+async def _read_body(receive: Receive, limit: int = 16 * 1024 * 1024) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise StreamCut("client went away")
+        body = message.get("body", b"")
+        size += len(body)
+        if size > limit:
+            raise ValueError("request body too large")
+        chunks.append(body)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _headers(content_type: bytes, extra: Mapping[str, str] | None, close: bool) -> list[tuple[bytes, bytes]]:
+    headers = [(b"content-type", content_type)]
+    for name, value in (extra or {}).items():
+        headers.append((name.lower().encode(), value.encode()))
+    if close:
+        headers.append((b"connection", b"close"))
+    return headers
+
+
+async def send_json(
+    send: Send, status: int, payload: object, *, headers: Mapping[str, str] | None = None, close: bool = False
+) -> None:
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    await send(
+        {"type": "http.response.start", "status": status, "headers": _headers(b"application/json", headers, close)}
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _estimate_prompt_tokens(payload: Mapping[str, Any]) -> int:
+    """Roughly 4 characters a token; the text itself is never kept."""
+    characters = 0
+    for message in payload.get("messages") or []:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(content, str):
+            characters += len(content)
+        elif isinstance(content, list):
+            characters += sum(len(str(part.get("text", ""))) for part in content if isinstance(part, Mapping))
+    prompt = payload.get("prompt")
+    if isinstance(prompt, str):
+        characters += len(prompt)
+    return max(1, characters // 4)
+
+
+class ReplicaApp:
+    """OpenAI-compatible chat and text completions, streaming and not, plus vLLM's probes."""
+
+    def __init__(self, engine: Engine, control: ControlState, registry: CollectorRegistry = REGISTRY) -> None:
+        self.engine = engine
+        self.control = control
+        self.registry = registry
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        close = self.control.close_connections
+        if path == "/health" and method == "GET":
+            status = 200 if self.control.healthy else 503
+            await send({"type": "http.response.start", "status": status, "headers": _headers(b"text/plain", {}, close)})
+            await send({"type": "http.response.body", "body": b""})
+        elif path == "/version":
+            await send_json(send, 200, {"version": VERSION}, close=close)
+        elif path == "/v1/models":
+            model = {"id": self.engine.settings.model, "object": "model", "owned_by": "dd-accept"}
+            await send_json(send, 200, {"object": "list", "data": [model]}, close=close)
+        elif path == "/metrics":
+            body = generate_latest(self.registry)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": _headers(b"text/plain; version=0.0.4; charset=utf-8", {}, close),
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+        elif path in ("/v1/chat/completions", "/v1/completions") and method == "POST":
+            await self._completion(scope, receive, send, chat=path.endswith("chat/completions"))
+        else:
+            await send_json(send, 404, {"error": {"message": "not found", "code": 404}}, close=close)
+
+    async def _completion(self, scope: Scope, receive: Receive, send: Send, *, chat: bool) -> None:
+        close = self.control.close_connections
+        forced = self.control.take_forced()
+        body = await _read_body(receive)
+        if forced is not None:
+            await self._forced(send, forced, close)
+            return
+        try:
+            payload = json.loads(body or b"{}")
+            if not isinstance(payload, dict):
+                raise ValueError("body must be a JSON object")
+        except ValueError:
+            await send_json(send, 400, {"error": {"message": "invalid JSON body", "code": 400}}, close=close)
+            return
+        max_tokens = payload.get("max_tokens") or payload.get("max_completion_tokens") or 16
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            await send_json(send, 400, {"error": {"message": "max_tokens must be a positive integer"}}, close=close)
+            return
+        max_tokens = min(max_tokens, self.engine.settings.max_model_len)
+        prompt_tokens = _estimate_prompt_tokens(payload)
+        model = str(payload.get("model") or self.engine.settings.model)
+        if payload.get("stream"):
+            options = payload.get("stream_options") or {}
+            include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+            await self._stream(send, chat, model, prompt_tokens, max_tokens, include_usage, close)
+        else:
+            await self._complete(send, chat, model, prompt_tokens, max_tokens, close)
+
+    async def _forced(self, send: Send, forced: ForcedResponse, close: bool) -> None:
+        headers = {"retry-after": str(forced.retry_after)} if forced.retry_after is not None else {}
+        error = {"error": {"message": "forced by dd-accept control plane", "code": forced.status}}
+        await send_json(send, forced.status, error, headers=headers, close=close)
+
+    async def _complete(
+        self, send: Send, chat: bool, model: str, prompt_tokens: int, max_tokens: int, close: bool
+    ) -> None:
+        produced = 0
+        async for _ in self.engine.generate(prompt_tokens, max_tokens):
+            produced += 1
+        text = "tok " * produced
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": produced,
+            "total_tokens": prompt_tokens + produced,
+        }
+        created = int(time.time())
+        if chat:
+            choice = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "length",
+                "logprobs": None,
+            }
+            body = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": created}
+        else:
+            choice = {"index": 0, "text": text, "finish_reason": "length", "logprobs": None}
+            body = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": created}
+        body.update({"model": model, "choices": [choice], "usage": usage})
+        await send_json(send, 200, body, close=close)
+
+    async def _stream(
+        self,
+        send: Send,
+        chat: bool,
+        model: str,
+        prompt_tokens: int,
+        max_tokens: int,
+        include_usage: bool,
+        close: bool,
+    ) -> None:
+        cut_after = self.control.take_cut()
+        identifier = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        created = int(time.time())
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        headers = _headers(b"text/event-stream", {"cache-control": "no-cache"}, close)
+        started = False
+        sent = 0
+
+        def chunk(choice: dict[str, Any], usage: dict[str, int] | None = None) -> bytes:
+            data: dict[str, Any] = {
+                "id": identifier,
+                "object": kind,
+                "created": created,
+                "model": model,
+                "choices": [choice] if choice else [],
+            }
+            if usage is not None:
+                data["usage"] = usage
+            return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+
+        # Every token event but the first is byte-identical: serialise it once per stream.
+        if chat:
+            first_choice: dict[str, Any] = {
+                "index": 0,
+                "delta": {"content": "tok ", "role": "assistant"},
+                "finish_reason": None,
+                "logprobs": None,
+            }
+            next_choice: dict[str, Any] = {
+                "index": 0,
+                "delta": {"content": "tok "},
+                "finish_reason": None,
+                "logprobs": None,
+            }
+        else:
+            first_choice = next_choice = {"index": 0, "text": "tok ", "finish_reason": None, "logprobs": None}
+        first_bytes, next_bytes = chunk(first_choice), chunk(next_choice)
+        try:
+            async for index in self.engine.generate(prompt_tokens, max_tokens):
+                if not started:
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
+                    started = True
+                if cut_after is not None and sent >= cut_after:
+                    raise StreamCut(f"stream cut after {sent} chunks by the control plane")
+                body = first_bytes if index == 0 else next_bytes
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+                sent += 1
+        finally:
+            self.engine.metrics.chunks_sent.inc(sent)  # once per stream, not once per token
+        final = (
+            {"index": 0, "delta": {}, "finish_reason": "length", "logprobs": None}
+            if chat
+            else {"index": 0, "text": "", "finish_reason": "length", "logprobs": None}
+        )
+        tail = chunk(final)
+        events = 1
+        if include_usage:
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
+            tail += chunk({}, usage)
+            events += 1
+        await send({"type": "http.response.body", "body": tail + b"data: [DONE]\n\n", "more_body": False})
+        # Every `data:` event but [DONE] counts, as the client counts them: integrity compares the two.
+        self.engine.metrics.chunks_sent.inc(events)
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+class RequestRecorder:
+    """One event per request as this replica saw it: the evidence of every proxy attempt.
+
+    Sits outside the SUT's middleware, so its 429s are recorded too. Carries the request id
+    the load client sends (`x-dd-request-id`, forwarded by the proxy) so each client request
+    can be matched with every upstream attempt made for it. No content is recorded.
+    """
+
+    def __init__(self, app: App, engine: Engine | None, events: EventWriter | None, task: int) -> None:
+        self.app = app
+        self.engine = engine  # None in front of a real vLLM (no synthetic engine to count in)
+        self.events = events
+        self.task = task
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.time()
+        state: dict[str, Any] = {"status": None, "first_byte": None, "bytes": 0, "events": 0}
+        offsets: list[float] = []  # per data event: when it was sent, after the first (no content)
+
+        async def recording_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+                if self.engine is not None:
+                    self.engine.metrics.responses.labels(str(message["status"])).inc()
+            elif message["type"] == "http.response.body":
+                body = message.get("body", b"")
+                now = time.time()
+                if body and state["first_byte"] is None:
+                    state["first_byte"] = now
+                count = body.count(b"data: ") - body.count(b"data: [DONE]")
+                if count and len(offsets) + count <= MAX_CHUNK_OFFSETS:
+                    offsets.extend([round(now - state["first_byte"], 4)] * count)
+                state["bytes"] += len(body)
+                state["events"] += count
+            await send(message)
+
+        outcome = "ok"
+        try:
+            await self.app(scope, receive, recording_send)
+        except StreamCut:
+            outcome = "cut"
+            raise
+        except BaseException:
+            outcome = "error"
+            raise
+        finally:
+            if self.events is not None and scope["path"] not in PROBE_PATHS:
+                headers = dict(scope.get("headers") or [])
+                self.events.emit(
+                    "upstream",
+                    replica=self.task,
+                    request_id=headers.get(REQUEST_ID_HEADER, b"").decode(errors="replace") or None,
+                    path=scope["path"],
+                    status=state["status"],
+                    outcome=outcome,
+                    started=round(started, 6),
+                    first_byte_s=None if state["first_byte"] is None else round(state["first_byte"] - started, 6),
+                    duration_s=round(time.time() - started, 6),
+                    bytes=state["bytes"],
+                    data_events=state["events"],
+                    chunk_offsets_s=offsets if len(offsets) > 1 else None,
+                )
+
+
+class ControlRouter:
+    """`/_dd/...` for the harness (token-guarded); everything else goes to the wrapped app."""
+
+    def __init__(
+        self,
+        app: App,
+        engine: Engine,
+        control: ControlState,
+        token: str | None,
+        shutdown: Callable[[int], None],
+    ) -> None:
+        self.app = app
+        self.engine = engine
+        self.control = control
+        self.token = token
+        self.shutdown = shutdown
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(CONTROL_PREFIX):
+            while self.control.hung and scope["type"] == "http":  # a backend that stopped serving
+                await asyncio.sleep(0.05)
+            await self.app(scope, receive, send)
+            return
+        supplied = dict(scope.get("headers") or []).get(TOKEN_HEADER, b"")
+        if not self.token or not hmac.compare_digest(supplied, self.token.encode()):
+            await send_json(send, 403, {"error": "control token missing or wrong"})
+            return
+        action = scope["path"][len(CONTROL_PREFIX) :].strip("/")
+        try:
+            body = json.loads(await _read_body(receive) or b"{}")
+            result = self.apply(action, body if isinstance(body, dict) else {})
+        except (ValueError, TypeError, KeyError) as error:
+            await send_json(send, 400, {"error": f"bad control request: {error}"})
+            return
+        await send_json(send, 200, result)
+
+    def apply(self, action: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """One control action; returns the replica's state afterwards."""
+        engine, control = self.engine, self.control
+        if action == "state":
+            pass
+        elif action == "hold":
+            engine.hold(int(body["depth"]))
+        elif action == "release":
+            engine.hold(0)
+        elif action == "health":
+            control.healthy = bool(body["ok"])
+        elif action == "hang":
+            control.hung = bool(body["on"])
+        elif action == "stall":
+            engine.stall(bool(body["on"]))
+        elif action == "respond":
+            status = int(body["status"])
+            if not 100 <= status <= 599:
+                raise ValueError("status must be an HTTP status code")
+            retry_after = body.get("retry_after")
+            control.forced = ForcedResponse(status, None if retry_after is None else int(retry_after))
+            control.forced_remaining = int(body.get("count", 1))
+        elif action == "keepalive":
+            control.close_connections = bool(body["close"])
+        elif action == "cut":
+            after = body.get("after_chunks")
+            control.cut_after_chunks = None if after is None else int(after)
+            count = body.get("count")
+            control.cut_remaining = None if count is None else int(count)
+        elif action == "exit":
+            code = int(body.get("code", 0))
+            asyncio.get_running_loop().call_later(0.05, self.shutdown, code)
+        elif action == "kill":
+            asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGKILL)
+        else:
+            raise ValueError(f"unknown action {action!r}")
+        return self.state()
+
+    def state(self) -> dict[str, Any]:
+        metrics = self.engine.metrics
+        return {
+            "pid": os.getpid(),
+            "waiting": self.engine.waiting,
+            "running": self.engine.running,
+            "held_depth": self.engine.held_depth,
+            "healthy": self.control.healthy,
+            "hung": self.control.hung,
+            "close_connections": self.control.close_connections,
+            "forced_remaining": self.control.forced_remaining,
+            "cut_after_chunks": self.control.cut_after_chunks,
+            "connections_accepted": int(metrics.connections_accepted._value.get()),
+            "connections_closed": int(metrics.connections_closed._value.get()),
+            "chunks_sent": int(metrics.chunks_sent._value.get()),
+        }
+
+
+def load_middleware(path: str) -> Callable[[App], App]:
+    """`package.module:Class` → the class; it is applied to the app unmodified."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"middleware must be 'module:attribute', got {path!r}")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def build_app(
+    engine: Engine,
+    control: ControlState,
+    *,
+    middleware: list[str],
+    token: str | None,
+    shutdown: Callable[[int], None],
+    events: EventWriter | None = None,
+    task: int = 0,
+) -> App:
+    app: App = ReplicaApp(engine, control)
+    for path in middleware:
+        app = load_middleware(path)(app)
+    return ControlRouter(RequestRecorder(app, engine, events, task), engine, control, token, shutdown)

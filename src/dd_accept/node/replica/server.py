@@ -1,0 +1,185 @@
+"""Run one synthetic replica under uvicorn (vLLM's own server stack).
+
+As a Slurm step, one task per replica: the port is `--port-base` plus the task's
+`SLURM_PROCID`, and a ready file (host, port, pid, job and step ids) is written into the
+shared run directory once the server accepts connections. As a local process (fast
+tests) it binds 127.0.0.1. The control token comes from the environment, never argv,
+so it does not appear in process listings or command records.
+
+    python -m dd_accept.node.replica.server --port 8000 [--middleware mod:Class] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+
+from dd_accept.base.events import EventWriter
+from dd_accept.node.environment import TOKEN_ENV
+from dd_accept.node.replica.app import StreamCut, build_app
+from dd_accept.node.replica.control_state import ControlState
+from dd_accept.node.replica.engine import Engine, EngineMetrics, EngineSettings
+
+
+def _protocol_base() -> type[asyncio.Protocol]:
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        return HttpToolsProtocol
+    except ImportError:  # httptools not installed: uvicorn's pure-Python h11 protocol
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        return H11Protocol
+
+
+def counting_protocol(metrics: EngineMetrics) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol, counting connections as they are accepted and closed."""
+    base = _protocol_base()
+
+    class CountingProtocol(base):  # type: ignore[valid-type, misc]
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            metrics.connections_accepted.inc()
+            super().connection_made(transport)
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            metrics.connections_closed.inc()
+            super().connection_lost(exc)
+
+    return CountingProtocol
+
+
+class _QuietStreamCuts(logging.Filter):
+    """A deliberate cut is an expected event: one line, not a traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], StreamCut):
+            record.msg, record.args, record.exc_info = "stream cut: %s", (record.exc_info[1],), None
+        return True
+
+
+def _port(args: argparse.Namespace) -> int:
+    if args.port is not None:
+        return args.port
+    return args.port_base + int(os.environ.get("SLURM_PROCID", "0"))
+
+
+def _write_ready(path: Path, host: str, port: int) -> None:
+    info = {
+        "host": host,
+        "port": port,
+        "pid": os.getpid(),
+        "job_id": os.environ.get("SLURM_JOB_ID"),
+        "step_id": os.environ.get("SLURM_STEP_ID"),
+        "task_id": int(os.environ.get("SLURM_PROCID", "0")),
+        "node": socket.gethostname(),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(info))
+    os.replace(temporary, path)
+
+
+async def serve(args: argparse.Namespace) -> int:
+    settings = EngineSettings(
+        model=args.model,
+        max_num_seqs=args.max_num_seqs,
+        ttft_s=args.ttft_ms / 1000,
+        itl_s=args.itl_ms / 1000,
+        jitter=args.jitter,
+        seed=args.seed + int(os.environ.get("SLURM_PROCID", "0")),
+    )
+    metrics = EngineMetrics(settings.model)
+    engine = Engine(settings, metrics)
+    control = ControlState()
+    exit_code = 0
+    server: uvicorn.Server | None = None
+
+    def shutdown(code: int) -> None:
+        nonlocal exit_code
+        exit_code = code
+        if server is not None:
+            server.should_exit = True
+
+    task = int(os.environ.get("SLURM_PROCID", "0"))
+    events = (
+        EventWriter(Path(args.events.replace("{task}", str(task))), source=f"replica-{task}") if args.events else None
+    )
+    if events is not None:
+        engine.on_change = lambda waiting, running: events.emit("queue", waiting=waiting, running=running)
+        engine.on_change(engine.waiting, engine.running)
+    app = build_app(
+        engine,
+        control,
+        middleware=args.middleware,
+        token=os.environ.get(TOKEN_ENV),
+        shutdown=shutdown,
+        events=events,
+        task=task,
+    )
+    host = "127.0.0.1" if args.local else "0.0.0.0"
+    port = _port(args)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=counting_protocol(metrics),
+        lifespan="off",
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=args.graceful_shutdown_s,
+        timeout_keep_alive=65,
+    )
+    server = uvicorn.Server(config)
+    logging.getLogger("uvicorn.error").addFilter(_QuietStreamCuts())
+    serving = asyncio.create_task(server.serve())
+    while not server.started:
+        if serving.done():
+            return serving.result() or 1  # startup failed (e.g. port in use); uvicorn logged why
+        await asyncio.sleep(0.02)
+    if args.ready_file:
+        ready_host = "127.0.0.1" if args.local else socket.gethostname()
+        _write_ready(Path(args.ready_file.replace("{task}", os.environ.get("SLURM_PROCID", "0"))), ready_host, port)
+    await serving
+    if events is not None:
+        events.close()
+    return exit_code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dd-accept-replica", description="Synthetic vLLM replica.")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port", type=int, help="fixed port")
+    where.add_argument("--port-base", type=int, help="port = base + SLURM_PROCID (one task per replica)")
+    parser.add_argument("--local", action="store_true", help="bind 127.0.0.1 only (local-process mode)")
+    parser.add_argument("--model", default="dd-accept-synthetic")
+    parser.add_argument("--max-num-seqs", type=int, default=16)
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--itl-ms", type=float, default=10.0)
+    parser.add_argument("--jitter", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--middleware", action="append", default=[], help="ASGI middleware, module:Class")
+    parser.add_argument("--ready-file", help="write readiness JSON here ({task} = SLURM_PROCID)")
+    parser.add_argument("--events", help="write one JSONL event per request here ({task} = SLURM_PROCID)")
+    parser.add_argument("--graceful-shutdown-s", type=float, default=30.0)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

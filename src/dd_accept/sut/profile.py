@@ -1,0 +1,151 @@
+"""SUT profiles: one small declarative file per SUT family says how to drive it.
+
+How to start the proxy (a command template), which ASGI middleware gives queue admission
+(import path and environment), which adapter builds the real client path, how the SUT's
+own cleanup stops endpoint steps, and which capabilities it lacks. Unknown keys and wrong
+types are rejected with the file and key named, so a typo cannot silently change a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.utils import canonicalize_name
+
+from dd_accept.base.errors import UsageError
+from dd_accept.base.toml_tables import build_table, parse_toml
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileInfo:
+    name: str
+    distribution: str
+    versions: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyProfile:
+    command: tuple[str, ...]
+    retry_after_args: tuple[str, ...]
+    per_host_args: tuple[str, ...]
+    per_backend_args: tuple[str, ...]
+    max_upstream_attempts: int
+    metrics_path: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAdmissionProfile:
+    middleware: str
+    threshold_env: str
+    retry_after_env: str
+    default_threshold: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClientProfile:
+    adapter: str
+    decrease_factor: float
+    successes_until_increase: int
+    cooldown_seconds: float  # the client's cooldown after a 429 that carries no Retry-After
+
+
+@dataclass(frozen=True, slots=True)
+class CleanupProfile:
+    script: str
+    register_function: str
+    stop_function: str
+    wait_function: str  # waits for the client, failing when a required step is gone
+    # The status the wait function documents for a failed attempt (rc1: dd_require_running → 70).
+    failure_status: int = 70
+
+
+@dataclass(frozen=True, slots=True)
+class DrainProfile:
+    window_seconds: float  # how long an endpoint may drain in-flight streams after TERM
+    allowance_seconds: float  # when the controller forces what is left (KILL)
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    # A runtime health monitor (the seed pull request) fails an attempt whose backend stops
+    # serving; with one declared, the attempt must also fail within `monitor_detect_seconds`.
+    health_monitor: bool
+    monitor_detect_seconds: float = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class SutProfile:
+    profile: ProfileInfo
+    proxy: ProxyProfile
+    queue_admission: QueueAdmissionProfile
+    client: ClientProfile
+    cleanup: CleanupProfile
+    drain: DrainProfile
+    capabilities: Capabilities
+
+    @property
+    def name(self) -> str:
+        return self.profile.name
+
+    def matches(self, distribution: str, version: str) -> bool:
+        return canonicalize_name(distribution) == canonicalize_name(self.profile.distribution) and (
+            version in SpecifierSet(self.profile.versions, prereleases=True)
+        )
+
+    def proxy_argv(
+        self,
+        *,
+        python: str,
+        site_packages: str,
+        port: int,
+        backends: list[tuple[str, int]],
+        retry_after: int | None,
+    ) -> list[str]:
+        """The proxy command for these backends, rendered from the template."""
+        common = {"python": python, "site_packages": site_packages, "port": str(port)}
+        argv = [part.format(**common) for part in self.proxy.command]
+        if retry_after is not None:
+            argv += [part.format(retry_after=retry_after) for part in self.proxy.retry_after_args]
+        for host in dict.fromkeys(host for host, _ in backends):
+            argv += [part.format(host=host) for part in self.proxy.per_host_args]
+        for host, backend_port in backends:
+            argv += [part.format(host=host, port=backend_port) for part in self.proxy.per_backend_args]
+        return argv
+
+
+def parse_profile(text: str, source: str) -> SutProfile:
+    profile = build_table(SutProfile, parse_toml(text, "profile", source), "", "profile", source)
+    try:
+        SpecifierSet(profile.profile.versions)
+    except InvalidSpecifier:
+        raise UsageError(f"profile {source}: profile.versions is not a version range") from None
+    return profile
+
+
+def builtin_profiles() -> list[SutProfile]:
+    folder = resources.files("dd_accept.sut").joinpath("profiles")
+    return [
+        parse_profile(entry.read_text(), entry.name)
+        for entry in sorted(folder.iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".toml")
+    ]
+
+
+def load_profile(path: Path) -> SutProfile:
+    try:
+        text = path.read_text()
+    except OSError:
+        raise UsageError(f"--profile {path.name}: cannot read the file") from None
+    return parse_profile(text, path.name)
+
+
+def profile_for(distribution: str, version: str) -> SutProfile:
+    """The built-in profile for a SUT distribution and version, or a usage error naming the fix."""
+    for profile in builtin_profiles():
+        if profile.matches(distribution, version):
+            return profile
+    known = ", ".join(f"{p.profile.distribution} {p.profile.versions}" for p in builtin_profiles())
+    raise UsageError(f"no built-in profile for {distribution} {version} (built in: {known}); pass --profile FILE")

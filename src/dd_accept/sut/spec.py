@@ -1,0 +1,79 @@
+"""`--sut SPEC`: which system under test, validated before anything is built or started.
+
+A SPEC is a requirement (`data-designer-slurm==1.0.0rc1`, the default), a local `.whl`,
+a directory of wheels, or a source directory that builds a wheel. Errors name the file by
+its base name only: host paths never appear in output that may end up in evidence.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from dd_accept.base.errors import UsageError
+
+DEFAULT_SUT = "data-designer-slurm==1.0.0rc1"
+SutKind = Literal["requirement", "wheel", "wheel_dir", "source_dir"]
+
+
+def validate_wheel(path: Path) -> str:
+    """Return the distribution name of a wheel file, or raise a one-line usage error."""
+    try:
+        name, *_ = parse_wheel_filename(path.name)
+    except InvalidWheelFilename:
+        raise UsageError(f"--sut {path.name} is not a wheel: the file name is not a wheel name") from None
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+    except (zipfile.BadZipFile, OSError):
+        raise UsageError(f"--sut {path.name} is not a wheel: it is not a zip archive") from None
+    if not any(entry.endswith(".dist-info/WHEEL") for entry in names):
+        raise UsageError(f"--sut {path.name} is not a wheel: it has no .dist-info/WHEEL")
+    return str(name)
+
+
+@dataclass(frozen=True, slots=True)
+class SutSpec:
+    kind: SutKind
+    value: str  # the requirement text, or an absolute path
+    names: tuple[str, ...]  # canonical distribution names that make up the SUT
+
+    @property
+    def display(self) -> str:
+        """How the SUT is named in output and evidence (no host path)."""
+        return self.value if self.kind == "requirement" else f"{self.kind}:{Path(self.value).name}"
+
+    @classmethod
+    def parse(cls, text: str) -> SutSpec:
+        text = text.strip()
+        if not text:
+            raise UsageError("--sut is empty; give a requirement, a .whl, a wheel directory or a source directory")
+        path = Path(text).expanduser()
+        looks_like_path = path.exists() or "/" in text or text.endswith(".whl")
+        if looks_like_path:
+            return cls._from_path(path)
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            raise UsageError(f"--sut {text!r} is neither an existing path nor a valid requirement") from None
+        return cls("requirement", str(requirement), (canonicalize_name(requirement.name),))
+
+    @classmethod
+    def _from_path(cls, path: Path) -> SutSpec:
+        if not path.exists():
+            raise UsageError(f"--sut {path.name}: no such file or directory")
+        path = path.resolve()
+        if path.is_file():
+            return cls("wheel", str(path), (canonicalize_name(validate_wheel(path)),))
+        wheels = sorted(path.glob("*.whl"))
+        if wheels:
+            names = tuple(sorted({canonicalize_name(validate_wheel(wheel)) for wheel in wheels}))
+            return cls("wheel_dir", str(path), names)
+        if (path / "pyproject.toml").is_file() or (path / "setup.py").is_file():
+            return cls("source_dir", str(path), ())
+        raise UsageError(f"--sut {path.name} is a directory with neither wheels nor a pyproject.toml")

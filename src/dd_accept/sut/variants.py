@@ -1,0 +1,419 @@
+"""Deliberately broken variants of real SUT wheels: the negative controls of every check.
+
+A fault is a small textual edit of one released file, chosen as the regression a real
+change would most likely bring. Each edit must match exactly once, so a fault can never
+silently stop applying when the SUT changes. The variant wheel gets a local version
+(`+ddfault.<name>`) and a rewritten RECORD, so it installs like any wheel.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import io
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from dd_accept.base.errors import UsageError
+
+PROXY = "data_designer/slurm/runtime/proxy.py"
+CONTROLLER = "data_designer/engine/models/request_admission/controller.py"
+ADMISSION_CONFIG = "data_designer/engine/models/request_admission/config.py"
+CLEANUP = "data_designer/slurm/runtime/cleanup.sh"
+BACKPRESSURE = "data_designer/slurm/runtime/backpressure.py"
+_REJECT_RULE = "snapshot.depth is not None and not stale and snapshot.depth > self.settings.max_waiting_requests"
+
+
+def _on_term(action: str) -> tuple[tuple[str, str, str], ...]:
+    """Edits that make the proxy react to SIGTERM with `action` instead of aiohttp's drain."""
+    return (
+        (PROXY, "import socket\n", "import os\nimport signal\nimport socket\n"),
+        (
+            PROXY,
+            "        application.on_startup.append(self._start)\n",
+            "        application.on_startup.append(self._start)\n        application.on_startup.append(_on_term)\n",
+        ),
+        (
+            PROXY,
+            "async def _discard_response(response: ClientResponse) -> None:",
+            "async def _on_term(application: web.Application) -> None:\n"
+            "    loop = asyncio.get_running_loop()\n"
+            f"    loop.add_signal_handler(signal.SIGTERM, {action})\n\n\n"
+            "async def _discard_response(response: ClientResponse) -> None:",
+        ),
+    )
+
+
+# The seed pull request's fix, applied to rc1's cleanup: TERM each endpoint *task* through
+# scancel with its recorded step identity, give it the drain allowance, then KILL what is left.
+_STEP_AWARE_CLEANUP = (
+    (
+        CLEANUP,
+        "dd_cleanup_steps() {\n",
+        "dd_signal_endpoint() {\n"
+        "    local step\n"
+        '    step=$(cat "${DD_STEP_IDENTITY_DIR:-/nonexistent}/$1" 2>/dev/null) || { kill -TERM "$1"; return; }\n'
+        '    scancel --signal=TERM "${step}"\n'
+        "}\n\n"
+        "dd_wait_managed() {\n"
+        "    local deadline=$((SECONDS + $1)) pid alive\n"
+        "    while ((SECONDS < deadline)); do\n"
+        "        alive=0\n"
+        '        for pid in "${DD_MANAGED_PIDS[@]}"; do kill -0 "${pid}" 2>/dev/null && alive=1; done\n'
+        "        ((alive)) || return 0\n"
+        "        sleep 0.1\n"
+        "    done\n"
+        "}\n\n"
+        "dd_cleanup_steps() {\n",
+    ),
+    (
+        CLEANUP,
+        '        kill -0 "${pid}" 2>/dev/null && kill -TERM "${pid}" 2>/dev/null || true\n    done\n    dd_sleep 0.2\n',
+        '        kill -0 "${pid}" 2>/dev/null && dd_signal_endpoint "${pid}" || true\n'
+        "    done\n    dd_wait_managed 12\n",
+    ),
+)
+
+
+# A health-watching wait, as the seed pull request's monitor behaves: while the client runs,
+# every required backend's process must live *and* its /health must answer 200 (the URLs
+# come from DD_REQUIRED_HEALTH_URLS, which dd-accept's drill sets); otherwise the attempt
+# fails with the documented 70.
+_HEALTH_WATCHING_WAIT = (
+    (
+        CLEANUP,
+        '        kill -0 "${pid}" 2>/dev/null || return 1\n    done\n}\n',
+        '        kill -0 "${pid}" 2>/dev/null || return 1\n'
+        "    done\n"
+        "    local url\n"
+        "    for url in ${DD_REQUIRED_HEALTH_URLS:-}; do\n"
+        "        python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \\\n"
+        '            "${url}" >/dev/null 2>&1 || return 1\n'
+        "    done\n"
+        "}\n",
+    ),
+    (
+        CLEANUP,
+        "        wait -n || status=$?\n"
+        '        if ! kill -0 "${client_pid}" 2>/dev/null; then\n'
+        '            return "${status}"\n'
+        "        fi\n"
+        "        dd_require_running || return 70\n",
+        "        dd_require_running || return 70\n        sleep 0.5\n",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    name: str
+    distribution: str  # the wheel the fault lives in
+    regression: str  # what real change this models
+    edits: tuple[tuple[str, str, str], ...]  # (file, exact text, replacement)
+    # For a positive control ("not a fault"): the rc1 findings it fixes, which it must pass.
+    fixes: frozenset[str] = frozenset()
+
+
+# What the released rc1 fails, for true reasons (README, "What it finds"): the expected
+# verdicts of the false-alarm benchmark and of the login-node comparison.
+RC1_FAILS = frozenset(
+    {
+        "drain.allowance",
+        "drain.sut_cleanup.completion",
+        "drain.sut_cleanup.failure",
+        "drain.sut_cleanup.cancel",
+        "health.unresponsive.attempt_failed",
+        "health.probe_isolation",
+    }
+)
+_SUT_CLEANUP = frozenset({"drain.sut_cleanup.completion", "drain.sut_cleanup.failure", "drain.sut_cleanup.cancel"})
+
+
+FAULTS = {
+    fault.name: fault
+    for fault in (
+        Fault(
+            "admission-never-rejects",
+            "data-designer-slurm",
+            "the queue admission middleware no longer rejects, whatever the queue depth",
+            ((BACKPRESSURE, f"reject = {_REJECT_RULE}", "reject = False"),),
+        ),
+        Fault(
+            "admission-at-threshold",
+            "data-designer-slurm",
+            "the queue admission middleware rejects at the threshold instead of above it (>= for >)",
+            ((BACKPRESSURE, _REJECT_RULE, _REJECT_RULE.replace(" > ", " >= ")),),
+        ),
+        Fault(
+            "retry-after-substituted",
+            "data-designer-slurm",
+            "the proxy replaces the replicas' Retry-After with its own configured value",
+            (
+                (
+                    PROXY,
+                    "if response.status == 429 and not has_retry_after and self.pool.retry_after_seconds",
+                    "if response.status == 429 and self.pool.retry_after_seconds",
+                ),
+                (
+                    PROXY,
+                    "        headers = _filter_response_headers(response.headers)\n",
+                    "        headers = _filter_response_headers(response.headers)\n"
+                    '        headers = {k: v for k, v in headers.items() if k.casefold() != "retry-after"}\n',
+                ),
+            ),
+        ),
+        Fault(
+            "endpoint-exits-at-start",
+            "data-designer-slurm",
+            "the proxy exits with status 3 before it serves (a start-up regression)",
+            ((PROXY, "    proxy = _ProxyApplication(", "    raise SystemExit(3)\n    proxy = _ProxyApplication("),),
+        ),
+        Fault(
+            "no-failover",
+            "data-designer-slurm",
+            "the proxy stops treating 429 as retryable, so overload is never failed over",
+            (
+                (
+                    PROXY,
+                    "_RETRYABLE_STATUS_CODES = frozenset({429, 500, 502, 503, 504})",
+                    "_RETRYABLE_STATUS_CODES = frozenset({500, 502, 503, 504})",
+                ),
+            ),
+        ),
+        Fault(
+            "five-attempts",
+            "data-designer-slurm",
+            "the upstream attempt limit is raised from 3 to 5",
+            ((PROXY, "_MAXIMUM_UPSTREAM_ATTEMPTS = 3", "_MAXIMUM_UPSTREAM_ATTEMPTS = 5"),),
+        ),
+        Fault(
+            "retry-after-lost",
+            "data-designer-slurm",
+            "Retry-After is treated as a hop-by-hop header and no longer restored",
+            (
+                (PROXY, '        "proxy-authenticate",\n', '        "proxy-authenticate",\n        "retry-after",\n'),
+                (
+                    PROXY,
+                    "if response.status == 429 and not has_retry_after and self.pool.retry_after_seconds",
+                    "if False and not has_retry_after and self.pool.retry_after_seconds",
+                ),
+            ),
+        ),
+        Fault(
+            "429-as-503",
+            "data-designer-slurm",
+            "the proxy passes upstream overload on as 503 instead of 429",
+            (
+                (
+                    PROXY,
+                    "downstream = web.StreamResponse(status=response.status,",
+                    "downstream = web.StreamResponse(status=503 if response.status == 429 else response.status,",
+                ),
+            ),
+        ),
+        Fault(
+            "exit-on-term",
+            "data-designer-slurm",
+            "the endpoint exits at once on SIGTERM instead of draining in-flight streams",
+            _on_term("os._exit, 143"),
+        ),
+        Fault(
+            "drain-3s",
+            "data-designer-slurm",
+            "the endpoint ends its drain cleanly after 3 s, well inside the 10 s window",
+            _on_term("loop.call_later, 3.0, os._exit, 0"),
+        ),
+        Fault(
+            "drain-bounded",
+            "data-designer-slurm",
+            "not a fault: on TERM the endpoint drains, ends what is still streaming at its 10 s window and "
+            "exits 0 by itself (the positive control of drain.allowance)",
+            fixes=frozenset({"drain.allowance"}),
+            edits=(
+                (PROXY, "import time\n", "import threading\nimport time\n"),
+                *_on_term("_bounded_drain"),
+                (
+                    PROXY,
+                    "def _filter_request_headers(",
+                    "def _bounded_drain() -> None:\n"
+                    "    timer = threading.Timer(10.0, os._exit, (0,))\n"
+                    "    timer.daemon = True\n"
+                    "    timer.start()\n"
+                    "    raise web.GracefulExit()\n\n\n"
+                    "def _filter_request_headers(",
+                ),
+            ),
+        ),
+        Fault(
+            "step-aware-cleanup",
+            "data-designer-slurm",
+            "not a fault: rc1's cleanup with the seed pull request's fix (the positive control of drain.sut_cleanup)",
+            _STEP_AWARE_CLEANUP,
+            fixes=_SUT_CLEANUP,
+        ),
+        Fault(
+            "health-always-ok",
+            "data-designer-slurm",
+            "the proxy's /health stops looking at its probes' results",
+            ((PROXY, "status = 200 if all(results) else 503", "status = 200"),),
+        ),
+        Fault(
+            "require-running-ignored",
+            "data-designer-slurm",
+            "the controller's check that required steps still run no longer fails",
+            ((CLEANUP, 'kill -0 "${pid}" 2>/dev/null || return 1', 'kill -0 "${pid}" 2>/dev/null || true'),),
+        ),
+        Fault(
+            "health-watching-wait",
+            "data-designer-slurm",
+            "not a fault: rc1's wait function also watches each required backend's /health while the client "
+            "runs, as the seed pull request's monitor does "
+            "(the positive control of health.unresponsive.attempt_failed)",
+            _HEALTH_WATCHING_WAIT,
+            fixes=frozenset({"health.unresponsive.attempt_failed"}),
+        ),
+        Fault(
+            "probe-capacity",
+            "data-designer-slurm",
+            "not a fault: rc1 with health probes on their own connection pool, the seed pull request's fix "
+            "(the positive control of health.probe_isolation)",
+            (
+                (
+                    PROXY,
+                    "        session = self._require_session()\n        self.pool.acquire_index(index)\n",
+                    '        session = self.__dict__.get("_probe_session") or self.__dict__.setdefault(\n'
+                    '            "_probe_session",\n'
+                    "            ClientSession(connector=TCPConnector(limit=2 * len(self.pool.backends))),\n"
+                    "        )\n        self.pool.acquire_index(index)\n",
+                ),
+            ),
+            fixes=frozenset({"health.probe_isolation"}),
+        ),
+        Fault(
+            "done-stripped",
+            "data-designer-slurm",
+            "the proxy filters the stream and drops the final `data: [DONE]` event",
+            (
+                (
+                    PROXY,
+                    "                await downstream.write(chunk)\n",
+                    '                await downstream.write(chunk.replace(b"data: [DONE]\\n\\n", b""))\n',
+                ),
+            ),
+        ),
+        Fault(
+            "buffering",
+            "data-designer-slurm",
+            "the proxy reads the whole upstream body before forwarding it",
+            (
+                (
+                    PROXY,
+                    "            async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+                    "                await downstream.write(chunk)\n",
+                    "            await downstream.write(await response.read())\n",
+                ),
+            ),
+        ),
+        Fault(
+            "hold-after-first",
+            "data-designer-slurm",
+            "the proxy forwards the first chunk at once and holds the rest of the stream until it ends",
+            (
+                (
+                    PROXY,
+                    "            async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+                    "                await downstream.write(chunk)\n",
+                    "            held, first_sent = [], False\n"
+                    "            async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+                    "                if first_sent:\n"
+                    "                    held.append(chunk)\n"
+                    "                else:\n"
+                    "                    await downstream.write(chunk)\n"
+                    "                    first_sent = True\n"
+                    '            await downstream.write(b"".join(held))\n',
+                ),
+            ),
+        ),
+        Fault(
+            "round-robin",
+            "data-designer-slurm",
+            "the proxy's routing ignores how many requests each backend has in flight (plain round-robin)",
+            (
+                (
+                    PROXY,
+                    "candidates = frozenset(index for index in available if self._active[index] == minimum)",
+                    "candidates = frozenset(available)",
+                ),
+            ),
+        ),
+        Fault(
+            "swapped-connection-counters",
+            "data-designer-slurm",
+            "the proxy's trace hooks count reused connections as opened and the other way round",
+            (
+                (
+                    PROXY,
+                    "        trace.on_connection_create_end.append(connection_opened)\n"
+                    "        trace.on_connection_reuseconn.append(connection_reused)\n",
+                    "        trace.on_connection_create_end.append(connection_reused)\n"
+                    "        trace.on_connection_reuseconn.append(connection_opened)\n",
+                ),
+            ),
+        ),
+        Fault(
+            "no-cooldown",
+            "data-designer-engine",
+            "the client's admission controller no longer applies the cooldown after a 429",
+            ((CONTROLLER, "state.blocked_until = now + cooldown", "state.blocked_until = now"),),
+        ),
+        Fault(
+            "no-increase",
+            "data-designer-engine",
+            "the client's admission controller never increases its limit again",
+            ((ADMISSION_CONFIG, "successes_until_increase: int = 25", "successes_until_increase: int = 10**9"),),
+        ),
+    )
+}
+
+
+def _record_hash(data: bytes) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def make_variant(base: Path, fault: Fault, out_dir: Path) -> Path:
+    """Write `base` with the fault applied as a new wheel in `out_dir` and return its path."""
+    name, version, rest = base.name.split("-", 2)
+    new_version = f"{version}+ddfault.{fault.name.replace('-', '.')}"
+    old_info, new_info = f"{name}-{version}.dist-info", f"{name}-{new_version}.dist-info"
+    files: dict[str, bytes] = {}
+    with zipfile.ZipFile(base) as archive:
+        for entry in archive.infolist():
+            files[entry.filename] = archive.read(entry)
+    for file, old, new in fault.edits:
+        text = files[file].decode()
+        if text.count(old) != 1:
+            raise UsageError(f"fault {fault.name}: expected exactly one match in {file}, found {text.count(old)}")
+        files[file] = text.replace(old, new).encode()
+    renamed: dict[str, bytes] = {}
+    for path, data in files.items():
+        if path.startswith(old_info + "/"):
+            path = new_info + path[len(old_info) :]
+            if path.endswith("/METADATA"):
+                data = data.decode().replace(f"\nVersion: {version}\n", f"\nVersion: {new_version}\n", 1).encode()
+        renamed[path] = data
+    record_path = f"{new_info}/RECORD"
+    rows = io.StringIO()
+    writer = csv.writer(rows, lineterminator="\n")
+    for path, data in renamed.items():
+        if path != record_path:
+            writer.writerow([path, _record_hash(data), str(len(data))])
+    writer.writerow([record_path, "", ""])
+    renamed[record_path] = rows.getvalue().encode()
+    target = out_dir / f"{name}-{new_version}-{rest}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for path, data in renamed.items():
+            archive.writestr(path, data)
+    return target

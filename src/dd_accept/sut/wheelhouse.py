@@ -1,0 +1,220 @@
+"""The wheelhouse: every wheel the SUT needs, fetched on the host, digested, cached by content.
+
+Nodes have no network, so the node image installs offline from this directory. Wheels are
+fetched for the node's interpreter (Debian bookworm's CPython 3.11 on this machine's
+architecture and glibc 2.36), not for whatever Python runs the harness. A finished
+wheelhouse holds `wheelhouse.json`, written last: a directory without it is incomplete
+and is rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from dd_accept.base.errors import UsageError
+from dd_accept.base.hashing import sha256_file
+from dd_accept.base.progress import BuildListener, QuietListener
+from dd_accept.base.state import file_lock, state_root
+from dd_accept.sut.spec import SutSpec, validate_wheel
+
+# What dd-accept's own in-cluster parts need beside the SUT (the replica's server stack).
+HARNESS_REQUIREMENTS = ("uvicorn>=0.30", "prometheus-client>=0.20", "httptools>=0.6")
+NODE_PYTHON = "3.11"
+NODE_GLIBC_MINOR = 36
+MANIFEST = "wheelhouse.json"
+IGNORED_SOURCE_DIRECTORIES = frozenset(
+    {".git", ".venv", "__pycache__", "build", "dist", ".ruff_cache", ".pytest_cache", ".mypy_cache", ".tox"}
+)
+
+
+def node_platform_args() -> list[str]:
+    machine = platform.machine()
+    tags = [f"manylinux_2_{minor}_{machine}" for minor in range(NODE_GLIBC_MINOR, 16, -1)]
+    tags += [f"manylinux2014_{machine}", f"manylinux2010_{machine}", f"manylinux1_{machine}"]
+    args = ["--only-binary=:all:", "--python-version", NODE_PYTHON, "--implementation", "cp"]
+    args += ["--abi", "cp" + NODE_PYTHON.replace(".", "")]
+    for tag in tags:
+        args += ["--platform", tag]
+    return args
+
+
+def _tree_digest(root: Path) -> str:
+    """Digest of a source tree's tracked-looking files, so an edit means a new wheelhouse."""
+    hasher = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        parts = path.relative_to(root).parts
+        # Build artefacts (a wheel build writes *.egg-info and build/ into the tree) and caches
+        # must not count, or an unchanged source would look new after every build.
+        skipped = set(parts) & IGNORED_SOURCE_DIRECTORIES or any(part.endswith(".egg-info") for part in parts)
+        if path.is_file() and not skipped:
+            hasher.update(str(path.relative_to(root)).encode() + b"\0" + sha256_file(path).encode())
+    return hasher.hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class Wheel:
+    file: str
+    name: str
+    version: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class Wheelhouse:
+    path: Path
+    sut: SutSpec
+    sut_names: tuple[str, ...]
+    wheels: tuple[Wheel, ...]
+
+    @property
+    def sut_wheels(self) -> tuple[Wheel, ...]:
+        return tuple(w for w in self.wheels if w.name in self.sut_names)
+
+    @property
+    def digest(self) -> str:
+        """One digest over every wheel: the identity of what gets installed."""
+        return hashlib.sha256("".join(f"{w.file}:{w.sha256}\n" for w in self.wheels).encode()).hexdigest()
+
+    def install_requirements(self) -> list[str]:
+        """What the node image installs (by name, offline, from this wheelhouse)."""
+        pinned = [f"{w.name}=={w.version}" for w in self.sut_wheels]
+        return [*pinned, *HARNESS_REQUIREMENTS]
+
+    @classmethod
+    def load(cls, path: Path) -> Wheelhouse:
+        data = json.loads((path / MANIFEST).read_text())
+        spec = SutSpec(data["sut"]["kind"], data["sut"]["value"], tuple(data["sut"]["names"]))
+        wheels = tuple(Wheel(**w) for w in data["wheels"])
+        return cls(path, spec, tuple(data["sut_names"]), wheels)
+
+
+def _cache_key(spec: SutSpec) -> str:
+    hasher = hashlib.sha256()
+    hasher.update(json.dumps([spec.kind, NODE_PYTHON, platform.machine(), *HARNESS_REQUIREMENTS]).encode())
+    source = Path(spec.value)
+    if spec.kind == "requirement":
+        hasher.update(spec.value.encode())
+    elif spec.kind == "wheel":
+        hasher.update(sha256_file(source).encode())
+    elif spec.kind == "wheel_dir":
+        for wheel in sorted(source.glob("*.whl")):
+            hasher.update(wheel.name.encode() + sha256_file(wheel).encode())
+    else:
+        hasher.update(_tree_digest(source).encode())
+    return hasher.hexdigest()[:24]
+
+
+def _pip(args: list[str], what: str) -> None:
+    command = [sys.executable, "-m", "pip", *args, "--disable-pip-version-check", "--no-input"]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
+        last = (errors or result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UsageError(f"{what}: {last.removeprefix('ERROR: ')}")
+
+
+def build_wheelhouse(spec: SutSpec, listener: BuildListener | None = None) -> Wheelhouse:
+    """Fetch (or reuse) the wheelhouse for a SUT; raise a usage error when it cannot resolve."""
+    listener = listener or QuietListener()
+    root = state_root() / "wheelhouses"
+    final = root / _cache_key(spec)
+    with file_lock(root / ".lock"):
+        if (final / MANIFEST).is_file():
+            return Wheelhouse.load(final)
+        root.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix="tmp-", dir=root))
+        try:
+            requirements, extra, sut_names = _resolve_inputs(spec, scratch, listener)
+            listener.on_step(f"fetching wheels for {spec.display}")
+            _pip(
+                ["download", "-q", "-d", str(scratch), *extra, *node_platform_args(), *requirements],
+                f"cannot fetch the wheels for --sut {spec.display}",
+            )
+            _write_manifest(scratch, spec, sut_names)
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(scratch, final)
+            wheelhouse = Wheelhouse.load(final)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+    return wheelhouse
+
+
+def _resolve_inputs(
+    spec: SutSpec, scratch: Path, listener: BuildListener
+) -> tuple[list[str], list[str], tuple[str, ...]]:
+    """(requirements for pip download, extra pip options, the SUT's distribution names)."""
+    harness = list(HARNESS_REQUIREMENTS)
+    if spec.kind == "requirement":
+        return [spec.value, *harness], [], spec.names
+    if spec.kind == "wheel":
+        copied = scratch / Path(spec.value).name
+        shutil.copy2(spec.value, copied)
+        return [str(copied), *harness], [], spec.names
+    if spec.kind == "wheel_dir":
+        wheels = sorted(Path(spec.value).glob("*.whl"))
+        for wheel in wheels:
+            shutil.copy2(wheel, scratch / wheel.name)
+        return [str(scratch / w.name) for w in wheels] + harness, ["--find-links", str(scratch)], spec.names
+    listener.on_step(f"building a wheel from {Path(spec.value).name}")
+    built = scratch / "built"
+    _pip(["wheel", "-q", "--no-deps", "-w", str(built), spec.value], f"cannot build --sut {spec.display}")
+    wheels = sorted(built.glob("*.whl"))
+    if not wheels:
+        raise UsageError(f"--sut {spec.display} built no wheel")
+    names = []
+    for wheel in wheels:
+        names.append(canonicalize_name(validate_wheel(wheel)))
+        shutil.move(wheel, scratch / wheel.name)
+    shutil.rmtree(built)
+    return [str(scratch / w.name) for w in wheels] + harness, ["--find-links", str(scratch)], tuple(names)
+
+
+def _write_manifest(directory: Path, spec: SutSpec, sut_names: tuple[str, ...]) -> None:
+    wheels = []
+    for path in sorted(directory.glob("*.whl")):
+        name, version, *_ = parse_wheel_filename(path.name)
+        wheels.append(
+            {
+                "file": path.name,
+                "name": str(canonicalize_name(name)),
+                "version": str(version),
+                "sha256": sha256_file(path),
+                "size": path.stat().st_size,
+            }
+        )
+    missing = set(sut_names) - {w["name"] for w in wheels}
+    if missing:
+        raise UsageError(f"--sut {spec.display}: the wheelhouse lacks {', '.join(sorted(missing))}")
+    manifest = {
+        # The display form only: a local SUT's host path is never stored.
+        "sut": {"kind": spec.kind, "value": spec.display, "names": list(spec.names)},
+        "sut_names": list(sut_names),
+        "wheels": wheels,
+    }
+    (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))
+
+
+def install_local(wheelhouse: Wheelhouse, target: Path) -> Path:
+    """Install only the SUT's own wheels into `target` (for local-process mode on the host).
+
+    The harness venv already has what the SUT's runtime parts import at their edges
+    (aiohttp, prometheus_client); the node image installs the full closure instead.
+    """
+    if not (target / ".installed").is_file():
+        files = [str(wheelhouse.path / w.file) for w in wheelhouse.sut_wheels]
+        _pip(["install", "-q", "--no-deps", "--target", str(target), *files], "cannot install the SUT")
+        (target / ".installed").write_text(wheelhouse.digest)
+    return target

@@ -1,0 +1,90 @@
+"""results.json follows the published JSON Schema (docs/schema/results-v1.json): what dd-accept
+writes validates, and every reader refuses a document that does not, naming where."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from dd_accept.base.errors import UsageError
+from dd_accept.base.results import SCHEMA, CheckResult, ScenarioResult, parse_results, schema_problem, write_results
+from tests.helpers import run_cli
+
+PUBLISHED = Path(__file__).parents[2] / "docs" / "schema" / "results-v1.json"
+SHA = "ab" * 32
+
+
+def _document(tmp_path: Path) -> dict:
+    checks = [
+        CheckResult.judge("overload.recovery", True, "all complete", "40/40", metrics={"records": 40, "p99_s": 0.5}),
+        CheckResult.unsupported("health.unresponsive.attempt_failed", "fails", "no monitor"),
+    ]
+    scenarios = [ScenarioResult("overload", checks, 1.0, 2.0), ScenarioResult("drain", error="WaitTimeout: x")]
+    sut = {
+        "spec": "data-designer-slurm==1.0.0rc1",
+        "profile": "data-designer-slurm-1.0",
+        "wheels": [{"file": "a-1-py3-none-any.whl", "sha256": SHA, "size": 10}],
+        "wheelhouse_digest": SHA,
+        "wheel_count": 1,
+        "node_image": None,
+        "cluster": "existing",
+    }
+    return write_results(tmp_path / "results.json", scenarios, sut, allow_unsupported=True)
+
+
+def test_the_published_schema_is_the_one_dd_accept_validates_against():
+    schema = json.loads(PUBLISHED.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    assert schema["$id"] == SCHEMA and schema["properties"]["schema"]["const"] == SCHEMA
+
+
+def test_what_dd_accept_writes_follows_the_schema(tmp_path):
+    document = _document(tmp_path)
+    assert schema_problem(document) is None
+    assert parse_results((tmp_path / "results.json").read_text()) == document
+
+
+@pytest.mark.parametrize(
+    ("mutate", "where"),
+    [
+        (lambda d: d["scenarios"][1]["checks"][0].update(verdict="passed"), "scenarios/1/checks/0/verdict"),
+        (lambda d: d["scenarios"][1]["checks"][0].pop("metrics"), "scenarios/1/checks/0"),
+        (lambda d: d["scenarios"][1]["checks"][0]["metrics"].update(records="40"), "metrics/records"),
+        (lambda d: d["scenarios"][1]["checks"][0].update(id="Overload recovery"), "scenarios/1/checks/0/id"),
+        (lambda d: d["sut"]["wheels"][0].update(sha256="deadbeef"), "sut/wheels/0/sha256"),
+        (lambda d: d.update(schema="dd-accept/results/v2"), "at schema"),
+        (lambda d: d.update(verdict="unsupported"), "at verdict"),
+        (lambda d: d.update(signed_by="someone"), "the top level"),
+        (lambda d: d.pop("scenarios"), "the top level"),
+    ],
+)
+def test_a_document_off_the_schema_is_refused_where_it_departs(tmp_path, mutate, where):
+    document = copy.deepcopy(_document(tmp_path))
+    mutate(document)
+    with pytest.raises(UsageError, match=f"does not follow {SCHEMA}") as refused:
+        parse_results(json.dumps(document))
+    assert where in str(refused.value)
+
+
+def test_the_writer_refuses_to_write_off_the_schema(tmp_path):
+    bad = ScenarioResult("overload", [CheckResult("overload.recovery", "pass", "x", "y", metrics={"n": "many"})])
+    with pytest.raises(AssertionError, match="would not follow"):
+        write_results(tmp_path / "results.json", [bad], {}, False)
+    assert not (tmp_path / "results.json").exists()
+
+
+def test_report_and_compare_refuse_a_forged_results_file_in_one_line(tmp_path):
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    document = _document(bundle)
+    document["scenarios"][1]["checks"][0]["verdict"] = "PASS"
+    (bundle / "results.json").write_text(json.dumps(document))
+    for args in (["report", str(bundle), "--format", "md"], ["compare", str(bundle), str(bundle)]):
+        result = run_cli(*args)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and "does not follow dd-accept/results/v1" in result.stderr
+        assert "Traceback" not in result.stderr
