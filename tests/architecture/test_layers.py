@@ -37,13 +37,20 @@ def test_the_layer_contracts_are_kept() -> None:
     assert "Contracts: 2 kept, 0 broken." in result.stdout
 
 
-def test_an_upward_import_inside_a_function_breaks_the_build(tmp_path: Path) -> None:
+def _lint_a_copy_with(tmp_path: Path, module: str, addition: str) -> subprocess.CompletedProcess[str]:
+    """lint-imports over a copy of the package in which `module` (a path inside it) gains
+    `addition`: the contracts must be able to fail."""
     copy = tmp_path / "src"
     shutil.copytree(PACKAGE, copy / "dd_accept", ignore=shutil.ignore_patterns("__pycache__"))
-    layout = copy / "dd_accept" / "slurm_docker" / "layout.py"
-    layout.write_text(layout.read_text() + "\n\ndef _upward():\n    from dd_accept.harness import runner  # noqa\n")
+    target = copy / "dd_accept" / module
+    target.write_text(target.read_text() + addition)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    result = _lint_imports(tmp_path / "pyproject.toml", copy)
+    return _lint_imports(tmp_path / "pyproject.toml", copy)
+
+
+def test_an_upward_import_inside_a_function_breaks_the_build(tmp_path: Path) -> None:
+    upward = "\n\ndef _upward():\n    from dd_accept.harness import runner  # noqa\n"
+    result = _lint_a_copy_with(tmp_path, "slurm_docker/layout.py", upward)
     assert result.returncode == 1, result.stdout
     assert "Layers only point down BROKEN" in result.stdout
     assert "dd_accept.slurm_docker is not allowed to import dd_accept.harness" in result.stdout
@@ -51,12 +58,7 @@ def test_an_upward_import_inside_a_function_breaks_the_build(tmp_path: Path) -> 
 
 
 def test_node_programs_cannot_import_host_only_packages(tmp_path: Path) -> None:
-    copy = tmp_path / "src"
-    shutil.copytree(PACKAGE, copy / "dd_accept", ignore=shutil.ignore_patterns("__pycache__"))
-    probe = copy / "dd_accept" / "node" / "probe.py"
-    probe.write_text(probe.read_text() + "\n\ndef _heavy():\n    import docker  # noqa\n")
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    result = _lint_imports(tmp_path / "pyproject.toml", copy)
+    result = _lint_a_copy_with(tmp_path, "node/probe.py", "\n\ndef _heavy():\n    import docker  # noqa\n")
     assert result.returncode == 1, result.stdout
     assert "dd_accept.node.probe -> docker" in result.stdout
 

@@ -237,6 +237,13 @@ def from_gate(model: type, section: Any, where: str, **extra: Any) -> Any:
     return build(model, raw, lambda f: f"{where}.{gate_key(f)}", **extra)
 
 
+def _refuse_given(instance: Any, names: tuple[str, ...], applies_to: str) -> None:
+    """An option given where it has no effect is a usage error, never silently ignored."""
+    for name in names:
+        if getattr(instance, name) not in (None, ()):
+            raise ValueError(f"{flag(type(instance).__dataclass_fields__[name])} applies to {applies_to} only")
+
+
 # ---- the models ------------------------------------------------------------------------
 
 
@@ -317,11 +324,7 @@ class ClusterOptions:
 
     def __post_init__(self) -> None:
         if self.mode == "docker":
-            site = ("run_dir", "partition", "account", "time", "gres", "srun_args")
-            for name in site:
-                if getattr(self, name):
-                    option_flag = flag(ClusterOptions.__dataclass_fields__[name])
-                    raise ValueError(f"{option_flag} applies to --cluster existing only")
+            _refuse_given(self, ("run_dir", "partition", "account", "time", "gres", "srun_args"), "--cluster existing")
 
     def salloc_args(self) -> tuple[str, ...]:
         pairs = (("--partition", self.partition), ("--account", self.account), ("--gres", self.gres))
