@@ -114,4 +114,4 @@ def test_compare_cli_reads_directories_and_archives(tmp_path):
     failing = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--fail-on-regression")
     assert failing.returncode == 1 and "1 check(s) regressed" in failing.stderr
     bad = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "nothing"))
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "not a readable bundle" in bad.stderr
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nothing: no such file or directory" in bad.stderr

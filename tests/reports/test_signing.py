@@ -7,7 +7,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from dd_accept.base.errors import UsageError
-from dd_accept.reports.bundle import write_bundle
+from dd_accept.reports.bundle import write_bundle, write_manifest
+from dd_accept.reports.digests import sha256_file
 from dd_accept.reports.sanitize import Sanitizer
 from dd_accept.reports.signing import pae
 from dd_accept.reports.verify import verify
@@ -40,17 +41,22 @@ def test_pae_matches_the_dsse_specification():
     )
 
 
-def test_a_signed_bundle_verifies_with_its_key_and_the_envelope_is_in_the_manifest(tmp_path):
+def test_a_signed_bundle_verifies_with_its_key_and_the_chain_reaches_every_file(tmp_path):
+    """signature → provenance.json → manifest digest → every other file."""
     out, public = _signed(tmp_path)
-    assert verify(out, [], public) == []
-    listed = [f["path"] for f in json.loads((out / "manifest.json").read_text())["files"]]
-    assert "provenance.dsse.json" in listed
+    assert verify(out, [], public).problems == []
+    listed = {f["path"] for f in json.loads((out / "manifest.json").read_text())["files"]}
+    files = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()}
+    assert listed == files - {"manifest.json", "provenance.json", "provenance.dsse.json"}
+    statement = json.loads((out / "provenance.json").read_text())
+    bound = next(c for c in statement["predicate"]["configuration"] if c["name"] == "evidence-manifest")
+    assert bound["digest"]["sha256"] == sha256_file(out / "manifest.json")
 
 
 def test_the_wrong_key_fails(tmp_path):
     out, _ = _signed(tmp_path)
     _, _, other = _keys(tmp_path, "other")
-    assert "provenance.dsse.json: no signature verifies with the given public key" in verify(out, [], other)
+    assert "provenance.dsse.json: no signature verifies with the given public key" in verify(out, [], other).problems
 
 
 def test_a_re_signed_statement_with_another_payload_fails(tmp_path):
@@ -58,9 +64,8 @@ def test_a_re_signed_statement_with_another_payload_fails(tmp_path):
     envelope = json.loads((out / "provenance.dsse.json").read_text())
     envelope["payload"] = envelope["payload"][:-4] + "AAA="
     (out / "provenance.dsse.json").write_text(json.dumps(envelope))
-    problems = verify(out, [], public)
+    problems = verify(out, [], public).problems
     assert "provenance.dsse.json: its payload is not this bundle's provenance.json" in problems
-    assert "modified: provenance.dsse.json (sha256 differs from the manifest)" in problems
 
 
 def test_a_key_given_for_an_unsigned_bundle_is_a_problem(tmp_path):
@@ -68,7 +73,7 @@ def test_a_key_given_for_an_unsigned_bundle_is_a_problem(tmp_path):
     out = tmp_path / "bundle"
     out.mkdir()
     write_bundle(_raw(tmp_path), out, _context(), Sanitizer(path_roots={str(tmp_path): "<run>"}))
-    assert verify(out, [], public) == ["missing: provenance.dsse.json (a public key was given)"]
+    assert verify(out, [], public).problems == ["missing: provenance.dsse.json (a public key was given)"]
 
 
 def test_a_key_that_is_not_a_key_is_a_usage_error(tmp_path):
@@ -77,3 +82,63 @@ def test_a_key_that_is_not_a_key_is_a_usage_error(tmp_path):
     bogus.write_text("not a key")
     with pytest.raises(UsageError, match="not a readable PEM public key"):
         verify(out, [], bogus)
+
+
+def _rewrite_consistently(out, *, provenance_too: bool) -> None:
+    """The attack: change an observed value, then rewrite the manifest (and, for an unsigned
+    bundle, the provenance's manifest digest) so every digest matches again."""
+    results = json.loads((out / "results.json").read_text())
+    results["scenarios"][0]["checks"][0]["observed"] = "3 (edited)"
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_manifest(out)
+    if provenance_too:
+        statement = json.loads((out / "provenance.json").read_text())
+        for entry in statement["predicate"]["configuration"]:
+            if entry["name"] == "evidence-manifest":
+                entry["digest"]["sha256"] = sha256_file(out / "manifest.json")
+        (out / "provenance.json").write_text(json.dumps(statement, indent=2) + "\n")
+
+
+def test_the_signature_covers_every_evidence_file(tmp_path):
+    """Edited results with a rewritten manifest: the signed statement still names the old
+    manifest, so `verify --pubkey` fails; rewriting the statement breaks the signature."""
+    out, public = _signed(tmp_path)
+    assert verify(out, [], public).signature.startswith("verified (key id ")
+    _rewrite_consistently(out, provenance_too=False)
+    problems = verify(out, [], public).problems
+    assert any("does not carry this manifest's digest" in p for p in problems), problems
+    _rewrite_consistently(out, provenance_too=True)
+    problems = verify(out, [], public).problems
+    assert "provenance.dsse.json: its payload is not this bundle's provenance.json" in problems
+
+
+def test_unsigned_verification_proves_integrity_only_and_says_so(tmp_path):
+    out = tmp_path / "bundle"
+    out.mkdir()
+    write_bundle(_raw(tmp_path), out, _context(), Sanitizer(path_roots={str(tmp_path): "<run>"}))
+    assert verify(out, []).signature == "absent"
+    _rewrite_consistently(out, provenance_too=True)  # anyone can do this to an unsigned bundle
+    assert verify(out, []).problems == []
+    with pytest.raises(UsageError, match="--require-signature needs --pubkey"):
+        verify(out, [], require_signature=True)
+    _, _, public = _keys(tmp_path, "k")
+    problems = verify(out, [], public, require_signature=True).problems
+    assert "signature absent: --require-signature needs one verified with --pubkey" in problems
+
+
+def test_a_signed_bundle_checked_without_a_key_is_not_called_verified(tmp_path):
+    out, _ = _signed(tmp_path)
+    verification = verify(out, [])
+    assert verification.problems == [] and verification.signature == "not checked (no --pubkey given)"
+
+
+def test_the_provenance_must_list_the_same_passed_and_failed_checks(tmp_path):
+    out = tmp_path / "bundle"
+    out.mkdir()
+    write_bundle(_raw(tmp_path), out, _context(), Sanitizer(path_roots={str(tmp_path): "<run>"}))
+    statement = json.loads((out / "provenance.json").read_text())
+    statement["predicate"]["passedTests"], statement["predicate"]["failedTests"] = [], ["overload.total.attempts"]
+    (out / "provenance.json").write_text(json.dumps(statement))
+    problems = verify(out, []).problems
+    assert "provenance.json: passedTests differ from the check verdicts in results.json" in problems
+    assert "provenance.json: failedTests differ from the check verdicts in results.json" in problems

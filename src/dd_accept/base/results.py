@@ -138,7 +138,7 @@ def parse_results(text: str, name: str = "results.json") -> dict[str, Any]:
     error, never a KeyError deep in a report."""
     try:
         document = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise UsageError(f"{name} is not JSON") from None
     problem = schema_problem(document)
     if problem:

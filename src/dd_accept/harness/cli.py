@@ -27,7 +27,6 @@ from dd_accept.base.options import (
     build,
     parse_argv_values,
 )
-from dd_accept.base.results import load_results
 from dd_accept.base.state import state_root
 from dd_accept.harness.console import ConsoleListener, fail_line
 from dd_accept.harness.doctor import run_checks
@@ -37,8 +36,10 @@ from dd_accept.harness.gate_file import load_gate
 from dd_accept.harness.runner import SCENARIOS, RunRequest, default_out, run
 from dd_accept.node.loadclient.workload import parse_header
 from dd_accept.reports import compare, render
+from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
 from dd_accept.reports.html import render_bundle
+from dd_accept.reports.share import sanitize_paths
 from dd_accept.reports.verify import verify
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
 from dd_accept.slurm_docker.cluster import list_clusters
@@ -258,27 +259,44 @@ def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
     return EXIT_PASS
 
 
+def _cmd_sanitize(args: argparse.Namespace, console: ConsoleListener) -> int:
+    shared = sanitize_paths([Path(p) for p in args.paths], Path(args.out))
+    for location, why in shared.skipped:
+        print(f"not copied: {location} ({why})", file=sys.stderr)
+    report = shared.sanitizer.report()
+    for entry in report["by_rule"]:  # type: ignore[union-attr]
+        print(f"{entry['rule']}: {entry['count']}")
+    total = sum(entry["count"] for entry in report["by_rule"])  # type: ignore[union-attr]
+    print(f"dd-accept sanitize: {len(shared.written)} file(s) written to {Path(args.out).name}/, {total} redaction(s)")
+    return EXIT_PASS
+
+
 def _cmd_verify(args: argparse.Namespace, console: ConsoleListener) -> int:
 
-    problems = verify(Path(args.bundle), [Path(w) for w in args.wheel], Path(args.pubkey) if args.pubkey else None)
-    for problem in problems:
+    pubkey = Path(args.pubkey) if args.pubkey else None
+    verification = verify(Path(args.bundle), [Path(w) for w in args.wheel], pubkey, args.require_signature)
+    for problem in verification.problems:
         print(problem)
-    if problems:
-        print(f"dd-accept verify: {len(problems)} problem(s): the bundle does not verify", file=sys.stderr)
+    print(f"signature: {verification.signature}")
+    if verification.problems:
+        print(f"dd-accept verify: {len(verification.problems)} problem(s): the bundle does not verify", file=sys.stderr)
         return EXIT_CHECK_FAILED
-    print("dd-accept verify: every digest matches, provenance agrees with the results, the audit is clean")
+    proven = "made by the key holder" if verification.signature.startswith("verified") else "whole (integrity only)"
+    print(
+        "dd-accept verify: every digest matches, the provenance names this manifest and agrees with every "
+        f"check in the results, the audit is clean: the bundle is {proven}"
+    )
     return EXIT_PASS
 
 
 def _cmd_report(args: argparse.Namespace, console: ConsoleListener) -> int:
-    path = Path(args.bundle) / "results.json"
-    if not path.is_file():
-        raise UsageError(f"report: {Path(args.bundle).name} has no readable results.json")
-    results = load_results(path, f"report: {Path(args.bundle).name}/results.json")
-    if args.format == "html":
-        sys.stdout.write(render_bundle(Path(args.bundle)))
-    else:
-        sys.stdout.write(render.markdown(results) if args.format == "md" else render.junit(results))
+    bundle = Path(args.bundle)
+    with opened_bundle(bundle, "report") as directory:
+        results = compare.load_results(directory, "report")
+        if args.format == "html":
+            sys.stdout.write(render_bundle(directory))
+        else:
+            sys.stdout.write(render.markdown(results) if args.format == "md" else render.junit(results))
     return EXIT_PASS
 
 
@@ -426,14 +444,24 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--licences", action="store_true", help="also require a declared licence in wheels")
     audit.set_defaults(handler=_cmd_audit)
 
+    sanitize = commands.add_parser(
+        "sanitize", help="remove secrets and host details from logs you want to share (files, dirs, archives)"
+    )
+    sanitize.add_argument("paths", nargs="+", metavar="PATH", help="files, directories or archives")
+    sanitize.add_argument("--out", required=True, metavar="DIR", help="where the sanitized copies go (must be new)")
+    sanitize.set_defaults(handler=_cmd_sanitize)
+
     verify = commands.add_parser("verify", help="check an evidence bundle's digests, provenance and audit")
     verify.add_argument("bundle", metavar="BUNDLE", help="bundle directory or .tar.gz")
     verify.add_argument("--wheel", action="append", default=[], help="a wheel to check against the subjects")
     verify.add_argument("--pubkey", help="Ed25519 public key (PEM) that must have signed the provenance")
+    verify.add_argument(
+        "--require-signature", action="store_true", help="fail unless a signature verifies with --pubkey"
+    )
     verify.set_defaults(handler=_cmd_verify)
 
     report = commands.add_parser("report", help="re-render a bundle's report from the bundle alone")
-    report.add_argument("bundle", metavar="BUNDLE", help="bundle directory")
+    report.add_argument("bundle", metavar="BUNDLE", help="bundle directory or .tar.gz")
     report.add_argument("--format", choices=("html", "md", "junit"), default="html")
     report.set_defaults(handler=_cmd_report)
 

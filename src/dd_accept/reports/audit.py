@@ -1,22 +1,30 @@
-"""`dd-accept audit PATH...`: look for anything the sanitizer would have removed.
+"""`dd-accept audit PATH...`: look for anything the sanitizer would still change. Fails closed.
 
-Scans files, directories, `.tar.gz`, `.whl` and `.zip`; prints `location: rule` for each
-finding and never the matched text. Uses the sanitizer's own rules, so "sanitized" and
-"passes the audit" mean the same thing.
+Scans files, directories and archives (tar, gzip, xz, bzip2, zip, wheels; nested too, within
+size and ratio limits); prints `location: rule` for each finding and never the matched text.
+It runs the sanitizer itself, so "sanitized" and "passes the audit" mean the same thing.
+Nothing is called clean that was not read: a file it cannot decode within the limits, a
+link, a damaged archive or an unreadable directory is a finding (`unscannable`), and a FIFO,
+device or socket is refused (exit 2). Binary files are scanned through their printable
+strings; UTF-16 text is decoded. Auditing a bundle checks for the user and host names the
+bundle recorded (`redactions.json`), not for the auditor's own.
 """
 
 from __future__ import annotations
 
-import tarfile
+import codecs
+import json
+import re
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from dd_accept.base.errors import UsageError
-from dd_accept.reports.sanitize import PRIVATE_IP, Rule, Sanitizer
+from dd_accept.reports.archive import Member, walk
+from dd_accept.reports.sanitize import Sanitizer, sanitizer_for_audit
 
-BINARY_SNIFF = 8192
+PRINTABLE_RUN = re.compile(rb"[\x20-\x7e\t]{6,}")
+TEXT_SNIFF = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,61 +36,50 @@ class Finding:
         return f"{self.location}: {self.rule}"
 
 
-def _text(data: bytes) -> str | None:
-    if b"\0" in data[:BINARY_SNIFF]:
-        return None
-    return data.decode("utf-8", errors="replace")
+def decode(data: bytes) -> str:
+    """Text to scan from any bytes: UTF-8, UTF-16/32 (by BOM or by their NULs), else the
+    printable strings of a binary, one per line (a secret inside a binary is still found)."""
+    for bom, codec in (
+        (codecs.BOM_UTF32_LE, "utf-32"),
+        (codecs.BOM_UTF32_BE, "utf-32"),
+        (codecs.BOM_UTF8, "utf-8-sig"),
+    ):
+        if data.startswith(bom):
+            return data.decode(codec, errors="replace")
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return data.decode("utf-16", errors="replace")
+    head = data[:TEXT_SNIFF]
+    if b"\0" not in head:
+        return data.decode("utf-8", errors="replace")
+    if len(head) >= 4 and head[1::2].count(0) > len(head) * 0.4 and head[0::2].count(0) < len(head) * 0.1:
+        return data.decode("utf-16-le", errors="replace")
+    if len(head) >= 4 and head[0::2].count(0) > len(head) * 0.4 and head[1::2].count(0) < len(head) * 0.1:
+        return data.decode("utf-16-be", errors="replace")
+    return "\n".join(run.decode("ascii") for run in PRINTABLE_RUN.findall(data))
 
 
-def _members(path: Path) -> Iterator[tuple[str, bytes]]:
-    """(location, bytes) for every file inside `path`, archives opened."""
-    name = path.name
-    if path.is_dir():
-        for child in sorted(p for p in path.rglob("*") if p.is_file()):
-            yield from (
-                (f"{name}/{child.relative_to(path)}{loc[len(child.name) :]}", data) for loc, data in _members(child)
-            )
-    elif name.endswith((".tar.gz", ".tgz", ".tar")):
-        with tarfile.open(path) as archive:
-            for member in archive.getmembers():
-                handle = archive.extractfile(member) if member.isfile() else None
-                if handle is not None:
-                    yield f"{name}!{member.name}", handle.read()
-    elif name.endswith((".whl", ".zip")):
-        with zipfile.ZipFile(path) as archive:
-            for member in archive.namelist():
-                if not member.endswith("/"):
-                    yield f"{name}!{member}", archive.read(member)
-    else:
-        yield name, path.read_bytes()
-
-
-def audit_text(location: str, text: str, rules: list[Rule]) -> list[Finding]:
-    """Each rule searched once over the whole text; line numbers found only for matches."""
-    found = []
-    lowered = text.lower()
-    for rule in rules:
-        if not rule.may_match(lowered):
-            continue
-        if rule.name == "private_key":  # spans lines: reported for the file
-            found += [Finding(location, rule.name)] if rule.pattern.search(text) else []
-            continue
-        lines = {text.count("\n", 0, match.start()) + 1 for match in rule.pattern.finditer(text)}
-        found += [Finding(f"{location}:{number}", rule.name) for number in sorted(lines)]
-    lines = {text.count("\n", 0, match.start()) + 1 for match in PRIVATE_IP.finditer(text)}
-    found += [Finding(f"{location}:{number}", "private_ip") for number in sorted(lines)]
-    return found
+def audit_member(member: Member, sanitizer: Sanitizer) -> list[Finding]:
+    if member.data is None:
+        return [Finding(member.location, f"unscannable ({member.problem})")]
+    before = len(sanitizer.places)
+    sanitizer.file_text(decode(member.data), member.location)
+    seen = sorted({(line, rule) for _, line, rule in sanitizer.places[before:]})
+    del sanitizer.places[before:]
+    return [Finding(f"{member.location}:{line}" if line else member.location, rule) for line, rule in seen]
 
 
 def licence_findings(path: Path) -> list[Finding]:
     """For wheels: is a licence declared (SPDX expression or licence file)?"""
     if not path.name.endswith(".whl"):
         return []
-    with zipfile.ZipFile(path) as archive:
-        names = archive.namelist()
-        metadata = next(
-            (archive.read(n).decode(errors="replace") for n in names if n.endswith(".dist-info/METADATA")), ""
-        )
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = archive.namelist()
+            metadata = next(
+                (archive.read(n).decode(errors="replace") for n in names if n.endswith(".dist-info/METADATA")), ""
+            )
+    except (OSError, zipfile.BadZipFile):
+        return [Finding(path.name, "unscannable (not a readable wheel)")]
     declared = any(line.startswith(("License-Expression:", "License:")) for line in metadata.splitlines())
     has_file = any(
         "/licenses/" in n.lower() or n.rsplit("/", 1)[-1].upper().startswith(("LICENSE", "COPYING")) for n in names
@@ -90,19 +87,24 @@ def licence_findings(path: Path) -> list[Finding]:
     return [] if declared and has_file else [Finding(path.name, "licence_missing")]
 
 
+def recorded_identity(path: Path) -> dict[str, Any] | None:
+    """The user and host names a bundle recorded (keyed digests), if `path` is a bundle."""
+    record = path / "redactions.json" if path.is_dir() else None
+    if record is None or not record.is_file():
+        return None
+    try:
+        identity = json.loads(record.read_text()).get("host_identity")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return identity if isinstance(identity, dict) else None
+
+
 def audit(paths: list[Path], sanitizer: Sanitizer | None = None, licences: bool = False) -> list[Finding]:
-    rules = (sanitizer or Sanitizer()).rules()
     found: list[Finding] = []
     for path in paths:
-        if not path.exists():
-            raise UsageError(f"audit: {path.name}: no such file or directory")
-        try:
-            for location, data in _members(path):
-                text = _text(data)
-                if text is not None:
-                    found += audit_text(location, text, rules)
-        except (tarfile.TarError, zipfile.BadZipFile) as error:
-            raise UsageError(f"audit: {path.name} is not a readable archive: {error}") from None
+        scanner = sanitizer_for_audit(recorded_identity(path), sanitizer)
+        for member in walk(path, "audit"):
+            found += audit_member(member, scanner)
         if licences:
             found += licence_findings(path)
     return found

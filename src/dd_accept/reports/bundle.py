@@ -2,9 +2,10 @@
 
 A run leaves its raw outputs in a scratch directory; this module copies what is evidence
 into the bundle through the sanitizer (never a raw file), writes `redactions.json`,
-`provenance.json` (an in-toto Statement v1 with the test-result predicate), the reports,
-and last `manifest.json` with the sha256 and size of every other file. A `.tar.gz` of the
-bundle is written beside it.
+the reports, then `manifest.json` with the sha256 and size of every one of them, and last
+`provenance.json` (an in-toto Statement v1 with the test-result predicate) carrying the
+manifest's digest, so a signature over the statement covers every byte of the evidence. A
+`.tar.gz` of the bundle is written beside it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from dd_accept.reports.signing import sign_bundle
 MANIFEST_SCHEMA = "dd-accept/manifest/v1"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 TEST_RESULT_PREDICATE = "https://in-toto.io/attestation/test-result/v0.1"
+EVIDENCE_MANIFEST = "evidence-manifest"
+# Not in the manifest: the manifest itself, and what is bound to it by digest and signature.
+OUTSIDE_MANIFEST = frozenset({"manifest.json", "provenance.json", "provenance.dsse.json"})
 SKIPPED_DIRECTORIES = {"commands", "identities"}  # launcher scratch: already in commands.jsonl
 
 
@@ -53,7 +57,7 @@ def _iso(timestamp: float) -> str:
 def _write(out: Path, relative: str, text: str, sanitizer: Sanitizer) -> None:
     target = out / relative
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(sanitizer.text(text, relative))
+    target.write_text(sanitizer.file_text(text, relative))
 
 
 def _evidence_files(raw: Path) -> list[tuple[Path, str]]:
@@ -78,7 +82,9 @@ def _evidence_files(raw: Path) -> list[tuple[Path, str]]:
     return chosen
 
 
-def provenance(results: dict[str, Any], context: RunContext, sanitizer: Sanitizer) -> dict[str, Any]:
+def provenance(
+    results: dict[str, Any], context: RunContext, sanitizer: Sanitizer, manifest_sha256: str = ""
+) -> dict[str, Any]:
     sut = results.get("sut", {})
     checks = [c for s in results["scenarios"] for c in s["checks"]]
     passed = [c["id"] for c in checks if c["verdict"] == "pass"]
@@ -89,6 +95,12 @@ def provenance(results: dict[str, Any], context: RunContext, sanitizer: Sanitize
     node_lock = "\n".join(context.node_lock)
 
     configuration = [
+        {
+            # Every other file of the bundle, by digest: signing this statement signs them all.
+            "name": EVIDENCE_MANIFEST,
+            "digest": {"sha256": manifest_sha256},
+            "annotations": {"what": "manifest.json: sha256 and size of every evidence file"},
+        },
         {
             "name": "dd-accept",
             "digest": {"sha256": context.harness_source_digest},
@@ -143,20 +155,21 @@ def write_bundle(
 ) -> dict[str, Any]:
     """Write the sanitized bundle into `out` (which holds no other files) and its .tar.gz."""
     results = load_results(raw / "results.json")
-    results = json.loads(sanitizer.text(json.dumps(results), "results.json"))
+    results = sanitizer.value(results, "results.json")
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     for source, relative in _evidence_files(raw):
         _write(out, relative, source.read_text(errors="replace"), sanitizer)
-    statement = provenance(results, context, sanitizer)
-    (out / "provenance.json").write_text(json.dumps(statement, indent=2) + "\n")
     (out / "summary.md").write_text(render.markdown(results))
     (out / "junit.xml").write_text(render.junit(results))
     (out / "redactions.json").write_text(json.dumps(sanitizer.report(), indent=2) + "\n")
-
     (out / "report.html").write_text(render_bundle(out))
+    # The manifest covers every file so far; the statement carries the manifest's digest;
+    # the signature (if any) covers the statement. One byte changed anywhere breaks a link.
+    write_manifest(out)
+    statement = provenance(results, context, sanitizer, sha256_file(out / "manifest.json"))
+    (out / "provenance.json").write_text(json.dumps(statement, indent=2) + "\n")
     if sign_key is not None:
         sign_bundle(out, sign_key)
-    write_manifest(out)
     archive = out.with_name(out.name + ".tar.gz")
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(out, arcname=out.name)
@@ -164,7 +177,7 @@ def write_bundle(
 
 
 def write_manifest(out: Path) -> dict[str, Any]:
-    files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "manifest.json")
+    files = sorted(p for p in out.rglob("*") if p.is_file() and str(p.relative_to(out)) not in OUTSIDE_MANIFEST)
     manifest = {
         "schema": MANIFEST_SCHEMA,
         "files": [{"path": str(p.relative_to(out)), "sha256": sha256_file(p), "size": p.stat().st_size} for p in files],

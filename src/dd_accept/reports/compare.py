@@ -8,7 +8,6 @@ drain time) that moved. The comparison reads only the two bundles' `results.json
 from __future__ import annotations
 
 import html
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,8 @@ from typing import Any
 from rich.table import Table
 
 from dd_accept.base.errors import UsageError
-from dd_accept.base.results import parse_results
+from dd_accept.base.results import load_results as read_results
+from dd_accept.reports.archive import opened_bundle
 
 CHANGES = ("regressed", "fixed", "changed", "same", "added", "removed")
 
@@ -86,21 +86,14 @@ class Comparison:
         )
 
 
-def load_results(bundle: Path) -> dict[str, Any]:
-    """`results.json` of a bundle directory or `.tar.gz`, or a usage error naming the bundle."""
-    try:
-        if bundle.is_dir():
-            text = (bundle / "results.json").read_text()
-        else:
-            with tarfile.open(bundle) as archive:
-                member = next((m for m in archive.getmembers() if m.name.endswith("/results.json")), None)
-                handle = archive.extractfile(member) if member is not None else None
-                if handle is None:
-                    raise UsageError(f"compare: {bundle.name} holds no results.json")
-                text = handle.read().decode()
-    except (OSError, ValueError, tarfile.TarError):
-        raise UsageError(f"compare: {bundle.name} is not a readable bundle directory or .tar.gz") from None
-    return parse_results(text, f"compare: {bundle.name}/results.json")
+def load_results(bundle: Path, what: str = "compare") -> dict[str, Any]:
+    """`results.json` of a bundle directory or `.tar.gz`, read the one way every reader reads
+    a bundle (`archive.opened_bundle`), or a usage error naming the bundle."""
+    with opened_bundle(bundle, what) as directory:
+        path = directory / "results.json"
+        if not path.is_file():
+            raise UsageError(f"{what}: {bundle.name} holds no results.json")
+        return read_results(path, f"{what}: {bundle.name}/results.json")
 
 
 def _checks(results: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -3,28 +3,48 @@ JUnit XML (one testcase per check, the schema CI systems read)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from xml.etree import ElementTree
+
+# Characters XML 1.0 does not allow at all (most C0 controls, lone surrogates, U+FFFE/F):
+# ElementTree writes them as they are, and the file is then not well-formed.
+NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!<>|~])")
+
+
+def xml_text(value: Any) -> str:
+    return NOT_XML.sub("\ufffd", str(value))
+
+
+def md_text(value: Any) -> str:
+    """Text from results in a Markdown table cell: markup escaped, controls gone, one line."""
+    text = CONTROL.sub(" ", " ".join(str(value).splitlines()))  # every line break Unicode has
+    return MARKDOWN_SPECIAL.sub(r"\\\1", text)
+
+
+def md_code(value: Any) -> str:
+    """Text shown as `code`: a backtick inside would end the span, so it cannot be there."""
+    return "`" + CONTROL.sub(" ", " ".join(str(value).splitlines())).replace("`", "'") + "`"
 
 
 def markdown(results: dict[str, Any]) -> str:
     verdict = results["verdict"].upper()
     sut = results.get("sut", {})
-    lines = [f"## dd-accept: {verdict}", "", f"SUT `{sut.get('spec', '?')}` (profile `{sut.get('profile', '?')}`)", ""]
+    spec, profile = md_code(sut.get("spec", "?")), md_code(sut.get("profile", "?"))
+    lines = [f"## dd-accept: {md_text(verdict)}", "", f"SUT {spec} (profile {profile})", ""]
     for wheel in sut.get("wheels", []):
-        lines.append(f"- `{wheel['file']}` sha256 `{wheel['sha256']}`")
+        lines.append(f"- {md_code(wheel['file'])} sha256 {md_code(wheel['sha256'])}")
     lines += ["", "| check | verdict | expected | observed |", "|---|---|---|---|"]
     for scenario in results["scenarios"]:
         if scenario.get("error"):
-            lines.append(f"| {scenario['name']} | **error** | judged | {_cell(scenario['error'])} |")
+            lines.append(f"| {md_text(scenario['name'])} | **error** | judged | {md_text(scenario['error'])} |")
         for check in scenario["checks"]:
-            mark = {"pass": "pass", "fail": "**fail**"}.get(check["verdict"], f"*{check['verdict']}*")
-            lines.append(f"| `{check['id']}` | {mark} | {_cell(check['expected'])} | {_cell(check['observed'])} |")
+            mark = {"pass": "pass", "fail": "**fail**"}.get(check["verdict"], f"*{md_text(check['verdict'])}*")
+            cells = f"{md_text(check['expected'])} | {md_text(check['observed'])}"
+            lines.append(f"| {md_code(check['id'])} | {mark} | {cells} |")
     return "\n".join(lines) + "\n"
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
 
 
 def junit(results: dict[str, Any]) -> str:
@@ -38,22 +58,23 @@ def junit(results: dict[str, Any]) -> str:
         suite = ElementTree.SubElement(
             root,
             "testsuite",
-            name=scenario["name"],
+            name=xml_text(scenario["name"]),
             tests=str(len(cases) + (1 if scenario.get("error") else 0)),
             failures=str(failed),
             errors="1" if scenario.get("error") else "0",
             skipped=str(skipped),
         )
         if scenario.get("error"):
-            case = ElementTree.SubElement(suite, "testcase", classname=scenario["name"], name="scenario")
-            ElementTree.SubElement(case, "error", message=scenario["error"][:500])
+            case = ElementTree.SubElement(suite, "testcase", classname=xml_text(scenario["name"]), name="scenario")
+            ElementTree.SubElement(case, "error", message=xml_text(scenario["error"][:500]))
         for check in cases:
-            case = ElementTree.SubElement(suite, "testcase", classname=scenario["name"], name=check["id"])
-            message = f"expected {check['expected']}; observed {check['observed']}"
+            name = xml_text(check["id"])
+            case = ElementTree.SubElement(suite, "testcase", classname=xml_text(scenario["name"]), name=name)
+            message = xml_text(f"expected {check['expected']}; observed {check['observed']}")
             if check["verdict"] == "fail":
-                ElementTree.SubElement(case, "failure", message=message[:1000]).text = check.get("detail", "")
+                ElementTree.SubElement(case, "failure", message=message[:1000]).text = xml_text(check.get("detail", ""))
             elif check["verdict"] == "unsupported":
-                ElementTree.SubElement(case, "skipped", message=check.get("detail", "")[:1000])
+                ElementTree.SubElement(case, "skipped", message=xml_text(check.get("detail", ""))[:1000])
             ElementTree.SubElement(case, "system-out").text = message
     ElementTree.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ElementTree.tostring(root, encoding="unicode") + "\n"

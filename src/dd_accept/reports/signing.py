@@ -64,29 +64,30 @@ def sign_bundle(bundle: Path, key: Ed25519PrivateKey) -> None:
     (bundle / ENVELOPE).write_text(json.dumps(envelope, indent=2) + "\n")
 
 
-def check_signature(bundle: Path, public: Ed25519PublicKey | None) -> list[str]:
-    """Problems with the envelope; none when it is absent and no key was given."""
+def check_signature(bundle: Path, public: Ed25519PublicKey | None) -> tuple[str, list[str]]:
+    """(what `verify` says about the signature, problems). The status is `verified (key id
+    …)`, `absent`, or `not checked` (an envelope is there but no key was given: it proves
+    nothing until someone checks it with the signer's public key)."""
     path = bundle / ENVELOPE
     if not path.is_file():
-        return [f"missing: {ENVELOPE} (a public key was given)"] if public is not None else []
+        return "absent", [f"missing: {ENVELOPE} (a public key was given)"] if public is not None else []
     try:
         envelope = json.loads(path.read_text())
-        payload = base64.b64decode(envelope["payload"])
-        signatures = [base64.b64decode(s["sig"]) for s in envelope["signatures"]]
-    except (ValueError, KeyError, TypeError):
-        return [f"{ENVELOPE}: not a DSSE envelope"]
+        payload = base64.b64decode(envelope["payload"], validate=True)
+        signatures = [base64.b64decode(s["sig"], validate=True) for s in envelope["signatures"]]
+        payload_type = str(envelope.get("payloadType", ""))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "invalid", [f"{ENVELOPE}: not a DSSE envelope"]
     problems = []
     if payload != (bundle / "provenance.json").read_bytes():
         problems.append(f"{ENVELOPE}: its payload is not this bundle's provenance.json")
-    if public is not None:
-        message = pae(envelope.get("payloadType", ""), payload)
-        valid = False
-        for signature in signatures:
-            try:
-                public.verify(signature, message)
-                valid = True
-            except InvalidSignature:
-                continue
-        if not valid:
-            problems.append(f"{ENVELOPE}: no signature verifies with the given public key")
-    return problems
+    if public is None:
+        return "not checked (no --pubkey given)", problems
+    message = pae(payload_type, payload)
+    for signature in signatures:
+        try:
+            public.verify(signature, message)
+        except InvalidSignature:
+            continue
+        return f"verified (key id {_key_id(public)})", problems
+    return "invalid", [*problems, f"{ENVELOPE}: no signature verifies with the given public key"]

@@ -1,101 +1,160 @@
-"""`dd-accept verify BUNDLE [--wheel W...]`: check a bundle without rerunning anything.
+"""`dd-accept verify BUNDLE [--wheel W...] [--pubkey K] [--require-signature]`: check a bundle
+without rerunning anything.
 
-Recomputes every digest in the manifest, checks that no file was added or removed, that
-the provenance agrees with the results and (when given) with the wheels themselves, and
-re-runs the audit. Says exactly what does not match.
+What it proves. Unsigned, integrity only: every file matches the manifest, the manifest is
+the one the provenance names, the provenance agrees with `results.json` (verdict, subjects,
+and each check's passed/failed), the wheels given are the ones tested, and the audit finds
+nothing. Anyone who can write the bundle can rewrite all of that consistently, so it shows
+the bundle is whole, not who made it. Signed and checked with `--pubkey`, the chain
+signature → provenance → manifest digest → every file also shows the key holder made it.
 """
 
 from __future__ import annotations
 
 import json
-import tarfile
-import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dd_accept.base.errors import UsageError
 from dd_accept.base.results import SCHEMA, schema_problem
+from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
-from dd_accept.reports.bundle import STATEMENT_TYPE, TEST_RESULT_PREDICATE
+from dd_accept.reports.bundle import EVIDENCE_MANIFEST, OUTSIDE_MANIFEST, STATEMENT_TYPE, TEST_RESULT_PREDICATE
 from dd_accept.reports.digests import sha256_file
 from dd_accept.reports.signing import check_signature, load_public_key
 
 
-def _load(path: Path, what: str) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise _Problem(f"missing: {what}") from None
-    except ValueError:
-        raise _Problem(f"not valid JSON: {what}") from None
+@dataclass
+class Verification:
+    problems: list[str] = field(default_factory=list)
+    signature: str = "absent"
 
 
 class _Problem(Exception):
     pass
 
 
-def verify_directory(bundle: Path, wheels: list[Path], public_key: object | None = None) -> list[str]:
-    problems: list[str] = []
+def _load(path: Path, what: str) -> dict[str, Any]:
     try:
-        manifest = _load(bundle / "manifest.json", "manifest.json")
-    except _Problem as problem:
-        return [str(problem)]
-    listed = {entry["path"]: entry for entry in manifest.get("files", [])}
-    present = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()} - {"manifest.json"}
-    for path in sorted(set(listed) - present):
-        problems.append(f"missing: {path} (listed in the manifest)")
-    for path in sorted(present - set(listed)):
-        problems.append(f"unlisted: {path} (not in the manifest)")
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise _Problem(f"missing: {what}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise _Problem(f"not valid JSON: {what}") from None
+    if not isinstance(document, dict):
+        raise _Problem(f"{what}: not a JSON object")
+    return document
+
+
+def _manifest_problems(bundle: Path, manifest: dict[str, Any]) -> list[str]:
+    files = manifest.get("files")
+    if not isinstance(files, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("path"), str) and isinstance(e.get("sha256"), str) for e in files
+    ):
+        return ["manifest.json: not a dd-accept manifest"]
+    problems = []
+    names = Counter(entry["path"] for entry in files)
+    problems += [f"manifest.json: lists {path} twice" for path, count in names.items() if count > 1]
+    listed = {entry["path"]: entry for entry in files}
+    present = {str(p.relative_to(bundle)) for p in bundle.rglob("*") if p.is_file()} - OUTSIDE_MANIFEST
+    problems += [f"missing: {path} (listed in the manifest)" for path in sorted(set(listed) - present)]
+    problems += [f"unlisted: {path} (not in the manifest)" for path in sorted(present - set(listed))]
     for path in sorted(set(listed) & present):
         entry, file = listed[path], bundle / path
-        if file.stat().st_size != entry["size"] or sha256_file(file) != entry["sha256"]:
+        if file.stat().st_size != entry.get("size") or sha256_file(file) != entry["sha256"]:
             problems.append(f"modified: {path} (sha256 differs from the manifest)")
+    return problems
+
+
+def _statement_problems(bundle: Path, statement: dict[str, Any], results: dict[str, Any]) -> list[str]:
+    problems = []
+    predicate = statement.get("predicate")
+    if (
+        statement.get("_type") != STATEMENT_TYPE
+        or statement.get("predicateType") != TEST_RESULT_PREDICATE
+        or not isinstance(predicate, dict)
+    ):
+        return ["provenance.json: not an in-toto test-result statement"]
+    configuration = predicate.get("configuration") if isinstance(predicate.get("configuration"), list) else []
+    named = {c.get("name"): c for c in configuration if isinstance(c, dict)}
+    bound = named.get(EVIDENCE_MANIFEST, {}).get("digest", {})
+    if not isinstance(bound, dict) or bound.get("sha256") != sha256_file(bundle / "manifest.json"):
+        problems.append("provenance.json: does not carry this manifest's digest (the evidence is not the one attested)")
+    claimed = "PASSED" if results["verdict"] == "pass" else "FAILED"
+    if predicate.get("result") != claimed:
+        problems.append(f"provenance.json: result {predicate.get('result')} but results.json says {claimed}")
+    checks = [c for s in results["scenarios"] for c in s["checks"]]
+    expected = {
+        "passedTests": sorted(c["id"] for c in checks if c["verdict"] == "pass"),
+        "failedTests": sorted(
+            [c["id"] for c in checks if c["verdict"] == "fail"]
+            + [f"{s['name']} (not judged)" for s in results["scenarios"] if s.get("error")]
+        ),
+        "warnedTests": sorted(c["id"] for c in checks if c["verdict"] == "unsupported"),
+    }
+    for key, wanted in expected.items():
+        stated = predicate.get(key)
+        if not isinstance(stated, list) or sorted(map(str, stated)) != wanted:
+            problems.append(f"provenance.json: {key} differ from the check verdicts in results.json")
+    subjects = _subjects(statement)
+    if subjects is None:
+        return [*problems, "provenance.json: a subject without a name or sha256 digest"]
+    tested = {w["file"]: w["sha256"] for w in results["sut"].get("wheels", [])}
+    if subjects != tested:
+        problems.append("provenance.json: subjects differ from the wheels in results.json")
+    return problems
+
+
+def _subjects(statement: dict[str, Any]) -> dict[str, str] | None:
+    subject = statement.get("subject") if isinstance(statement.get("subject"), list) else []
     try:
+        return {s["name"]: s["digest"]["sha256"] for s in subject}
+    except (KeyError, TypeError):
+        return None
+
+
+def verify_directory(
+    bundle: Path, wheels: list[Path], public_key: Any = None, require_signature: bool = False
+) -> Verification:
+    verification = Verification()
+    problems = verification.problems
+    try:
+        manifest = _load(bundle / "manifest.json", "manifest.json")
+        problems += _manifest_problems(bundle, manifest)
         statement = _load(bundle / "provenance.json", "provenance.json")
         results = _load(bundle / "results.json", "results.json")
     except _Problem as problem:
-        return [*problems, str(problem)]
+        problems.append(str(problem))
+        return verification
     shape = schema_problem(results)
     if shape:
-        return [*problems, f"results.json: does not follow {SCHEMA} ({shape})"]
-    if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != TEST_RESULT_PREDICATE:
-        problems.append("provenance.json: not an in-toto test-result statement")
-    claimed = "PASSED" if results.get("verdict") == "pass" else "FAILED"
-    if statement.get("predicate", {}).get("result") != claimed:
-        problems.append(
-            f"provenance.json: result {statement.get('predicate', {}).get('result')} but results.json says {claimed}"
-        )
-    subjects = {s["name"]: s["digest"]["sha256"] for s in statement.get("subject", [])}
-    tested = {w["file"]: w["sha256"] for w in results.get("sut", {}).get("wheels", [])}
-    if subjects != tested:
-        problems.append("provenance.json: subjects differ from the wheels in results.json")
+        problems.append(f"results.json: does not follow {SCHEMA} ({shape})")
+        return verification
+    problems += _statement_problems(bundle, statement, results)
+    subjects = _subjects(statement) or {}
     for wheel in wheels:
         if wheel.name not in subjects:
             problems.append(f"wheel {wheel.name}: not a subject of this bundle")
         elif sha256_file(wheel) != subjects[wheel.name]:
             problems.append(f"wheel {wheel.name}: sha256 differs from the provenance subject")
-
-    problems += check_signature(bundle, public_key)  # type: ignore[arg-type]
+    verification.signature, signature_problems = check_signature(bundle, public_key)
+    problems += signature_problems
+    if require_signature and not verification.signature.startswith("verified"):
+        problems.append(f"signature {verification.signature}: --require-signature needs one verified with --pubkey")
     problems += [f"audit: {finding}" for finding in audit([bundle])]
-    return problems
+    return verification
 
 
-def verify(bundle: Path, wheels: list[Path], pubkey: Path | None = None) -> list[str]:
-    if not bundle.exists():
-        raise UsageError(f"verify: {bundle.name}: no such bundle")
+def verify(
+    bundle: Path, wheels: list[Path], pubkey: Path | None = None, require_signature: bool = False
+) -> Verification:
     for wheel in wheels:
         if not wheel.is_file():
             raise UsageError(f"verify: --wheel {wheel.name}: no such file")
-    public_key = None
-    if pubkey is not None:
-        public_key = load_public_key(pubkey)
-    if bundle.is_dir():
-        return verify_directory(bundle, wheels, public_key)
-    try:
-        with tempfile.TemporaryDirectory(prefix="dd-verify-") as scratch, tarfile.open(bundle) as archive:
-            archive.extractall(scratch, filter="data")
-            roots = [p for p in Path(scratch).iterdir() if p.is_dir()]
-            if len(roots) != 1:
-                return ["the archive must hold exactly one bundle directory"]
-            return verify_directory(roots[0], wheels, public_key)
-    except tarfile.TarError as error:
-        raise UsageError(f"verify: {bundle.name} is not a bundle directory or .tar.gz: {error}") from None
+    if require_signature and pubkey is None:
+        raise UsageError("verify: --require-signature needs --pubkey KEY (the signer's public key)")
+    public_key = load_public_key(pubkey) if pubkey is not None else None
+    with opened_bundle(bundle, "verify") as directory:
+        return verify_directory(directory, wheels, public_key, require_signature)
