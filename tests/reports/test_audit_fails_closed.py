@@ -4,6 +4,7 @@ every reader of a bundle reads an archive the same one way (each case an issue r
 from __future__ import annotations
 
 import bz2
+import contextlib
 import gzip
 import io
 import json
@@ -254,3 +255,56 @@ def test_sanitize_command_writes_valid_sanitized_copies(tmp_path):
         from dd_accept.reports.share import sanitize_paths
 
         sanitize_paths([tmp_path / "missing"], tmp_path / "o2")
+
+
+def test_random_damage_to_a_bundle_never_escapes_as_a_traceback(tmp_path):
+    """Fuzzed bundles (any JSON value in place of a manifest, statement, results or envelope
+    field): `verify`, `report` and `compare` answer with problems or a usage error, never an
+    exception of another kind."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from dd_accept.reports import compare, html
+    from dd_accept.reports.verify import verify
+    from tests.reports.test_bundle import _bundle
+
+    pristine = _bundle(tmp_path, Sanitizer(path_roots={str(tmp_path): "<run>"}, user_names=[], host_name="x"))
+    originals = {name: (pristine / name).read_text() for name in ("manifest.json", "provenance.json", "results.json")}
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+        max_leaves=8,
+    )
+
+    def replace_somewhere(document, path, value):
+        node = document
+        for step in path[:-1]:
+            node = node[step]
+        node[path[-1]] = value
+
+    def paths(document, prefix=()):
+        yield prefix
+        if isinstance(document, dict):
+            for key, item in document.items():
+                yield from paths(item, (*prefix, key))
+        elif isinstance(document, list):
+            for index, item in enumerate(document):
+                yield from paths(item, (*prefix, index))
+
+    @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(name=st.sampled_from(sorted(originals)), choice=st.integers(min_value=0), value=json_values)
+    def damaged(name, choice, value):
+        for original, text in originals.items():
+            (pristine / original).write_text(text)
+        document = json.loads(originals[name])
+        places = [p for p in paths(document) if p]
+        place = places[choice % len(places)]
+        replace_somewhere(document, place, value)
+        (pristine / name).write_text(json.dumps(document))
+        with contextlib.suppress(UsageError):
+            verify(pristine, [])
+        for reader in (lambda: compare.load_results(pristine), lambda: html.render_bundle(pristine)):
+            with contextlib.suppress(UsageError):
+                reader()
+
+    damaged()

@@ -96,6 +96,12 @@ def run_overload(
         allocation, replicas, profile=profile, retry_after=proxy_fallback_retry_after(options.retry_after)
     )
     samples: list[deployment.AdmissionSample] = []
+
+    def sut_client(name: str, records: int) -> BackgroundCommand:
+        """The SUT's own client through the proxy, at full admission, for one phase."""
+        load = client_load(options, records, DEADLINES[name], replicas.model)
+        return deployment.run_client(allocation, proxy, run, mode="sut", profile=profile, name=name, **load)
+
     try:
         # -- queue admission, then partial ----------------------------------------------------
         overloaded = range(options.overloaded)
@@ -104,15 +110,7 @@ def run_overload(
         progress.emit("partial overload", overloaded=options.overloaded)
         samples.append(replicas.overload(overloaded, depth=options.queue_depth, threshold=options.threshold))
         before = proxy.get(profile.proxy.metrics_path)["json"]
-        client = deployment.run_client(
-            allocation,
-            proxy,
-            run,
-            mode="sut",
-            profile=profile,
-            name="partial",
-            **client_load(options, options.records, DEADLINES["partial"], replicas.model),
-        )
+        client = sut_client("partial", options.records)
         partial = _watch(client, run, "partial", progress, "partial overload", timeout=150)
         after = proxy.get(profile.proxy.metrics_path)["json"]
         retries = {k: after["retries"].get(k, 0) - before["retries"].get(k, 0) for k in after.get("retries", {})}
@@ -124,15 +122,7 @@ def run_overload(
         # -- total, then recovery ---------------------------------------------------------------
         progress.emit("total overload", overloaded=options.replicas)
         samples.append(replicas.overload(None, depth=options.queue_depth, threshold=options.threshold))
-        client = deployment.run_client(
-            allocation,
-            proxy,
-            run,
-            mode="sut",
-            profile=profile,
-            name="total",
-            **client_load(options, options.recovery_records, DEADLINES["total"], replicas.model),
-        )
+        client = sut_client("total", options.recovery_records)
         try:
             # A SUT that never decreases is a finding for the checks below, not an error here.
             with contextlib.suppress(WaitTimeout):

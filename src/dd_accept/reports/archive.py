@@ -25,9 +25,10 @@ from pathlib import Path
 
 from dd_accept.base.errors import UsageError
 
-MAX_FILE_BYTES = 256 * 1024 * 1024  # one file or decompressed member
-MAX_TOTAL_BYTES = 1024 * 1024 * 1024  # everything decompressed from one path
-MAX_RATIO = 200  # decompressed / compressed: beyond it, a decompression bomb
+# Evidence files are megabytes; a log that is not is read up to here and reported beyond it.
+MAX_FILE_BYTES = 64 * 1024 * 1024  # one file or decompressed member
+MAX_TOTAL_BYTES = 512 * 1024 * 1024  # everything decompressed from one path
+MAX_RATIO = 100  # decompressed / compressed: beyond it, a decompression bomb (logs compress ~10x)
 MAX_DEPTH = 4  # archives inside archives
 MAX_MEMBERS = 200_000
 

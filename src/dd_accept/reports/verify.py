@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,15 @@ def _statement_problems(bundle: Path, statement: dict[str, Any], results: dict[s
     return problems
 
 
+def _guarded(what: str, check: Callable[[], list[str]]) -> list[str]:
+    """A document of the right JSON type but the wrong shape deep inside (a list where a
+    name should be) is a problem with that file, named once, not an exception."""
+    try:
+        return check()
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        return [f"{what}: malformed ({type(error).__name__}: {str(error)[:80]})"]
+
+
 def _subjects(statement: dict[str, Any]) -> dict[str, str] | None:
     subject = statement.get("subject") if isinstance(statement.get("subject"), list) else []
     try:
@@ -122,7 +132,7 @@ def verify_directory(
     problems = verification.problems
     try:
         manifest = _load(bundle / "manifest.json", "manifest.json")
-        problems += _manifest_problems(bundle, manifest)
+        problems += _guarded("manifest.json", lambda: _manifest_problems(bundle, manifest))
         statement = _load(bundle / "provenance.json", "provenance.json")
         results = _load(bundle / "results.json", "results.json")
     except _Problem as problem:
@@ -132,7 +142,7 @@ def verify_directory(
     if shape:
         problems.append(f"results.json: does not follow {SCHEMA} ({shape})")
         return verification
-    problems += _statement_problems(bundle, statement, results)
+    problems += _guarded("provenance.json", lambda: _statement_problems(bundle, statement, results))
     subjects = _subjects(statement) or {}
     for wheel in wheels:
         if wheel.name not in subjects:
