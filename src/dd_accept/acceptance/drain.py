@@ -26,6 +26,7 @@ from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, sta
 from dd_accept.sut.profile import SutProfile
 
 DRILL = "sut_cleanup_drill.sh"
+RECORD_WAIT_S = 45.0  # for slurmstepd's record of a step's end (see _endpoint_end)
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,15 +256,19 @@ def _endpoint_end(
     (never assumed 0: a launcher the SUT reaped tells the harness nothing)."""
     found = None
     if step is not None:
+        # slurmstepd writes the record as the task ends; on a loaded machine (CI: two
+        # scenarios at once on two cores) that took over 10 s once, and a correct endpoint
+        # was reported "exit unknown". Waiting costs nothing when the record is there.
         found = wait_for_finding(
             lambda: allocation.cluster.step_exit(step, node),
             lambda exit_: exit_ is not None,
-            timeout=10 if launcher_exit is None else 3,
+            timeout=RECORD_WAIT_S if launcher_exit is None else 3,
             what=f"Slurm's record of how step {step} ended",
         )
     if found is None and launcher_exit is not None:
         return checks.StepEnd(launcher_exit, time.time() - stop_at, "srun launcher")
     if found is None:
-        return checks.StepEnd(None, time.time() - stop_at, "nowhere: Slurm kept no record of the step's end")
+        where = f"nowhere: Slurm kept no record of the end of step {step} within {RECORD_WAIT_S:.0f}s"
+        return checks.StepEnd(None, time.time() - stop_at, where)
     ended = found.ended_at if found.ended_at is not None else time.time()
     return checks.StepEnd(found.exit_code, max(0.0, ended - stop_at), found.source)
