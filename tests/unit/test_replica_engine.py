@@ -93,3 +93,37 @@ def test_seeded_jitter_is_reproducible_and_bounded():
 def test_invalid_settings_are_rejected(bad):
     with pytest.raises(ValueError):
         EngineSettings(**bad)
+
+
+def test_realistic_mode_queues_transiently_and_the_gauge_follows_the_scheduler_loop():
+    """Like vLLM: a request waits for the next scheduler step even with a free slot, and the
+    gauge changes only when the loop runs, not when a request arrives."""
+
+    async def scenario():
+        engine, registry = _engine(max_num_seqs=4, step_s=0.05, ttft_s=0.0, itl_s=0.0)
+        loop = asyncio.create_task(engine.run_scheduler())
+        tasks = [asyncio.create_task(_consume(engine, 1, [], n)) for n in range(6)]
+        await asyncio.sleep(0.01)
+        assert engine.waiting == 6 and engine.running == 0  # queued, though every slot is free
+        assert _gauge(registry, "vllm:num_requests_waiting") == 0  # the loop has not published yet
+        await asyncio.sleep(0.06)
+        assert _gauge(registry, "vllm:num_requests_waiting") in (0, 2)  # published by the loop
+        assert await asyncio.gather(*tasks) == [1] * 6
+        engine.hold(7)
+        assert _gauge(registry, "vllm:num_requests_waiting") != 7  # not until the next step
+        await asyncio.sleep(0.08)
+        assert _gauge(registry, "vllm:num_requests_waiting") == 7  # held depths stay exact
+        loop.cancel()
+
+    asyncio.run(scenario())
+
+
+def test_lognormal_latencies_have_the_mean_asked_for_and_a_long_right_tail():
+    engine, _ = _engine(latency="lognormal", sigma=0.5, seed=3)
+    samples = sorted(engine._delay(0.1) for _ in range(20000))
+    mean = sum(samples) / len(samples)
+    median, p99 = samples[len(samples) // 2], samples[int(len(samples) * 0.99)]
+    assert 0.097 < mean < 0.103
+    assert median < mean < p99 and p99 > 2.5 * median  # skewed, unlike uniform jitter
+    first, second = (_engine(latency="lognormal", sigma=0.5, seed=9)[0] for _ in range(2))
+    assert [first._delay(0.1) for _ in range(50)] == [second._delay(0.1) for _ in range(50)]  # seeded

@@ -150,7 +150,7 @@ def _drilled_attempt(
             replica_dir,
             python=layout.python,
             seed=options.seed,
-            options=("--ttft-ms", "20", "--itl-ms", "50"),
+            options=deployment.replica_options(("--ttft-ms", "20", "--itl-ms", "50")),
             port=port,
             port_base=port_base,
         )

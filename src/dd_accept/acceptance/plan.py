@@ -69,7 +69,11 @@ def overload_plan(
     backends = []
     if backend is None:
         command = deployment.replica_command(
-            profile, replica_dir, python=target.layout.python, seed=options.seed, options=FAST_REPLICAS
+            profile,
+            replica_dir,
+            python=target.layout.python,
+            seed=options.seed,
+            options=deployment.replica_options(FAST_REPLICAS),
         )
         step = deployment.replica_step_options(options.replicas, NODE, replica_dir)
         plan.append(

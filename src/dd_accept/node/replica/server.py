@@ -96,6 +96,9 @@ async def serve(args: argparse.Namespace) -> int:
         itl_s=args.itl_ms / 1000,
         jitter=args.jitter,
         seed=args.seed + int(os.environ.get("SLURM_PROCID", "0")),
+        latency=args.latency,
+        sigma=args.sigma,
+        step_s=args.scheduler_step_ms / 1000,
     )
     metrics = EngineMetrics(settings.model)
     engine = Engine(settings, metrics)
@@ -141,6 +144,7 @@ async def serve(args: argparse.Namespace) -> int:
     server = uvicorn.Server(config)
     logging.getLogger("uvicorn.error").addFilter(_QuietStreamCuts())
     serving = asyncio.create_task(server.serve())
+    scheduler = asyncio.create_task(engine.run_scheduler()) if settings.scheduled else None
     while not server.started:
         if serving.done():
             return serving.result() or 1  # startup failed (e.g. port in use); uvicorn logged why
@@ -149,6 +153,8 @@ async def serve(args: argparse.Namespace) -> int:
         ready_host = "127.0.0.1" if args.local else socket.gethostname()
         _write_ready(Path(args.ready_file.replace("{task}", os.environ.get("SLURM_PROCID", "0"))), ready_host, port)
     await serving
+    if scheduler is not None:
+        scheduler.cancel()
     if events is not None:
         events.close()
     return exit_code
@@ -164,7 +170,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-num-seqs", type=int, default=16)
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=10.0)
-    parser.add_argument("--jitter", type=float, default=0.1)
+    parser.add_argument("--jitter", type=float, default=0.1, help="uniform latency: relative spread")
+    parser.add_argument("--latency", choices=("uniform", "lognormal"), default="uniform")
+    parser.add_argument("--sigma", type=float, default=0.5, help="lognormal latency: shape")
+    parser.add_argument(
+        "--scheduler-step-ms",
+        type=float,
+        default=0.0,
+        help="> 0: realistic scheduling, one admission step per interval",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--middleware", action="append", default=[], help="ASGI middleware, module:Class")
     parser.add_argument("--ready-file", help="write readiness JSON here ({task} = SLURM_PROCID)")
