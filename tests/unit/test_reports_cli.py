@@ -22,6 +22,7 @@ def test_audit_and_verify_of_missing_paths_are_usage_errors(tmp_path):
         assert "Traceback" not in result.stderr
 
 
-def test_verify_of_a_directory_without_manifest(tmp_path):
+def test_verify_of_a_directory_without_manifest_is_bad_input_in_one_line(tmp_path):
     result = run_cli("verify", str(tmp_path))
-    assert result.returncode == 1 and "missing: manifest.json" in result.stdout
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "is not a readable dd-accept bundle: missing: manifest.json" in result.stderr

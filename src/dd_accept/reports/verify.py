@@ -135,13 +135,11 @@ def verify_directory(
         problems += _guarded("manifest.json", lambda: _manifest_problems(bundle, manifest))
         statement = _load(bundle / "provenance.json", "provenance.json")
         results = _load(bundle / "results.json", "results.json")
-    except _Problem as problem:
-        problems.append(str(problem))
-        return verification
+    except _Problem as problem:  # not a bundle at all: bad input, exit 2 in one line
+        raise UsageError(f"verify: {bundle.name} is not a readable dd-accept bundle: {problem}") from None
     shape = schema_problem(results)
     if shape:
-        problems.append(f"results.json: does not follow {SCHEMA} ({shape})")
-        return verification
+        raise UsageError(f"verify: {bundle.name}/results.json does not follow {SCHEMA} ({shape})")
     problems += _guarded("provenance.json", lambda: _statement_problems(bundle, statement, results))
     subjects = _subjects(statement) or {}
     for wheel in wheels:
