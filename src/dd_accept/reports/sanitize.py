@@ -95,6 +95,7 @@ class Sanitizer:
     identity_salt: str = field(default_factory=lambda: random_secrets.token_hex(16))
     record_places: bool = False
     _ips: dict[str, str] = field(default_factory=dict)
+    _clean: set[str] = field(default_factory=set)
 
     @property
     def hosts(self) -> list[str]:
@@ -176,14 +177,16 @@ class Sanitizer:
         where: str,
         keep_unchanged: bool = False,
     ) -> str:
-        index = _LineIndex(text) if self.record_places else None
+        index: list[_LineIndex] = []  # built at the first match only: most calls find nothing
 
         def counted(match: re.Match[str]) -> str:
             new = replace(match)
             if new != match.group(0) or not keep_unchanged:
                 self.counts[(rule, where)] += 1
-                if index is not None:
-                    self.places.append((where, index.line(match.start()), rule))
+                if self.record_places:
+                    if not index:
+                        index.append(_LineIndex(text))
+                    self.places.append((where, index[0].line(match.start()), rule))
             return new
 
         return pattern.sub(counted, text)
@@ -223,7 +226,7 @@ class Sanitizer:
         if isinstance(value, dict):
             out = {}
             for key, item in value.items():
-                new_key = self.text(key, where) if isinstance(key, str) else key
+                new_key = self._value_text(key, where) if isinstance(key, str) else key
                 if isinstance(key, str) and is_secret_name(key) and _is_scalar(item) and not _redacted(item):
                     self.counts[("secret_name", where)] += 1
                     if self.record_places:
@@ -235,8 +238,19 @@ class Sanitizer:
         if isinstance(value, list):
             return [self.value(item, where) for item in value]
         if isinstance(value, str):
-            return self.text(value, where)
+            return self._value_text(value, where)
         return value
+
+    def _value_text(self, value: str, where: str) -> str:
+        """`text` for a JSON string, remembering strings that needed nothing: event logs
+        repeat the same few values (kinds, sources, outcomes) tens of thousands of times."""
+        if value in self._clean:
+            return value
+        before = sum(self.counts.values())
+        new = self.text(value, where)
+        if new == value and sum(self.counts.values()) == before and len(self._clean) < 200_000:
+            self._clean.add(value)
+        return new
 
     def json_text(self, text: str, where: str) -> str:
         """A JSON document: parsed, sanitized, re-encoded (falls back to text if it is not JSON)."""
