@@ -308,3 +308,33 @@ def test_random_damage_to_a_bundle_never_escapes_as_a_traceback(tmp_path):
                 reader()
 
     damaged()
+
+
+def test_a_directory_that_cannot_be_listed_is_unscannable_even_for_root(tmp_path, monkeypatch):
+    """CI runs as root, which reads a mode-000 directory anyway: the failure is simulated."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "x.log").write_text(SECRET)
+    real_iterdir = Path.iterdir
+
+    def refusing(self):
+        if self == locked:
+            raise PermissionError(13, "Permission denied")
+        return real_iterdir(self)
+
+    monkeypatch.setattr(Path, "iterdir", refusing)
+    found = audit([tmp_path], _sanitizer())
+    assert [f.rule for f in found if f.location.endswith("/locked")] == [
+        "unscannable (directory cannot be read (Permission denied))"
+    ]
+
+
+def test_a_small_archive_that_expands_enormously_is_refused_within_the_limits(tmp_path):
+    """The issue's 550 KB archive: expanding it fully took 573 MB; the ratio limit stops it."""
+    member = b"\0" * (64 * 1024 * 1024)
+    (tmp_path / "bomb.tar.gz").write_bytes(gzip.compress(_tar({"big.log": member}, "w"), mtime=0))
+    assert (tmp_path / "bomb.tar.gz").stat().st_size < 200_000
+    found = audit([tmp_path / "bomb.tar.gz"], _sanitizer())
+    assert [f.rule for f in found] == [
+        "unscannable (decompresses beyond the size or ratio limit (a decompression bomb?))"
+    ]
