@@ -114,6 +114,9 @@ def run_drain(
         profile=profile,
         options=("--ttft-ms", "20", "--itl-ms", str(options.itl_ms)),
         seed=options.seed,
+        # Stream lengths are the drain checks' measuring stick (a 20 s stream against a 10 s
+        # window, 4 s streams that fit in it): they must be as long as asked, not lognormal.
+        exact=True,
     )
     try:
         # -- A: scancel --signal=TERM JOB.STEP --------------------------------------------------
