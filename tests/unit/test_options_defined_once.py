@@ -45,7 +45,7 @@ def _changed(model: type) -> Any:
     hints = opts._hints(model)
     values = {}
     for field in opts.user_options(model):
-        kind, _, repeated = opts._scalar(hints[field.name])
+        kind, repeated = opts._scalar(hints[field.name])
         default, choices = opts.default_of(field), field.metadata["choices"]
         if repeated:
             values[field.name] = ("--a=1", "b")

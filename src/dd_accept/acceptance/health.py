@@ -28,6 +28,7 @@ from dd_accept.slurm_docker.allocation import Allocation, start_background
 from dd_accept.sut.profile import SutProfile
 
 DRILL = "sut_health_drill.sh"
+PACED_REPLICAS = ("--ttft-ms", "20", "--itl-ms", "50")  # every health phase: streams long enough to fault
 UPSTREAM_CONNECTION_LIMIT = 256  # rc1's proxy: TCPConnector(limit=256)
 
 
@@ -95,7 +96,7 @@ def _serving(
         options.replicas,
         run=run,
         profile=profile,
-        options=("--ttft-ms", "20", "--itl-ms", "50"),
+        options=PACED_REPLICAS,
         seed=options.seed,
     )
     try:
@@ -150,7 +151,7 @@ def _drilled_attempt(
             replica_dir,
             python=layout.python,
             seed=options.seed,
-            options=deployment.replica_options(("--ttft-ms", "20", "--itl-ms", "50")),
+            options=deployment.replica_options(PACED_REPLICAS),
             port=port,
             port_base=port_base,
         )

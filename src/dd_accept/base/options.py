@@ -85,15 +85,13 @@ def _hints(model: type) -> dict[str, Any]:
     return typing.get_type_hints(model)
 
 
-def _scalar(hint: Any) -> tuple[type, bool, bool]:
-    """(scalar type, optional, repeated) of a field's annotation."""
-    optional = False
+def _scalar(hint: Any) -> tuple[type, bool]:
+    """(scalar type, repeated) of a field's annotation; `X | None` is X."""
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        inner = [arg for arg in typing.get_args(hint) if arg is not type(None)]
-        hint, optional = inner[0], True
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
     if typing.get_origin(hint) is tuple:
-        return typing.get_args(hint)[0], optional, True
-    return hint, optional, False
+        return typing.get_args(hint)[0], True
+    return hint, False
 
 
 def _describe(option_field: Field[Any], kind: type) -> str:
@@ -125,12 +123,13 @@ def convert(option_field: Field[Any], kind: type, value: Any, name: str) -> Any:
                 raise ValueError
             converted = value
     except ValueError:
-        raise ValueError(f"{name} must be {_describe(option_field, kind)}, got {value!r}") from None
-    if meta["choices"] and converted not in meta["choices"]:
-        raise ValueError(f"{name} must be {_describe(option_field, kind)}, got {value!r}")
-    if meta["minimum"] is not None and converted < meta["minimum"]:
-        raise ValueError(f"{name} must be {_describe(option_field, kind)}, got {value!r}")
-    if meta["above"] is not None and not converted > meta["above"]:
+        converted = None
+    out_of_bounds = converted is None or (
+        (meta["choices"] and converted not in meta["choices"])
+        or (meta["minimum"] is not None and converted < meta["minimum"])
+        or (meta["above"] is not None and not converted > meta["above"])
+    )
+    if out_of_bounds:
         raise ValueError(f"{name} must be {_describe(option_field, kind)}, got {value!r}")
     return converted
 
@@ -142,7 +141,7 @@ def add_arguments(add: Callable[..., Any], model: type, prefix: str = "--") -> N
     (or empty), so `build` can tell an option given from one left alone."""
     for option_field in user_options(model):
         meta = option_field.metadata
-        _, _, repeated = _scalar(_hints(model)[option_field.name])
+        _, repeated = _scalar(_hints(model)[option_field.name])
         default = default_of(option_field)
         shown = "" if default in (None, ()) else f" (default: {default})"
         kwargs: dict[str, Any] = {"help": meta["help"] + shown, "dest": _dest(option_field, prefix)}
@@ -185,7 +184,7 @@ def build(model: type, raw: Mapping[str, Any], names: Callable[[Field[Any]], str
     for option_field in user_options(model):
         if option_field.name not in raw:
             continue
-        kind, _, repeated = _scalar(hints[option_field.name])
+        kind, repeated = _scalar(hints[option_field.name])
         value = raw[option_field.name]
         if repeated:
             items = value if isinstance(value, list | tuple) else [value]
@@ -352,12 +351,7 @@ class BackendOptions:
 
     def __post_init__(self) -> None:
         if self.backend == "synthetic":
-            for name in ("model", "gpus_per_replica", "vllm_args", "vllm_command"):
-                value = getattr(self, name)
-                if value is not None and value != ():
-                    raise ValueError(
-                        f"{flag(BackendOptions.__dataclass_fields__[name])} applies to --backend vllm only"
-                    )
+            _refuse_given(self, ("model", "gpus_per_replica", "vllm_args", "vllm_command"), "--backend vllm")
         elif not self.model:
             raise ValueError("--backend vllm needs --model MODEL (what `vllm serve` loads)")
 

@@ -292,7 +292,7 @@ def _cmd_verify(args: argparse.Namespace, console: ConsoleListener) -> int:
 def _cmd_report(args: argparse.Namespace, console: ConsoleListener) -> int:
     bundle = Path(args.bundle)
     with opened_bundle(bundle, "report") as directory:
-        results = compare.load_results(directory, "report")
+        results = compare.results_in(directory, bundle.name, "report")
         if args.format == "html":
             sys.stdout.write(render_bundle(directory))
         else:

@@ -169,16 +169,21 @@ def walk(path: Path, what: str) -> Iterator[Member]:
     budget = [MAX_TOTAL_BYTES]
     if path.is_dir():
         yield from _walk_directory(path, path.name, what, budget)
-        return
+    else:
+        yield from _file_members(path, path.name, budget)
+
+
+def _file_members(path: Path, location: str, budget: list[int]) -> Iterator[Member]:
+    """A regular file's members (itself, or what its archive holds); unreadable is a member too."""
     try:
         data = read_regular(path)
     except Unreadable as problem:
-        yield Member(path.name, None, str(problem))
+        yield Member(location, None, str(problem))
         return
     except OSError as error:
-        yield Member(path.name, None, f"cannot be read ({error.strerror})")
+        yield Member(location, None, f"cannot be read ({error.strerror})")
         return
-    yield from members(path.name, data, budget)
+    yield from members(location, data, budget)
 
 
 def _walk_directory(directory: Path, location: str, what: str, budget: list[int]) -> Iterator[Member]:
@@ -195,15 +200,7 @@ def _walk_directory(directory: Path, location: str, what: str, budget: list[int]
         elif stat.S_ISDIR(mode):
             yield from _walk_directory(child, where, what, budget)
         elif stat.S_ISREG(mode):
-            try:
-                data = read_regular(child)
-            except Unreadable as problem:
-                yield Member(where, None, str(problem))
-                continue
-            except OSError as error:
-                yield Member(where, None, f"cannot be read ({error.strerror})")
-                continue
-            yield from members(where, data, budget)
+            yield from _file_members(child, where, budget)
         else:
             raise UsageError(f"{what}: {where} is not a regular file or directory (a FIFO, device or socket)")
 

@@ -36,25 +36,34 @@ class Finding:
         return f"{self.location}: {self.rule}"
 
 
-def decode(data: bytes) -> str:
-    """Text to scan from any bytes: UTF-8, UTF-16/32 (by BOM or by their NULs), else the
-    printable strings of a binary, one per line (a secret inside a binary is still found)."""
+def text_codec(data: bytes) -> str | None:
+    """How to read `data` as text: UTF-8, UTF-16/32 (by BOM or by their NULs); None for a
+    binary."""
     for bom, codec in (
         (codecs.BOM_UTF32_LE, "utf-32"),
         (codecs.BOM_UTF32_BE, "utf-32"),
         (codecs.BOM_UTF8, "utf-8-sig"),
+        (codecs.BOM_UTF16_LE, "utf-16"),
+        (codecs.BOM_UTF16_BE, "utf-16"),
     ):
         if data.startswith(bom):
-            return data.decode(codec, errors="replace")
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
-        return data.decode("utf-16", errors="replace")
+            return codec
     head = data[:TEXT_SNIFF]
     if b"\0" not in head:
-        return data.decode("utf-8", errors="replace")
+        return "utf-8"
     if len(head) >= 4 and head[1::2].count(0) > len(head) * 0.4 and head[0::2].count(0) < len(head) * 0.1:
-        return data.decode("utf-16-le", errors="replace")
+        return "utf-16-le"
     if len(head) >= 4 and head[0::2].count(0) > len(head) * 0.4 and head[1::2].count(0) < len(head) * 0.1:
-        return data.decode("utf-16-be", errors="replace")
+        return "utf-16-be"
+    return None
+
+
+def decode(data: bytes) -> str:
+    """Text to scan from any bytes; for a binary, its printable strings, one per line (a
+    secret inside a binary is still found)."""
+    codec = text_codec(data)
+    if codec is not None:
+        return data.decode(codec, errors="replace")
     return "\n".join(run.decode("ascii") for run in PRINTABLE_RUN.findall(data))
 
 

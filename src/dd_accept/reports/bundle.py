@@ -82,15 +82,28 @@ def _evidence_files(raw: Path) -> list[tuple[Path, str]]:
     return chosen
 
 
+def test_result(results: dict[str, Any]) -> str:
+    """The test-result predicate's `result` for these results."""
+    return "PASSED" if results["verdict"] == "pass" else "FAILED"
+
+
+def tests_by_verdict(results: dict[str, Any]) -> dict[str, list[str]]:
+    """The predicate's passed, failed and warned tests: check ids by verdict, and a scenario
+    that could not be judged as failed. `verify` compares a bundle's statement with these."""
+    checks = [c for s in results["scenarios"] for c in s["checks"]]
+    failed = [c["id"] for c in checks if c["verdict"] == "fail"]
+    failed += [f"{s['name']} (not judged)" for s in results["scenarios"] if s.get("error")]
+    return {
+        "passedTests": [c["id"] for c in checks if c["verdict"] == "pass"],
+        "failedTests": failed,
+        "warnedTests": [c["id"] for c in checks if c["verdict"] == "unsupported"],
+    }
+
+
 def provenance(
     results: dict[str, Any], context: RunContext, sanitizer: Sanitizer, manifest_sha256: str = ""
 ) -> dict[str, Any]:
     sut = results.get("sut", {})
-    checks = [c for s in results["scenarios"] for c in s["checks"]]
-    passed = [c["id"] for c in checks if c["verdict"] == "pass"]
-    failed = [c["id"] for c in checks if c["verdict"] == "fail"]
-    failed += [f"{s['name']} (not judged)" for s in results["scenarios"] if s.get("error")]
-    warned = [c["id"] for c in checks if c["verdict"] == "unsupported"]
     host_lock = "\n".join(context.host_lock)
     node_lock = "\n".join(context.node_lock)
 
@@ -134,11 +147,9 @@ def provenance(
         "subject": [{"name": w["file"], "digest": {"sha256": w["sha256"]}} for w in sut.get("wheels", [])],
         "predicateType": TEST_RESULT_PREDICATE,
         "predicate": {
-            "result": "PASSED" if results["verdict"] == "pass" else "FAILED",
+            "result": test_result(results),
             "configuration": configuration,
-            "passedTests": passed,
-            "failedTests": failed,
-            "warnedTests": warned,
+            **tests_by_verdict(results),
             "invocation": {
                 "command": sanitizer.text(" ".join(context.command_line), "provenance.json"),
                 "started": _iso(context.started),

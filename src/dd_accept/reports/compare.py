@@ -90,10 +90,15 @@ def load_results(bundle: Path, what: str = "compare") -> dict[str, Any]:
     """`results.json` of a bundle directory or `.tar.gz`, read the one way every reader reads
     a bundle (`archive.opened_bundle`), or a usage error naming the bundle."""
     with opened_bundle(bundle, what) as directory:
-        path = directory / "results.json"
-        if not path.is_file():
-            raise UsageError(f"{what}: {bundle.name} holds no results.json")
-        return read_results(path, f"{what}: {bundle.name}/results.json")
+        return results_in(directory, bundle.name, what)
+
+
+def results_in(directory: Path, name: str, what: str) -> dict[str, Any]:
+    """`results.json` of a bundle already opened."""
+    path = directory / "results.json"
+    if not path.is_file():
+        raise UsageError(f"{what}: {name} holds no results.json")
+    return read_results(path, f"{what}: {name}/results.json")
 
 
 def _checks(results: dict[str, Any]) -> dict[str, dict[str, Any]]:

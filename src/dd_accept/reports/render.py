@@ -18,15 +18,19 @@ def xml_text(value: Any) -> str:
     return NOT_XML.sub("\ufffd", str(value))
 
 
+def _one_line(value: Any) -> str:
+    """One line without control characters: every line break Unicode has becomes a space."""
+    return CONTROL.sub(" ", " ".join(str(value).splitlines()))
+
+
 def md_text(value: Any) -> str:
     """Text from results in a Markdown table cell: markup escaped, controls gone, one line."""
-    text = CONTROL.sub(" ", " ".join(str(value).splitlines()))  # every line break Unicode has
-    return MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    return MARKDOWN_SPECIAL.sub(r"\\\1", _one_line(value))
 
 
 def md_code(value: Any) -> str:
     """Text shown as `code`: a backtick inside would end the span, so it cannot be there."""
-    return "`" + CONTROL.sub(" ", " ".join(str(value).splitlines())).replace("`", "'") + "`"
+    return "`" + _one_line(value).replace("`", "'") + "`"
 
 
 def markdown(results: dict[str, Any]) -> str:

@@ -96,6 +96,8 @@ class Sanitizer:
     record_places: bool = False
     _ips: dict[str, str] = field(default_factory=dict)
     _clean: set[str] = field(default_factory=set)
+    _redactions: int = 0  # every redaction so far (what `_value_text` compares)
+    _indexed: tuple[str, _LineIndex] | None = None  # the last text whose lines were indexed
 
     @property
     def hosts(self) -> list[str]:
@@ -145,17 +147,21 @@ class Sanitizer:
         }
 
     # ---- text ----------------------------------------------------------------------------
+    def _note(self, rule: str, where: str, text: str = "", offset: int = 0) -> None:
+        """Count one redaction and, for the audit, where it was (line 0: a JSON value, whose
+        line the JSONL reader fills in). Lines are indexed only when a place is recorded."""
+        self.counts[(rule, where)] += 1
+        self._redactions += 1
+        if self.record_places:
+            line = 0
+            if text:
+                if self._indexed is None or self._indexed[0] is not text:
+                    self._indexed = (text, _LineIndex(text))
+                line = self._indexed[1].line(offset)
+            self.places.append((where, line, rule))
+
     def text(self, text: str, where: str) -> str:
-        indexed: list[Any] = [None, None]  # (text, its line index): rebuilt when the text changed
-
-        def redact(rule: str, offset: int, current: str) -> None:
-            self.counts[(rule, where)] += 1
-            if self.record_places:
-                if indexed[0] is not current:
-                    indexed[:] = [current, _LineIndex(current)]
-                self.places.append((where, indexed[1].line(offset), rule))
-
-        text = redact_secrets(text, redact)
+        text = redact_secrets(text, lambda rule, offset, current: self._note(rule, where, current, offset))
         for rule, pattern, replace in self._literals:
             text = self._sub(text, pattern, replace, rule, where)
         text = self._sub(text, PRIVATE_IP, self._ip, "private_ip", where)
@@ -177,16 +183,10 @@ class Sanitizer:
         where: str,
         keep_unchanged: bool = False,
     ) -> str:
-        index: list[_LineIndex] = []  # built at the first match only: most calls find nothing
-
         def counted(match: re.Match[str]) -> str:
             new = replace(match)
             if new != match.group(0) or not keep_unchanged:
-                self.counts[(rule, where)] += 1
-                if self.record_places:
-                    if not index:
-                        index.append(_LineIndex(text))
-                    self.places.append((where, index[0].line(match.start()), rule))
+                self._note(rule, where, text, match.start())
             return new
 
         return pattern.sub(counted, text)
@@ -200,9 +200,7 @@ class Sanitizer:
             name = INTERNAL_NAME.search(text, window_start, suffix.start())
             if name is None:
                 continue
-            self.counts[("cloud_host", where)] += 1
-            if self.record_places:
-                self.places.append((where, text.count("\n", 0, name.start()) + 1, "cloud_host"))
+            self._note("cloud_host", where, text, name.start())
             out += [text[position : name.start()], PLACEHOLDER.format("cloud_host")]
             position = suffix.end()
         if not out:
@@ -228,9 +226,7 @@ class Sanitizer:
             for key, item in value.items():
                 new_key = self._value_text(key, where) if isinstance(key, str) else key
                 if isinstance(key, str) and is_secret_name(key) and _is_scalar(item) and not _redacted(item):
-                    self.counts[("secret_name", where)] += 1
-                    if self.record_places:
-                        self.places.append((where, 0, "secret_name"))
+                    self._note("secret_name", where)
                     out[new_key] = PLACEHOLDER.format("secret_name")
                 else:
                     out[new_key] = self.value(item, where)
@@ -246,9 +242,9 @@ class Sanitizer:
         repeat the same few values (kinds, sources, outcomes) tens of thousands of times."""
         if value in self._clean:
             return value
-        before = sum(self.counts.values())
+        before = self._redactions
         new = self.text(value, where)
-        if new == value and sum(self.counts.values()) == before and len(self._clean) < 200_000:
+        if new == value and self._redactions == before and len(self._clean) < 200_000:
             self._clean.add(value)
         return new
 
@@ -310,7 +306,8 @@ def _redacted(value: Any) -> bool:
 
 
 class _LineIndex:
-    """Offset → line number, by bisecting the newline offsets (built once per text)."""
+    """Offset → line number, by bisecting the newline offsets (built once per text, at its
+    first recorded redaction: most texts have none)."""
 
     def __init__(self, text: str) -> None:
         self._newlines = [match.start() for match in re.finditer("\n", text)]

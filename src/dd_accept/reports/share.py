@@ -8,13 +8,12 @@ sanitized is not copied and is named: a binary file, a member beyond the size li
 
 from __future__ import annotations
 
-import codecs
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dd_accept.base.errors import UsageError
 from dd_accept.reports.archive import walk
-from dd_accept.reports.audit import PRINTABLE_RUN, TEXT_SNIFF, decode
+from dd_accept.reports.audit import decode, text_codec
 from dd_accept.reports.sanitize import Sanitizer
 
 
@@ -23,15 +22,6 @@ class Shared:
     sanitizer: Sanitizer
     written: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (location, why)
-
-
-def _is_text(data: bytes) -> bool:
-    head = data[:TEXT_SNIFF]
-    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF8)):
-        return True
-    if b"\0" in head:
-        return decode(data) != "\n".join(run.decode("ascii") for run in PRINTABLE_RUN.findall(data))
-    return True
 
 
 def sanitize_paths(paths: list[Path], out: Path, sanitizer: Sanitizer | None = None) -> Shared:
@@ -44,7 +34,7 @@ def sanitize_paths(paths: list[Path], out: Path, sanitizer: Sanitizer | None = N
         if member.data is None:
             shared.skipped.append((member.location, member.problem))
             continue
-        if not _is_text(member.data):
+        if text_codec(member.data) is None:
             shared.skipped.append((member.location, "binary: cannot be sanitized, not copied"))
             continue
         relative = member.location.replace("!", "/")

@@ -22,7 +22,14 @@ from dd_accept.base.errors import UsageError
 from dd_accept.base.results import SCHEMA, schema_problem
 from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
-from dd_accept.reports.bundle import EVIDENCE_MANIFEST, OUTSIDE_MANIFEST, STATEMENT_TYPE, TEST_RESULT_PREDICATE
+from dd_accept.reports.bundle import (
+    EVIDENCE_MANIFEST,
+    OUTSIDE_MANIFEST,
+    STATEMENT_TYPE,
+    TEST_RESULT_PREDICATE,
+    test_result,
+    tests_by_verdict,
+)
 from dd_accept.reports.digests import sha256_file
 from dd_accept.reports.signing import check_signature, load_public_key
 
@@ -83,21 +90,12 @@ def _statement_problems(bundle: Path, statement: dict[str, Any], results: dict[s
     bound = named.get(EVIDENCE_MANIFEST, {}).get("digest", {})
     if not isinstance(bound, dict) or bound.get("sha256") != sha256_file(bundle / "manifest.json"):
         problems.append("provenance.json: does not carry this manifest's digest (the evidence is not the one attested)")
-    claimed = "PASSED" if results["verdict"] == "pass" else "FAILED"
+    claimed = test_result(results)
     if predicate.get("result") != claimed:
         problems.append(f"provenance.json: result {predicate.get('result')} but results.json says {claimed}")
-    checks = [c for s in results["scenarios"] for c in s["checks"]]
-    expected = {
-        "passedTests": sorted(c["id"] for c in checks if c["verdict"] == "pass"),
-        "failedTests": sorted(
-            [c["id"] for c in checks if c["verdict"] == "fail"]
-            + [f"{s['name']} (not judged)" for s in results["scenarios"] if s.get("error")]
-        ),
-        "warnedTests": sorted(c["id"] for c in checks if c["verdict"] == "unsupported"),
-    }
-    for key, wanted in expected.items():
+    for key, wanted in tests_by_verdict(results).items():
         stated = predicate.get(key)
-        if not isinstance(stated, list) or sorted(map(str, stated)) != wanted:
+        if not isinstance(stated, list) or sorted(map(str, stated)) != sorted(wanted):
             problems.append(f"provenance.json: {key} differ from the check verdicts in results.json")
     subjects = _subjects(statement)
     if subjects is None:
