@@ -8,9 +8,12 @@ import re
 import shlex
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import docker
+
+from dd_accept.base.events import parse_event
 
 LABEL = "io.dd-accept.cluster"
 
@@ -50,7 +53,7 @@ def _normalized(argv: list[str]) -> tuple[str, ...]:
     text = "\0".join(argv)
     text = re.sub(r"--jobid=\d+", "--jobid=$JOB", text)
     text = re.sub(r"\bnode1\b", "$NODE", text)
-    text = re.sub(r"run-[0-9a-f]{8}", "run-<id>", text)
+    text = re.sub(r"(run|admission-default)-[0-9a-f]{8}", r"\1-<id>", text)
     return tuple(text.split("\0"))
 
 
@@ -58,9 +61,21 @@ def assert_the_dry_run_planned_what_the_run_did(commands_file: Path, *dry_run_ar
     """Every salloc and srun `run overload --dry-run ARGS` prints is in a real run's command records."""
     plan = run_cli("run", "overload", "--dry-run", *dry_run_args)
     assert plan.returncode == 0, plan.stderr
-    planned = [shlex.split(line) for line in plan.stdout.splitlines() if not line.startswith("#")]
+    planned = [shlex.split(line) for line in plan.stdout.splitlines() if line and not line.startswith("#")]
     planned = [tuple(c[c.index("srun") :]) if "srun" in c else tuple(c) for c in planned if c[0] != "scancel"]
     assert [c[0] for c in planned] == ["salloc", *["srun"] * srun_steps]
     recorded = {_normalized(json.loads(line)["argv"]) for line in commands_file.read_text().splitlines()}
     missing = [" ".join(command) for command in planned if command not in recorded]
     assert not missing, "planned but never run:\n" + "\n".join(missing)
+
+
+def every_event_parses(bundle: Path) -> dict[str, int]:
+    """Every event row a real run wrote (client, replicas) parses as its typed event (the
+    node programs and the checks agree on each field); returns the count of each kind."""
+    counts: Counter[str] = Counter()
+    for path in sorted((bundle / "events").rglob("*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line) if line.strip() else {}
+            if "kind" in row:  # admission samples and drain marks are not events
+                counts[parse_event(row).KIND] += 1
+    return dict(counts)

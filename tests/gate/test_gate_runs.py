@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dd_accept.base.results import load_results
-from tests.helpers import assert_the_dry_run_planned_what_the_run_did, run_cli
+from tests.helpers import assert_the_dry_run_planned_what_the_run_did, every_event_parses, run_cli
 
 REPOSITORY = Path(__file__).parents[2]
 
@@ -46,7 +46,10 @@ def test_the_readme_gate_section_works_as_written(tmp_path):
         document = json.loads((out / "gate.json").read_text())
         verdicts = {c["id"]: c["verdict"] for c in document["checks"]}
         assert document["verdict"] == "pass" and verdicts == {"gate.checks": "pass", "gate.max_error_rate": "pass"}
-        assert_the_dry_run_planned_what_the_run_did(out / "candidate" / "commands.jsonl", srun_steps=4)
+        # replicas, proxy, 2 clients, default-threshold replica
+        assert_the_dry_run_planned_what_the_run_did(out / "candidate" / "commands.jsonl", srun_steps=5)
+        kinds = every_event_parses(out / "candidate")
+        assert set(kinds) == {"request", "admission", "upstream", "queue"} and min(kinds.values()) > 0, kinds
     finally:  # the checkout is left as it was
         if before is None:
             shutil.rmtree(evidence, ignore_errors=True)

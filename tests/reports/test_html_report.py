@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 
+from dd_accept.base.events import AdmissionChange, ClientRequest, QueueGauge, UpstreamAttempt
 from dd_accept.reports.bundle import write_bundle
 from dd_accept.reports.sanitize import Sanitizer
 from tests.reports.test_bundle import _context, _results
@@ -24,6 +25,10 @@ CHROMIUM_FLAGS = [
 ]
 
 
+def _jsonl(events):
+    return "".join(json.dumps(event.to_json()) + "\n" for event in events)
+
+
 def _bundle(tmp_path):
     raw = tmp_path / "raw"
     run = raw / "runs" / "run-1"
@@ -31,28 +36,28 @@ def _bundle(tmp_path):
     (raw / "results.json").write_text(json.dumps(_results("fail")))
     client = []
     for n, limit in enumerate([8, 8, 6, 6, 4, 4, 5]):
-        client.append({"t": 100.0 + n, "kind": "admission", "event": "request_lease_acquired", "limit": limit})
+        client.append(AdmissionChange(t=100.0 + n, event="request_lease_acquired", limit=limit))
         client.append(
-            {
-                "t": 100.5 + n,
-                "kind": "request",
-                "started": 100.0 + n,
-                "status": 429 if n < 4 else 200,
-                "outcome": "rate_limited" if n < 4 else "ok",
-                "request_id": f"total-{n}.0",
-            }
-        )
-    (run / "total.jsonl").write_text("".join(json.dumps(e) + "\n" for e in client))
-    upstream = [{"t": 100.0 + n, "kind": "upstream", "replica": 0, "status": 429 if n < 4 else 200} for n in range(7)]
-    queue = [{"t": t, "kind": "queue", "waiting": w, "running": 0} for t, w in ((100.0, 0), (101.0, 2), (104.0, 0))]
-    (run / "replicas" / "events-0.jsonl").write_text("".join(json.dumps(e) + "\n" for e in upstream + queue))
+            ClientRequest(
+                t=100.5 + n, mode="sut", record=n, attempt=0, started=100.0 + n, status=429 if n < 4 else 200,
+                outcome="rate_limited" if n < 4 else "ok", request_id=f"total-{n}.0",
+            )
+        )  # fmt: skip
+    (run / "total.jsonl").write_text(_jsonl(client))
+    upstream = [
+        UpstreamAttempt(t=100.0 + n, replica=0, path="/v1/chat/completions", outcome="ok", started=100.0 + n,
+                        duration_s=0.1, status=429 if n < 4 else 200)
+        for n in range(7)
+    ]  # fmt: skip
+    queue = [QueueGauge(t=t, waiting=w, running=0) for t, w in ((100.0, 0), (101.0, 2), (104.0, 0))]
+    (run / "replicas" / "events-0.jsonl").write_text(_jsonl(upstream + queue))
     # a drain phase: TERM at 110, KILL at 122; one stream completes, one is forced, one is lost
     streams = [
-        {"t": 112.0, "started": 108.0, "kind": "request", "outcome": "ok", "done": True},
-        {"t": 122.1, "started": 108.5, "kind": "request", "outcome": "cut"},
-        {"t": 111.0, "started": 109.0, "kind": "request", "outcome": "cut"},
+        ClientRequest(t=112.0, started=108.0, mode="raw", record=0, attempt=0, outcome="ok", done=True),
+        ClientRequest(t=122.1, started=108.5, mode="raw", record=1, attempt=0, outcome="error"),
+        ClientRequest(t=111.0, started=109.0, mode="raw", record=2, attempt=0, outcome="error"),
     ]
-    (run / "allowance.jsonl").write_text("".join(json.dumps(e) + "\n" for e in streams))
+    (run / "allowance.jsonl").write_text(_jsonl(streams))
     mark = {"phase": "allowance", "stop_at": 110.0, "forced_at": 122.0, "window_s": 10, "allowance_s": 12}
     (run / "drain-marks.jsonl").write_text(json.dumps(mark) + "\n")
     start = "1970-01-01T00:01:43.000Z"  # 103 s: a signal inside the timeline

@@ -2,6 +2,8 @@
 
 import pytest
 
+from dd_accept.acceptance.analysis import admission
+from dd_accept.acceptance.analysis import requests as requests_of
 from dd_accept.base.waiting import wait_until
 from dd_accept.fixtures import deployment
 
@@ -9,7 +11,7 @@ pytestmark = pytest.mark.cluster
 
 
 def _decreases(events):
-    return [e["limit"] for e in events if e["kind"] == "admission" and e["event"] == "request_limit_decreased"]
+    return [e.limit for e in admission(events, "request_limit_decreased")]
 
 
 def test_limit_falls_8_6_4_over_two_rounds_then_recovers_after_successes(sut_allocation, run_dir, sut_profile):
@@ -49,13 +51,13 @@ def test_limit_falls_8_6_4_over_two_rounds_then_recovers_after_successes(sut_all
         record = client.wait(timeout=120)
         assert record.ok, record.describe()
         events = deployment.read_events(run_dir)
-        requests = [e for e in events if e["kind"] == "request"]
-        limited = [e for e in requests if e["outcome"] == "rate_limited"]
-        assert limited and all(e["status"] == 429 and e["retry_after"] == 3.0 for e in limited)
-        assert sorted(e["record"] for e in requests if e["outcome"] == "ok") == list(range(40))
-        increases = [e for e in events if e["kind"] == "admission" and e["event"] == "request_limit_increased"]
+        requests = requests_of(events)
+        limited = [e for e in requests if e.outcome == "rate_limited"]
+        assert limited and all(e.status == 429 and e.retry_after == 3.0 for e in limited)
+        assert sorted(e.record for e in requests if e.outcome == "ok") == list(range(40))
+        increases = admission(events, "request_limit_increased")
         assert increases, "the limit must rise again after 25 successes"
-        assert increases[-1]["limit"] > min(_decreases(events))
+        assert increases[-1].limit > min(_decreases(events))
         metrics = proxy.get("/metrics")["json"]
         assert metrics["final_statuses"]["429"] == len(limited)
         assert metrics["retries"]["http_429"] == 2 * len(limited), "each 429 came after 3 upstream attempts"

@@ -2,6 +2,8 @@
 
 import pytest
 
+from dd_accept.acceptance.analysis import admission
+from dd_accept.acceptance.analysis import requests as requests_of
 from dd_accept.fixtures import deployment
 
 pytestmark = pytest.mark.cluster
@@ -41,12 +43,12 @@ def test_eight_replicas_and_the_proxy_run_as_steps_and_a_request_streams_end_to_
         max_tokens=12,
     )
     assert client.wait(timeout=60).ok
-    requests = [e for e in deployment.read_events(run_dir) if e["kind"] == "request"]
+    requests = requests_of(deployment.read_events(run_dir))
     assert len(requests) == 8
     for event in requests:
         # 12 token events and the final finish_reason event; [DONE] is not counted
-        assert (event["status"], event["outcome"], event["done"], event["chunks"]) == (200, "ok", True, 13)
-        assert event["ttft_s"] > 0.01
+        assert (event.status, event.outcome, event.done, event.chunks) == (200, "ok", True, 13)
+        assert event.ttft_s > 0.01
     metrics = proxy.get("/metrics")["json"]
     assert metrics["final_statuses"] == {"200": 8}
     assert sum(b["requests"] for b in metrics["backends"]) == 8
@@ -68,9 +70,9 @@ def test_the_real_client_path_completes_records_through_the_proxy(deployed, sut_
     record = client.wait(timeout=90)
     assert record.ok, record.describe()
     events = deployment.read_events(run_dir)
-    requests = [e for e in events if e["kind"] == "request"]
-    assert sorted(e["record"] for e in requests if e["outcome"] == "ok") == list(range(12))
-    assert all(e["tokens"] == 4 for e in requests)
-    leases = [e for e in events if e["kind"] == "admission" and e["event"] == "request_lease_acquired"]
+    requests = requests_of(events)
+    assert sorted(e.record for e in requests if e.outcome == "ok") == list(range(12))
+    assert all(e.tokens == 4 for e in requests)
+    leases = admission(events, "request_lease_acquired")
     assert len(leases) == 12
-    assert {e["limit"] for e in leases} == {8}, [(e["limit"], e["in_flight"]) for e in leases]
+    assert {e.limit for e in leases} == {8}, [(e.limit, e.in_flight) for e in leases]

@@ -48,8 +48,9 @@ def test_rc1_passes_every_overload_check_with_vllm_replicas(tmp_path):
     events = [json.loads(line) for path in (out / "events").rglob("replicas/events-*.jsonl") for line in path.open()]
     assert {e["kind"] for e in events} == {"upstream"} and {e["source"] for e in events} >= {"replica-0", "replica-3"}
     assert run_cli("verify", str(out)).returncode == 0
-    # the dry run with the same arguments printed exactly what ran: 4 replicas, 4 pressure steps, proxy, 2 clients
-    assert_the_dry_run_planned_what_the_run_did(out / "commands.jsonl", *arguments, srun_steps=11)
+    # the dry run with the same arguments printed exactly what ran: 4 replicas, proxy, pressure on
+    # replica 0 (partial), 1 client, pressure on all 4 (total), 1 client
+    assert_the_dry_run_planned_what_the_run_did(out / "commands.jsonl", *arguments, srun_steps=12)
 
 
 def test_no_failover_is_caught_with_vllm_replicas(sut_wheelhouse, sut_image, sut_profile, tmp_path):

@@ -1,10 +1,11 @@
 """The drain rules on hand-made stream events: completed, forced, lost."""
 
 from dd_accept.acceptance import drain_checks as checks
+from dd_accept.base.events import ClientRequest
 
 
 def stream(started, ended, done=True, outcome="ok"):
-    return {"kind": "request", "started": started, "t": ended, "done": done, "outcome": outcome}
+    return ClientRequest(mode="raw", record=0, attempt=0, started=started, t=ended, done=done, outcome=outcome)
 
 
 def test_classification():
@@ -90,10 +91,10 @@ def test_sut_cleanup_never_assumes_exit_0_and_checks_time_and_leftovers():
 
 def flowing(started, ended, last_event):
     """A long stream cut at `ended` whose last event arrived at `last_event` (wall clock)."""
-    return {
-        "kind": "request", "started": started, "t": ended, "done": False, "outcome": "error",
-        "ttft_s": 0.02, "chunk_offsets_s": [0.0, round(last_event - started - 0.02, 4)],
-    }  # fmt: skip
+    return ClientRequest(
+        mode="raw", record=0, attempt=0, started=started, t=ended, done=False, outcome="error",
+        ttft_s=0.02, chunk_offsets_s=[0.0, round(last_event - started - 0.02, 4)],
+    )  # fmt: skip
 
 
 def test_a_stream_that_stopped_flowing_long_before_the_cut_is_stalled_not_bounded():

@@ -14,7 +14,7 @@ NOTHING = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}  # any engine use w
 def _plan(tmp_path, *args):
     result = run_cli("run", "overload", "--dry-run", *args, env=NOTHING)
     assert result.returncode == 0, result.stderr
-    commands = [shlex.split(line) for line in result.stdout.splitlines() if not line.startswith("#")]
+    commands = [shlex.split(line) for line in result.stdout.splitlines() if line and not line.startswith("#")]
     return result.stdout, commands
 
 
@@ -46,12 +46,17 @@ def test_vllm_dry_run_prints_every_slurm_command_with_site_options(tmp_path):
     ]
     clients = [c for c in commands if "dd_accept.node.loadclient" in c and c[c.index("--mode") + 1] == "sut"]
     assert [c[c.index("-J") + 1] for c in clients] == ["partial", "total"]
-    # vLLM has no control plane: pressure steps hold the queues, 2 replicas (partial), then the rest
+    # vLLM has no control plane: pressure steps hold the queues, 2 replicas (partial overload),
+    # lifted, then all four (total overload), lifted: as VllmReplicas.overload/relieve do
     pressure = [c for c in commands if "dd_accept.node.loadclient" in c and c[c.index("--mode") + 1] == "raw"]
-    assert [c[c.index("-J") + 1] for c in pressure] == [f"pressure-{i}" for i in range(4)]
-    assert [c[c.index("--endpoint") + 1] for c in pressure] == [f"http://$NODE:{8100 + i}" for i in range(4)]
+    held = [0, 1, 0, 1, 2, 3]
+    assert [c[c.index("-J") + 1] for c in pressure] == [f"pressure-{i}" for i in held]
+    assert [c[c.index("--endpoint") + 1] for c in pressure] == [f"http://$NODE:{8100 + i}" for i in held]
     assert {c[c.index("--concurrency") + 1] for c in pressure} == {"71"}  # --max-num-seqs=64 running + 7 waiting
-    assert ["scancel", "--signal=TERM", "$PRESSURE_STEPS"] in commands
+    lifted = [c[2] for c in commands if c[:2] == ["scancel", "--signal=TERM"] and c[2].startswith("$PRESSURE")]
+    assert lifted == [f"$PRESSURE_STEP_{i}" for i in held]
+    # the synthetic-only phase (a replica at the SUT's default threshold) is not planned for vLLM
+    assert not [c for c in commands if "dd_accept.node.replica.server" in c]
     assert all(c[c.index("--model") + 1] == "org/model-8b" for c in clients)
     assert commands[-1] == ["scancel", "$JOB"]
     assert "nothing below has been run" in text
@@ -59,10 +64,18 @@ def test_vllm_dry_run_prints_every_slurm_command_with_site_options(tmp_path):
 
 
 def test_synthetic_dry_run_on_the_docker_cluster(tmp_path):
-    _, commands = _plan(tmp_path, "--replicas", "3", "--sut", "data-designer-slurm==1.0.0rc1")
-    (replicas,) = [c for c in commands if "dd_accept.node.replica.server" in c]
+    text, commands = _plan(tmp_path, "--replicas", "3", "--overloaded", "1", "--sut", "data-designer-slurm==1.0.0rc1")
+    replicas, default = [c for c in commands if "dd_accept.node.replica.server" in c]
     assert "-n3" in replicas and any(part.startswith("DD_ACCEPT_CONTROL_TOKEN=") for part in replicas[:3])
     assert "/opt/sut/bin/python" in replicas
+    # the replica left at the SUT's default threshold: one task, beside the others, no override
+    assert "-n1" in default and default[default.index("--port-base") + 1] == "8200"
+    assert not any(part.startswith("DD_VLLM_MAX_WAITING_REQUESTS=") for part in default)
+    # every phase of the declaration is a heading, in the order the run walks them
+    from dd_accept.acceptance.overload import PHASES
+
+    headings = [line.removeprefix("# == ") for line in text.splitlines() if line.startswith("# == ")]
+    assert headings == ["allocate", *(f"{p.kind}: {p.title}" for p in PHASES), "release"]
 
 
 def test_dry_run_and_backend_input_errors_are_one_line_exit_2(tmp_path):

@@ -2,31 +2,30 @@
 
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import expected_decreases
+from dd_accept.base.events import AdmissionChange, ClientRequest, UpstreamAttempt
 from dd_accept.fixtures.deployment import AdmissionSample
 
 
 def request(t, record, status=200, outcome="ok", request_id=None, retry_after=None):
-    return {
-        "t": t,
-        "kind": "request",
-        "record": record,
-        "status": status,
-        "outcome": outcome,
-        "request_id": request_id or f"r{record}.{int(t * 10)}",
-        "retry_after": retry_after,
-    }
+    return ClientRequest(
+        t=t, mode="sut", record=record, attempt=0, status=status, outcome=outcome,
+        request_id=request_id or f"r{record}.{int(t * 10)}", retry_after=retry_after,
+    )  # fmt: skip
 
 
-def upstream(request_id, status, started):
-    return {"t": started, "kind": "upstream", "request_id": request_id, "status": status, "started": started}
+def upstream(request_id, status, started, duration=0.0):
+    return UpstreamAttempt(
+        t=started + duration, replica=0, path="/v1/chat/completions", outcome="ok",
+        request_id=request_id, status=status, started=started, duration_s=duration,
+    )  # fmt: skip
 
 
 def lease(t):
-    return {"t": t, "kind": "admission", "event": "request_lease_acquired", "limit": 8}
+    return AdmissionChange(t=t, event="request_lease_acquired", limit=8)
 
 
 def change(t, name, limit):
-    return {"t": t, "kind": "admission", "event": name, "limit": limit}
+    return AdmissionChange(t=t, event=name, limit=limit)
 
 
 def test_expected_decreases_follow_floor_times_factor():
@@ -81,7 +80,7 @@ def test_admission_decrease_compares_the_first_rounds_in_order():
 
 
 def attempt(request_id, started, duration):
-    return {"kind": "upstream", "request_id": request_id, "started": started, "duration_s": duration, "t": started}
+    return upstream(request_id, 200, started, duration)
 
 
 def test_the_limit_the_controller_reports_is_checked_against_concurrency_at_the_replicas():

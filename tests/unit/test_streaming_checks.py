@@ -1,33 +1,26 @@
+from dataclasses import replace
+
 from dd_accept.acceptance import streaming_checks as checks
+from dd_accept.base.events import ClientRequest, UpstreamAttempt
 
 PACED = [round(i * 0.01, 4) for i in range(13)]  # 13 events, 10 ms apart
 
 
 def client(request_id, chunks=13, size=2000, done=True, ttft=0.05, offsets=None):
-    return {
-        "chunk_offsets_s": PACED if offsets is None else offsets,
-        "kind": "request",
-        "request_id": request_id,
-        "chunks": chunks,
-        "bytes": size,
-        "done": done,
-        "ttft_s": ttft,
-        "outcome": "ok" if done else "truncated",
-    }
+    return ClientRequest(
+        mode="raw", record=0, attempt=0,
+        chunk_offsets_s=PACED if offsets is None else offsets,
+        request_id=request_id, chunks=chunks, bytes=size, done=done, ttft_s=ttft,
+        outcome="ok" if done else "truncated",
+    )  # fmt: skip
 
 
 def replica(request_id, events=13, size=2000, first_byte=0.04, status=200):
-    return {
-        "chunk_offsets_s": PACED,
-        "kind": "upstream",
-        "request_id": request_id,
-        "data_events": events,
-        "bytes": size,
-        "first_byte_s": first_byte,
-        "status": status,
-        "t": 1.0,
-        "started": 1.0,
-    }
+    return UpstreamAttempt(
+        replica=0, path="/v1/chat/completions", outcome="ok", duration_s=0.2,
+        chunk_offsets_s=PACED, request_id=request_id, data_events=events, bytes=size,
+        first_byte_s=first_byte, status=status, t=1.0, started=1.0,
+    )  # fmt: skip
 
 
 def test_integrity_matches_each_stream_with_what_its_replica_sent():
@@ -60,9 +53,10 @@ def test_no_buffering_judges_every_event_not_only_the_first():
 
 
 def test_chunk_lateness_lines_up_events_by_position():
-    late = checks.chunk_lateness({"chunk_offsets_s": [0, 0.02, 0.05]}, {"chunk_offsets_s": [0, 0.01, 0.02]})
+    sent = replica("a")
+    late = checks.chunk_lateness(client("a", offsets=[0, 0.02, 0.05]), replace(sent, chunk_offsets_s=[0, 0.01, 0.02]))
     assert [round(x, 6) for x in late] == [0.01, 0.03]
-    assert checks.chunk_lateness({}, {"chunk_offsets_s": [0, 0.01]}) == []
+    assert checks.chunk_lateness(client("a", offsets=[]), replace(sent, chunk_offsets_s=[0, 0.01])) == []
 
 
 def phase(opened, reused, idle, accepted, requests, errors=0):
@@ -88,7 +82,10 @@ def test_connection_accounting_needs_a_phase_where_opened_differs_from_reused():
 
 
 def routed(replica_index, started, duration, request_id=None):
-    return {"replica": replica_index, "started": started, "duration_s": duration, "request_id": request_id}
+    return UpstreamAttempt(
+        replica=replica_index, path="/v1/chat/completions", outcome="ok", started=started, duration_s=duration,
+        request_id=request_id,
+    )  # fmt: skip
 
 
 def test_least_connections_counts_requests_sent_to_a_busier_replica():

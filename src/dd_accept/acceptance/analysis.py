@@ -12,30 +12,33 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
-from dd_accept.base.events import Event
+from dd_accept.base.events import AdmissionChange, ClientRequest, Event, UpstreamAttempt, of_type
 
-
-def of_kind(events: Iterable[Event], kind: str) -> list[Event]:
-    return [event for event in events if event.get("kind") == kind]
-
-
-def with_prefix(events: Iterable[Event], prefix: str) -> list[Event]:
-    return [event for event in events if str(event.get("request_id") or "").startswith(prefix)]
+R = TypeVar("R", ClientRequest, UpstreamAttempt)
 
 
-def attempts_by_request(upstream: Iterable[Event]) -> dict[str, list[Event]]:
-    grouped: dict[str, list[Event]] = defaultdict(list)
+def requests(events: Iterable[Event]) -> list[ClientRequest]:
+    return of_type(events, ClientRequest)
+
+
+def with_prefix(events: Iterable[R], prefix: str) -> list[R]:
+    return [event for event in events if (event.request_id or "").startswith(prefix)]
+
+
+def attempts_by_request(upstream: Iterable[UpstreamAttempt]) -> dict[str, list[UpstreamAttempt]]:
+    grouped: dict[str, list[UpstreamAttempt]] = defaultdict(list)
     for event in upstream:
-        if event.get("request_id"):
-            grouped[event["request_id"]].append(event)
+        if event.request_id:
+            grouped[event.request_id].append(event)
     for attempts in grouped.values():
-        attempts.sort(key=lambda e: e.get("started") or e["t"])
+        attempts.sort(key=lambda e: e.started)
     return dict(grouped)
 
 
-def admission(events: Iterable[Event], name: str) -> list[Event]:
-    return [e for e in events if e.get("kind") == "admission" and e.get("event") == name]
+def admission(events: Iterable[Event], name: str) -> list[AdmissionChange]:
+    return [e for e in of_type(events, AdmissionChange) if e.event == name]
 
 
 def expected_decreases(limit: int, factor: float, rounds: int) -> list[int]:
@@ -62,15 +65,15 @@ def cooldown_breaches(events: list[Event], default_s: float, tolerance_s: float 
     its cooldown is deliberately not used: that is what a broken controller gets wrong.
     """
     windows = []
-    for event in of_kind(events, "request"):
-        if event.get("status") == 429:
-            length = float(event["retry_after"]) if event.get("retry_after") else default_s
-            windows.append((event["t"], event["t"] + length))
+    for event in requests(events):
+        if event.status == 429:
+            length = float(event.retry_after) if event.retry_after else default_s
+            windows.append((event.t, event.t + length))
     breaches = []
     for lease in admission(events, "request_lease_acquired"):
         for start, end in windows:
-            if start < lease["t"] < end - tolerance_s:
-                breaches.append(CooldownBreach(start, end, lease["t"]))
+            if start < lease.t < end - tolerance_s:
+                breaches.append(CooldownBreach(start, end, lease.t))
                 break
     return breaches
 
@@ -90,20 +93,20 @@ class LimitBreach:
 
 
 def limit_breaches(
-    client: list[Event], upstream: list[Event], initial_limit: int, grace_s: float = 2.0
+    client: list[Event], upstream: list[UpstreamAttempt], initial_limit: int, grace_s: float = 2.0
 ) -> list[LimitBreach]:
     """Moments when more of the client's requests were under way at the replicas than its
     admission controller allowed: the controller's reported limit, checked against
     concurrency it does not report. A request admitted under a higher limit may still be
     under way just after a decrease, so the limit compared is the highest of the last
     `grace_s` seconds."""
-    limits = sorted((e["t"], int(e["limit"])) for e in of_kind(client, "admission") if e.get("limit") is not None)
+    limits = sorted((e.t, int(e.limit)) for e in of_type(client, AdmissionChange) if e.limit is not None)
     spans: dict[str, tuple[float, float]] = {}
     for event in upstream:
-        request = event.get("request_id")
-        if not request or event.get("started") is None:
+        request = event.request_id
+        if not request:
             continue
-        start, end = event["started"], event["started"] + float(event.get("duration_s") or 0.0)
+        start, end = event.started, event.started + event.duration_s
         old = spans.get(request)
         spans[request] = (min(start, old[0]), max(end, old[1])) if old else (start, end)
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.acceptance import drain_checks as checks
+from dd_accept.acceptance.phases import BackendKind, Phase, run_phases
 from dd_accept.base.drain_outcomes import MARKS
 from dd_accept.base.errors import SutBehaviourMissing
 from dd_accept.base.progress import ProgressWriter
@@ -97,6 +99,31 @@ def _mark(
         handle.write(json.dumps(row) + "\n")
 
 
+@dataclass
+class DrainRun:
+    """One drain run's state, handed from phase to phase: each stop (A, B) deploys its own
+    endpoint, gets streams under way, stops the endpoint and judges what the streams saw."""
+
+    allocation: Allocation
+    run: deployment.RunDirectory
+    profile: SutProfile
+    options: DrainOptions
+    progress: ProgressWriter
+    result: ScenarioResult
+    replicas: deployment.ReplicaSet | None = None
+    proxy: deployment.Proxy | None = None
+    client: BackgroundCommand | None = None
+    stop_at: float = 0.0
+    forced_at: float | None = None
+    end: checks.StepEnd | None = None
+    backend_kind: BackendKind = "synthetic"
+
+    @property
+    def deployed(self) -> tuple[deployment.ReplicaSet, deployment.Proxy]:
+        assert self.replicas is not None and self.proxy is not None, "deploy phases run first"
+        return self.replicas, self.proxy
+
+
 def run_drain(
     allocation: Allocation,
     run: deployment.RunDirectory,
@@ -105,54 +132,94 @@ def run_drain(
     progress: ProgressWriter,
 ) -> ScenarioResult:
     result = ScenarioResult("drain", started=time.time())
-    window, allowance_s = profile.drain.window_seconds, profile.drain.allowance_seconds
-    progress.emit("deploying", replicas=options.replicas)
-    replicas = deployment.start_replicas(
-        allocation,
-        options.replicas,
-        run=run,
-        profile=profile,
-        options=("--ttft-ms", "20", "--itl-ms", str(options.itl_ms)),
-        seed=options.seed,
+    return run_phases(PHASES, DrainRun(allocation, run, profile, options, progress, result))
+
+
+def _deploy_replicas(s: DrainRun) -> None:
+    s.replicas = deployment.start_replicas(
+        s.allocation, s.options.replicas, run=s.run, profile=s.profile, seed=s.options.seed,
+        options=("--ttft-ms", "20", "--itl-ms", str(s.options.itl_ms)),
         # Stream lengths are the drain checks' measuring stick (a 20 s stream against a 10 s
         # window, 4 s streams that fit in it): they must be as long as asked, not lognormal.
         exact=True,
+    )  # fmt: skip
+
+
+def _deploy_proxy(s: DrainRun) -> None:
+    assert s.replicas is not None, "the replicas are deployed first"
+    s.proxy = deployment.start_proxy(s.allocation, s.replicas, profile=s.profile)
+
+
+def _streams(name: str, count: Callable[[DrainOptions], int], tokens: Callable[[DrainOptions], int]):
+    def drive(s: DrainRun) -> None:
+        replicas, proxy = s.deployed
+        streams = count(s.options)
+        s.client = _client(s.allocation, proxy, s.run, s.profile, name, streams, tokens(s.options))
+        replicas.wait_running(streams)
+        time.sleep(s.options.stop_after_s)  # let the streams get under way: work is left when the stop begins
+
+    return drive
+
+
+def _stop_endpoint(name: str, mark_forced: bool):
+    def stop(s: DrainRun) -> None:
+        s.stop_at, s.forced_at, s.end = _stop_step(s.allocation, s.deployed[1], s.profile)
+        _mark(s.run, name, s.profile, s.stop_at, s.forced_at if mark_forced else None)
+
+    return stop
+
+
+def _judged_streams(s: DrainRun, name: str) -> list[dict]:
+    assert s.client is not None and s.end is not None, "the stop phase ran first"
+    s.client.wait(timeout=60)
+    return deployment.read_events(s.run, name)
+
+
+def _judge_scancel(s: DrainRun) -> None:
+    streams = _judged_streams(s, "scancel")
+    left = s.allocation.steps_by_name().get("proxy", [])
+    assert s.end is not None
+    s.result.add(checks.scancel_step(streams, s.stop_at, s.end, left, s.profile.drain.window_seconds))
+
+
+def _judge_allowance(s: DrainRun) -> None:
+    streams, drain = _judged_streams(s, "allowance"), s.profile.drain
+    assert s.end is not None
+    s.result.add(
+        checks.allowance(streams, s.stop_at, s.forced_at, drain.window_seconds, drain.allowance_seconds, s.end)
     )
-    try:
-        # -- A: scancel --signal=TERM JOB.STEP --------------------------------------------------
-        progress.emit("scancel TERM to the endpoint step")
-        proxy = deployment.start_proxy(allocation, replicas, profile=profile)
-        client = _client(allocation, proxy, run, profile, "scancel", options.streams, options.short_tokens)
-        replicas.wait_running(options.streams)
-        time.sleep(options.stop_after_s)  # let the streams get under way: work is left when the stop begins
-        stop_at, _, end = _stop_step(allocation, proxy, profile)
-        _mark(run, "scancel", profile, stop_at)
-        client.wait(timeout=60)
-        left = allocation.steps_by_name().get("proxy", [])
-        result.add(checks.scancel_step(deployment.read_events(run, "scancel"), stop_at, end, left, window))
 
-        # -- B: a stream longer than the allowance ----------------------------------------------
-        progress.emit("allowance: TERM, then KILL after the allowance")
-        proxy = deployment.start_proxy(allocation, replicas, profile=profile)
-        client = _client(allocation, proxy, run, profile, "allowance", 1, options.long_tokens)
-        replicas.wait_running(1)
-        time.sleep(options.stop_after_s)
-        stop_at, forced_at, end = _stop_step(allocation, proxy, profile)
-        _mark(run, "allowance", profile, stop_at, forced_at)
-        client.wait(timeout=60)
-        result.add(
-            checks.allowance(deployment.read_events(run, "allowance"), stop_at, forced_at, window, allowance_s, end)
-        )
 
-        # -- C: the SUT's own cleanup -------------------------------------------------------------
-        for mode in checks.CLEANUP_MODES:
-            progress.emit(f"SUT cleanup: {mode}")
-            result.add(_cleanup_drill(allocation, replicas, run, profile, options, mode))
-    finally:
-        replicas.stop()
-        result.ended = time.time()
-    progress.emit("done", verdict=result.verdict())
-    return result
+def _sut_cleanup(mode: str):
+    def drill(s: DrainRun) -> None:
+        assert s.replicas is not None, "the replicas are deployed first"
+        s.result.add(_cleanup_drill(s.allocation, s.replicas, s.run, s.profile, s.options, mode))
+
+    return drill
+
+
+def _stop_replicas(s: DrainRun) -> None:
+    if s.replicas is not None:
+        s.replicas.stop()
+
+
+PHASES: tuple[Phase[DrainRun], ...] = (
+    Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
+    # -- A: scancel --signal=TERM JOB.STEP with short streams in flight
+    Phase("deploy", "scancel: deploying the SUT's proxy", _deploy_proxy),
+    Phase("drive", "scancel: streams under way", _streams("scancel", lambda o: o.streams, lambda o: o.short_tokens)),
+    Phase("stop", "scancel TERM to the endpoint step", _stop_endpoint("scancel", mark_forced=False)),
+    Phase("judge", "scancel: what the streams saw", _judge_scancel),
+    # -- B: a stream longer than the window and the allowance
+    Phase("deploy", "allowance: deploying the SUT's proxy", _deploy_proxy),
+    Phase("drive", "allowance: one stream longer than the allowance",
+          _streams("allowance", lambda o: 1, lambda o: o.long_tokens)),
+    Phase("stop", "allowance: TERM, then KILL after the allowance", _stop_endpoint("allowance", mark_forced=True)),
+    Phase("judge", "allowance: what the stream saw", _judge_allowance),
+    # -- C: the SUT's own cleanup stops an endpoint it launched (deploy, drive, stop, judge in one)
+    *(Phase("stop", f"SUT cleanup: {mode}", _sut_cleanup(mode)) for mode in checks.CLEANUP_MODES),
+    Phase("stop", "stopping the replicas", _stop_replicas, teardown=True),
+)  # fmt: skip
 
 
 def _cleanup_drill(

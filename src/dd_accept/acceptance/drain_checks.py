@@ -22,13 +22,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from dd_accept.acceptance.analysis import Event, of_kind
+from dd_accept.acceptance.analysis import requests
 from dd_accept.acceptance.registry import check
 from dd_accept.base.drain_outcomes import (
     FORCE_TOLERANCE_S,
     GOOD_OUTCOMES,
     classify,
 )
+from dd_accept.base.events import ClientRequest, Event
 from dd_accept.base.results import CheckResult
 
 CLEANUP_MODES = ("completion", "failure", "cancel")  # when the SUT's own cleanup stops the endpoint
@@ -44,13 +45,13 @@ class StepEnd:
     source: str = "srun"  # where the exit status was read (srun launcher, slurmd's step record)
 
 
-def in_flight(events: list[Event], stop_at: float) -> list[Event]:
+def in_flight(events: list[Event], stop_at: float) -> list[ClientRequest]:
     """Streams that had started and not yet ended when the stop began."""
-    return [e for e in of_kind(events, "request") if e.get("started", e["t"]) < stop_at <= e["t"]]
+    return [e for e in requests(events) if e.began < stop_at <= e.t]
 
 
 def _outcomes(
-    streams: list[Event], stop_at: float, forced_at: float | None, window_s: float | None = None
+    streams: list[ClientRequest], stop_at: float, forced_at: float | None, window_s: float | None = None
 ) -> Counter[str]:
     return Counter(classify(stream, stop_at, forced_at, window_s) for stream in streams)
 
@@ -65,7 +66,7 @@ def _show(counts: Counter[str]) -> str:
 
 @check("drain.scancel_step")
 def scancel_step(
-    streams: list[Event], stop_at: float, endpoint: StepEnd, steps_left: list[str], window_s: float
+    streams: list[ClientRequest], stop_at: float, endpoint: StepEnd, steps_left: list[str], window_s: float
 ) -> CheckResult:
     flying = in_flight(streams, stop_at)
     counts = _outcomes(flying, stop_at, None)
@@ -89,7 +90,7 @@ def scancel_step(
 
 @check("drain.allowance")
 def allowance(
-    streams: list[Event],
+    streams: list[ClientRequest],
     stop_at: float,
     forced_at: float | None,
     window_s: float,
@@ -101,7 +102,7 @@ def allowance(
     bound its drain, a cut before the window means it dropped work."""
     flying = in_flight(streams, stop_at)
     counts = _outcomes(flying, stop_at, forced_at, window_s)
-    ends = [round(e["t"] - stop_at, 1) for e in flying]
+    ends = [round(e.t - stop_at, 1) for e in flying]
     exited_by_itself = forced_at is None and endpoint.exit_code == 0 and endpoint.seconds_after_stop <= allowance_s
     ok = bool(flying) and sum(counts[k] for k in GOOD_OUTCOMES) == len(flying) and exited_by_itself
     if not flying:
@@ -138,7 +139,7 @@ def allowance(
 @check(*(f"drain.sut_cleanup.{mode}" for mode in CLEANUP_MODES))
 def sut_cleanup(
     mode: str,
-    streams: list[Event],
+    streams: list[ClientRequest],
     stop_at: float,
     endpoint: StepEnd,
     cleanup: dict[str, Any],

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.acceptance import health_checks as checks
+from dd_accept.acceptance.analysis import requests
+from dd_accept.acceptance.phases import BackendKind, Phase, run_phases
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import ScenarioResult
 from dd_accept.base.waiting import wait_for_finding, wait_until
@@ -48,6 +50,21 @@ def _probe(proxy: deployment.Proxy, since: float) -> checks.Probe:
     return checks.Probe(row.get("status"), time.monotonic() - started, row.get("json"), time.time() - since)
 
 
+@dataclass
+class HealthRun:
+    """One health run's state: each phase deploys (and stops) what it needs itself, because
+    each fault leaves its replicas unusable; the healthy attempt is the attempts' baseline."""
+
+    allocation: Allocation
+    run: deployment.RunDirectory
+    profile: SutProfile
+    options: HealthOptions
+    progress: ProgressWriter
+    result: ScenarioResult
+    healthy: checks.AttemptOutcome | None = None
+    backend_kind: BackendKind = "synthetic"
+
+
 def run_health(
     allocation: Allocation,
     run: deployment.RunDirectory,
@@ -56,35 +73,54 @@ def run_health(
     progress: ProgressWriter,
 ) -> ScenarioResult:
     result = ScenarioResult("health", started=time.time())
-    try:
-        progress.emit("backend loss: detection", replicas=options.replicas)
-        result.add(_loss_detection(allocation, run, profile, options))
-        progress.emit("a healthy attempt (the baseline of the attempt checks)", replicas=options.replicas)
-        healthy = _drilled_attempt(allocation, profile, options, "healthy", lambda r: None, port_offset=300)
-        progress.emit("backend loss: the attempt", replicas=options.replicas)
-        outcome = _drilled_attempt(allocation, profile, options, "loss", lambda r: r.control([0], "kill"))
-        result.add(checks.attempt_failed(outcome, profile.cleanup.failure_status, healthy))
-        progress.emit("unresponsive backend: detection", replicas=options.replicas)
-        result.add(_unresponsive_detection(allocation, profile, options))
-        progress.emit("unresponsive backend: the attempt", replicas=options.replicas)
-        outcome = _drilled_attempt(
-            allocation,
-            profile,
-            options,
-            "unresponsive",
-            lambda r: r.control([0], "health", ok=False),
-            records=48,
-            port_offset=200,
-        )
-        monitor = profile.capabilities
-        bound = monitor.monitor_detect_seconds if monitor.health_monitor else None
-        result.add(checks.unresponsive_attempt_failed(outcome, profile.cleanup.failure_status, bound, healthy))
-        progress.emit("probe isolation", streams=options.saturating_streams)
-        result.add(_probe_isolation(allocation, run, profile, options))
-    finally:
-        result.ended = time.time()
-    progress.emit("done", verdict=result.verdict())
-    return result
+    return run_phases(PHASES, HealthRun(allocation, run, profile, options, progress, result))
+
+
+def _detect_loss(s: HealthRun) -> None:
+    s.result.add(_loss_detection(s.allocation, s.run, s.profile, s.options))
+
+
+def _healthy_attempt(s: HealthRun) -> None:
+    s.healthy = _drilled_attempt(s.allocation, s.profile, s.options, "healthy", lambda r: None, port_offset=300)
+
+
+def _loss_attempt(s: HealthRun) -> None:
+    outcome = _drilled_attempt(s.allocation, s.profile, s.options, "loss", lambda r: r.control([0], "kill"))
+    s.result.add(checks.attempt_failed(outcome, s.profile.cleanup.failure_status, s.healthy))
+
+
+def _detect_unresponsive(s: HealthRun) -> None:
+    s.result.add(_unresponsive_detection(s.allocation, s.profile, s.options))
+
+
+def _unresponsive_attempt(s: HealthRun) -> None:
+    outcome = _drilled_attempt(
+        s.allocation, s.profile, s.options, "unresponsive", lambda r: r.control([0], "health", ok=False),
+        records=48, port_offset=200,
+    )  # fmt: skip
+    monitor = s.profile.capabilities
+    bound = monitor.monitor_detect_seconds if monitor.health_monitor else None
+    s.result.add(checks.unresponsive_attempt_failed(outcome, s.profile.cleanup.failure_status, bound, s.healthy))
+
+
+def _saturation(s: HealthRun) -> None:
+    s.result.add(_probe_isolation(s.allocation, s.run, s.profile, s.options))
+
+
+def _replicas(s: HealthRun) -> dict[str, int]:
+    return {"replicas": s.options.replicas}
+
+
+# Each phase below deploys its own replicas and endpoint, injects its fault, drives the
+# SUT's client or probes, judges, and stops what it started (the faults leave replicas unusable).
+PHASES: tuple[Phase[HealthRun], ...] = (
+    Phase("judge", "backend loss: detection", _detect_loss, numbers=_replicas),
+    Phase("drive", "a healthy attempt (the baseline of the attempt checks)", _healthy_attempt, numbers=_replicas),
+    Phase("judge", "backend loss: the attempt", _loss_attempt, numbers=_replicas),
+    Phase("judge", "unresponsive backend: detection", _detect_unresponsive, numbers=_replicas),
+    Phase("judge", "unresponsive backend: the attempt", _unresponsive_attempt, numbers=_replicas),
+    Phase("judge", "probe isolation", _saturation, numbers=lambda s: {"streams": s.options.saturating_streams}),
+)
 
 
 def _serving(
@@ -208,7 +244,7 @@ def _drilled_attempt(
     status_text = (state_host / "wait-status").read_text().strip() if (state_host / "wait-status").exists() else ""
     wait_status = int(status_text) if status_text.lstrip("-").isdigit() else (record.exit_code if record else None)
     client_rows = deployment.read_events(run, name)
-    done = len({e["record"] for e in client_rows if e.get("outcome") == "ok"})
+    done = len({e.record for e in requests(client_rows) if e.outcome == "ok"})
     proxy.stop()
     named = allocation.steps_by_name()
     for step in named.get("replicas", []) + named.get("client", []):

@@ -13,17 +13,23 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from dd_accept.acceptance import overload_checks as checks
-from dd_accept.acceptance.analysis import admission, of_kind, with_prefix
+from dd_accept.acceptance.analysis import admission, requests, with_prefix
+from dd_accept.acceptance.phases import BackendKind, Phase, run_phases
+from dd_accept.acceptance.plan import NODE, TOKEN, PlannedCommand, Planner
+from dd_accept.base.events import AdmissionChange, Event, of_type
 from dd_accept.base.options import OverloadOptions
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import ScenarioResult
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.backends.vllm import VllmBackend
-from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand
+from dd_accept.node.environment import TOKEN_ENV
+from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, scancel_argv
 from dd_accept.sut.profile import SutProfile
 
 
@@ -34,7 +40,7 @@ def _watch(
     progress: ProgressWriter,
     phase: str,
     timeout: float,
-) -> list[dict[str, Any]]:
+) -> list[Event]:
     """Follow a client run to its end, reporting requests, 429s and the admission limit."""
     deadline = time.monotonic() + timeout
     while not command.finished and time.monotonic() < deadline:
@@ -49,14 +55,14 @@ def _watch(
     return events
 
 
-def _report(events: list[dict[str, Any]], progress: ProgressWriter, phase: str) -> None:
-    requests = of_kind(events, "request")
-    limits = [e["limit"] for e in of_kind(events, "admission") if e.get("limit") is not None]
+def _report(events: list[Event], progress: ProgressWriter, phase: str) -> None:
+    made = requests(events)
+    limits = [e.limit for e in of_type(events, AdmissionChange) if e.limit is not None]
     progress.emit(
         phase,
-        requests=len(requests),
-        done=sum(1 for e in requests if e.get("outcome") == "ok"),
-        rate_limited=sum(1 for e in requests if e.get("status") == 429),
+        requests=len(made),
+        done=sum(1 for e in made if e.outcome == "ok"),
+        rate_limited=sum(1 for e in made if e.status == 429),
         limit=limits[-1] if limits else None,
     )
 
@@ -64,6 +70,49 @@ def _report(events: list[dict[str, Any]], progress: ProgressWriter, phase: str) 
 DEADLINES = {"partial": 120.0, "total": 150.0}  # the load client's own deadline per phase, seconds
 # Synthetic replicas answer fast here: overload is about admission and retries, not speed.
 FAST_REPLICAS = ("--ttft-ms", "5", "--itl-ms", "1")
+
+
+@dataclass
+class OverloadRun:
+    """One overload run's state, handed from phase to phase."""
+
+    allocation: Allocation
+    run: deployment.RunDirectory
+    profile: SutProfile
+    options: OverloadOptions
+    progress: ProgressWriter
+    fast: tuple[str, ...]
+    backend: VllmBackend | None
+    result: ScenarioResult
+    replicas: deployment.ReplicaSet | None = None
+    proxy: deployment.Proxy | None = None
+    client: BackgroundCommand | None = None
+    samples: list[deployment.AdmissionSample] = field(default_factory=list)
+    relieved_at: float = 0.0
+    client_events: dict[str, list[Event]] = field(default_factory=dict)  # by phase
+    partial_retries: dict[str, int] = field(default_factory=dict)  # the proxy's own counters
+
+    @property
+    def backend_kind(self) -> BackendKind:
+        return "synthetic" if self.backend is None else "vllm"
+
+    @property
+    def max_attempts(self) -> int:
+        return self.profile.proxy.max_upstream_attempts
+
+    @property
+    def deployed(self) -> tuple[deployment.ReplicaSet, deployment.Proxy]:
+        assert self.replicas is not None and self.proxy is not None, "deploy phases run first"
+        return self.replicas, self.proxy
+
+    def start_client(self, name: str, records: int) -> BackgroundCommand:
+        """The SUT's own client through the proxy, at full admission, for one phase."""
+        replicas, proxy = self.deployed
+        load = client_load(self.options, records, DEADLINES[name], replicas.model)
+        self.client = deployment.run_client(
+            self.allocation, proxy, self.run, mode="sut", profile=self.profile, name=name, **load
+        )
+        return self.client
 
 
 def run_overload(
@@ -77,86 +126,267 @@ def run_overload(
     backend: VllmBackend | None = None,
 ) -> ScenarioResult:
     result = ScenarioResult("overload", started=time.time())
-    max_attempts = profile.proxy.max_upstream_attempts
-    progress.emit("deploying", replicas=options.replicas)
-    replicas = deployment.deploy_replicas(
-        allocation,
-        options.replicas,
-        run=run,
-        profile=profile,
-        backend=backend,
-        threshold=options.threshold,
-        retry_after=options.retry_after,
-        options=fast,
-        seed=options.seed,
-    )
+    state = OverloadRun(allocation, run, profile, options, progress, fast, backend, result)
+    return run_phases(PHASES, state)
+
+
+# -- deploy -------------------------------------------------------------------------------------
+
+
+def _deploy_replicas(s: OverloadRun) -> None:
+    s.replicas = deployment.deploy_replicas(
+        s.allocation, s.options.replicas, run=s.run, profile=s.profile, backend=s.backend,
+        threshold=s.options.threshold, retry_after=s.options.retry_after, options=s.fast, seed=s.options.seed,
+    )  # fmt: skip
+
+
+def _plan_replicas(p: Planner) -> list[PlannedCommand]:
+    o, layout, replica_dir = p.options, p.target.layout, f"{p.run_dir}/replicas"
+    admission = deployment.admission_environment(p.profile, o.threshold, o.retry_after)
+    if p.backend is None:
+        command = deployment.replica_command(
+            p.profile, replica_dir, python=layout.python, seed=o.seed, options=deployment.replica_options(FAST_REPLICAS)
+        )
+        step = deployment.replica_step_options(o.replicas, NODE, replica_dir)
+        purpose = f"{o.replicas} synthetic replicas, one task each, behind the SUT's queue admission"
+        return [p.srun(purpose, command, step, {TOKEN_ENV: TOKEN, **admission})]
+    return [
+        p.srun(
+            f"vLLM replica {index} ({p.backend.model}) behind the SUT's queue admission",
+            p.backend.command(layout, p.profile, deployment.REPLICA_PORT_BASE + index),
+            p.backend.step_options(index, NODE, replica_dir),
+            {**admission, **p.backend.environment(index, replica_dir, layout)},
+        )
+        for index in range(o.replicas)
+    ]
+
+
+def _deploy_proxy(s: OverloadRun) -> None:
     # The proxy's own Retry-After (used when an upstream 429 carries none) differs from the
     # replicas' on purpose: a client seeing the replicas' value proves it was passed through.
-    proxy = deployment.start_proxy(
-        allocation, replicas, profile=profile, retry_after=proxy_fallback_retry_after(options.retry_after)
+    assert s.replicas is not None
+    fallback = proxy_fallback_retry_after(s.options.retry_after)
+    s.proxy = deployment.start_proxy(s.allocation, s.replicas, profile=s.profile, retry_after=fallback)
+
+
+def _plan_proxy(p: Planner) -> list[PlannedCommand]:
+    backends = [(NODE, deployment.REPLICA_PORT_BASE + index) for index in range(p.options.replicas)]
+    argv = p.profile.proxy_argv(
+        python=p.target.layout.python,
+        site_packages=p.target.layout.site_packages,
+        port=deployment.PROXY_PORT,
+        backends=backends,
+        retry_after=proxy_fallback_retry_after(p.options.retry_after),
     )
-    samples: list[deployment.AdmissionSample] = []
+    step = deployment.proxy_step_options(NODE, f"{p.run_dir}/proxy.log")
+    return [p.srun("the SUT's proxy in front of every replica", argv, step)]
 
-    def sut_client(name: str, records: int) -> BackgroundCommand:
-        """The SUT's own client through the proxy, at full admission, for one phase."""
-        load = client_load(options, records, DEADLINES[name], replicas.model)
-        return deployment.run_client(allocation, proxy, run, mode="sut", profile=profile, name=name, **load)
 
-    try:
-        # -- queue admission, then partial ----------------------------------------------------
-        overloaded = range(options.overloaded)
-        if replicas.exact_depths:
-            samples.append(replicas.hold_at(overloaded, depth=options.threshold, threshold=options.threshold))
-        progress.emit("partial overload", overloaded=options.overloaded)
-        samples.append(replicas.overload(overloaded, depth=options.queue_depth, threshold=options.threshold))
-        before = proxy.get(profile.proxy.metrics_path)["json"]
-        client = sut_client("partial", options.records)
-        partial = _watch(client, run, "partial", progress, "partial overload", timeout=150)
-        after = proxy.get(profile.proxy.metrics_path)["json"]
-        retries = {k: after["retries"].get(k, 0) - before["retries"].get(k, 0) for k in after.get("retries", {})}
-        upstream = with_prefix(replicas.events(), "partial-")
-        result.add(checks.partial_completes(partial, options.records, options.overloaded, max_attempts))
-        result.add(checks.partial_failover(upstream, retries, max_attempts))
-        samples.append(replicas.relieve(overloaded, threshold=options.threshold))
+# -- partial overload ---------------------------------------------------------------------------
 
-        # -- total, then recovery ---------------------------------------------------------------
-        progress.emit("total overload", overloaded=options.replicas)
-        samples.append(replicas.overload(None, depth=options.queue_depth, threshold=options.threshold))
-        client = sut_client("total", options.recovery_records)
-        try:
-            # A SUT that never decreases is a finding for the checks below, not an error here.
-            with contextlib.suppress(WaitTimeout):
-                wait_until(
-                    lambda: deployment.read_events(run, "total"),
-                    lambda events: len(admission(events, "request_limit_decreased")) >= 2 or client.finished,
-                    timeout=options.decrease_wait_s,
-                    what="two admission decreases under total overload",
-                )
-        finally:
-            relieved_at = time.time()
-            samples.append(replicas.relieve(threshold=options.threshold))
-        progress.emit("recovery")
-        total = _watch(client, run, "total", progress, "recovery", timeout=180)
-        upstream = with_prefix(replicas.events(), "total-")
-        result.add(checks.total_attempts(total, upstream, options.replicas, max_attempts))
-        result.add(
-            checks.total_retry_after(total, options.retry_after, proxy_fallback_retry_after(options.retry_after))
+
+def _partial(o: OverloadOptions) -> range:
+    return range(o.overloaded)
+
+
+def _hold_partial(s: OverloadRun) -> None:
+    replicas, o = s.deployed[0], s.options
+    if replicas.exact_depths:  # first: the middleware admits at the threshold itself
+        s.samples.append(replicas.hold_at(_partial(o), depth=o.threshold, threshold=o.threshold))
+    s.samples.append(replicas.overload(_partial(o), depth=o.queue_depth, threshold=o.threshold))
+
+
+def _drive_partial(s: OverloadRun) -> None:
+    proxy = s.deployed[1]
+    before = proxy.get(s.profile.proxy.metrics_path)["json"]
+    client = s.start_client("partial", s.options.records)
+    s.client_events["partial"] = _watch(client, s.run, "partial", s.progress, "partial overload", timeout=150)
+    after = proxy.get(s.profile.proxy.metrics_path)["json"]
+    retries = after.get("retries", {})
+    s.partial_retries = {k: retries.get(k, 0) - before["retries"].get(k, 0) for k in retries}
+
+
+def _judge_partial(s: OverloadRun) -> None:
+    upstream = with_prefix(s.deployed[0].events(), "partial-")
+    partial, o = s.client_events["partial"], s.options
+    s.result.add(checks.partial_completes(partial, o.records, o.overloaded, s.max_attempts))
+    s.result.add(checks.partial_failover(upstream, s.partial_retries, s.max_attempts))
+
+
+def _relieve_partial(s: OverloadRun) -> None:
+    s.samples.append(s.deployed[0].relieve(_partial(s.options), threshold=s.options.threshold))
+
+
+# -- total overload and recovery ------------------------------------------------------------------
+
+
+def _hold_total(s: OverloadRun) -> None:
+    o = s.options
+    s.samples.append(s.deployed[0].overload(None, depth=o.queue_depth, threshold=o.threshold))
+
+
+def _drive_total(s: OverloadRun) -> None:
+    client = s.start_client("total", s.options.recovery_records)
+    # A SUT that never decreases is a finding for the checks below, not an error here.
+    with contextlib.suppress(WaitTimeout):
+        wait_until(
+            lambda: deployment.read_events(s.run, "total"),
+            lambda events: len(admission(events, "request_limit_decreased")) >= 2 or client.finished,
+            timeout=s.options.decrease_wait_s,
+            what="two admission decreases under total overload",
         )
-        factor, limit = profile.client.decrease_factor, options.admission_limit
-        result.add(checks.total_admission_decrease(total, limit, factor, upstream=upstream, until=relieved_at))
-        result.add(checks.total_cooldown(total, profile.client.cooldown_seconds))
-        result.add(checks.recovery(total, options.recovery_records, relieved_at, upstream=upstream, limit=limit))
-        if replicas.exact_depths:  # the default threshold (128) is an exact depth too
-            progress.emit("queue admission at the SUT's default threshold")
-            samples += _default_threshold(allocation, run, profile, options, fast)
-        result.add(checks.admission_rejects(samples, options.retry_after))
-        _save_admission(run, samples)
-    finally:
-        proxy.stop()
-        replicas.stop()
-        result.ended = time.time()
-    progress.emit("done", verdict=result.verdict())
-    return result
+
+
+def _relieve_total(s: OverloadRun) -> None:
+    s.relieved_at = time.time()
+    s.samples.append(s.deployed[0].relieve(threshold=s.options.threshold))
+
+
+def _drive_recovery(s: OverloadRun) -> None:
+    assert s.client is not None, "the total phase started the client"
+    s.client_events["total"] = _watch(s.client, s.run, "total", s.progress, "recovery", timeout=180)
+
+
+def _judge_total(s: OverloadRun) -> None:
+    o, total = s.options, s.client_events["total"]
+    upstream = with_prefix(s.deployed[0].events(), "total-")
+    s.result.add(checks.total_attempts(total, upstream, o.replicas, s.max_attempts))
+    s.result.add(checks.total_retry_after(total, o.retry_after, proxy_fallback_retry_after(o.retry_after)))
+    factor, limit = s.profile.client.decrease_factor, o.admission_limit
+    s.result.add(checks.total_admission_decrease(total, limit, factor, upstream=upstream, until=s.relieved_at))
+    s.result.add(checks.total_cooldown(total, s.profile.client.cooldown_seconds))
+    s.result.add(checks.recovery(total, o.recovery_records, s.relieved_at, upstream=upstream, limit=limit))
+
+
+def _plan_client(name: str, records: str, purpose: str) -> Callable[[Planner], list[PlannedCommand]]:
+    def plan(p: Planner) -> list[PlannedCommand]:
+        o = p.options
+        load = client_load(o, getattr(o, records), DEADLINES[name], p.backend.model if p.backend else None)
+        endpoint = f"http://127.0.0.1:{deployment.PROXY_PORT}"
+        argv = deployment.load_client_argv(
+            p.target.layout.python,
+            endpoint,
+            f"{p.run_dir}/{name}.jsonl",
+            mode="sut",
+            profile=p.profile,
+            name=name,
+            **load,
+        )
+        return [p.srun(purpose, argv, deployment.client_step_options(name, NODE))]
+
+    return plan
+
+
+def _plan_pressure(which: Callable[[OverloadOptions], range]) -> Callable[[Planner], list[PlannedCommand]]:
+    """vLLM has no control plane: real load holds its queue (one pressure step per replica)."""
+
+    def plan(p: Planner) -> list[PlannedCommand]:
+        if p.backend is None:
+            return []
+        commands = []
+        for index in which(p.options):
+            argv = deployment.pressure_command(
+                p.target.layout.python, f"http://{NODE}:{deployment.REPLICA_PORT_BASE + index}",
+                f"{p.run_dir}/pressure", p.profile, p.backend, index, p.options.queue_depth,
+            )  # fmt: skip
+            purpose = f"pressure on replica {index}: {p.backend.max_num_seqs} running + {p.options.queue_depth} waiting"
+            commands.append(p.srun(purpose, argv, deployment.client_step_options(f"pressure-{index}", NODE)))
+        return commands
+
+    return plan
+
+
+def _plan_lift(which: Callable[[OverloadOptions], range]) -> Callable[[Planner], list[PlannedCommand]]:
+    def plan(p: Planner) -> list[PlannedCommand]:
+        if p.backend is None:  # synthetic replicas are released through their control plane
+            return []
+        return [
+            PlannedCommand(
+                f"lift the overload on replica {i}: TERM its pressure step", scancel_argv(f"$PRESSURE_STEP_{i}", "TERM")
+            )
+            for i in which(p.options)
+        ]
+
+    return plan
+
+
+def _every(o: OverloadOptions) -> range:
+    return range(o.replicas)
+
+
+# -- queue admission at the SUT's default threshold ------------------------------------------------
+
+
+def _hold_default_threshold(s: OverloadRun) -> None:
+    s.samples += _default_threshold(s.allocation, s.profile, s.options, s.fast)
+
+
+def _plan_default_threshold(p: Planner) -> list[PlannedCommand]:
+    runs = p.run_dir.rsplit("/", 1)[0]
+    replica_dir = f"{runs}/{DEFAULT_THRESHOLD_RUN}-<id>/replicas"
+    command = deployment.replica_command(
+        p.profile, replica_dir, python=p.target.layout.python, seed=p.options.seed,
+        options=deployment.replica_options(FAST_REPLICAS), port_base=DEFAULT_THRESHOLD_PORT_BASE,
+    )  # fmt: skip
+    admission = deployment.admission_environment(p.profile, None, p.options.retry_after)
+    step = deployment.replica_step_options(1, NODE, replica_dir)
+    purpose = f"one replica at the SUT's default threshold ({p.profile.queue_admission.default_threshold}), no override"
+    return [
+        p.srun(purpose, command, step, {TOKEN_ENV: TOKEN, **admission}),
+        PlannedCommand("and its stop once sampled: TERM to its step", scancel_argv("$DEFAULT_REPLICA_STEP", "TERM")),
+    ]
+
+
+def _judge_admission(s: OverloadRun) -> None:
+    s.result.add(checks.admission_rejects(s.samples, s.options.retry_after))
+    _save_admission(s.run, s.samples)
+
+
+# -- stop ---------------------------------------------------------------------------------------
+
+
+def _stop_proxy(s: OverloadRun) -> None:
+    if s.proxy is not None:
+        s.proxy.stop()
+
+
+def _stop_replicas(s: OverloadRun) -> None:
+    if s.replicas is not None:
+        s.replicas.stop()
+
+
+def _scancel(purpose: str, steps: str) -> Callable[[Planner], list[PlannedCommand]]:
+    return lambda p: [PlannedCommand(purpose, scancel_argv(steps, "TERM"))]
+
+
+PARTIAL_CLIENT = "partial overload: the SUT's client through the proxy"
+TOTAL_CLIENT = "total overload, then recovery: the SUT's client through the proxy"
+SYNTHETIC_ONLY: frozenset[BackendKind] = frozenset({"synthetic"})  # exact depths: vLLM's queue is held by real load
+
+PHASES: tuple[Phase[OverloadRun], ...] = (
+    Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,
+          numbers=lambda s: {"replicas": s.options.replicas}),
+    Phase("deploy", "deploying the SUT's proxy", _deploy_proxy, _plan_proxy),
+    Phase("hold", "partial overload", _hold_partial, _plan_pressure(_partial),
+          numbers=lambda s: {"overloaded": s.options.overloaded}),
+    Phase("drive", PARTIAL_CLIENT, _drive_partial, _plan_client("partial", "records", PARTIAL_CLIENT)),
+    Phase("judge", "partial overload: completion and failover", _judge_partial),
+    Phase("relieve", "partial overload lifted", _relieve_partial, _plan_lift(_partial)),
+    Phase("hold", "total overload", _hold_total, _plan_pressure(_every),
+          numbers=lambda s: {"overloaded": s.options.replicas}),
+    Phase("drive", "total overload: until two admission decreases", _drive_total,
+          _plan_client("total", "recovery_records", TOTAL_CLIENT)),
+    Phase("relieve", "total overload lifted", _relieve_total, _plan_lift(_every)),
+    Phase("drive", "recovery", _drive_recovery),
+    Phase("judge", "total overload and recovery", _judge_total),
+    Phase("hold", "queue admission at the SUT's default threshold", _hold_default_threshold,
+          _plan_default_threshold, backends=SYNTHETIC_ONLY),
+    Phase("judge", "queue admission", _judge_admission),
+    Phase("stop", "stopping the proxy", _stop_proxy,
+          _scancel("drain the proxy: TERM to its step (not its srun)", "$PROXY_STEP"), teardown=True),
+    Phase("stop", "stopping the replicas", _stop_replicas,
+          _scancel("drain the replicas the same way", "$REPLICA_STEPS"), teardown=True),
+)  # fmt: skip
 
 
 def proxy_fallback_retry_after(retry_after: int) -> int:
@@ -164,9 +394,12 @@ def proxy_fallback_retry_after(retry_after: int) -> int:
     return retry_after + 4
 
 
+DEFAULT_THRESHOLD_PORT_BASE = deployment.REPLICA_PORT_BASE + 100  # beside the scenario's replicas
+DEFAULT_THRESHOLD_RUN = "admission-default"  # its own run directory's label
+
+
 def _default_threshold(
     allocation: Allocation,
-    run: deployment.RunDirectory,
     profile: SutProfile,
     options: OverloadOptions,
     fast: tuple[str, ...],
@@ -177,12 +410,12 @@ def _default_threshold(
     replica = deployment.start_replicas(
         allocation,
         1,
-        run=deployment.RunDirectory.create(allocation.cluster, "admission-default"),
+        run=deployment.RunDirectory.create(allocation.cluster, DEFAULT_THRESHOLD_RUN),
         profile=profile,
         retry_after=options.retry_after,
         options=fast,
         seed=options.seed,
-        port_base=deployment.REPLICA_PORT_BASE + 100,
+        port_base=DEFAULT_THRESHOLD_PORT_BASE,
     )
     try:
         return [

@@ -10,17 +10,17 @@ from collections import Counter
 from typing import Any
 
 from dd_accept.acceptance.analysis import (
-    Event,
     LimitBreach,
     admission,
     attempts_by_request,
     cooldown_breaches,
     expected_decreases,
     limit_breaches,
-    of_kind,
     percentile,
+    requests,
 )
 from dd_accept.acceptance.registry import check
+from dd_accept.base.events import Event, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 from dd_accept.fixtures.deployment import AdmissionSample
 
@@ -80,16 +80,16 @@ def admission_rejects(samples: list[AdmissionSample], retry_after: int) -> Check
 def partial_completes(client: list[Event], records: int, overloaded: int, max_attempts: int) -> CheckResult:
     """Every record completes; while fewer replicas are overloaded than the proxy has
     attempts, failover must absorb the overload entirely (no client-visible 429)."""
-    requests = of_kind(client, "request")
-    done = {e["record"] for e in requests if e.get("outcome") == "ok"}
-    visible = Counter(e.get("status") for e in requests if e.get("outcome") != "ok")
+    made = requests(client)
+    done = {e.record for e in made if e.outcome == "ok"}
+    visible = Counter(e.status for e in made if e.outcome != "ok")
     absorbable = overloaded < max_attempts
     ok = len(done) == records and (not absorbable or not visible)
     expected = f"{records}/{records} records" + (", no client-visible error" if absorbable else "")
     observed = f"{len(done)}/{records} records; client-visible failures by status: {_fmt_counts(visible)}"
     detail = f"{overloaded} overloaded replica(s), {max_attempts} upstream attempts per request"
-    latencies = [e["latency_s"] for e in requests if e.get("outcome") == "ok" and e.get("latency_s") is not None]
-    error_rate = sum(visible.values()) / len(requests) if requests else 1.0
+    latencies = [e.latency_s for e in made if e.outcome == "ok" and e.latency_s is not None]
+    error_rate = sum(visible.values()) / len(made) if made else 1.0
     metrics = {"records_done": len(done), "client_error_rate": error_rate}
     if latencies:
         metrics["latency_p99_s"] = percentile(latencies, 0.99)
@@ -97,7 +97,7 @@ def partial_completes(client: list[Event], records: int, overloaded: int, max_at
 
 
 @check("overload.partial.failover")
-def partial_failover(upstream: list[Event], proxy_retries: dict[str, int], max_attempts: int) -> CheckResult:
+def partial_failover(upstream: list[UpstreamAttempt], proxy_retries: dict[str, int], max_attempts: int) -> CheckResult:
     """Failovers happened (seen by the replicas and in the proxy's metrics) and no request
     used more upstream attempts than the proxy allows."""
     attempts = attempts_by_request(upstream)
@@ -117,14 +117,16 @@ def partial_failover(upstream: list[Event], proxy_retries: dict[str, int], max_a
 
 
 @check("overload.total.attempts")
-def total_attempts(client: list[Event], upstream: list[Event], replicas: int, max_attempts: int) -> CheckResult:
+def total_attempts(
+    client: list[Event], upstream: list[UpstreamAttempt], replicas: int, max_attempts: int
+) -> CheckResult:
     """Under total overload each proxy 429 comes after exactly min(max_attempts, N) upstream
     attempts, each answered 429."""
     wanted = min(max_attempts, replicas)
     attempts = attempts_by_request(upstream)
-    limited = [e for e in of_kind(client, "request") if e.get("status") == 429]
-    counts = Counter(len(attempts.get(e["request_id"], [])) for e in limited)
-    non_429 = sum(1 for e in limited for a in attempts.get(e["request_id"], []) if a.get("status") != 429)
+    limited = [e for e in requests(client) if e.status == 429]
+    counts = Counter(len(attempts.get(e.request_id, [])) for e in limited)
+    non_429 = sum(1 for e in limited for a in attempts.get(e.request_id, []) if a.status != 429)
     ok = bool(limited) and set(counts) == {wanted} and non_429 == 0
     return CheckResult.judge(
         total_attempts.check_id,
@@ -140,8 +142,8 @@ def total_retry_after(client: list[Event], retry_after: int, proxy_fallback: int
     """Every 429 the client sees carries the replicas' Retry-After, passed through by the
     proxy. The proxy's own fallback is set to a different value, so a proxy that drops the
     replicas' header and substitutes its own is told apart from one that passes it on."""
-    limited = [e for e in of_kind(client, "request") if e.get("status") == 429]
-    seen = Counter(e.get("retry_after") for e in limited)
+    limited = [e for e in requests(client) if e.status == 429]
+    seen = Counter(e.retry_after for e in limited)
     ok = bool(limited) and set(seen) == {float(retry_after)}
     detail = ""
     if proxy_fallback is not None:
@@ -173,15 +175,15 @@ def total_admission_decrease(
     limit: int,
     factor: float,
     rounds: int = 2,
-    upstream: list[Event] | None = None,
+    upstream: list[UpstreamAttempt] | None = None,
     until: float | None = None,
 ) -> CheckResult:
     """The limit falls as AIMD says, and the controller enforces what it reports: the
     client's requests under way at the replicas (counted there, by request id) never exceed
     the limit in force."""
     wanted = expected_decreases(limit, factor, rounds)
-    seen = [e["limit"] for e in admission(client, "request_limit_decreased")]
-    during = [e for e in upstream or [] if until is None or e.get("started", e["t"]) < until]
+    seen = [e.limit for e in admission(client, "request_limit_decreased")]
+    during = [e for e in upstream or [] if until is None or e.started < until]
     breaches = limit_breaches(client, during, limit)
     ok = seen[:rounds] == wanted and not breaches
     return CheckResult.judge(
@@ -199,10 +201,10 @@ def total_cooldown(client: list[Event], default_cooldown_s: float) -> CheckResul
     """No request is admitted while a cooldown demanded by a 429 (its Retry-After) runs, and
     the rule was actually exercised: the controller's lease events were recorded and at
     least one cooldown window was followed by a lease (the client came back after it)."""
-    limited = [e for e in of_kind(client, "request") if e.get("status") == 429]
+    limited = [e for e in requests(client) if e.status == 429]
     leases = admission(client, "request_lease_acquired")
     breaches = cooldown_breaches(client, default_cooldown_s)
-    judged = sum(1 for e in limited if any(lease["t"] > e["t"] for lease in leases))
+    judged = sum(1 for e in limited if any(lease.t > e.t for lease in leases))
     ok = bool(limited) and bool(leases) and judged > 0 and not breaches
     observed = (
         f"{len(limited)} cooldown window(s) from 429s, {judged} followed by a lease; "
@@ -227,17 +229,17 @@ def total_cooldown(client: list[Event], default_cooldown_s: float) -> CheckResul
 
 @check("overload.recovery")
 def recovery(
-    client: list[Event], records: int, relieved_at: float, upstream: list[Event] | None = None, limit: int = 8
+    client: list[Event], records: int, relieved_at: float, upstream: list[UpstreamAttempt] | None = None, limit: int = 8
 ) -> CheckResult:
     """After relief every record completes and the limit rises above its low point, while
     the requests under way at the replicas never exceed the limit the controller reports."""
-    requests = of_kind(client, "request")
-    done = {e["record"] for e in requests if e.get("outcome") == "ok"}
-    after = [e for e in admission(client, "request_limit_increased") if e["t"] >= relieved_at]
-    decreased = [e["limit"] for e in admission(client, "request_limit_decreased")]
+    made = requests(client)
+    done = {e.record for e in made if e.outcome == "ok"}
+    after = [e for e in admission(client, "request_limit_increased") if e.t >= relieved_at]
+    decreased = [e.limit for e in admission(client, "request_limit_decreased")]
     floor = min(decreased) if decreased else None
-    risen = max((e["limit"] for e in after), default=None)
-    after_relief = [e for e in upstream or [] if e.get("started", e["t"]) >= relieved_at]
+    risen = max((e.limit for e in after), default=None)
+    after_relief = [e for e in upstream or [] if e.started >= relieved_at]
     breaches = limit_breaches(client, after_relief, limit)
     ok = len(done) == records and risen is not None and floor is not None and risen > floor and not breaches
     return CheckResult.judge(

@@ -21,6 +21,11 @@ class Scenario:
         return f"dd_accept.acceptance.test_{self.name}"
 
     @property
+    def phases_module(self) -> str:
+        """Where its phases are declared (`PHASES`): what the run and the dry-run plan walk."""
+        return f"dd_accept.acceptance.{self.name}"
+
+    @property
     def checks_module(self) -> str:
         """Where its checks are written, as pure functions that register themselves."""
         return f"dd_accept.acceptance.{self.name}_checks"

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dd_accept.acceptance import streaming_checks as checks
-from dd_accept.acceptance.analysis import of_kind, with_prefix
+from dd_accept.acceptance.analysis import requests, with_prefix
+from dd_accept.acceptance.phases import BackendKind, Phase, run_phases
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import ScenarioResult
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
-from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand
 from dd_accept.sut.profile import SutProfile
 
 
@@ -65,7 +66,7 @@ def _phase(allocation, proxy, replicas, run, profile, options, name, *, streams=
         proxy_idle_before=before_proxy["idle"],
         replicas_accepted=accepted,
         upstream_requests=len(upstream),
-        client_errors=sum(1 for e in of_kind(events, "request") if e.get("outcome") != "ok"),
+        client_errors=sum(1 for e in requests(events) if e.outcome != "ok"),
     )
     return events, upstream, phase
 
@@ -73,32 +74,33 @@ def _phase(allocation, proxy, replicas, run, profile, options, name, *, streams=
 ROUTING_STREAMS = 32
 
 
-def _routing(allocation, proxy, replicas, run, profile, options) -> checks.CheckResult:
-    """Replica 0's streams stall; 32 short streams, 8 at a time: least-connections must steer
-    new requests away from it. Released once every stream not stuck on it has finished."""
-    replicas.control([0], "stall", on=True)
-    try:
-        client = deployment.run_client(
-            allocation, proxy, run, mode="raw", profile=profile, name="routing",
-            records=ROUTING_STREAMS, concurrency=8, max_tokens=20, max_record_attempts=1, deadline_s=120,
+@dataclass
+class StreamingRun:
+    """One streaming run's state, handed from phase to phase."""
+
+    allocation: Allocation
+    run: deployment.RunDirectory
+    profile: SutProfile
+    options: StreamingOptions
+    progress: ProgressWriter
+    result: ScenarioResult
+    replicas: deployment.ReplicaSet | None = None
+    proxy: deployment.Proxy | None = None
+    connections: dict[str, checks.ConnectionPhase] = field(default_factory=dict)
+    routing: BackgroundCommand | None = None
+    backend_kind: BackendKind = "synthetic"
+
+    def client_phase(
+        self, name: str, *, key: str | None = None, streams: int | None = None, concurrency: int | None = None
+    ):
+        """One client run through the proxy; its connection numbers are kept under `key`."""
+        assert self.replicas is not None and self.proxy is not None, "deploy phases run first"
+        found = _phase(
+            self.allocation, self.proxy, self.replicas, self.run, self.profile, self.options, name,
+            streams=streams, concurrency=concurrency,
         )  # fmt: skip
-
-        def settled() -> int:
-            done = sum(
-                1 for e in of_kind(deployment.read_events(run, "routing"), "request") if e.get("outcome") == "ok"
-            )
-            (state,) = replicas.control([0], "state")
-            return done + state["running"] + state["waiting"]
-
-        with contextlib.suppress(WaitTimeout):
-            wait_until(settled, lambda n: n >= ROUTING_STREAMS, timeout=60, what="every stream not stuck to end")
-    finally:
-        replicas.control([0], "stall", on=False)
-    record = client.wait(timeout=120)
-    if not record.ok:
-        raise RuntimeError(f"load client failed: {record.describe()}")
-    upstream = with_prefix(replicas.events(), "routing-")
-    return checks.least_connections(upstream, replicas.count, 0, ROUTING_STREAMS)
+        self.connections[key or name] = found[2]
+        return found
 
 
 def run_streaming(
@@ -109,37 +111,117 @@ def run_streaming(
     progress: ProgressWriter,
 ) -> ScenarioResult:
     result = ScenarioResult("streaming", started=time.time())
-    progress.emit("deploying", replicas=options.replicas)
-    replicas = deployment.start_replicas(
-        allocation,
-        options.replicas,
-        run=run,
-        profile=profile,
-        options=("--ttft-ms", "20", "--itl-ms", str(options.itl_ms), "--max-num-seqs", "64"),
-        seed=options.seed,
-    )
-    proxy = deployment.start_proxy(allocation, replicas, profile=profile)
-    try:
-        progress.emit("streams through the proxy", streams=options.streams)
-        events, upstream, kept = _phase(allocation, proxy, replicas, run, profile, options, "stream")
-        result.add(checks.integrity(events, upstream))
-        result.add(checks.no_buffering(events, upstream))
-        # One stream at a time over a warm pool: every request reuses, none opens, so the
-        # opened and reused counters differ by construction.
-        progress.emit("one stream at a time over kept-alive connections")
-        _, _, sequential = _phase(
-            allocation, proxy, replicas, run, profile, options, "sequential", streams=16, concurrency=1
-        )
-        progress.emit("replicas close every keep-alive connection")
-        replicas.control(None, "keepalive", close=True)
-        _, _, closing = _phase(allocation, proxy, replicas, run, profile, options, "closing")
-        result.add(checks.connection_accounting({"keep-alive": kept, "sequential": sequential, "closing": closing}))
-        replicas.control(None, "keepalive", close=False)
-        progress.emit("routing with one replica stalled")
-        result.add(_routing(allocation, proxy, replicas, run, profile, options))
-    finally:
-        proxy.stop()
-        replicas.stop()
-        result.ended = time.time()
-    progress.emit("done", verdict=result.verdict())
-    return result
+    return run_phases(PHASES, StreamingRun(allocation, run, profile, options, progress, result))
+
+
+def _deploy_replicas(s: StreamingRun) -> None:
+    o = s.options
+    s.replicas = deployment.start_replicas(
+        s.allocation, o.replicas, run=s.run, profile=s.profile, seed=o.seed,
+        options=("--ttft-ms", "20", "--itl-ms", str(o.itl_ms), "--max-num-seqs", "64"),
+    )  # fmt: skip
+
+
+def _deploy_proxy(s: StreamingRun) -> None:
+    assert s.replicas is not None
+    s.proxy = deployment.start_proxy(s.allocation, s.replicas, profile=s.profile)
+
+
+def _streams(s: StreamingRun) -> None:
+    events, upstream, _ = s.client_phase("stream", key="keep-alive")
+    s.result.add(checks.integrity(events, upstream))
+    s.result.add(checks.no_buffering(events, upstream))
+
+
+def _sequential(s: StreamingRun) -> None:
+    # One stream at a time over a warm pool: every request reuses, none opens, so the opened
+    # and reused counters differ by construction.
+    s.client_phase("sequential", streams=16, concurrency=1)
+
+
+def _replicas(s: StreamingRun) -> deployment.ReplicaSet:
+    assert s.replicas is not None, "deploy phases run first"
+    return s.replicas
+
+
+def _close_keepalive(s: StreamingRun) -> None:
+    _replicas(s).control(None, "keepalive", close=True)
+
+
+def _closing(s: StreamingRun) -> None:
+    s.client_phase("closing")
+
+
+def _keep_keepalive(s: StreamingRun) -> None:
+    _replicas(s).control(None, "keepalive", close=False)
+
+
+def _judge_connections(s: StreamingRun) -> None:
+    s.result.add(checks.connection_accounting(dict(s.connections)))
+
+
+ROUTING_STREAMS = 32
+
+
+def _stall_first(s: StreamingRun) -> None:
+    _replicas(s).control([0], "stall", on=True)
+
+
+def _drive_routing(s: StreamingRun) -> None:
+    """Replica 0's streams stall; 32 short streams, 8 at a time: least-connections must steer
+    new requests away from it. Relieved once every stream not stuck on it has finished."""
+    assert s.proxy is not None
+    replicas = _replicas(s)
+    s.routing = deployment.run_client(
+        s.allocation, s.proxy, s.run, mode="raw", profile=s.profile, name="routing",
+        records=ROUTING_STREAMS, concurrency=8, max_tokens=20, max_record_attempts=1, deadline_s=120,
+    )  # fmt: skip
+
+    def settled() -> int:
+        done = sum(1 for e in requests(deployment.read_events(s.run, "routing")) if e.outcome == "ok")
+        (state,) = replicas.control([0], "state")
+        return done + state["running"] + state["waiting"]
+
+    with contextlib.suppress(WaitTimeout):
+        wait_until(settled, lambda n: n >= ROUTING_STREAMS, timeout=60, what="every stream not stuck to end")
+
+
+def _unstall_first(s: StreamingRun) -> None:
+    _replicas(s).control([0], "stall", on=False)
+
+
+def _judge_routing(s: StreamingRun) -> None:
+    assert s.routing is not None
+    record = s.routing.wait(timeout=120)
+    if not record.ok:
+        raise RuntimeError(f"load client failed: {record.describe()}")
+    upstream = with_prefix(_replicas(s).events(), "routing-")
+    s.result.add(checks.least_connections(upstream, _replicas(s).count, 0, ROUTING_STREAMS))
+
+
+def _stop_proxy(s: StreamingRun) -> None:
+    if s.proxy is not None:
+        s.proxy.stop()
+
+
+def _stop_replicas(s: StreamingRun) -> None:
+    if s.replicas is not None:
+        s.replicas.stop()
+
+
+PHASES: tuple[Phase[StreamingRun], ...] = (
+    Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
+    Phase("deploy", "deploying the SUT's proxy", _deploy_proxy),
+    Phase("drive", "streams through the proxy", _streams, numbers=lambda s: {"streams": s.options.streams}),
+    Phase("drive", "one stream at a time over kept-alive connections", _sequential),
+    Phase("hold", "replicas close every keep-alive connection", _close_keepalive),
+    Phase("drive", "streams while every connection is closed after its response", _closing),
+    Phase("relieve", "replicas keep connections alive again", _keep_keepalive),
+    Phase("judge", "connection accounting", _judge_connections),
+    Phase("hold", "replica 0 stalls its streams", _stall_first),
+    Phase("drive", "routing with one replica stalled", _drive_routing),
+    Phase("relieve", "replica 0 streams again", _unstall_first),
+    Phase("judge", "least-connections routing", _judge_routing),
+    Phase("stop", "stopping the proxy", _stop_proxy, teardown=True),
+    Phase("stop", "stopping the replicas", _stop_replicas, teardown=True),
+)

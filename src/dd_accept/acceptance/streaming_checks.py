@@ -4,23 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dd_accept.acceptance.analysis import Event, attempts_by_request, of_kind, percentile
+from dd_accept.acceptance.analysis import attempts_by_request, percentile, requests
 from dd_accept.acceptance.registry import check
+from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 
 
 @check("streaming.integrity")
-def integrity(client: list[Event], upstream: list[Event]) -> CheckResult:
+def integrity(client: list[Event], upstream: list[UpstreamAttempt]) -> CheckResult:
     """Each stream arrives whole: the client got every event and byte its replica sent."""
     attempts = attempts_by_request(upstream)
-    streams = of_kind(client, "request")
+    streams = requests(client)
     mismatched, truncated = [], 0
     for stream in streams:
-        sent = [a for a in attempts.get(stream["request_id"], []) if a.get("status") == 200]
-        if not stream.get("done"):
+        sent = [a for a in attempts.get(stream.request_id, []) if a.status == 200]
+        if not stream.done:
             truncated += 1
-        if len(sent) != 1 or (sent[0]["data_events"], sent[0]["bytes"]) != (stream["chunks"], stream["bytes"]):
-            mismatched.append(stream["request_id"])
+        if len(sent) != 1 or (sent[0].data_events, sent[0].bytes) != (stream.chunks, stream.bytes):
+            mismatched.append(stream.request_id)
     ok = bool(streams) and not mismatched and truncated == 0
     return CheckResult.judge(
         integrity.check_id,
@@ -31,18 +32,18 @@ def integrity(client: list[Event], upstream: list[Event]) -> CheckResult:
     )
 
 
-def chunk_lateness(stream: Event, sent: Event) -> list[float]:
+def chunk_lateness(stream: ClientRequest, sent: UpstreamAttempt) -> list[float]:
     """How much later than the replica's own pacing each event reached the client: for event
     i, (client arrival i - client arrival 0) - (replica send i - replica send 0). A proxy that
     forwards the first event and holds the rest shows it here, not in the TTFT."""
-    received, paced = stream.get("chunk_offsets_s") or [], sent.get("chunk_offsets_s") or []
+    received, paced = stream.chunk_offsets_s or [], sent.chunk_offsets_s or []
     return [got - want for got, want in zip(received, paced, strict=False)][1:]
 
 
 @check("streaming.no_buffering")
 def no_buffering(
     client: list[Event],
-    upstream: list[Event],
+    upstream: list[UpstreamAttempt],
     limit_s: float = 0.1,
     chunk_p95_limit_s: float = 0.1,
     chunk_max_limit_s: float = 0.5,
@@ -53,12 +54,12 @@ def no_buffering(
     deltas: list[float] = []
     lateness: list[float] = []
     streams_judged = 0
-    for stream in of_kind(client, "request"):
-        sent = [a for a in attempts.get(stream["request_id"], []) if a.get("status") == 200]
+    for stream in requests(client):
+        sent = [a for a in attempts.get(stream.request_id, []) if a.status == 200]
         if len(sent) != 1:
             continue
-        if stream.get("ttft_s") is not None and sent[0].get("first_byte_s") is not None:
-            deltas.append(stream["ttft_s"] - sent[0]["first_byte_s"])
+        if stream.ttft_s is not None and sent[0].first_byte_s is not None:
+            deltas.append(stream.ttft_s - sent[0].first_byte_s)
         late = chunk_lateness(stream, sent[0])
         if late:
             streams_judged += 1
@@ -74,7 +75,7 @@ def no_buffering(
         and chunk_p95 <= chunk_p95_limit_s
         and chunk_max <= chunk_max_limit_s
     )
-    ttfts = [stream["ttft_s"] for stream in of_kind(client, "request") if stream.get("ttft_s") is not None]
+    ttfts = [stream.ttft_s for stream in requests(client) if stream.ttft_s is not None]
     metrics = {"ttft_p99_s": percentile(ttfts, 0.99)} if ttfts else {}
     if p95 is not None:
         metrics["added_ttft_p95_s"] = p95
@@ -172,35 +173,33 @@ class RoutingViolation:
     least: int  # on the least-loaded replica at that moment
 
 
-def in_flight_at(upstream: list[Event], t: float, replica: int, exclude: Event) -> int:
+def in_flight_at(upstream: list[UpstreamAttempt], t: float, replica: int, exclude: UpstreamAttempt) -> int:
     return sum(
-        1
-        for e in upstream
-        if e is not exclude and e.get("replica") == replica and e["started"] <= t < e["started"] + e["duration_s"]
+        1 for e in upstream if e is not exclude and e.replica == replica and e.started <= t < e.started + e.duration_s
     )
 
 
-def routing_violations(upstream: list[Event], replicas: int, slack: int = 1) -> list[RoutingViolation]:
+def routing_violations(upstream: list[UpstreamAttempt], replicas: int, slack: int = 1) -> list[RoutingViolation]:
     """Requests sent to a replica that already had more than `slack` requests more in flight
     than the least-loaded one, as the replicas saw it (the proxy's own count runs a little
     behind theirs at each stream's end, hence the slack)."""
     found = []
     for event in upstream:
-        t = event["started"]
+        t = event.started
         counts = [in_flight_at(upstream, t, index, event) for index in range(replicas)]
-        chosen = counts[event["replica"]]
+        chosen = counts[event.replica]
         if chosen > min(counts) + slack:
-            found.append(RoutingViolation(event.get("request_id"), event["replica"], chosen, min(counts)))
+            found.append(RoutingViolation(event.request_id, event.replica, chosen, min(counts)))
     return found
 
 
 @check("streaming.least_connections")
-def least_connections(upstream: list[Event], replicas: int, slowed: int, records: int) -> CheckResult:
+def least_connections(upstream: list[UpstreamAttempt], replicas: int, slowed: int, records: int) -> CheckResult:
     """With one replica slowed (its streams stall), new requests go to the least-loaded
     replicas: no request is sent to a replica busier than the least-loaded one (beyond the
     slack), and the slowed replica gets less than an even share."""
     violations = routing_violations(upstream, replicas)
-    to_slowed = sum(1 for e in upstream if e.get("replica") == slowed)
+    to_slowed = sum(1 for e in upstream if e.replica == slowed)
     even = len(upstream) / replicas if replicas else 0
     ok = len(upstream) >= records and not violations and to_slowed < even
     detail = ""

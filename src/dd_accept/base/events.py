@@ -1,19 +1,173 @@
 """JSONL events on one clock: wall time, which host and containers share (one kernel).
 
+Each kind of event is a dataclass here, written by the programs on compute nodes (load
+client, replica) and read back by the checks, the runner and the report. Writers construct
+the dataclass, so a misspelt field fails where it is written; readers get the dataclass back
+(`parse_event`), so a field renamed on one side and not the other fails in the first unit
+test that reads it, not in a scenario that quietly judged a missing field as None. A row
+that does not match its kind (an unknown kind or field, a required field missing) is a
+fault of dd-accept itself and is refused.
+
 Only counts, sizes, statuses and timings are written, never request or response text.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import threading
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO, TypeVar
 
-# One event as written and read back: writers and readers share this name, so a search for
-# it finds every place that touches the event format.
-Event = dict[str, Any]
+
+@functools.cache
+def _payload_names(cls: type) -> tuple[str, ...]:
+    """Field names after t and source (cached: replicas write one event per request)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("t", "source"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EventBase:
+    KIND: ClassVar[str]
+    t: float = 0.0  # wall time; set by the writer
+    source: str = ""  # who wrote it ("client", "replica-3"); set by the writer
+
+    def to_json(self) -> dict[str, Any]:
+        fields = {name: getattr(self, name) for name in _payload_names(type(self))}
+        return {"t": self.t, "source": self.source, "kind": self.KIND, **fields}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientRequest(EventBase):
+    """One attempt of one record, as the load client saw it (raw HTTP or the SUT's client)."""
+
+    KIND: ClassVar[str] = "request"
+    mode: str  # "raw" or "sut"
+    record: int
+    attempt: int
+    outcome: str  # ok, rate_limited, http_error, truncated, error, deadline
+    request_id: str | None = None  # x-dd-request-id: the key to the replicas' records of it
+    started: float | None = None  # wall time the attempt began (t is when it ended)
+    status: int | None = None
+    retry_after: str | float | None = None  # as received: a header value (raw) or the SUT's number
+    error: str | None = None  # the exception type or the SUT's error kind, never a message
+    latency_s: float | None = None
+    ttft_s: float | None = None
+    chunks: int | None = None
+    bytes: int | None = None
+    done: bool | None = None  # the stream's [DONE] arrived
+    gap_max_s: float | None = None
+    gap_mean_s: float | None = None
+    chunk_offsets_s: list[float] | None = None  # first chunks' arrival, relative to the first
+    tokens: int | None = None  # output tokens the SUT's client reported
+
+    @property
+    def began(self) -> float:
+        """When the attempt began; its end (t) where the writer could not say."""
+        return self.t if self.started is None else self.started
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmissionChange(EventBase):
+    """One event of the SUT's client admission controller (its own event sink)."""
+
+    KIND: ClassVar[str] = "admission"
+    event: str  # the controller's event kind: request_lease_acquired, request_limit_decreased, ...
+    reason: str | None = None
+    limit: int | None = None
+    in_flight: int | None = None
+    waiters: int | None = None
+    cooldown_s: float | None = None
+    lease: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamAttempt(EventBase):
+    """One request a replica served (or refused), as the replica saw it: the independent
+    count of the proxy's upstream attempts."""
+
+    KIND: ClassVar[str] = "upstream"
+    replica: int
+    path: str
+    outcome: str  # ok, cut, error
+    started: float
+    duration_s: float
+    request_id: str | None = None
+    status: int | None = None
+    first_byte_s: float | None = None
+    bytes: int = 0
+    data_events: int = 0
+    chunk_offsets_s: list[float] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueGauge(EventBase):
+    """A synthetic replica's queue after a change: what its queue admission samples."""
+
+    KIND: ClassVar[str] = "queue"
+    waiting: int
+    running: int
+
+
+Event = ClientRequest | AdmissionChange | UpstreamAttempt | QueueGauge
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.KIND: cls for cls in (ClientRequest, AdmissionChange, UpstreamAttempt, QueueGauge)
+}
+E = TypeVar("E", bound=EventBase)
+
+
+class EventFormatError(ValueError):
+    """A row that is not an event of a kind dd-accept writes: the writer and the reader disagree."""
+
+
+def parse_event(row: dict[str, Any]) -> Event:
+    kind = row.get("kind")
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise EventFormatError(f"unknown event kind {kind!r}")
+    unknown = sorted(set(row) - set(_payload_names(cls)) - {"t", "source", "kind"})
+    if unknown:
+        raise EventFormatError(f"{kind} event has fields no {cls.__name__} has: {', '.join(unknown)}")
+    try:
+        return cls(**{key: value for key, value in row.items() if key != "kind"})
+    except TypeError as error:  # a required field missing
+        raise EventFormatError(f"{kind} event: {error}") from None
+
+
+def parse_events(rows: Iterable[dict[str, Any]]) -> list[Event]:
+    return [parse_event(row) for row in rows]
+
+
+def read_event_file(path: Path) -> list[Event]:
+    """Every complete line of an event file (a writer may be mid-line), parsed; none if the
+    file does not exist yet."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    lines = text.split("\n")[:-1]  # the part after the last newline is not a whole line yet
+    return parse_events(json.loads(line) for line in lines if line.strip())
+
+
+def readable_events(rows: Iterable[Any]) -> list[Event]:
+    """The rows that are events, skipping any that are not: for views of evidence written by
+    other versions (the report), never for verdicts."""
+    found = []
+    for row in rows:
+        if isinstance(row, dict):
+            try:
+                found.append(parse_event(row))
+            except EventFormatError:
+                continue
+    return found
+
+
+def of_type(events: Iterable[Any], cls: type[E]) -> list[E]:
+    return [event for event in events if isinstance(event, cls)]
 
 
 class EventWriter:
@@ -26,10 +180,10 @@ class EventWriter:
             self._handle = open(path, "a", buffering=1)  # noqa: SIM115 - closed in close()
         self.counts: dict[str, int] = {}
 
-    def emit(self, kind: str, **fields: Any) -> None:
-        record = {"t": round(time.time(), 6), "source": self.source, "kind": kind, **fields}
+    def write(self, event: EventBase) -> None:
+        record = event.to_json() | {"t": round(time.time(), 6), "source": self.source}
         with self._lock:
-            self.counts[kind] = self.counts.get(kind, 0) + 1
+            self.counts[event.KIND] = self.counts.get(event.KIND, 0) + 1
             if self._handle is not None:
                 self._handle.write(json.dumps(record, separators=(",", ":"), default=str) + "\n")
 

@@ -50,12 +50,24 @@ class CheckResult:
 
 
 @dataclass(slots=True)
+class PhaseRecord:
+    """When one phase of a scenario ran: the timeline a reader lines the checks up against."""
+
+    kind: str
+    title: str
+    started: float
+    ended: float | None = None
+    outcome: str = "done"  # or "interrupted": it raised, and the stop phases ran next
+
+
+@dataclass(slots=True)
 class ScenarioResult:
     name: str
     checks: list[CheckResult] = field(default_factory=list)
     started: float | None = None
     ended: float | None = None
     error: str | None = None  # the scenario could not be judged (environment), not a failed check
+    phases: list[PhaseRecord] = field(default_factory=list)
 
     def add(self, check: CheckResult) -> CheckResult:
         self.checks.append(check)
@@ -79,6 +91,7 @@ class ScenarioResult:
             "ended": self.ended,
             "error": self.error,
             "checks": [asdict(check) for check in self.checks],
+            "phases": [asdict(phase) for phase in self.phases],
         }
 
     @classmethod
@@ -89,6 +102,7 @@ class ScenarioResult:
             started=data.get("started"),
             ended=data.get("ended"),
             error=data.get("error"),
+            phases=[PhaseRecord(**phase) for phase in data.get("phases", [])],
         )
 
 

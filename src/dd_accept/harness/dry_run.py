@@ -13,10 +13,14 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import parse_wheel_filename
 
-from dd_accept.acceptance.plan import PlanTarget, overload_plan, render
+from dd_accept.acceptance.overload import PHASES
+from dd_accept.acceptance.phases import plan_phases
+from dd_accept.acceptance.plan import JOB, PlannedCommand, Planner, PlanTarget, render
 from dd_accept.base.errors import EXIT_PASS, UsageError
 from dd_accept.base.options import BackendOptions, ClusterOptions, OverloadOptions
 from dd_accept.fixtures.backends.vllm import vllm_backend
+from dd_accept.fixtures.deployment import SCENARIO_ALLOCATION, scenario_job_name
+from dd_accept.slurm_docker.allocation import salloc_argv, scancel_argv
 from dd_accept.slurm_docker.layout import DOCKER_LAYOUT, NodeLayout
 from dd_accept.sut.profile import SutProfile, load_profile, profile_for
 from dd_accept.sut.spec import SutSpec
@@ -52,7 +56,14 @@ def print_plan(
         layout, run_dir = DOCKER_LAYOUT, "/shared/runs/run-<id>"
     target = PlanTarget(layout, cluster.salloc_args(), cluster.srun_args, cluster.time)
     backend = vllm_backend(backend_options)
-    plan = overload_plan(target, profile, options, run_dir, backend)
+    planner = Planner(target, profile, options, run_dir, backend)
+    allocate = PlannedCommand(
+        "hold one whole node for the replicas, the proxy and the client",
+        salloc_argv(target, nodes=1, job_name=scenario_job_name("overload"), extra=SCENARIO_ALLOCATION),
+    )
+    sections = [("allocate", [allocate])]
+    sections += [(f"{phase.kind}: {phase.title}", commands) for phase, commands in plan_phases(PHASES, planner)]
+    sections.append(("release", [PlannedCommand("release the allocation", scancel_argv(JOB))]))
     replicas = f"vLLM ({backend.model}, {backend.gpus_per_replica} GPU(s) each)" if backend else "synthetic"
     header = [
         f"dd-accept dry run: overload against {spec.display} (profile {profile.name})",
@@ -60,5 +71,5 @@ def print_plan(
         "Slurm cluster; nothing below has been run",
         "$JOB, $NODE and the step ids are known once salloc answers; the token is made per run",
     ]
-    print(render(plan, header), end="")
+    print(render(header, sections), end="")
     return EXIT_PASS

@@ -19,6 +19,15 @@ from typing import Any
 import jinja2
 
 from dd_accept.base.drain_outcomes import MARKS, classify
+from dd_accept.base.events import (
+    AdmissionChange,
+    ClientRequest,
+    E,
+    QueueGauge,
+    UpstreamAttempt,
+    of_type,
+    readable_events,
+)
 from dd_accept.base.results import load_results
 
 WIDTH, ROW = 860, 14
@@ -57,12 +66,14 @@ def _x(t: float, t0: float, t1: float) -> float:
     return 40 + (WIDTH - 60) * (t - t0) / max(t1 - t0, 1e-6)
 
 
+def _timed(rows: list[Any], cls: type[E]) -> list[E]:
+    """The bundle's rows that are events of `cls` with a numeric time (a sanitized or older
+    bundle may hold others: the report draws what it can read)."""
+    return [e for e in of_type(readable_events(rows), cls) if isinstance(e.t, int | float)]
+
+
 def admission_chart(events: list[dict[str, Any]], title: str) -> str:
-    points = [
-        (e["t"], e["limit"])
-        for e in events
-        if e.get("kind") == "admission" and e.get("limit") is not None and isinstance(e.get("t"), int | float)
-    ]
+    points = [(e.t, e.limit) for e in _timed(events, AdmissionChange) if isinstance(e.limit, int | float)]
     if not points:
         return ""
     t0, t1 = points[0][0], max(points[-1][0], points[0][0] + 1)
@@ -75,7 +86,7 @@ def admission_chart(events: list[dict[str, Any]], title: str) -> str:
     path = [f"M{_x(points[0][0], t0, t1):.1f},{y(points[0][1]):.1f}"]
     for (_, previous), (t, limit) in itertools.pairwise(points):
         path.append(f"H{_x(t, t0, t1):.1f}V{y(limit):.1f}" if limit != previous else f"H{_x(t, t0, t1):.1f}")
-    limited = [e["t"] for e in events if e.get("kind") == "request" and e.get("status") == 429 and "t" in e]
+    limited = [e.t for e in _timed(events, ClientRequest) if e.status == 429]
     marks = "".join(f'<circle cx="{_x(t, t0, t1):.1f}" cy="{y(0):.1f}" r="2.5" class="m429"/>' for t in limited)
     labels = "".join(
         f'<text x="4" y="{y(v) + 4:.1f}" class="tick">{v}</text>' for v in sorted({limit for _, limit in points})
@@ -89,9 +100,8 @@ def admission_chart(events: list[dict[str, Any]], title: str) -> str:
 
 def replica_chart(replica_events: list[dict[str, Any]]) -> str:
     by_replica: dict[int, Counter[str]] = defaultdict(Counter)
-    for event in replica_events:
-        if event.get("kind") == "upstream":
-            by_replica[int(event.get("replica", 0))][str(event.get("status"))] += 1
+    for event in of_type(readable_events(replica_events), UpstreamAttempt):
+        by_replica[int(event.replica)][str(event.status)] += 1
     if not by_replica:
         return ""
     top = max(sum(c.values()) for c in by_replica.values())
@@ -118,9 +128,8 @@ def replica_chart(replica_events: list[dict[str, Any]]) -> str:
 
 def timeline_chart(requests: list[dict[str, Any]], commands: list[dict[str, Any]], title: str) -> str:
     spans = [
-        (e.get("started", e["t"] - (e.get("latency_s") or 0)), e["t"], e.get("outcome", "ok"))
-        for e in requests
-        if e.get("kind") == "request" and isinstance(e.get("t"), int | float)
+        (e.started if e.started is not None else e.t - (e.latency_s or 0), e.t, e.outcome)
+        for e in _timed(requests, ClientRequest)
     ]
     if not spans:
         return ""
@@ -161,13 +170,13 @@ def timeline_chart(requests: list[dict[str, Any]], commands: list[dict[str, Any]
 def queue_chart(queues: dict[str, list[dict[str, Any]]]) -> str:
     """Each replica's waiting queue over time (one row per replica, shared time axis): shows
     which replicas were held in overload, how deep, and when they were relieved."""
-    series = {name: [e for e in rows if e.get("kind") == "queue"] for name, rows in queues.items()}
+    series = {name: _timed(rows, QueueGauge) for name, rows in queues.items()}
     series = {name: rows for name, rows in series.items() if rows}
     if not series:
         return ""
-    times = [e["t"] for rows in series.values() for e in rows]
+    times = [e.t for rows in series.values() for e in rows]
     t0, t1 = min(times), max(times)
-    top = max(1, max(e.get("waiting", 0) for rows in series.values() for e in rows))
+    top = max(1, max(e.waiting for rows in series.values() for e in rows))
     band = 34
     height = band * len(series)
     parts = []
@@ -178,11 +187,11 @@ def queue_chart(queues: dict[str, list[dict[str, Any]]]) -> str:
             return base - (band - 12) * waiting / top
 
         points = [f"M{_x(t0, t0, t1):.1f},{base}"]
-        for event in sorted(rows, key=lambda e: e["t"]):
-            x = _x(event["t"], t0, t1)
-            points.append(f"H{x:.1f}V{y(event.get('waiting', 0)):.1f}")
+        for event in sorted(rows, key=lambda e: e.t):
+            x = _x(event.t, t0, t1)
+            points.append(f"H{x:.1f}V{y(event.waiting):.1f}")
         points.append(f"H{_x(t1, t0, t1):.1f}")
-        deepest = max(e.get("waiting", 0) for e in rows)
+        deepest = max(e.waiting for e in rows)
         parts.append(
             f'<text x="2" y="{base - 4}" class="tick">{escape(name)}</text>'
             f'<line x1="40" x2="{WIDTH - 20}" y1="{base}" y2="{base}" class="grid"/>'
@@ -215,18 +224,18 @@ def drain_chart(streams: list[dict[str, Any]], mark: dict[str, Any], title: str)
     """The drain timeline: every stream against the stop (TERM), the drain window, the end of
     the allowance and the KILL, coloured by how it ended (completed, bounded, forced, lost)."""
 
-    rows = [e for e in streams if e.get("kind") == "request" and isinstance(e.get("t"), int | float)]
+    rows = _timed(streams, ClientRequest)
     stop, forced = mark["stop_at"], mark.get("forced_at")
     if not rows or not isinstance(stop, int | float):
         return ""
     window, allowance = float(mark.get("window_s") or 0), float(mark.get("allowance_s") or 0)
-    t0 = min(min(e.get("started", e["t"]) for e in rows), stop) - 0.5
-    t1 = max(max(e["t"] for e in rows), stop + allowance, forced or 0) + 0.5
+    t0 = min(min(e.began for e in rows), stop) - 0.5
+    t1 = max(max(e.t for e in rows), stop + allowance, forced or 0) + 0.5
     height = len(rows[:60]) * ROW + 10
     spans = []
-    for i, event in enumerate(sorted(rows, key=lambda e: e.get("started", e["t"]))[:60]):
+    for i, event in enumerate(sorted(rows, key=lambda e: e.began)[:60]):
         outcome = classify(event, stop, forced, window)
-        a, b = _x(event.get("started", event["t"]), t0, t1), _x(event["t"], t0, t1)
+        a, b = _x(event.began, t0, t1), _x(event.t, t0, t1)
         spans.append(
             f'<line x1="{a:.1f}" x2="{max(b, a + 1):.1f}" y1="{8 + i * ROW}" y2="{8 + i * ROW}" '
             f'stroke="{DRAIN_COLOURS[outcome]}" class="span"><title>{escape(outcome)}</title></line>'
@@ -248,7 +257,7 @@ def drain_chart(streams: list[dict[str, Any]], mark: dict[str, Any], title: str)
         marks.append(
             f'<line x1="{x_kill:.1f}" x2="{x_kill:.1f}" y1="0" y2="{height}" class="sig"><title>KILL</title></line>'
         )
-    counts = Counter(classify(e, stop, forced, window) for e in rows if e.get("started", e["t"]) < stop <= e["t"])
+    counts = Counter(classify(e, stop, forced, window) for e in rows if e.began < stop <= e.t)
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no stream in flight"
     return (
         f"<figure><figcaption>Drain timeline — {escape(title)}: in flight at TERM: {escape(summary)}. "

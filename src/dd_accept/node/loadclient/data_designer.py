@@ -21,7 +21,7 @@ from data_designer.engine.models.clients.model_request_executor import ModelRequ
 from data_designer.engine.models.clients.types import ChatCompletionRequest
 from data_designer.engine.models.request_admission.controller import AdaptiveRequestAdmissionController
 
-from dd_accept.base.events import EventWriter
+from dd_accept.base.events import AdmissionChange, ClientRequest, EventWriter
 from dd_accept.node.loadclient.workload import Workload
 
 PROVIDER = "dd-accept"
@@ -44,15 +44,16 @@ class AdmissionTimeline:
             return getattr(snapshot, name, None)
 
         cooldown = field("cooldown_remaining_seconds")
-        self.events.emit(
-            "admission",
-            event=str(getattr(event, "event_kind", "")),
-            reason=getattr(event, "reason_or_outcome", None),
-            limit=field("current_limit"),
-            in_flight=field("in_flight_count"),
-            waiters=field("waiters"),
-            cooldown_s=round(float(cooldown), 4) if cooldown is not None else None,
-            lease=getattr(event, "request_lease_id", None),
+        self.events.write(
+            AdmissionChange(
+                event=str(getattr(event, "event_kind", "")),
+                reason=getattr(event, "reason_or_outcome", None),
+                limit=field("current_limit"),
+                in_flight=field("in_flight_count"),
+                waiters=field("waiters"),
+                cooldown_s=round(float(cooldown), 4) if cooldown is not None else None,
+                lease=getattr(event, "request_lease_id", None),
+            )
         )
 
 
@@ -92,10 +93,11 @@ async def run_sut(workload: Workload, events: EventWriter) -> dict[str, int]:
 
         def emit(**outcome: Any) -> None:
             latency = round(time.monotonic() - started, 6)
-            events.emit(
-                "request", mode="sut", request_id=request_id, record=record, attempt=attempt, latency_s=latency,
-                **outcome,
-            )  # fmt: skip
+            events.write(
+                ClientRequest(
+                    mode="sut", request_id=request_id, record=record, attempt=attempt, latency_s=latency, **outcome
+                )
+            )
 
         try:
             response = await executor.acompletion(request)
@@ -122,7 +124,7 @@ async def run_sut(workload: Workload, events: EventWriter) -> dict[str, int]:
                 try:
                     ok = await asyncio.wait_for(one(record, attempt), timeout=remaining)
                 except TimeoutError:
-                    events.emit("request", mode="sut", record=record, attempt=attempt, outcome="deadline")
+                    events.write(ClientRequest(mode="sut", record=record, attempt=attempt, outcome="deadline"))
                     break
                 if ok:
                     completed += 1

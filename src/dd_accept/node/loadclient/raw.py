@@ -12,7 +12,7 @@ import time
 
 import aiohttp
 
-from dd_accept.base.events import EventWriter
+from dd_accept.base.events import ClientRequest, EventWriter
 from dd_accept.node.loadclient.workload import Workload
 
 MAX_CHUNK_OFFSETS = 2048  # as the replica records them, so the two lists line up
@@ -66,25 +66,26 @@ async def _one(
                 outcome = "truncated"
     except (TimeoutError, aiohttp.ClientError) as caught:
         outcome, error = "error", type(caught).__name__
-    events.emit(
-        "request",
-        mode="raw",
-        request_id=request_id,
-        started=round(time.time() - (time.monotonic() - started), 6),
-        record=record,
-        attempt=attempt,
-        status=status,
-        retry_after=retry_after,
-        outcome=outcome,
-        error=error,
-        latency_s=round(time.monotonic() - started, 6),
-        ttft_s=None if first is None else round(first - started, 6),
-        chunks=chunks,
-        bytes=size,
-        done=done,
-        gap_max_s=round(max(gaps), 6) if gaps else None,
-        gap_mean_s=round(sum(gaps) / len(gaps), 6) if gaps else None,
-        chunk_offsets_s=offsets if len(offsets) > 1 else None,
+    events.write(
+        ClientRequest(
+            mode="raw",
+            request_id=request_id,
+            started=round(time.time() - (time.monotonic() - started), 6),
+            record=record,
+            attempt=attempt,
+            status=status,
+            retry_after=retry_after,
+            outcome=outcome,
+            error=error,
+            latency_s=round(time.monotonic() - started, 6),
+            ttft_s=None if first is None else round(first - started, 6),
+            chunks=chunks,
+            bytes=size,
+            done=done,
+            gap_max_s=round(max(gaps), 6) if gaps else None,
+            gap_mean_s=round(sum(gaps) / len(gaps), 6) if gaps else None,
+            chunk_offsets_s=offsets if len(offsets) > 1 else None,
+        )
     )
     wait = float(retry_after) if outcome == "rate_limited" and retry_after and retry_after.isdigit() else None
     return (1 if outcome == "ok" else 0), wait

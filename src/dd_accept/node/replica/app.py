@@ -25,7 +25,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from dd_accept.base.events import EventWriter
+from dd_accept.base.events import EventWriter, UpstreamAttempt
 from dd_accept.node.replica.control_state import ControlState, ForcedResponse
 from dd_accept.node.replica.engine import Engine
 
@@ -333,19 +333,20 @@ class RequestRecorder:
         finally:
             if self.events is not None and scope["path"] not in PROBE_PATHS:
                 headers = dict(scope.get("headers") or [])
-                self.events.emit(
-                    "upstream",
-                    replica=self.task,
-                    request_id=headers.get(REQUEST_ID_HEADER, b"").decode(errors="replace") or None,
-                    path=scope["path"],
-                    status=state["status"],
-                    outcome=outcome,
-                    started=round(started, 6),
-                    first_byte_s=None if state["first_byte"] is None else round(state["first_byte"] - started, 6),
-                    duration_s=round(time.time() - started, 6),
-                    bytes=state["bytes"],
-                    data_events=state["events"],
-                    chunk_offsets_s=offsets if len(offsets) > 1 else None,
+                self.events.write(
+                    UpstreamAttempt(
+                        replica=self.task,
+                        request_id=headers.get(REQUEST_ID_HEADER, b"").decode(errors="replace") or None,
+                        path=scope["path"],
+                        status=state["status"],
+                        outcome=outcome,
+                        started=round(started, 6),
+                        first_byte_s=None if state["first_byte"] is None else round(state["first_byte"] - started, 6),
+                        duration_s=round(time.time() - started, 6),
+                        bytes=state["bytes"],
+                        data_events=state["events"],
+                        chunk_offsets_s=offsets if len(offsets) > 1 else None,
+                    )
                 )
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import uvicorn
 
-from dd_accept.base.events import EventWriter
+from dd_accept.base.events import EventWriter, QueueGauge
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.node.replica.app import StreamCut, build_app
 from dd_accept.node.replica.control_state import ControlState
@@ -117,7 +117,7 @@ async def serve(args: argparse.Namespace) -> int:
         EventWriter(Path(args.events.replace("{task}", str(task))), source=f"replica-{task}") if args.events else None
     )
     if events is not None:
-        engine.on_change = lambda waiting, running: events.emit("queue", waiting=waiting, running=running)
+        engine.on_change = lambda waiting, running: events.write(QueueGauge(waiting=waiting, running=running))
         engine.on_change(engine.waiting, engine.running)
     app = build_app(
         engine,

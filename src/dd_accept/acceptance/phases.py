@@ -1,0 +1,115 @@
+"""A scenario's phases, declared once: the run walks the declaration, and so does the plan.
+
+A phase says what kind of step it is (deploy, hold, drive, relieve, stop, judge), what it
+does to a live cluster (`act`) and which Slurm commands it submits (`commands`, what
+`--dry-run` prints). The run and the dry-run plan both iterate the same tuple, so a phase
+added to a scenario shows up in its plan, or the plan test fails because it has no
+commands; before this, the planner re-walked the scenario by hand and had already missed
+one phase (the replica at the SUT's default threshold).
+
+Teardown phases (`teardown=True`, such as stopping the proxy and the replicas) run last,
+always, in order, also after a failure; a stop that *is* the behaviour under test (drain's
+`scancel` of the endpoint) is an ordinary phase. Every phase's start and end go into the
+scenario's result, so the evidence shows when each one ran.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from dd_accept.acceptance.plan import PlannedCommand, Planner
+from dd_accept.base.progress import ProgressWriter
+from dd_accept.base.results import PhaseRecord, ScenarioResult
+
+PhaseKind = Literal["deploy", "hold", "drive", "relieve", "stop", "judge"]
+PHASE_KINDS: tuple[PhaseKind, ...] = ("deploy", "hold", "drive", "relieve", "stop", "judge")
+BackendKind = Literal["synthetic", "vllm"]
+EVERY_BACKEND: frozenset[BackendKind] = frozenset({"synthetic", "vllm"})
+
+
+class ScenarioRun(Protocol):
+    """What the phase runner needs of a scenario's run state."""
+
+    progress: ProgressWriter
+    result: ScenarioResult
+
+    @property
+    def backend_kind(self) -> BackendKind: ...
+
+
+S = TypeVar("S", bound=ScenarioRun)
+
+
+def _no_commands(planner: Planner) -> list[PlannedCommand]:
+    return []
+
+
+def _no_numbers(state: Any) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class Phase(Generic[S]):
+    kind: PhaseKind
+    title: str  # the progress line and the plan's heading
+    act: Callable[[S], object]
+    commands: Callable[[Planner], list[PlannedCommand]] = _no_commands
+    backends: frozenset[BackendKind] = EVERY_BACKEND  # where it applies (vLLM has no control plane)
+    numbers: Callable[[S], dict[str, Any]] = _no_numbers  # for the progress line
+    teardown: bool = False  # runs last and always, also after a failure
+
+    def __post_init__(self) -> None:
+        if self.kind not in PHASE_KINDS:
+            raise ValueError(f"phase {self.title!r}: kind {self.kind!r} is not one of {', '.join(PHASE_KINDS)}")
+
+
+def run_phases(phases: Sequence[Phase[S]], state: S) -> ScenarioResult:
+    """Every phase that applies, in order; the teardown phases last and always."""
+    result = state.result
+    work = [p for p in phases if not p.teardown and state.backend_kind in p.backends]
+    stops = [p for p in phases if p.teardown and state.backend_kind in p.backends]
+    failed = False
+    try:
+        for phase in work:
+            _run(phase, state)
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        problems: list[Exception] = []
+        for phase in stops:
+            try:
+                _run(phase, state)
+            except Exception as error:  # the other stops still run
+                problems.append(error)
+        result.ended = time.time()
+        if problems and not failed:  # never replace the failure that brought us here
+            raise problems[0]
+    state.progress.emit("done", verdict=result.verdict())
+    return result
+
+
+def _run(phase: Phase[S], state: S) -> None:
+    state.progress.emit(phase.title, **phase.numbers(state))
+    record = PhaseRecord(phase.kind, phase.title, started=time.time())
+    state.result.phases.append(record)
+    try:
+        phase.act(state)
+    except BaseException:
+        record.outcome = "interrupted"
+        raise
+    finally:
+        record.ended = time.time()
+
+
+def plan_phases(phases: Sequence[Phase[Any]], planner: Planner) -> list[tuple[Phase[Any], list[PlannedCommand]]]:
+    """The commands each phase that applies would submit, in the order a run submits them."""
+    return [(phase, phase.commands(planner)) for phase in _ordered(phases, planner.backend_kind)]
+
+
+def _ordered(phases: Sequence[Phase[Any]], backend: BackendKind) -> list[Phase[Any]]:
+    chosen = [p for p in phases if backend in p.backends]
+    return [p for p in chosen if not p.teardown] + [p for p in chosen if p.teardown]
