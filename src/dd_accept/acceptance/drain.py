@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.acceptance import drain_checks as checks
-from dd_accept.acceptance.phases import BackendKind, Phase, run_phases
+from dd_accept.acceptance.phases import BackendKind, Phase, run_phases, stop_if_started
 from dd_accept.base.drain_outcomes import MARKS
 from dd_accept.base.errors import SutBehaviourMissing
 from dd_accept.base.progress import ProgressWriter
@@ -198,11 +198,6 @@ def _sut_cleanup(mode: str):
     return drill
 
 
-def _stop_replicas(s: DrainRun) -> None:
-    if s.replicas is not None:
-        s.replicas.stop()
-
-
 PHASES: tuple[Phase[DrainRun], ...] = (
     Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
     # -- A: scancel --signal=TERM JOB.STEP with short streams in flight
@@ -218,7 +213,7 @@ PHASES: tuple[Phase[DrainRun], ...] = (
     Phase("judge", "allowance: what the stream saw", _judge_allowance),
     # -- C: the SUT's own cleanup stops an endpoint it launched (deploy, drive, stop, judge in one)
     *(Phase("stop", f"SUT cleanup: {mode}", _sut_cleanup(mode)) for mode in checks.CLEANUP_MODES),
-    Phase("stop", "stopping the replicas", _stop_replicas, teardown=True),
+    Phase("stop", "stopping the replicas", stop_if_started("replicas"), teardown=True),
 )  # fmt: skip
 
 

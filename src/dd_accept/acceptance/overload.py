@@ -19,7 +19,7 @@ from typing import Any
 
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import admission, requests, with_prefix
-from dd_accept.acceptance.phases import BackendKind, Phase, run_phases
+from dd_accept.acceptance.phases import BackendKind, Phase, run_phases, stop_if_started
 from dd_accept.acceptance.plan import NODE, TOKEN, PlannedCommand, Planner
 from dd_accept.base.events import AdmissionChange, Event, of_type
 from dd_accept.base.options import OverloadOptions
@@ -345,16 +345,6 @@ def _judge_admission(s: OverloadRun) -> None:
 # -- stop ---------------------------------------------------------------------------------------
 
 
-def _stop_proxy(s: OverloadRun) -> None:
-    if s.proxy is not None:
-        s.proxy.stop()
-
-
-def _stop_replicas(s: OverloadRun) -> None:
-    if s.replicas is not None:
-        s.replicas.stop()
-
-
 def _scancel(purpose: str, steps: str) -> Callable[[Planner], list[PlannedCommand]]:
     return lambda p: [PlannedCommand(purpose, scancel_argv(steps, "TERM"))]
 
@@ -382,9 +372,9 @@ PHASES: tuple[Phase[OverloadRun], ...] = (
     Phase("hold", "queue admission at the SUT's default threshold", _hold_default_threshold,
           _plan_default_threshold, backends=SYNTHETIC_ONLY),
     Phase("judge", "queue admission", _judge_admission),
-    Phase("stop", "stopping the proxy", _stop_proxy,
+    Phase("stop", "stopping the proxy", stop_if_started("proxy"),
           _scancel("drain the proxy: TERM to its step (not its srun)", "$PROXY_STEP"), teardown=True),
-    Phase("stop", "stopping the replicas", _stop_replicas,
+    Phase("stop", "stopping the replicas", stop_if_started("replicas"),
           _scancel("drain the replicas the same way", "$REPLICA_STEPS"), teardown=True),
 )  # fmt: skip
 

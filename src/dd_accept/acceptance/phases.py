@@ -66,6 +66,18 @@ class Phase(Generic[S]):
             raise ValueError(f"phase {self.title!r}: kind {self.kind!r} is not one of {', '.join(PHASE_KINDS)}")
 
 
+def stop_if_started(attribute: str) -> Callable[[Any], None]:
+    """A teardown act: stop what a deploy phase put in `state.<attribute>` (the proxy, the
+    replicas), if the run got that far."""
+
+    def stop(state: Any) -> None:
+        started = getattr(state, attribute)
+        if started is not None:
+            started.stop()
+
+    return stop
+
+
 def run_phases(phases: Sequence[Phase[S]], state: S) -> ScenarioResult:
     """Every phase that applies, in order; the teardown phases last and always."""
     result = state.result

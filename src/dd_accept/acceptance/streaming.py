@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from dd_accept.acceptance import streaming_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
-from dd_accept.acceptance.phases import BackendKind, Phase, run_phases
+from dd_accept.acceptance.phases import BackendKind, Phase, run_phases, stop_if_started
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import ScenarioResult
 from dd_accept.base.waiting import WaitTimeout, wait_until
@@ -199,16 +199,6 @@ def _judge_routing(s: StreamingRun) -> None:
     s.result.add(checks.least_connections(upstream, _replicas(s).count, 0, ROUTING_STREAMS))
 
 
-def _stop_proxy(s: StreamingRun) -> None:
-    if s.proxy is not None:
-        s.proxy.stop()
-
-
-def _stop_replicas(s: StreamingRun) -> None:
-    if s.replicas is not None:
-        s.replicas.stop()
-
-
 PHASES: tuple[Phase[StreamingRun], ...] = (
     Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
     Phase("deploy", "deploying the SUT's proxy", _deploy_proxy),
@@ -222,6 +212,6 @@ PHASES: tuple[Phase[StreamingRun], ...] = (
     Phase("drive", "routing with one replica stalled", _drive_routing),
     Phase("relieve", "replica 0 streams again", _unstall_first),
     Phase("judge", "least-connections routing", _judge_routing),
-    Phase("stop", "stopping the proxy", _stop_proxy, teardown=True),
-    Phase("stop", "stopping the replicas", _stop_replicas, teardown=True),
+    Phase("stop", "stopping the proxy", stop_if_started("proxy"), teardown=True),
+    Phase("stop", "stopping the replicas", stop_if_started("replicas"), teardown=True),
 )
