@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.acceptance import drain_checks as checks
-from dd_accept.acceptance.phases import BackendKind, Phase, run_phases, stop_if_started
+from dd_accept.acceptance.phases import BackendKind, Phase, scenario_runner, stop_if_started
 from dd_accept.base.drain_outcomes import MARKS
 from dd_accept.base.errors import SutBehaviourMissing
 from dd_accept.base.progress import ProgressWriter
@@ -122,17 +122,6 @@ class DrainRun:
     def deployed(self) -> tuple[deployment.ReplicaSet, deployment.Proxy]:
         assert self.replicas is not None and self.proxy is not None, "deploy phases run first"
         return self.replicas, self.proxy
-
-
-def run_drain(
-    allocation: Allocation,
-    run: deployment.RunDirectory,
-    profile: SutProfile,
-    options: DrainOptions,
-    progress: ProgressWriter,
-) -> ScenarioResult:
-    result = ScenarioResult("drain", started=time.time())
-    return run_phases(PHASES, DrainRun(allocation, run, profile, options, progress, result))
 
 
 def _deploy_replicas(s: DrainRun) -> None:
@@ -337,3 +326,6 @@ def _endpoint_end(
         return checks.StepEnd(None, time.time() - stop_at, where)
     ended = found.ended_at if found.ended_at is not None else time.time()
     return checks.StepEnd(found.exit_code, max(0.0, ended - stop_at), found.source)
+
+
+run_drain = scenario_runner("drain", PHASES, DrainRun)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from dd_accept.acceptance import health_checks as checks
 from dd_accept.acceptance.analysis import requests
-from dd_accept.acceptance.phases import BackendKind, Phase, run_phases
+from dd_accept.acceptance.phases import BackendKind, Phase, scenario_runner
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import ScenarioResult
 from dd_accept.base.waiting import wait_for_finding, wait_until
@@ -63,17 +63,6 @@ class HealthRun:
     result: ScenarioResult
     healthy: checks.AttemptOutcome | None = None
     backend_kind: BackendKind = "synthetic"
-
-
-def run_health(
-    allocation: Allocation,
-    run: deployment.RunDirectory,
-    profile: SutProfile,
-    options: HealthOptions,
-    progress: ProgressWriter,
-) -> ScenarioResult:
-    result = ScenarioResult("health", started=time.time())
-    return run_phases(PHASES, HealthRun(allocation, run, profile, options, progress, result))
 
 
 def _detect_loss(s: HealthRun) -> None:
@@ -354,3 +343,6 @@ def _probe_isolation(
     finally:
         proxy.stop()
         replicas.stop()
+
+
+run_health = scenario_runner("health", PHASES, HealthRun)

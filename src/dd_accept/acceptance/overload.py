@@ -19,7 +19,7 @@ from typing import Any
 
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import admission, requests, with_prefix
-from dd_accept.acceptance.phases import BackendKind, Phase, run_phases, stop_if_started
+from dd_accept.acceptance.phases import BackendKind, Phase, scenario_runner, stop_if_started
 from dd_accept.acceptance.plan import NODE, TOKEN, PlannedCommand, Planner
 from dd_accept.base.events import AdmissionChange, Event, of_type
 from dd_accept.base.options import OverloadOptions
@@ -81,9 +81,9 @@ class OverloadRun:
     profile: SutProfile
     options: OverloadOptions
     progress: ProgressWriter
-    fast: tuple[str, ...]
-    backend: VllmBackend | None
     result: ScenarioResult
+    fast: tuple[str, ...] = FAST_REPLICAS
+    backend: VllmBackend | None = None
     replicas: deployment.ReplicaSet | None = None
     proxy: deployment.Proxy | None = None
     client: BackgroundCommand | None = None
@@ -113,21 +113,6 @@ class OverloadRun:
             self.allocation, proxy, self.run, mode="sut", profile=self.profile, name=name, **load
         )
         return self.client
-
-
-def run_overload(
-    allocation: Allocation,
-    run: deployment.RunDirectory,
-    profile: SutProfile,
-    options: OverloadOptions,
-    progress: ProgressWriter,
-    *,
-    fast: tuple[str, ...] = FAST_REPLICAS,
-    backend: VllmBackend | None = None,
-) -> ScenarioResult:
-    result = ScenarioResult("overload", started=time.time())
-    state = OverloadRun(allocation, run, profile, options, progress, fast, backend, result)
-    return run_phases(PHASES, state)
 
 
 # -- deploy -------------------------------------------------------------------------------------
@@ -433,3 +418,6 @@ def client_load(options: OverloadOptions, records: int, deadline_s: float, model
         "stream": False,
         "deadline_s": deadline_s,
     }
+
+
+run_overload = scenario_runner("overload", PHASES, OverloadRun)  # extra: fast=, backend=

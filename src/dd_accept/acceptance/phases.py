@@ -66,6 +66,27 @@ class Phase(Generic[S]):
             raise ValueError(f"phase {self.title!r}: kind {self.kind!r} is not one of {', '.join(PHASE_KINDS)}")
 
 
+class ScenarioRunner(Protocol):
+    def __call__(
+        self, allocation: Any, run: Any, profile: Any, options: Any, progress: ProgressWriter, **extra: Any
+    ) -> ScenarioResult: ...
+
+
+def scenario_runner(name: str, phases: Sequence[Phase[S]], state: Callable[..., S]) -> ScenarioRunner:
+    """`run_<name>(allocation, run, profile, options, progress, **extra)`: a fresh result and
+    run state (`state` is the scenario's state class, `extra` its own keyword options), then
+    its phases. Every scenario is entered the same way, written once."""
+
+    def run_scenario(
+        allocation: Any, run: Any, profile: Any, options: Any, progress: ProgressWriter, **extra: Any
+    ) -> ScenarioResult:
+        result = ScenarioResult(name, started=time.time())
+        return run_phases(phases, state(allocation, run, profile, options, progress, result, **extra))
+
+    run_scenario.__name__ = run_scenario.__qualname__ = f"run_{name}"
+    return run_scenario
+
+
 def stop_if_started(attribute: str) -> Callable[[Any], None]:
     """A teardown act: stop what a deploy phase put in `state.<attribute>` (the proxy, the
     replicas), if the run got that far."""

@@ -4,12 +4,11 @@ connection accounting with keep-alive kept and with replicas closing every conne
 from __future__ import annotations
 
 import contextlib
-import time
 from dataclasses import dataclass, field
 
 from dd_accept.acceptance import streaming_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
-from dd_accept.acceptance.phases import BackendKind, Phase, run_phases, stop_if_started
+from dd_accept.acceptance.phases import BackendKind, Phase, scenario_runner, stop_if_started
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import ScenarioResult
 from dd_accept.base.waiting import WaitTimeout, wait_until
@@ -101,17 +100,6 @@ class StreamingRun:
         )  # fmt: skip
         self.connections[key or name] = found[2]
         return found
-
-
-def run_streaming(
-    allocation: Allocation,
-    run: deployment.RunDirectory,
-    profile: SutProfile,
-    options: StreamingOptions,
-    progress: ProgressWriter,
-) -> ScenarioResult:
-    result = ScenarioResult("streaming", started=time.time())
-    return run_phases(PHASES, StreamingRun(allocation, run, profile, options, progress, result))
 
 
 def _deploy_replicas(s: StreamingRun) -> None:
@@ -215,3 +203,5 @@ PHASES: tuple[Phase[StreamingRun], ...] = (
     Phase("stop", "stopping the proxy", stop_if_started("proxy"), teardown=True),
     Phase("stop", "stopping the replicas", stop_if_started("replicas"), teardown=True),
 )
+
+run_streaming = scenario_runner("streaming", PHASES, StreamingRun)
