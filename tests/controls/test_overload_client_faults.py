@@ -47,6 +47,12 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(tmp_pa
     admission = scenario["checks"][-1]
     assert "threshold 0, depth 0: 404: 2; threshold 0, depth 7: 429: 2 (Retry-After 3: 2)" in admission["observed"]
     assert "threshold 128, depth 128: 404: 1; threshold 128, depth 129: 429: 1" in admission["observed"]
+    # rc1's sampler starts on the first request through the middleware: that one is admitted
+    # (fail-open, no reading yet), the next ones are rejected, well inside its 1 s bound
+    assert "cold start at depth 129 (threshold 128): " in admission["observed"]
+    assert 1 <= admission["metrics"]["cold_start_admitted"] <= 5, admission["observed"]  # 1 on an idle machine
+    assert admission["metrics"]["cold_start_first_reject_s"] < 0.5
+    assert [phase["kind"] for phase in scenario["phases"]][:3] == ["deploy", "deploy", "hold"]
     cooldown = next(c for c in scenario["checks"] if c["id"] == "overload.total.cooldown")
     assert cooldown["metrics"]["cooldown_windows_judged"] > 0 and cooldown["metrics"]["cooldown_breaches"] == 0
     assert results["sut"]["wheels"][0]["file"] == "data_designer_slurm-1.0.0rc1-py3-none-any.whl"

@@ -75,8 +75,9 @@ def _admission_only(allocation, run, profile, progress):
         ]
     finally:
         replicas.stop()
-    samples += overload._default_threshold(allocation, run, profile, options, ())
-    result.add(overload_checks.admission_rejects(samples, options.retry_after))
+    cold, at_default = overload._default_threshold(allocation, profile, options, ())
+    stale_after_s = profile.queue_admission.stale_after_seconds
+    result.add(overload_checks.admission_rejects(samples + at_default, options.retry_after, cold, stale_after_s))
     return result
 
 
@@ -86,6 +87,22 @@ def test_admission_at_the_threshold_is_caught(sut_wheelhouse, sut_image, sut_pro
     assert admission.verdict == "fail" and "threshold 0, depth 0: 429: 2" in admission.observed, admission
     assert "threshold 128, depth 128: 429: 1" in admission.observed
     assert "did not admit" in admission.detail
+
+
+def test_a_middleware_that_fails_open_long_after_a_cold_start_is_caught(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """The sampler's first reading comes 3 s late: the primed samples still pass (the
+    scenario waits for the 429), but from a cold start the middleware admits a queue held
+    too deep for longer than its own 1 s staleness bound."""
+    checks = run_with_fault(
+        _admission_only, "admission-slow-first-reading", sut_wheelhouse, sut_image, sut_profile, tmp_path
+    )
+    admission = checks["overload.admission.rejects"]
+    assert admission.verdict == "fail", admission
+    assert admission.metrics["admission_wrong"] == 0, "every primed sample answered as it must"
+    assert admission.metrics["cold_start_admitted"] >= 20, admission.observed  # 40 probes over 2 s, all admitted
+    assert "no 429 in 40 probes" in admission.observed and "beyond 1.5s" in admission.detail
 
 
 def test_429_passed_on_as_503_is_caught_by_admission_decrease(sut_wheelhouse, sut_image, sut_profile, tmp_path):

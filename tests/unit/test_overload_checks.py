@@ -3,7 +3,7 @@
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import expected_decreases
 from dd_accept.base.events import AdmissionChange, ClientRequest, UpstreamAttempt
-from dd_accept.fixtures.deployment import AdmissionSample
+from dd_accept.fixtures.deployment import AdmissionSample, ColdStart
 
 
 def request(t, record, status=200, outcome="ok", request_id=None, retry_after=None):
@@ -45,12 +45,17 @@ def test_partial_completes_requires_every_record_and_no_visible_429_when_absorba
 
 def test_partial_failover_needs_failovers_on_both_sides_and_the_attempt_bound():
     failed_over = [upstream("a", 429, 1.0), upstream("a", 200, 1.1), upstream("b", 200, 1.2)]
-    assert checks.partial_failover(failed_over, {"http_429": 1}, 3).verdict == "pass"
-    assert checks.partial_failover(failed_over, {}, 3).verdict == "fail"
     no_failover = [upstream("a", 200, 1.0), upstream("b", 200, 1.2)]
-    assert checks.partial_failover(no_failover, {"http_429": 1}, 3).verdict == "fail"
+    assert checks.partial_failover(failed_over, 1, 3).verdict == "pass"
+    zero = checks.partial_failover(failed_over, 0, 3)
+    assert zero.verdict == "fail" and "0 429 retries (proxy metrics)" in zero.observed, "the proxy says it retried none"
+    # a SUT whose profile names no retry metric is judged by the replicas alone
+    unreported = checks.partial_failover(failed_over, None, 3)
+    assert unreported.verdict == "pass" and "not reported by the SUT" in unreported.observed
+    assert checks.partial_failover(no_failover, None, 3).verdict == "fail"
+    assert checks.partial_failover(no_failover, 1, 3).verdict == "fail"
     four = [upstream("a", 429, 1.0 + i / 10) for i in range(4)]
-    assert checks.partial_failover(four, {"http_429": 3}, 3).verdict == "fail"
+    assert checks.partial_failover(four, 3, 3).verdict == "fail"
 
 
 def test_total_attempts_counts_the_replicas_view_of_each_client_429():
@@ -173,6 +178,42 @@ def test_admission_rejects_above_the_threshold_and_admits_at_it():
     assert "threshold 0, depth 1: 429: 2 (Retry-After 3: 2)" in check.observed
 
 
+GOOD = [sample(0, 0, [404]), sample(1, 0, [429], ["3"]), sample(128, 128, [404]), sample(129, 128, [429], ["3"])]
+
+
+def cold(statuses, every=0.05):
+    return ColdStart(0, 129, 128, tuple(statuses), tuple(round(i * every, 4) for i in range(len(statuses))))
+
+
+def test_a_cold_start_may_fail_open_until_the_first_reading_and_the_evidence_shows_how_long():
+    """rc1: the sampler starts on the first request, so that request is admitted (fail-open)
+    and the next ones are rejected."""
+    check = checks.admission_rejects(GOOD, 3, cold([404, 429, 429, 429]), stale_after_s=1.0)
+    assert check.verdict == "pass", check
+    assert (
+        "cold start at depth 129 (threshold 128): 1 admitted before its first reading (fail-open), " in check.observed
+    )
+    assert "first 429 after 0.05s" in check.observed
+    assert check.metrics["cold_start_admitted"] == 1 and check.metrics["cold_start_first_reject_s"] == 0.05
+    assert "the first 429 within 1.5s (its 1s staleness bound)" in check.expected
+
+
+def test_a_middleware_that_fails_open_beyond_its_staleness_bound_fails():
+    late = checks.admission_rejects(GOOD, 3, cold([404] * 40 + [429]), stale_after_s=1.0)  # first 429 at 2.0 s
+    assert late.verdict == "fail" and "40 admitted before its first reading" in late.observed
+    assert "first 429 after 2.00s" in late.observed and "beyond 1.5s" in late.detail
+    never = checks.admission_rejects(GOOD, 3, cold([404] * 40), stale_after_s=1.0)
+    assert never.verdict == "fail" and "no 429 in 40 probes" in never.observed
+    assert "cold_start_first_reject_s" not in never.metrics
+    at_the_bound = checks.admission_rejects(GOOD, 3, cold([404] * 30 + [429]), stale_after_s=1.0)  # 1.5 s
+    assert at_the_bound.verdict == "pass", "the bound includes its tolerance"
+
+
+def test_unanswered_probes_are_not_counted_as_admitted():
+    assert cold([None, 404, None, 429]).admitted_before_reject == 1
+    assert cold([None, None]).first_reject_s is None
+
+
 def test_admission_that_never_rejects_fails_with_what_was_seen():
     never = checks.admission_rejects([sample(0, 0, [404, 404]), sample(1, 0, [404, 404])], 3)
     assert never.verdict == "fail" and "threshold 0, depth 1: 404: 2" in never.observed
@@ -190,3 +231,13 @@ def test_admission_at_the_threshold_must_admit_and_retry_after_must_match():
     assert probe_failed.verdict == "fail", "no answer is not an admission"
     assert checks.admission_rejects([], 3).verdict == "fail"
     assert checks.admission_rejects([sample(0, 0, [404])], 3).verdict == "fail", "rejection never exercised"
+
+
+def test_the_retry_metric_is_read_where_the_profile_says():
+    from dd_accept.acceptance.overload import metric_value
+
+    metrics = {"retries": {"http_429": 4, "connect": 1}, "flag": True}
+    assert metric_value(metrics, "retries.http_429") == 4.0
+    assert metric_value(metrics, "retries.http_503") == 0.0, "a counter not incremented yet"
+    assert metric_value(metrics, "flag") == 0.0 and metric_value(None, "retries.http_429") == 0.0
+    assert metric_value(metrics, "") is None, "no metric named: not reported"

@@ -173,6 +173,30 @@ def test_closing_keepalive_makes_every_request_a_new_connection(local_replica):
     assert (reused, closed_each_time) == (1, 3)
 
 
+def test_connections_that_carried_requests_are_told_from_probe_only_ones(local_replica):
+    """A proxy may keep its health probes on connections of their own; the replica counts
+    the connections that carried a real request apart from those that carried only probes."""
+    replica = local_replica(*FAST)
+
+    async def traffic():
+        async with aiohttp.ClientSession() as probes, aiohttp.ClientSession() as requests:
+            for _ in range(3):  # one kept-alive connection, probes only
+                async with probes.get(f"{replica.url}/health") as response:
+                    await response.read()
+            for _ in range(2):  # another, requests after a probe on the same connection
+                async with requests.get(f"{replica.url}/health") as response:
+                    await response.read()
+                async with requests.post(f"{replica.url}/v1/completions", json={"prompt": "p", "max_tokens": 1}) as r:
+                    await r.read()
+
+    before = replica.control("state")
+    asyncio.run(traffic())
+    after = replica.control("state")
+    assert after["connections_accepted"] - before["connections_accepted"] - 1 == 2  # minus the state query's own
+    assert after["connections_with_requests"] - before["connections_with_requests"] == 1
+    assert after["probe_requests"] - before["probe_requests"] == 5
+
+
 def test_a_cut_stream_fails_at_the_client_after_k_chunks(local_replica):
     replica = local_replica(*FAST)
     replica.control("cut", after_chunks=3, count=1)

@@ -32,6 +32,9 @@ def test_integrity_matches_each_stream_with_what_its_replica_sent():
 
 def test_no_buffering_compares_client_and_replica_ttft():
     assert checks.no_buffering([client("a", ttft=0.06)], [replica("a", first_byte=0.04)]).verdict == "pass"
+    loaded = checks.no_buffering([client("a", ttft=0.15)], [replica("a", first_byte=0.04)])
+    assert loaded.verdict == "pass", "110 ms added on a loaded machine is noise, not buffering"
+    assert checks.no_buffering([client("a", ttft=0.30)], [replica("a", first_byte=0.04)]).verdict == "fail"
     assert checks.no_buffering([client("a", ttft=0.7)], [replica("a", first_byte=0.04)]).verdict == "fail"
     assert checks.no_buffering([], []).verdict == "fail"
 
@@ -98,3 +101,20 @@ def test_least_connections_counts_requests_sent_to_a_busier_replica():
     assert bad.verdict == "fail" and bad.metrics["routing_violations"] >= 1, bad
     assert "sent to replica 0 with 2 in flight while one had 0" in bad.detail
     assert checks.least_connections(fair[:5], replicas=4, slowed=0, records=13).verdict == "fail", "too few"
+
+
+def test_connection_accounting_accepts_health_probes_counted_or_left_out_but_not_a_miscount():
+    """A proxy with a background health monitor: 4 probe-only connections and 12 probes at
+    the replicas during the phase. Whether its counters include them or not, they must
+    agree with one of the two views; a count that matches neither fails."""
+    sequential = phase(0, 16, 24, 0, 16)
+
+    def kept(opened, reused):
+        return checks.ConnectionPhase(opened, reused, 8, 28, 64, 0, replicas_with_requests=24, probe_requests=12)
+
+    for opened, reused in ((24, 40), (28, 48)):  # probes left out of the counters / counted in them
+        result = checks.connection_accounting({"keep-alive": kept(opened, reused), "sequential": sequential})
+        assert result.verdict == "pass", (opened, reused, result)
+    assert "(24 with requests; 12 health probes)" in result.observed
+    wrong = checks.connection_accounting({"keep-alive": kept(26, 38), "sequential": sequential})
+    assert wrong.verdict == "fail" and "counts disagree with the replicas in: keep-alive" in wrong.detail

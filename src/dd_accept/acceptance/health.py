@@ -31,14 +31,13 @@ from dd_accept.sut.profile import SutProfile
 
 DRILL = "sut_health_drill.sh"
 PACED_REPLICAS = ("--ttft-ms", "20", "--itl-ms", "50")  # every health phase: streams long enough to fault
-UPSTREAM_CONNECTION_LIMIT = 256  # rc1's proxy: TCPConnector(limit=256)
 
 
 @dataclass(frozen=True, slots=True)
 class HealthOptions:
     replicas: int = 4
     saturation_replicas: int = 8
-    saturating_streams: int = UPSTREAM_CONNECTION_LIMIT + 8
+    saturating_over_limit: int = 8  # streams beyond the proxy's upstream connection limit (its profile's)
     loss_detect_timeout_s: float = 15.0
     unresponsive_detect_timeout_s: float = 15.0  # the bound on the proxy's /health reporting it
     seed: int = 0
@@ -96,6 +95,10 @@ def _saturation(s: HealthRun) -> None:
     s.result.add(_probe_isolation(s.allocation, s.run, s.profile, s.options))
 
 
+def _saturating(s: HealthRun) -> dict[str, int]:
+    return {"streams": s.profile.proxy.upstream_connection_limit + s.options.saturating_over_limit}
+
+
 def _replicas(s: HealthRun) -> dict[str, int]:
     return {"replicas": s.options.replicas}
 
@@ -108,7 +111,7 @@ PHASES: tuple[Phase[HealthRun], ...] = (
     Phase("judge", "backend loss: the attempt", _loss_attempt, numbers=_replicas),
     Phase("judge", "unresponsive backend: detection", _detect_unresponsive, numbers=_replicas),
     Phase("judge", "unresponsive backend: the attempt", _unresponsive_attempt, numbers=_replicas),
-    Phase("judge", "probe isolation", _saturation, numbers=lambda s: {"streams": s.options.saturating_streams}),
+    Phase("judge", "probe isolation", _saturation, numbers=_saturating),
 )
 
 
@@ -306,6 +309,7 @@ def _probe_isolation(
     allocation: Allocation, run: deployment.RunDirectory, profile: SutProfile, options: HealthOptions
 ) -> checks.CheckResult:
     saturation_run = deployment.RunDirectory.create(allocation.cluster, "saturation")
+    limit = profile.proxy.upstream_connection_limit
     replicas = deployment.start_replicas(
         allocation,
         options.saturation_replicas,
@@ -324,17 +328,17 @@ def _probe_isolation(
             mode="raw",
             profile=profile,
             name="saturate",
-            records=options.saturating_streams,
-            concurrency=options.saturating_streams,
+            records=limit + options.saturating_over_limit,
+            concurrency=limit + options.saturating_over_limit,
             max_tokens=4,
             max_record_attempts=1,
             deadline_s=90,
         )
         held = wait_until(
             lambda: sum(s["running"] + s["waiting"] for s in replicas.control(None, "state")),
-            lambda n: n >= UPSTREAM_CONNECTION_LIMIT,
+            lambda n: n >= limit,
             timeout=60,
-            what=f"{UPSTREAM_CONNECTION_LIMIT} streams holding upstream connections",
+            what=f"{limit} streams holding upstream connections",
         )
         probe = _probe(proxy, time.time())
         replicas.control(None, "stall", on=False)

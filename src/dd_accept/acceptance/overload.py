@@ -89,8 +89,9 @@ class OverloadRun:
     client: BackgroundCommand | None = None
     samples: list[deployment.AdmissionSample] = field(default_factory=list)
     relieved_at: float = 0.0
+    cold_start: deployment.ColdStart | None = None  # synthetic replicas only (exact depths)
     client_events: dict[str, list[Event]] = field(default_factory=dict)  # by phase
-    partial_retries: dict[str, int] = field(default_factory=dict)  # the proxy's own counters
+    partial_retries_429: float | None = None  # the proxy's own count, where its profile names one
 
     @property
     def backend_kind(self) -> BackendKind:
@@ -182,20 +183,30 @@ def _hold_partial(s: OverloadRun) -> None:
 
 
 def _drive_partial(s: OverloadRun) -> None:
-    proxy = s.deployed[1]
-    before = proxy.get(s.profile.proxy.metrics_path)["json"]
+    proxy, metric = s.deployed[1], s.profile.proxy.retry_429_metric
+    before = metric_value(proxy.get(s.profile.proxy.metrics_path)["json"], metric)
     client = s.start_client("partial", s.options.records)
     s.client_events["partial"] = _watch(client, s.run, "partial", s.progress, "partial overload", timeout=150)
-    after = proxy.get(s.profile.proxy.metrics_path)["json"]
-    retries = after.get("retries", {})
-    s.partial_retries = {k: retries.get(k, 0) - before["retries"].get(k, 0) for k in retries}
+    after = metric_value(proxy.get(s.profile.proxy.metrics_path)["json"], metric)
+    s.partial_retries_429 = None if after is None else after - (before or 0.0)
+
+
+def metric_value(document: Any, dotted: str) -> float | None:
+    """A number in the proxy's metrics JSON by its dotted path; None where the profile names
+    none, and 0 where the path is named but not there yet (a counter not yet incremented)."""
+    if not dotted:
+        return None
+    value: Any = document
+    for key in dotted.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def _judge_partial(s: OverloadRun) -> None:
     upstream = with_prefix(s.deployed[0].events(), "partial-")
     partial, o = s.client_events["partial"], s.options
     s.result.add(checks.partial_completes(partial, o.records, o.overloaded, s.max_attempts))
-    s.result.add(checks.partial_failover(upstream, s.partial_retries, s.max_attempts))
+    s.result.add(checks.partial_failover(upstream, s.partial_retries_429, s.max_attempts))
 
 
 def _relieve_partial(s: OverloadRun) -> None:
@@ -303,7 +314,8 @@ def _every(o: OverloadOptions) -> range:
 
 
 def _hold_default_threshold(s: OverloadRun) -> None:
-    s.samples += _default_threshold(s.allocation, s.profile, s.options, s.fast)
+    s.cold_start, samples = _default_threshold(s.allocation, s.profile, s.options, s.fast)
+    s.samples += samples
 
 
 def _plan_default_threshold(p: Planner) -> list[PlannedCommand]:
@@ -323,8 +335,9 @@ def _plan_default_threshold(p: Planner) -> list[PlannedCommand]:
 
 
 def _judge_admission(s: OverloadRun) -> None:
-    s.result.add(checks.admission_rejects(s.samples, s.options.retry_after))
-    _save_admission(s.run, s.samples)
+    stale_after_s = s.profile.queue_admission.stale_after_seconds
+    s.result.add(checks.admission_rejects(s.samples, s.options.retry_after, s.cold_start, stale_after_s))
+    _save_admission(s.run, s.samples, s.cold_start)
 
 
 # -- stop ---------------------------------------------------------------------------------------
@@ -354,7 +367,7 @@ PHASES: tuple[Phase[OverloadRun], ...] = (
     Phase("relieve", "total overload lifted", _relieve_total, _plan_lift(_every)),
     Phase("drive", "recovery", _drive_recovery),
     Phase("judge", "total overload and recovery", _judge_total),
-    Phase("hold", "queue admission at the SUT's default threshold", _hold_default_threshold,
+    Phase("hold", "queue admission at the SUT's default threshold, from a cold start", _hold_default_threshold,
           _plan_default_threshold, backends=SYNTHETIC_ONLY),
     Phase("judge", "queue admission", _judge_admission),
     Phase("stop", "stopping the proxy", stop_if_started("proxy"),
@@ -378,9 +391,10 @@ def _default_threshold(
     profile: SutProfile,
     options: OverloadOptions,
     fast: tuple[str, ...],
-) -> list[deployment.AdmissionSample]:
-    """One replica left at the SUT's default threshold (no override): it admits at that depth
-    and rejects one above it."""
+) -> tuple[deployment.ColdStart, list[deployment.AdmissionSample]]:
+    """One replica left at the SUT's default threshold (no override), started cold: held one
+    above it before its middleware has read the queue (how long does it fail open?), then it
+    admits at that depth and rejects one above it."""
     default = profile.queue_admission.default_threshold
     replica = deployment.start_replicas(
         allocation,
@@ -391,9 +405,11 @@ def _default_threshold(
         options=fast,
         seed=options.seed,
         port_base=DEFAULT_THRESHOLD_PORT_BASE,
+        prime=False,
     )
     try:
-        return [
+        cold = replica.cold_start(0, depth=default + 1, threshold=default)
+        return cold, [
             replica.hold_at(None, depth=default, threshold=default),
             replica.overload(None, depth=default + 1, threshold=default),
         ]
@@ -401,9 +417,12 @@ def _default_threshold(
         replica.stop()
 
 
-def _save_admission(run: deployment.RunDirectory, samples: list[deployment.AdmissionSample]) -> None:
+def _save_admission(
+    run: deployment.RunDirectory, samples: list[deployment.AdmissionSample], cold: deployment.ColdStart | None
+) -> None:
     _, path = run.path("admission.jsonl")
-    path.write_text("".join(json.dumps(sample.to_json()) + "\n" for sample in samples))
+    rows = [sample.to_json() for sample in samples] + ([cold.to_json()] if cold else [])
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
 def client_load(options: OverloadOptions, records: int, deadline_s: float, model: str | None = None) -> dict[str, Any]:

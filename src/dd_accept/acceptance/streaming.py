@@ -28,15 +28,21 @@ class StreamingOptions:
     seed: int = 0
 
 
-def _accepted(replicas: deployment.ReplicaSet) -> int:
-    """Connections the replicas accepted, minus the one each state read itself opened."""
-    return sum(state["connections_accepted"] - 1 for state in replicas.control(None, "state"))
+def _connection_counts(replicas: deployment.ReplicaSet) -> tuple[int, int, int]:
+    """Summed over the replicas: connections accepted (minus the one each state read itself
+    opened), connections that carried a request other than a health probe, probe requests."""
+    states = replicas.control(None, "state")
+    return (
+        sum(state["connections_accepted"] - 1 for state in states),
+        sum(state["connections_with_requests"] for state in states),
+        sum(state["probe_requests"] for state in states),
+    )
 
 
 def _phase(allocation, proxy, replicas, run, profile, options, name, *, streams=None, concurrency=None):
     metrics_path = profile.proxy.metrics_path
     before_proxy = proxy.get(metrics_path)["json"]["connections"]
-    before_replicas = _accepted(replicas)
+    before_replicas = _connection_counts(replicas)
     client = deployment.run_client(
         allocation,
         proxy,
@@ -55,8 +61,13 @@ def _phase(allocation, proxy, replicas, run, profile, options, name, *, streams=
     if not record.ok:
         raise RuntimeError(f"load client failed: {record.describe()}")
     after_proxy = proxy.get(metrics_path)["json"]["connections"]
-    # each state read opens one connection per replica; the second read's own is subtracted in _accepted
-    accepted = _accepted(replicas) - before_replicas - options.replicas
+    after_replicas = _connection_counts(replicas)
+    # each state read opens one connection per replica; the second read's own is subtracted in
+    # _connection_counts, the first's here (state reads carry no request the others count)
+    accepted = after_replicas[0] - before_replicas[0] - options.replicas
+    with_requests, probes = (
+        after - before for after, before in zip(after_replicas[1:], before_replicas[1:], strict=True)
+    )
     events = deployment.read_events(run, name)
     upstream = with_prefix(replicas.events(), f"{name}-")
     phase = checks.ConnectionPhase(
@@ -64,6 +75,8 @@ def _phase(allocation, proxy, replicas, run, profile, options, name, *, streams=
         proxy_reused=after_proxy["reused"] - before_proxy["reused"],
         proxy_idle_before=before_proxy["idle"],
         replicas_accepted=accepted,
+        replicas_with_requests=with_requests,
+        probe_requests=probes,
         upstream_requests=len(upstream),
         client_errors=sum(1 for e in requests(events) if e.outcome != "ok"),
     )

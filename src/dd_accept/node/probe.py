@@ -1,4 +1,5 @@
-"""`python -m dd_accept.node.probe [--timeout S] URL [URL...]`: GET each URL, one JSON line each.
+"""`python -m dd_accept.node.probe [--timeout S] [--repeat N --every S] URL [URL...]`: GET each
+URL, one JSON line each (N rounds, S seconds apart, each row with its offset `at_s`).
 
 Runs on a cluster node (stdlib only), so the harness can reach services that listen on a
 node's loopback, like the SUT's proxy, through a recorded `docker exec`.
@@ -32,11 +33,23 @@ def probe(url: str, timeout: float = 5.0) -> dict[str, object]:
 
 def main() -> int:
     args = sys.argv[1:]
-    timeout = 5.0
-    if args[:1] == ["--timeout"]:
-        timeout, args = float(args[1]), args[2:]
-    for url in args:
-        print(json.dumps(probe(url, timeout)))
+    timeout, repeat, every = 5.0, 1, 0.0
+    while args[:1] and args[0] in ("--timeout", "--repeat", "--every"):
+        flag, value, args = args[0], args[1], args[2:]
+        if flag == "--timeout":
+            timeout = float(value)
+        elif flag == "--repeat":
+            repeat = int(value)
+        else:
+            every = float(value)
+    # Timed on the node itself: a burst measures the service, not the exec round trip.
+    started = time.monotonic()
+    for round_ in range(repeat):
+        for url in args:
+            row = probe(url, timeout)
+            print(json.dumps(row | ({"at_s": round(time.monotonic() - started, 4)} if repeat > 1 else {})), flush=True)
+        if round_ + 1 < repeat:
+            time.sleep(max(0.0, started + (round_ + 1) * every - time.monotonic()))
     return 0
 
 

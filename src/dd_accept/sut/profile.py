@@ -34,6 +34,13 @@ class ProxyProfile:
     per_backend_args: tuple[str, ...]
     max_upstream_attempts: int
     metrics_path: str
+    # Where the proxy's metrics count retries after an upstream 429 (a dotted path into the
+    # JSON at metrics_path); "" when the SUT reports none: failover is then judged from the
+    # replicas' side alone. The default is rc1's.
+    retry_429_metric: str = "retries.http_429"
+    # How many upstream connections the proxy holds at most (rc1: TCPConnector(limit=256)):
+    # health.probe_isolation saturates exactly that many.
+    upstream_connection_limit: int = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,10 @@ class QueueAdmissionProfile:
     threshold_env: str
     retry_after_env: str
     default_threshold: int
+    # How old a queue reading the middleware still trusts (rc1: 1 s; it reads every 0.1 s).
+    # A middleware may admit until it has a reading (fail-open); from a cold start it must
+    # reject a queue held too deep within this bound. The default is rc1's.
+    stale_after_seconds: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)

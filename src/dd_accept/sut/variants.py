@@ -141,6 +141,19 @@ FAULTS = {
             ((BACKPRESSURE, f"reject = {_REJECT_RULE}", "reject = False"),),
         ),
         Fault(
+            "admission-slow-first-reading",
+            "data-designer-slurm",
+            "the queue sampler takes its first reading 3 s after it starts (not at once, then every 0.1 s): "
+            "from a cold start the middleware fails open for 3 s",
+            (
+                (
+                    BACKPRESSURE,
+                    "    def _sample_forever(self) -> None:\n        while True:\n",
+                    "    def _sample_forever(self) -> None:\n        time.sleep(3.0)\n        while True:\n",
+                ),
+            ),
+        ),
+        Fault(
             "admission-at-threshold",
             "data-designer-slurm",
             "the queue admission middleware rejects at the threshold instead of above it (>= for >)",

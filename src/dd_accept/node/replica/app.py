@@ -303,6 +303,8 @@ class RequestRecorder:
         started = time.time()
         state: dict[str, Any] = {"status": None, "first_byte": None, "bytes": 0, "events": 0}
         offsets: list[float] = []  # per data event: when it was sent, after the first (no content)
+        if self.engine is not None:
+            self.engine.metrics.request_seen(scope.get("client"), scope["path"] in PROBE_PATHS)
 
         async def recording_send(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -438,6 +440,8 @@ class ControlRouter:
             "cut_after_chunks": self.control.cut_after_chunks,
             "connections_accepted": int(metrics.connections_accepted._value.get()),
             "connections_closed": int(metrics.connections_closed._value.get()),
+            "connections_with_requests": int(metrics.connections_with_requests._value.get()),
+            "probe_requests": int(metrics.probe_requests._value.get()),
             "chunks_sent": int(metrics.chunks_sent._value.get()),
         }
 
