@@ -17,11 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.acceptance import drain_checks as checks
-from dd_accept.acceptance.phases import BackendKind, Phase, scenario_runner, stop_if_started
+from dd_accept.acceptance.phases import Phase, ScenarioRun, scenario_runner, stop_if_started
 from dd_accept.base.drain_outcomes import MARKS
 from dd_accept.base.errors import SutBehaviourMissing
-from dd_accept.base.progress import ProgressWriter
-from dd_accept.base.results import ScenarioResult
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, start_background
@@ -100,23 +98,17 @@ def _mark(
 
 
 @dataclass
-class DrainRun:
+class DrainRun(ScenarioRun):
     """One drain run's state, handed from phase to phase: each stop (A, B) deploys its own
     endpoint, gets streams under way, stops the endpoint and judges what the streams saw."""
 
-    allocation: Allocation
-    run: deployment.RunDirectory
-    profile: SutProfile
     options: DrainOptions
-    progress: ProgressWriter
-    result: ScenarioResult
     replicas: deployment.ReplicaSet | None = None
     proxy: deployment.Proxy | None = None
     client: BackgroundCommand | None = None
     stop_at: float = 0.0
     forced_at: float | None = None
     end: checks.StepEnd | None = None
-    backend_kind: BackendKind = "synthetic"
 
     @property
     def deployed(self) -> tuple[deployment.ReplicaSet, deployment.Proxy]:

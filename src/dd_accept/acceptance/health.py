@@ -20,9 +20,7 @@ from pathlib import Path
 
 from dd_accept.acceptance import health_checks as checks
 from dd_accept.acceptance.analysis import requests
-from dd_accept.acceptance.phases import BackendKind, Phase, scenario_runner
-from dd_accept.base.progress import ProgressWriter
-from dd_accept.base.results import ScenarioResult
+from dd_accept.acceptance.phases import Phase, ScenarioRun, scenario_runner
 from dd_accept.base.waiting import wait_for_finding, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.node.environment import TOKEN_ENV
@@ -50,18 +48,12 @@ def _probe(proxy: deployment.Proxy, since: float) -> checks.Probe:
 
 
 @dataclass
-class HealthRun:
+class HealthRun(ScenarioRun):
     """One health run's state: each phase deploys (and stops) what it needs itself, because
     each fault leaves its replicas unusable; the healthy attempt is the attempts' baseline."""
 
-    allocation: Allocation
-    run: deployment.RunDirectory
-    profile: SutProfile
     options: HealthOptions
-    progress: ProgressWriter
-    result: ScenarioResult
     healthy: checks.AttemptOutcome | None = None
-    backend_kind: BackendKind = "synthetic"
 
 
 def _detect_loss(s: HealthRun) -> None:

@@ -19,12 +19,11 @@ from typing import Any
 
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import admission, requests, with_prefix
-from dd_accept.acceptance.phases import BackendKind, Phase, scenario_runner, stop_if_started
+from dd_accept.acceptance.phases import BackendKind, Phase, ScenarioRun, scenario_runner, stop_if_started
 from dd_accept.acceptance.plan import NODE, TOKEN, PlannedCommand, Planner
 from dd_accept.base.events import AdmissionChange, Event, of_type
 from dd_accept.base.options import OverloadOptions
 from dd_accept.base.progress import ProgressWriter
-from dd_accept.base.results import ScenarioResult
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.backends.vllm import VllmBackend
@@ -73,15 +72,10 @@ FAST_REPLICAS = ("--ttft-ms", "5", "--itl-ms", "1")
 
 
 @dataclass
-class OverloadRun:
+class OverloadRun(ScenarioRun):
     """One overload run's state, handed from phase to phase."""
 
-    allocation: Allocation
-    run: deployment.RunDirectory
-    profile: SutProfile
     options: OverloadOptions
-    progress: ProgressWriter
-    result: ScenarioResult
     fast: tuple[str, ...] = FAST_REPLICAS
     backend: VllmBackend | None = None
     replicas: deployment.ReplicaSet | None = None

@@ -23,6 +23,9 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from dd_accept.acceptance.plan import PlannedCommand, Planner
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import PhaseRecord, ScenarioResult
+from dd_accept.fixtures.deployment import RunDirectory
+from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.sut.profile import SutProfile
 
 PhaseKind = Literal["deploy", "hold", "drive", "relieve", "stop", "judge"]
 PHASE_KINDS: tuple[PhaseKind, ...] = ("deploy", "hold", "drive", "relieve", "stop", "judge")
@@ -30,14 +33,21 @@ BackendKind = Literal["synthetic", "vllm"]
 EVERY_BACKEND: frozenset[BackendKind] = frozenset({"synthetic", "vllm"})
 
 
-class ScenarioRun(Protocol):
-    """What the phase runner needs of a scenario's run state."""
+@dataclass
+class ScenarioRun:
+    """What every scenario's run state holds (what `scenario_runner` hands it); each
+    scenario's state class adds what its phases pass on to each other."""
 
+    allocation: Allocation
+    run: RunDirectory
+    profile: SutProfile
+    options: Any  # the scenario's own options model
     progress: ProgressWriter
     result: ScenarioResult
 
     @property
-    def backend_kind(self) -> BackendKind: ...
+    def backend_kind(self) -> BackendKind:
+        return "synthetic"
 
 
 S = TypeVar("S", bound=ScenarioRun)

@@ -8,13 +8,10 @@ from dataclasses import dataclass, field
 
 from dd_accept.acceptance import streaming_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
-from dd_accept.acceptance.phases import BackendKind, Phase, scenario_runner, stop_if_started
-from dd_accept.base.progress import ProgressWriter
-from dd_accept.base.results import ScenarioResult
+from dd_accept.acceptance.phases import Phase, ScenarioRun, scenario_runner, stop_if_started
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
-from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand
-from dd_accept.sut.profile import SutProfile
+from dd_accept.slurm_docker.allocation import BackgroundCommand
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,20 +84,14 @@ ROUTING_STREAMS = 32
 
 
 @dataclass
-class StreamingRun:
+class StreamingRun(ScenarioRun):
     """One streaming run's state, handed from phase to phase."""
 
-    allocation: Allocation
-    run: deployment.RunDirectory
-    profile: SutProfile
     options: StreamingOptions
-    progress: ProgressWriter
-    result: ScenarioResult
     replicas: deployment.ReplicaSet | None = None
     proxy: deployment.Proxy | None = None
     connections: dict[str, checks.ConnectionPhase] = field(default_factory=dict)
     routing: BackgroundCommand | None = None
-    backend_kind: BackendKind = "synthetic"
 
     def client_phase(
         self, name: str, *, key: str | None = None, streams: int | None = None, concurrency: int | None = None
