@@ -32,6 +32,7 @@ from dd_accept.sut.wheelhouse import build_wheelhouse
 CONTROLS = {
     "drain": ("drain-bounded", "step-aware-cleanup"),
     "health": ("probe-capacity", "health-watching-wait"),
+    "streaming": ("background-health-monitor",),
 }
 
 

@@ -72,3 +72,20 @@ def test_round_robin_routing_is_caught_by_least_connections(sut_wheelhouse, sut_
     assert routing.metrics["requests_to_slowed"] >= 4, "round-robin gives the stalled replica its even share"
     assert checks["streaming.integrity"].verdict == "pass"
     assert checks["streaming.connection_accounting"].verdict == "pass"
+
+
+def test_a_background_health_monitor_outside_the_counters_is_not_a_miscount(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """Positive control of the probe-aware accounting: rc1 plus the seed's kind of monitor,
+    probing every replica's /health 4 times a second on a session the proxy's counters do
+    not see. When replicas close every connection, each probe opens one the proxy does not
+    count: accepted exceeds opened, the connections that carried requests do not."""
+    checks = run_with_fault(_streaming, "background-health-monitor", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    assert [c.verdict for c in checks.values()] == ["pass"] * 4, list(checks.values())
+    accounting = checks["streaming.connection_accounting"].observed
+    closing = accounting[accounting.index("closing:") :]
+    assert "health probes)" in closing, closing  # the replicas saw probes during the phase
+    opened = int(closing.split("proxy opened ")[1].split(",")[0])
+    accepted = int(closing.split("replicas accepted ")[1].split(" ")[0])
+    assert accepted > opened, closing

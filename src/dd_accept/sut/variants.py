@@ -305,6 +305,39 @@ FAULTS = {
             fixes=frozenset({"health.probe_isolation"}),
         ),
         Fault(
+            "background-health-monitor",
+            "data-designer-slurm",
+            "not a fault: rc1 plus a background health monitor, as the seed pull request adds, probing every "
+            "backend's /health every 0.25 s on a session of its own, outside the proxy's connection counters "
+            "(the positive control of streaming.connection_accounting with probes the proxy does not count)",
+            (
+                (
+                    PROXY,
+                    "        application.on_startup.append(self._start)\n",
+                    "        application.on_startup.append(self._start)\n"
+                    "        application.on_startup.append(self._start_monitor)\n",
+                ),
+                (
+                    PROXY,
+                    "    async def _probe_backend(self, index: int, backend: _Backend) -> bool:\n",
+                    "    async def _start_monitor(self, application: web.Application) -> None:\n"
+                    "        async def monitor() -> None:\n"
+                    "            session = ClientSession(connector=TCPConnector(limit=2 * len(self.pool.backends)))\n"
+                    "            while True:\n"
+                    "                for backend in self.pool.backends:\n"
+                    '                    url = f"{backend.origin}{self.health_path}"\n'
+                    "                    try:\n"
+                    "                        async with session.get(url, timeout=ClientTimeout(total=2)) as response:\n"
+                    "                            await response.read()\n"
+                    "                    except (ClientError, asyncio.TimeoutError):\n"
+                    "                        pass\n"
+                    "                await asyncio.sleep(0.25)\n\n"
+                    '        self.__dict__["_monitor"] = asyncio.get_running_loop().create_task(monitor())\n\n'
+                    "    async def _probe_backend(self, index: int, backend: _Backend) -> bool:\n",
+                ),
+            ),
+        ),
+        Fault(
             "done-stripped",
             "data-designer-slurm",
             "the proxy filters the stream and drops the final `data: [DONE]` event",
