@@ -58,7 +58,9 @@ def _normalized(argv: list[str]) -> tuple[str, ...]:
 
 
 def assert_the_dry_run_planned_what_the_run_did(commands_file: Path, *dry_run_args: str, srun_steps: int) -> None:
-    """Every salloc and srun `run overload --dry-run ARGS` prints is in a real run's command records."""
+    """The plan and the run agree both ways: every salloc and srun `run overload --dry-run
+    ARGS` prints is in a real run's command records, and every srun the run issued is in
+    the plan (a phase that starts a step without declaring it fails here)."""
     plan = run_cli("run", "overload", "--dry-run", *dry_run_args)
     assert plan.returncode == 0, plan.stderr
     planned = [shlex.split(line) for line in plan.stdout.splitlines() if line and not line.startswith("#")]
@@ -67,6 +69,8 @@ def assert_the_dry_run_planned_what_the_run_did(commands_file: Path, *dry_run_ar
     recorded = {_normalized(json.loads(line)["argv"]) for line in commands_file.read_text().splitlines()}
     missing = [" ".join(command) for command in planned if command not in recorded]
     assert not missing, "planned but never run:\n" + "\n".join(missing)
+    unplanned = sorted(" ".join(command) for command in recorded if command[:1] == ("srun",) and command not in planned)
+    assert not unplanned, "run but not in the plan:\n" + "\n".join(unplanned)
 
 
 def every_event_parses(bundle: Path) -> dict[str, int]:

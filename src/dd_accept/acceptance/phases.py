@@ -3,9 +3,10 @@
 A phase says what kind of step it is (deploy, hold, drive, relieve, stop, judge), what it
 does to a live cluster (`act`) and which Slurm commands it submits (`commands`, what
 `--dry-run` prints). The run and the dry-run plan both iterate the same tuple, so a phase
-added to a scenario shows up in its plan, or the plan test fails because it has no
-commands; before this, the planner re-walked the scenario by hand and had already missed
-one phase (the replica at the SUT's default threshold).
+added to a scenario shows up in its plan; one that starts a step without declaring it fails
+the test comparing a dry run with a real run's command records (both ways). Before this, the
+planner re-walked the scenario by hand and had already missed one step (the replica at the
+SUT's default threshold).
 
 Teardown phases (`teardown=True`, such as stopping the proxy and the replicas) run last,
 always, in order, also after a failure; a stop that *is* the behaviour under test (drain's
