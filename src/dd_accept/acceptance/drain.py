@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.acceptance import drain_checks as checks
-from dd_accept.acceptance.phases import Phase, ScenarioRun, scenario_runner, stop_if_started
+from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
 from dd_accept.base.drain_outcomes import MARKS
 from dd_accept.base.errors import SutBehaviourMissing
+from dd_accept.base.events import Event
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, start_background
@@ -98,22 +99,15 @@ def _mark(
 
 
 @dataclass
-class DrainRun(ScenarioRun):
+class DrainRun(DeployedRun):
     """One drain run's state, handed from phase to phase: each stop (A, B) deploys its own
     endpoint, gets streams under way, stops the endpoint and judges what the streams saw."""
 
     options: DrainOptions
-    replicas: deployment.ReplicaSet | None = None
-    proxy: deployment.Proxy | None = None
     client: BackgroundCommand | None = None
     stop_at: float = 0.0
     forced_at: float | None = None
     end: checks.StepEnd | None = None
-
-    @property
-    def deployed(self) -> tuple[deployment.ReplicaSet, deployment.Proxy]:
-        assert self.replicas is not None and self.proxy is not None, "deploy phases run first"
-        return self.replicas, self.proxy
 
 
 def _deploy_replicas(s: DrainRun) -> None:
@@ -124,11 +118,6 @@ def _deploy_replicas(s: DrainRun) -> None:
         # window, 4 s streams that fit in it): they must be as long as asked, not lognormal.
         exact=True,
     )  # fmt: skip
-
-
-def _deploy_proxy(s: DrainRun) -> None:
-    assert s.replicas is not None, "the replicas are deployed first"
-    s.proxy = deployment.start_proxy(s.allocation, s.replicas, profile=s.profile)
 
 
 def _streams(name: str, count: Callable[[DrainOptions], int], tokens: Callable[[DrainOptions], int]):
@@ -150,25 +139,22 @@ def _stop_endpoint(name: str, mark_forced: bool):
     return stop
 
 
-def _judged_streams(s: DrainRun, name: str) -> list[dict]:
+def _judged_streams(s: DrainRun, name: str) -> tuple[list[Event], checks.StepEnd]:
+    """What the client saw once it ended, and how the endpoint ended."""
     assert s.client is not None and s.end is not None, "the stop phase ran first"
     s.client.wait(timeout=60)
-    return deployment.read_events(s.run, name)
+    return deployment.read_events(s.run, name), s.end
 
 
 def _judge_scancel(s: DrainRun) -> None:
-    streams = _judged_streams(s, "scancel")
+    streams, end = _judged_streams(s, "scancel")
     left = s.allocation.steps_by_name().get("proxy", [])
-    assert s.end is not None
-    s.result.add(checks.scancel_step(streams, s.stop_at, s.end, left, s.profile.drain.window_seconds))
+    s.result.add(checks.scancel_step(streams, s.stop_at, end, left, s.profile.drain.window_seconds))
 
 
 def _judge_allowance(s: DrainRun) -> None:
-    streams, drain = _judged_streams(s, "allowance"), s.profile.drain
-    assert s.end is not None
-    s.result.add(
-        checks.allowance(streams, s.stop_at, s.forced_at, drain.window_seconds, drain.allowance_seconds, s.end)
-    )
+    (streams, end), drain = _judged_streams(s, "allowance"), s.profile.drain
+    s.result.add(checks.allowance(streams, s.stop_at, s.forced_at, drain.window_seconds, drain.allowance_seconds, end))
 
 
 def _sut_cleanup(mode: str):
@@ -182,12 +168,12 @@ def _sut_cleanup(mode: str):
 PHASES: tuple[Phase[DrainRun], ...] = (
     Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
     # -- A: scancel --signal=TERM JOB.STEP with short streams in flight
-    Phase("deploy", "scancel: deploying the SUT's proxy", _deploy_proxy),
+    Phase("deploy", "scancel: deploying the SUT's proxy", deploy_proxy),
     Phase("drive", "scancel: streams under way", _streams("scancel", lambda o: o.streams, lambda o: o.short_tokens)),
     Phase("stop", "scancel TERM to the endpoint step", _stop_endpoint("scancel", mark_forced=False)),
     Phase("judge", "scancel: what the streams saw", _judge_scancel),
     # -- B: a stream longer than the window and the allowance
-    Phase("deploy", "allowance: deploying the SUT's proxy", _deploy_proxy),
+    Phase("deploy", "allowance: deploying the SUT's proxy", deploy_proxy),
     Phase("drive", "allowance: one stream longer than the allowance",
           _streams("allowance", lambda o: 1, lambda o: o.long_tokens)),
     Phase("stop", "allowance: TERM, then KILL after the allowance", _stop_endpoint("allowance", mark_forced=True)),

@@ -87,8 +87,13 @@ def _saturation(s: HealthRun) -> None:
     s.result.add(_probe_isolation(s.allocation, s.run, s.profile, s.options))
 
 
+def saturating_streams(profile: SutProfile, options: HealthOptions) -> int:
+    """Streams enough to hold every upstream connection the proxy allows, and some over."""
+    return profile.proxy.upstream_connection_limit + options.saturating_over_limit
+
+
 def _saturating(s: HealthRun) -> dict[str, int]:
-    return {"streams": s.profile.proxy.upstream_connection_limit + s.options.saturating_over_limit}
+    return {"streams": saturating_streams(s.profile, s.options)}
 
 
 def _replicas(s: HealthRun) -> dict[str, int]:
@@ -301,7 +306,7 @@ def _probe_isolation(
     allocation: Allocation, run: deployment.RunDirectory, profile: SutProfile, options: HealthOptions
 ) -> checks.CheckResult:
     saturation_run = deployment.RunDirectory.create(allocation.cluster, "saturation")
-    limit = profile.proxy.upstream_connection_limit
+    limit, streams = profile.proxy.upstream_connection_limit, saturating_streams(profile, options)
     replicas = deployment.start_replicas(
         allocation,
         options.saturation_replicas,
@@ -320,8 +325,8 @@ def _probe_isolation(
             mode="raw",
             profile=profile,
             name="saturate",
-            records=limit + options.saturating_over_limit,
-            concurrency=limit + options.saturating_over_limit,
+            records=streams,
+            concurrency=streams,
             max_tokens=4,
             max_record_attempts=1,
             deadline_s=90,

@@ -19,8 +19,8 @@ from typing import Any
 
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import admission, requests, with_prefix
-from dd_accept.acceptance.phases import BackendKind, Phase, ScenarioRun, scenario_runner, stop_if_started
-from dd_accept.acceptance.plan import NODE, TOKEN, PlannedCommand, Planner
+from dd_accept.acceptance.phases import DeployedRun, Phase, scenario_runner, stop_if_started
+from dd_accept.acceptance.plan import NODE, TOKEN, BackendKind, PlannedCommand, Planner, backend_kind_of
 from dd_accept.base.events import AdmissionChange, Event, of_type
 from dd_accept.base.options import OverloadOptions
 from dd_accept.base.progress import ProgressWriter
@@ -72,14 +72,12 @@ FAST_REPLICAS = ("--ttft-ms", "5", "--itl-ms", "1")
 
 
 @dataclass
-class OverloadRun(ScenarioRun):
+class OverloadRun(DeployedRun):
     """One overload run's state, handed from phase to phase."""
 
     options: OverloadOptions
     fast: tuple[str, ...] = FAST_REPLICAS
     backend: VllmBackend | None = None
-    replicas: deployment.ReplicaSet | None = None
-    proxy: deployment.Proxy | None = None
     client: BackgroundCommand | None = None
     samples: list[deployment.AdmissionSample] = field(default_factory=list)
     relieved_at: float = 0.0
@@ -89,16 +87,11 @@ class OverloadRun(ScenarioRun):
 
     @property
     def backend_kind(self) -> BackendKind:
-        return "synthetic" if self.backend is None else "vllm"
+        return backend_kind_of(self.backend)
 
     @property
     def max_attempts(self) -> int:
         return self.profile.proxy.max_upstream_attempts
-
-    @property
-    def deployed(self) -> tuple[deployment.ReplicaSet, deployment.Proxy]:
-        assert self.replicas is not None and self.proxy is not None, "deploy phases run first"
-        return self.replicas, self.proxy
 
     def start_client(self, name: str, records: int) -> BackgroundCommand:
         """The SUT's own client through the proxy, at full admission, for one phase."""
@@ -120,22 +113,30 @@ def _deploy_replicas(s: OverloadRun) -> None:
     )  # fmt: skip
 
 
+def _planned_synthetic(
+    p: Planner, purpose: str, count: int, replica_dir: str, threshold: int | None, port_base: int
+) -> PlannedCommand:
+    """One step of synthetic replicas as `start_replicas` starts it (realistic, token-guarded)."""
+    command = deployment.replica_command(
+        p.profile, replica_dir, python=p.target.layout.python, seed=p.options.seed,
+        options=deployment.replica_options(FAST_REPLICAS), port_base=port_base,
+    )  # fmt: skip
+    environment = {TOKEN_ENV: TOKEN, **deployment.admission_environment(p.profile, threshold, p.options.retry_after)}
+    return p.srun(purpose, command, deployment.replica_step_options(count, NODE, replica_dir), environment)
+
+
 def _plan_replicas(p: Planner) -> list[PlannedCommand]:
     o, layout, replica_dir = p.options, p.target.layout, f"{p.run_dir}/replicas"
-    admission = deployment.admission_environment(p.profile, o.threshold, o.retry_after)
     if p.backend is None:
-        command = deployment.replica_command(
-            p.profile, replica_dir, python=layout.python, seed=o.seed, options=deployment.replica_options(FAST_REPLICAS)
-        )
-        step = deployment.replica_step_options(o.replicas, NODE, replica_dir)
         purpose = f"{o.replicas} synthetic replicas, one task each, behind the SUT's queue admission"
-        return [p.srun(purpose, command, step, {TOKEN_ENV: TOKEN, **admission})]
+        return [_planned_synthetic(p, purpose, o.replicas, replica_dir, o.threshold, deployment.REPLICA_PORT_BASE)]
+    environment = deployment.admission_environment(p.profile, o.threshold, o.retry_after)
     return [
         p.srun(
             f"vLLM replica {index} ({p.backend.model}) behind the SUT's queue admission",
             p.backend.command(layout, p.profile, deployment.REPLICA_PORT_BASE + index),
             p.backend.step_options(index, NODE, replica_dir),
-            {**admission, **p.backend.environment(index, replica_dir, layout)},
+            {**environment, **p.backend.environment(index, replica_dir, layout)},
         )
         for index in range(o.replicas)
     ]
@@ -315,15 +316,9 @@ def _hold_default_threshold(s: OverloadRun) -> None:
 def _plan_default_threshold(p: Planner) -> list[PlannedCommand]:
     runs = p.run_dir.rsplit("/", 1)[0]
     replica_dir = f"{runs}/{DEFAULT_THRESHOLD_RUN}-<id>/replicas"
-    command = deployment.replica_command(
-        p.profile, replica_dir, python=p.target.layout.python, seed=p.options.seed,
-        options=deployment.replica_options(FAST_REPLICAS), port_base=DEFAULT_THRESHOLD_PORT_BASE,
-    )  # fmt: skip
-    admission = deployment.admission_environment(p.profile, None, p.options.retry_after)
-    step = deployment.replica_step_options(1, NODE, replica_dir)
     purpose = f"one replica at the SUT's default threshold ({p.profile.queue_admission.default_threshold}), no override"
     return [
-        p.srun(purpose, command, step, {TOKEN_ENV: TOKEN, **admission}),
+        _planned_synthetic(p, purpose, 1, replica_dir, None, DEFAULT_THRESHOLD_PORT_BASE),
         PlannedCommand("and its stop once sampled: TERM to its step", scancel_argv("$DEFAULT_REPLICA_STEP", "TERM")),
     ]
 

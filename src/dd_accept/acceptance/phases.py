@@ -21,16 +21,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from dd_accept.acceptance.plan import PlannedCommand, Planner
+from dd_accept.acceptance.plan import BackendKind, PlannedCommand, Planner
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import PhaseRecord, ScenarioResult
-from dd_accept.fixtures.deployment import RunDirectory
+from dd_accept.fixtures.deployment import Proxy, ReplicaSet, RunDirectory, start_proxy
 from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.sut.profile import SutProfile
 
 PhaseKind = Literal["deploy", "hold", "drive", "relieve", "stop", "judge"]
 PHASE_KINDS: tuple[PhaseKind, ...] = ("deploy", "hold", "drive", "relieve", "stop", "judge")
-BackendKind = Literal["synthetic", "vllm"]
 EVERY_BACKEND: frozenset[BackendKind] = frozenset({"synthetic", "vllm"})
 
 
@@ -49,6 +48,26 @@ class ScenarioRun:
     @property
     def backend_kind(self) -> BackendKind:
         return "synthetic"
+
+
+@dataclass
+class DeployedRun(ScenarioRun):
+    """A scenario that deploys replicas and the SUT's proxy in front of them, once each
+    (overload, drain, streaming); its later phases need both."""
+
+    replicas: ReplicaSet | None = None
+    proxy: Proxy | None = None
+
+    @property
+    def deployed(self) -> tuple[ReplicaSet, Proxy]:
+        assert self.replicas is not None and self.proxy is not None, "deploy phases run first"
+        return self.replicas, self.proxy
+
+
+def deploy_proxy(state: DeployedRun) -> None:
+    """The SUT's proxy in front of the deployed replicas, with the profile's own settings."""
+    assert state.replicas is not None, "the replicas are deployed first"
+    state.proxy = start_proxy(state.allocation, state.replicas, profile=state.profile)
 
 
 S = TypeVar("S", bound=ScenarioRun)
@@ -113,8 +132,7 @@ def stop_if_started(attribute: str) -> Callable[[Any], None]:
 def run_phases(phases: Sequence[Phase[S]], state: S) -> ScenarioResult:
     """Every phase that applies, in order; the teardown phases last and always."""
     result = state.result
-    work = [p for p in phases if not p.teardown and state.backend_kind in p.backends]
-    stops = [p for p in phases if p.teardown and state.backend_kind in p.backends]
+    work, stops = _applying(phases, state.backend_kind)
     failed = False
     try:
         for phase in work:
@@ -151,9 +169,11 @@ def _run(phase: Phase[S], state: S) -> None:
 
 def plan_phases(phases: Sequence[Phase[Any]], planner: Planner) -> list[tuple[Phase[Any], list[PlannedCommand]]]:
     """The commands each phase that applies would submit, in the order a run submits them."""
-    return [(phase, phase.commands(planner)) for phase in _ordered(phases, planner.backend_kind)]
+    work, teardown = _applying(phases, planner.backend_kind)
+    return [(phase, phase.commands(planner)) for phase in work + teardown]
 
 
-def _ordered(phases: Sequence[Phase[Any]], backend: BackendKind) -> list[Phase[Any]]:
+def _applying(phases: Sequence[Phase[S]], backend: BackendKind) -> tuple[list[Phase[S]], list[Phase[S]]]:
+    """The phases that apply to `backend`, in the order a run takes them: work, then teardown."""
     chosen = [p for p in phases if backend in p.backends]
-    return [p for p in chosen if not p.teardown] + [p for p in chosen if p.teardown]
+    return [p for p in chosen if not p.teardown], [p for p in chosen if p.teardown]

@@ -20,6 +20,12 @@ from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.sut.profile import SutProfile
 
 JOB, NODE, TOKEN = "$JOB", "$NODE", "<per-run token>"
+BackendKind = Literal["synthetic", "vllm"]
+
+
+def backend_kind_of(backend: VllmBackend | None) -> BackendKind:
+    """Which kind of replica a run deploys: the phases that apply, and what a plan shows."""
+    return "synthetic" if backend is None else "vllm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +61,8 @@ class Planner:
     backend: VllmBackend | None = None
 
     @property
-    def backend_kind(self) -> Literal["synthetic", "vllm"]:
-        return "synthetic" if self.backend is None else "vllm"
+    def backend_kind(self) -> BackendKind:
+        return backend_kind_of(self.backend)
 
     def srun(
         self, purpose: str, argv: list[str], step: list[str], environment: dict[str, str] | None = None

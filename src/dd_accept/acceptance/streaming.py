@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from dd_accept.acceptance import streaming_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
-from dd_accept.acceptance.phases import Phase, ScenarioRun, scenario_runner, stop_if_started
+from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.slurm_docker.allocation import BackgroundCommand
@@ -80,16 +80,11 @@ def _phase(allocation, proxy, replicas, run, profile, options, name, *, streams=
     return events, upstream, phase
 
 
-ROUTING_STREAMS = 32
-
-
 @dataclass
-class StreamingRun(ScenarioRun):
+class StreamingRun(DeployedRun):
     """One streaming run's state, handed from phase to phase."""
 
     options: StreamingOptions
-    replicas: deployment.ReplicaSet | None = None
-    proxy: deployment.Proxy | None = None
     connections: dict[str, checks.ConnectionPhase] = field(default_factory=dict)
     routing: BackgroundCommand | None = None
 
@@ -97,9 +92,9 @@ class StreamingRun(ScenarioRun):
         self, name: str, *, key: str | None = None, streams: int | None = None, concurrency: int | None = None
     ):
         """One client run through the proxy; its connection numbers are kept under `key`."""
-        assert self.replicas is not None and self.proxy is not None, "deploy phases run first"
+        replicas, proxy = self.deployed
         found = _phase(
-            self.allocation, self.proxy, self.replicas, self.run, self.profile, self.options, name,
+            self.allocation, proxy, replicas, self.run, self.profile, self.options, name,
             streams=streams, concurrency=concurrency,
         )  # fmt: skip
         self.connections[key or name] = found[2]
@@ -114,11 +109,6 @@ def _deploy_replicas(s: StreamingRun) -> None:
     )  # fmt: skip
 
 
-def _deploy_proxy(s: StreamingRun) -> None:
-    assert s.replicas is not None
-    s.proxy = deployment.start_proxy(s.allocation, s.replicas, profile=s.profile)
-
-
 def _streams(s: StreamingRun) -> None:
     events, upstream, _ = s.client_phase("stream", key="keep-alive")
     s.result.add(checks.integrity(events, upstream))
@@ -131,13 +121,8 @@ def _sequential(s: StreamingRun) -> None:
     s.client_phase("sequential", streams=16, concurrency=1)
 
 
-def _replicas(s: StreamingRun) -> deployment.ReplicaSet:
-    assert s.replicas is not None, "deploy phases run first"
-    return s.replicas
-
-
 def _close_keepalive(s: StreamingRun) -> None:
-    _replicas(s).control(None, "keepalive", close=True)
+    s.deployed[0].control(None, "keepalive", close=True)
 
 
 def _closing(s: StreamingRun) -> None:
@@ -145,7 +130,7 @@ def _closing(s: StreamingRun) -> None:
 
 
 def _keep_keepalive(s: StreamingRun) -> None:
-    _replicas(s).control(None, "keepalive", close=False)
+    s.deployed[0].control(None, "keepalive", close=False)
 
 
 def _judge_connections(s: StreamingRun) -> None:
@@ -156,16 +141,15 @@ ROUTING_STREAMS = 32
 
 
 def _stall_first(s: StreamingRun) -> None:
-    _replicas(s).control([0], "stall", on=True)
+    s.deployed[0].control([0], "stall", on=True)
 
 
 def _drive_routing(s: StreamingRun) -> None:
     """Replica 0's streams stall; 32 short streams, 8 at a time: least-connections must steer
     new requests away from it. Relieved once every stream not stuck on it has finished."""
-    assert s.proxy is not None
-    replicas = _replicas(s)
+    replicas, proxy = s.deployed
     s.routing = deployment.run_client(
-        s.allocation, s.proxy, s.run, mode="raw", profile=s.profile, name="routing",
+        s.allocation, proxy, s.run, mode="raw", profile=s.profile, name="routing",
         records=ROUTING_STREAMS, concurrency=8, max_tokens=20, max_record_attempts=1, deadline_s=120,
     )  # fmt: skip
 
@@ -179,7 +163,7 @@ def _drive_routing(s: StreamingRun) -> None:
 
 
 def _unstall_first(s: StreamingRun) -> None:
-    _replicas(s).control([0], "stall", on=False)
+    s.deployed[0].control([0], "stall", on=False)
 
 
 def _judge_routing(s: StreamingRun) -> None:
@@ -187,13 +171,13 @@ def _judge_routing(s: StreamingRun) -> None:
     record = s.routing.wait(timeout=120)
     if not record.ok:
         raise RuntimeError(f"load client failed: {record.describe()}")
-    upstream = with_prefix(_replicas(s).events(), "routing-")
-    s.result.add(checks.least_connections(upstream, _replicas(s).count, 0, ROUTING_STREAMS))
+    upstream = with_prefix(s.deployed[0].events(), "routing-")
+    s.result.add(checks.least_connections(upstream, s.deployed[0].count, 0, ROUTING_STREAMS))
 
 
 PHASES: tuple[Phase[StreamingRun], ...] = (
     Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
-    Phase("deploy", "deploying the SUT's proxy", _deploy_proxy),
+    Phase("deploy", "deploying the SUT's proxy", deploy_proxy),
     Phase("drive", "streams through the proxy", _streams, numbers=lambda s: {"streams": s.options.streams}),
     Phase("drive", "one stream at a time over kept-alive connections", _sequential),
     Phase("hold", "replicas close every keep-alive connection", _close_keepalive),

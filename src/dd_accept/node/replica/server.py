@@ -27,13 +27,7 @@ from dd_accept.base.events import EventWriter, QueueGauge
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.node.replica.app import StreamCut, build_app
 from dd_accept.node.replica.control_state import ControlState
-from dd_accept.node.replica.engine import (
-    Engine,
-    EngineMetrics,
-    EngineSettings,
-    connection_closed,
-    connection_opened,
-)
+from dd_accept.node.replica.engine import Engine, EngineMetrics, EngineSettings
 
 
 def _protocol_base() -> type[asyncio.Protocol]:
@@ -54,11 +48,11 @@ def counting_protocol(metrics: EngineMetrics) -> type[asyncio.Protocol]:
     class CountingProtocol(base):  # type: ignore[valid-type, misc]
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             self._dd_peer = transport.get_extra_info("peername")
-            connection_opened(metrics, self._dd_peer)
+            metrics.connection_opened(self._dd_peer)
             super().connection_made(transport)
 
         def connection_lost(self, exc: Exception | None) -> None:
-            connection_closed(metrics, self._dd_peer)
+            metrics.connection_closed(self._dd_peer)
             super().connection_lost(exc)
 
     return CountingProtocol
