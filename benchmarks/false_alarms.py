@@ -6,7 +6,8 @@ positive control (an rc1 variant that fixes some findings, `Fault.fixes`: those 
 too). A *false alarm* is a check that fails where it must pass; a *miss* is one that passes
 where it must fail. Zero of both is the target; any non-zero count needs a cause.
 
-    python benchmarks/false_alarms.py [-n 10] [--scenarios drain,health|all] [--controls [--no-rc1]] [--out FILE]
+    python benchmarks/false_alarms.py [-n 10] [--scenarios drain,health|all] [--controls [--no-rc1]]
+        [--slurm RELEASE] [--out FILE]
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
 from dd_accept.harness.runner import SCENARIOS
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
 from dd_accept.sut.variants import FAULTS, RC1_FAILS, make_variant
@@ -36,10 +38,11 @@ CONTROLS = {
 }
 
 
-def run_once(scenario: str, sut: str | None) -> dict[str, str]:
+def run_once(scenario: str, sut: str | None, slurm: str) -> dict[str, str]:
     """{check id: verdict} of one `dd-accept run SCENARIO`, or {"<error>": message}."""
     with tempfile.TemporaryDirectory(prefix="dd-fa-") as out:
         argv = [sys.executable, "-m", "dd_accept.harness.cli", "--quiet", "run", scenario, "--out", f"{out}/e"]
+        argv += ["--slurm", slurm]
         if sut is not None:
             argv += ["--sut", sut]
         result = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -65,6 +68,12 @@ def main() -> int:
     )
     parser.add_argument("--controls", action="store_true", help="also run the positive controls")
     parser.add_argument("--no-rc1", action="store_true", help="only the positive controls (with --controls)")
+    parser.add_argument(
+        "--slurm",
+        choices=tuple(RELEASES),
+        default=DEFAULT_RELEASE,
+        help="Slurm release of the nodes (default: %(default)s)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "false_alarms.json")
     args = parser.parse_args()
     console = Console()
@@ -90,7 +99,7 @@ def main() -> int:
         started = time.monotonic()
         for index in range(args.n):
             console.print(f"{scenario} on {label}: run {index + 1}/{args.n}")
-            verdicts = run_once(scenario, sut)
+            verdicts = run_once(scenario, sut, args.slurm)
             if "<error>" in verdicts:
                 errors.append(verdicts.pop("<error>"))
             for check, verdict in verdicts.items():
@@ -102,6 +111,7 @@ def main() -> int:
             {
                 "scenario": scenario,
                 "sut": label,
+                "slurm": args.slurm,
                 "runs": args.n,
                 "false_alarms": dict(false_alarms),
                 "misses": dict(misses),
@@ -110,7 +120,7 @@ def main() -> int:
             }
         )
 
-    table = Table(title=f"dd-accept false alarms ({args.n} runs each, 2 cores)")
+    table = Table(title=f"dd-accept false alarms ({args.n} runs each, Slurm {args.slurm}, 2 cores)")
     for column in ("scenario", "SUT", "runs", "false alarms", "misses", "errors", "seconds"):
         table.add_column(column)
     for row in rows:

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
+from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
+
 MISSING = dataclasses.MISSING
 
 
@@ -134,12 +136,16 @@ def convert(option_field: Field[Any], kind: type, value: Any, name: str) -> Any:
     return converted
 
 
-def add_arguments(add: Callable[..., Any], model: type, prefix: str = "--") -> None:
+def add_arguments(
+    add: Callable[..., Any], model: type, prefix: str = "--", only: tuple[str, ...] | None = None
+) -> None:
     """Declare every option of `model` with `add` (argparse's `add_argument` or pytest's
     `addoption`). Nothing is converted here: `build` does it, so both front ends report a
     bad value the same way. The default shown is the model's; the parsed default is None
     (or empty), so `build` can tell an option given from one left alone."""
     for option_field in user_options(model):
+        if only is not None and option_field.name not in only:
+            continue
         meta = option_field.metadata
         _, repeated = _scalar(_hints(model)[option_field.name])
         default = default_of(option_field)
@@ -320,10 +326,25 @@ class ClusterOptions:
     time: str | None = option(None, "existing cluster: time limit of the allocations (e.g. 30:00)")
     gres: str | None = option(None, "existing cluster: generic resources of the allocations (e.g. gpu:8)")
     srun_args: tuple[str, ...] = option((), "existing cluster: extra srun argument", flag="srun-arg", metavar="ARG")
+    slurm: str | None = option(
+        None,
+        "docker cluster: Slurm release of the nodes, from the Debian suite that carries it: "
+        + ", ".join(f"{r.version} ({r.suite})" for r in RELEASES.values())
+        + f" (default: {DEFAULT_RELEASE})",
+        choices=tuple(RELEASES),
+        metavar="RELEASE",
+    )
 
     def __post_init__(self) -> None:
         if self.mode == "docker":
             _refuse_given(self, ("run_dir", "partition", "account", "time", "gres", "srun_args"), "--cluster existing")
+        else:
+            _refuse_given(self, ("slurm",), "--cluster docker")
+
+    @property
+    def release(self) -> str:
+        """The docker cluster's Slurm release (the default when none was chosen)."""
+        return self.slurm or DEFAULT_RELEASE
 
     def salloc_args(self) -> tuple[str, ...]:
         pairs = (("--partition", self.partition), ("--account", self.account), ("--gres", self.gres))

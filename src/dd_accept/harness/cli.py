@@ -25,6 +25,7 @@ from dd_accept.base.options import (
     OverloadOptions,
     add_arguments,
     build,
+    given,
     parse_argv_values,
 )
 from dd_accept.base.state import state_root
@@ -74,8 +75,8 @@ def _cmd_cluster_build(args: argparse.Namespace, console: ConsoleListener) -> in
 
     client = engine.connect()
     with console:
-        base = images.build_base(client, console)
-        layer = images.build_slurm_layer(client, console)
+        base = images.build_base(client, console, _slurm_release(args))
+        layer = images.build_slurm_layer(client, console, _slurm_release(args))
     for result in (base, layer):
         state = f"built in {result.seconds:.1f}s" if result.built else "up to date"
         console.out.print(f"{result.tag}  {state}")
@@ -84,11 +85,17 @@ def _cmd_cluster_build(args: argparse.Namespace, console: ConsoleListener) -> in
 
 def _cmd_cluster_up(args: argparse.Namespace, console: ConsoleListener) -> int:
 
-    spec = ClusterSpec(name=args.name, nodes=args.nodes, cpus_per_node=args.cpus_per_node, subnet=args.subnet)
+    spec = ClusterSpec(
+        name=args.name,
+        nodes=args.nodes,
+        cpus_per_node=args.cpus_per_node,
+        subnet=args.subnet,
+        slurm=_slurm_release(args),
+    )
     client = engine.connect()
     with console:
-        image = images.ensure_images(client, console)
-        console.on_step(f"starting cluster {spec.name} ({spec.nodes} nodes)")
+        image = images.ensure_images(client, console, spec.slurm)
+        console.on_step(f"starting cluster {spec.name} ({spec.nodes} nodes, Slurm {spec.slurm})")
         cluster = SlurmCluster(spec, image=image, client=client)
         cluster.up(ready_timeout=args.ready_timeout)
     console.out.print(
@@ -328,6 +335,14 @@ def _positive(text: str) -> float:
     return value
 
 
+def _add_slurm_option(parser: argparse.ArgumentParser) -> None:
+    add_arguments(parser.add_argument, ClusterOptions, only=("slurm",))
+
+
+def _slurm_release(args: argparse.Namespace) -> str:
+    return build(ClusterOptions, given(ClusterOptions, lambda dest: getattr(args, dest, None))).release
+
+
 def add_sut_options(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
@@ -356,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.set_defaults(handler=lambda args, console: cluster.print_help() or EXIT_USAGE)
 
     build = actions.add_parser("build", help="build the node images from Debian packages (no registry)")
+    _add_slurm_option(build)
     build.set_defaults(handler=_cmd_cluster_build)
 
     up = actions.add_parser("up", help="start a controller and N compute nodes; returns when all are idle")
@@ -364,6 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--cpus-per-node", default="16", help="CPUs Slurm declares per node (default: %(default)s)")
     up.add_argument("--subnet", help="IPv4 subnet for the internal network (default: chosen by Docker)")
     up.add_argument("--ready-timeout", type=_positive, default=60.0, help="seconds to wait for idle nodes")
+    _add_slurm_option(up)
     up.set_defaults(handler=_cmd_cluster_up)
 
     down = actions.add_parser("down", help="remove a cluster's containers, network, volumes and run directory")

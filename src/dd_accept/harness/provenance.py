@@ -21,6 +21,7 @@ def gather(
     freeze = raw / "node-freeze.txt"
     node_lock = freeze.read_text().split() if freeze.is_file() else []
     versions = json.loads((raw / "cluster.json").read_text()) if (raw / "cluster.json").is_file() else {}
+    versions["wheelhouse_python"] = wheelhouse.python  # the interpreter the SUT's wheels were fetched for
     images = {}
     if node_image is not None:
         client = engine.connect()

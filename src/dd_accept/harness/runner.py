@@ -27,6 +27,7 @@ from dd_accept.acceptance.scenarios import SCENARIOS as DECLARED
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
 from dd_accept.base.options import BackendOptions, ClusterOptions, DrainOptions, OverloadOptions, to_argv
 from dd_accept.base.results import load_results
+from dd_accept.base.slurm_releases import RELEASES
 from dd_accept.base.state import state_root
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.provenance import gather
@@ -39,7 +40,7 @@ from dd_accept.slurm_docker.login_node import open_existing
 from dd_accept.slurm_docker.sut_image import build_node_image
 from dd_accept.sut.profile import load_profile, profile_for
 from dd_accept.sut.spec import SutSpec
-from dd_accept.sut.wheelhouse import build_wheelhouse
+from dd_accept.sut.wheelhouse import DEFAULT_NODE, build_wheelhouse
 
 SCENARIOS = SCENARIO_NAMES  # declared in acceptance.scenarios; `all` runs every one of them
 MODULES = {scenario.name: scenario.test_module for scenario in DECLARED}
@@ -181,12 +182,13 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
     started_wall, started = time.time(), time.monotonic()
     try:
         with console:
-            wheelhouse = build_wheelhouse(spec, console)
+            release = request.cluster.release
+            wheelhouse = build_wheelhouse(spec, console, RELEASES[release] if existing is None else DEFAULT_NODE)
             wheel = wheelhouse.sut_wheels[0]
             if not request.profile:
                 profile_for(wheel.name, wheel.version)
             if existing is None:
-                image = build_node_image(client, wheelhouse, console).tag
+                image = build_node_image(client, wheelhouse, console, release).tag
             else:
                 image = None
                 console.on_step(f"checking that {existing.run_dir.name} is shared with the compute nodes")

@@ -25,11 +25,12 @@ from docker.models.containers import Container
 
 from dd_accept.base.errors import ClusterError, UsageError
 from dd_accept.base.interrupts import deferred_interrupts
+from dd_accept.base.slurm_releases import DEFAULT_RELEASE, slurm_release
 from dd_accept.base.state import cluster_dir
 from dd_accept.base.waiting import WaitAborted, WaitTimeout, wait_until
 from dd_accept.slurm_docker import engine, step_exit
 from dd_accept.slurm_docker.images import ensure_images
-from dd_accept.slurm_docker.layout import DOCKER_LAYOUT, NodeLayout
+from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit
 
@@ -41,6 +42,7 @@ MAX_CPUS_PER_NODE = 1024
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 LABEL_NODES = "io.dd-accept.nodes"
 LABEL_CPUS = "io.dd-accept.cpus-per-node"
+LABEL_SLURM = "io.dd-accept.slurm"
 
 
 def _host_routes() -> list[ipaddress.IPv4Network]:
@@ -95,8 +97,10 @@ class ClusterSpec:
     cpus_per_node: int = 16
     subnet: str | None = None
     kill_wait: int = 30
+    slurm: str = DEFAULT_RELEASE  # the Slurm release of the nodes (base.slurm_releases)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "slurm", slurm_release(self.slurm).version)
         if not NAME_PATTERN.match(self.name):
             raise UsageError(
                 f"cluster name must be lower-case letters, digits and '-', starting with a letter "
@@ -132,6 +136,7 @@ def render_slurm_conf(spec: ClusterSpec) -> str:
         cpus_per_node=spec.cpus_per_node,
         partition=PARTITION,
         kill_wait=spec.kill_wait,
+        slurm=slurm_release(spec.slurm),
     )
 
 
@@ -159,7 +164,6 @@ class SlurmCluster:
     records: CommandLog = field(default_factory=CommandLog)
     _containers: dict[str, Container] = field(default_factory=dict)
     _host_shared: Path | None = None
-    layout: ClassVar[NodeLayout] = DOCKER_LAYOUT
     # Site options an existing cluster needs; the docker cluster needs none.
     salloc_args: ClassVar[tuple[str, ...]] = ()
     srun_args: ClassVar[tuple[str, ...]] = ()
@@ -182,6 +186,7 @@ class SlurmCluster:
             name=name,
             nodes=int(controller.labels.get(LABEL_NODES, "1")),
             cpus_per_node=int(controller.labels.get(LABEL_CPUS, "1")),
+            slurm=controller.labels.get(LABEL_SLURM, DEFAULT_RELEASE),
         )
         cluster = cls(spec=spec, client=client)
         for mount in controller.attrs.get("Mounts", []):
@@ -190,6 +195,10 @@ class SlurmCluster:
         for container in objects.containers:
             cluster._containers[container.labels.get("io.dd-accept.node", container.name)] = container
         return cluster
+
+    @property
+    def layout(self) -> NodeLayout:
+        return docker_layout(self.spec.slurm)
 
     @property
     def engine(self) -> docker.DockerClient:
@@ -229,7 +238,7 @@ class SlurmCluster:
     def up(self, ready_timeout: float = 60.0) -> Self:
         """Start the cluster and return once every node is idle; on any failure, tear down."""
         if self.image is None:
-            self.image = ensure_images(self.engine)
+            self.image = ensure_images(self.engine, version=self.spec.slurm)
         try:
             self._remove_stale()
             self._start()
@@ -306,7 +315,12 @@ class SlurmCluster:
     def _create_container(self, host: str, role: str, shared: Path, addresses: dict[str, str]) -> Container:
         labels = engine.cluster_labels(self.name, role)
         labels.update(
-            {"io.dd-accept.node": host, LABEL_NODES: str(self.spec.nodes), LABEL_CPUS: str(self.spec.cpus_per_node)}
+            {
+                "io.dd-accept.node": host,
+                LABEL_NODES: str(self.spec.nodes),
+                LABEL_CPUS: str(self.spec.cpus_per_node),
+                LABEL_SLURM: self.spec.slurm,
+            }
         )
         assert self.image is not None
         return self.engine.containers.create(
@@ -432,8 +446,12 @@ class SlurmCluster:
         return record.stdout if record.ok else ""
 
     def versions(self) -> dict[str, str]:
+        """What the nodes run, as they report it; the SUT's Python differs per Slurm release."""
         return {
             "slurm": self.exec(["sinfo", "--version"], timeout=10).stdout.strip(),
+            "slurm_release": self.spec.slurm,
+            "debian_suite": slurm_release(self.spec.slurm).suite,
+            "node_python": self.exec([self.layout.python, "--version"], timeout=10).stdout.strip(),
             "kernel": self.exec(["uname", "-r"], timeout=10).stdout.strip(),
         }
 

@@ -1,14 +1,16 @@
 """Node images built from Debian packages alone: no container registry is ever contacted.
 
-Two content-addressed layers. The base is a debootstrapped bookworm root filesystem with
-Slurm, munge and Python, imported through the SDK; the Slurm layer adds dd-accept's
-entrypoint and helpers. Each tag is a hash of its recipe inputs, so an unchanged recipe
+Two content-addressed layers per Slurm release. The base is a debootstrapped root
+filesystem of the Debian suite that carries the release (bookworm: 22.05, trixie: 24.11,
+sid: 26.05) with Slurm, munge and Python, imported through the SDK; the Slurm layer adds
+dd-accept's entrypoint and helpers. Each tag is a hash of its recipe inputs, so an unchanged recipe
 is found on the engine and never rebuilt, and a changed one can never be mistaken for it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -22,11 +24,11 @@ import docker.errors
 
 from dd_accept.base.errors import ClusterError, EnvironmentProblem
 from dd_accept.base.progress import BuildListener, QuietListener
+from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES, SlurmRelease
 from dd_accept.base.state import file_lock, state_root
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.mirror import find_mirror
 
-SUITE = "bookworm"
 VARIANT = "minbase"
 PACKAGES = (
     "slurmctld",
@@ -57,13 +59,18 @@ def _recipe_bytes(name: str) -> bytes:
     return resources.files("dd_accept.slurm_docker").joinpath("recipe", name).read_bytes()
 
 
-def base_tag() -> str:
-    recipe = _digest(RECIPE_VERSION, SUITE, VARIANT, ",".join(sorted(PACKAGES)))
+def _release(version: str) -> SlurmRelease:
+    return RELEASES[version]
+
+
+def base_tag(version: str = DEFAULT_RELEASE) -> str:
+    release = _release(version)
+    recipe = _digest(RECIPE_VERSION, release.suite, VARIANT, ",".join(sorted(PACKAGES)))
     return f"{BASE_REPOSITORY}:{recipe}"
 
 
-def slurm_tag() -> str:
-    recipe = _digest(base_tag(), *(name.encode() + _recipe_bytes(name) for name in RECIPE_FILES))
+def slurm_tag(version: str = DEFAULT_RELEASE) -> str:
+    recipe = _digest(base_tag(version), *(name.encode() + _recipe_bytes(name) for name in RECIPE_FILES))
     return f"{SLURM_REPOSITORY}:{recipe}"
 
 
@@ -98,8 +105,9 @@ def _run_streaming(argv: list[str], listener: BuildListener, what: str) -> None:
         raise ClusterError(f"{what} failed (exit {code}): {' | '.join(tail_lines[-5:])}")
 
 
-def build_base(client: docker.DockerClient, listener: BuildListener) -> BuildResult:
-    tag = base_tag()
+def build_base(client: docker.DockerClient, listener: BuildListener, version: str = DEFAULT_RELEASE) -> BuildResult:
+    release = _release(version)
+    tag = base_tag(version)
     if engine.image_exists(client, tag):
         return BuildResult(tag, built=False, seconds=0.0)
     debootstrap = shutil.which("debootstrap")
@@ -112,19 +120,20 @@ def build_base(client: docker.DockerClient, listener: BuildListener) -> BuildRes
     scratch = Path(tempfile.mkdtemp(prefix="build-", dir=state_root()))
     try:
         rootfs = scratch / "rootfs"
-        listener.on_step(f"debootstrap {SUITE} ({len(PACKAGES)} packages)")
+        listener.on_step(f"debootstrap {release.suite} for Slurm {version} ({len(PACKAGES)} packages)")
         _run_streaming(
             [
                 debootstrap,
                 f"--variant={VARIANT}",
                 f"--include={','.join(PACKAGES)}",
-                SUITE,
+                release.suite,
                 str(rootfs),
                 mirror,
             ],
             listener,
             "debootstrap",
         )
+        _check_suite_contents(rootfs, release)
         for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
             for entry in (rootfs / cache).glob("*"):
                 if entry.is_file():
@@ -147,8 +156,30 @@ def build_base(client: docker.DockerClient, listener: BuildListener) -> BuildRes
     return BuildResult(tag, built=True, seconds=time.monotonic() - started)
 
 
-def build_slurm_layer(client: docker.DockerClient, listener: BuildListener) -> BuildResult:
-    tag = slurm_tag()
+def _check_suite_contents(rootfs: Path, release: SlurmRelease) -> None:
+    """A suite moves (sid above all): when it no longer carries the release's Slurm or
+    Python, say so instead of building an image whose name promises what it lacks."""
+    python = rootfs / "usr" / "bin" / f"python{release.python}"
+    if not python.exists():
+        found = sorted(p.name for p in (rootfs / "usr" / "bin").glob("python3.*") if not p.name.endswith("-config"))
+        raise ClusterError(
+            f"{release.suite} no longer carries Python {release.python} (found: {', '.join(found) or 'none'}); "
+            f"update Slurm {release.version}'s entry in dd_accept/base/slurm_releases.py"
+        )
+    status = (rootfs / "var" / "lib" / "dpkg" / "status").read_text(errors="replace")
+    match = re.search(r"^Package: slurmd\n(?:[^\n]+\n)*?Version: (?P<version>\S+)", status, re.MULTILINE)
+    if match is None or not match["version"].startswith(release.version + "."):
+        found = match["version"] if match else "no slurmd"
+        raise ClusterError(
+            f"{release.suite} no longer carries Slurm {release.version} (found: {found}); "
+            f"update dd_accept/base/slurm_releases.py"
+        )
+
+
+def build_slurm_layer(
+    client: docker.DockerClient, listener: BuildListener, version: str = DEFAULT_RELEASE
+) -> BuildResult:
+    tag = slurm_tag(version)
     if engine.image_exists(client, tag):
         return BuildResult(tag, built=False, seconds=0.0)
     started = time.monotonic()
@@ -160,7 +191,7 @@ def build_slurm_layer(client: docker.DockerClient, listener: BuildListener) -> B
             client.images.build(
                 path=context,
                 tag=tag,
-                buildargs={"BASE": base_tag()},
+                buildargs={"BASE": base_tag(version)},
                 labels={engine.LABEL_IMAGE_RECIPE: tag.partition(":")[2]},
                 network_mode="none",
                 pull=False,
@@ -173,13 +204,15 @@ def build_slurm_layer(client: docker.DockerClient, listener: BuildListener) -> B
     return BuildResult(tag, built=True, seconds=time.monotonic() - started)
 
 
-def ensure_images(client: docker.DockerClient, listener: BuildListener | None = None) -> str:
+def ensure_images(
+    client: docker.DockerClient, listener: BuildListener | None = None, version: str = DEFAULT_RELEASE
+) -> str:
     """Build whatever is missing, once, even when several processes ask at the same time."""
     listener = listener or QuietListener()
     with file_lock(state_root() / "locks" / "images.lock"):
-        build_base(client, listener)
-        return build_slurm_layer(client, listener).tag
+        build_base(client, listener, version)
+        return build_slurm_layer(client, listener, version).tag
 
 
-def images_present(client: docker.DockerClient) -> dict[str, bool]:
-    return {tag: engine.image_exists(client, tag) for tag in (base_tag(), slurm_tag())}
+def images_present(client: docker.DockerClient, version: str = DEFAULT_RELEASE) -> dict[str, bool]:
+    return {tag: engine.image_exists(client, tag) for tag in (base_tag(version), slurm_tag(version))}

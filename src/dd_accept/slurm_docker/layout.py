@@ -7,9 +7,9 @@ cluster for its layout instead of assuming either, so the same scenario code run
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-NODE_PYTHON_VERSION = "3.11"
+from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +19,7 @@ class NodeLayout:
     # The SUT's own packages without their dependencies, for a Python that is not the SUT's
     # (a site's vLLM) to import the SUT's middleware without the SUT's dependency versions.
     sut_only: str | None = None
+    python_version: str = RELEASES[DEFAULT_RELEASE].python  # the venv's interpreter, X.Y
 
     @property
     def python(self) -> str:
@@ -26,10 +27,15 @@ class NodeLayout:
 
     @property
     def site_packages(self) -> str:
-        return f"{self.venv}/lib/python{NODE_PYTHON_VERSION}/site-packages"
+        return f"{self.venv}/lib/python{self.python_version}/site-packages"
 
     def drill(self, name: str) -> str:
         return f"{self.harness_dir}/dd_accept/node/drills/{name}"
 
 
 DOCKER_LAYOUT = NodeLayout(venv="/opt/sut", harness_dir="/opt/dd-accept")
+
+
+def docker_layout(version: str = DEFAULT_RELEASE) -> NodeLayout:
+    """The docker cluster's layout on nodes of Slurm `version` (whose suite sets the Python)."""
+    return replace(DOCKER_LAYOUT, python_version=RELEASES[version].python)

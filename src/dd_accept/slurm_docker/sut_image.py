@@ -23,6 +23,7 @@ import dd_accept
 from dd_accept.base.errors import ClusterError, UsageError
 from dd_accept.base.hashing import sha256_file
 from dd_accept.base.progress import BuildListener, QuietListener
+from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
 from dd_accept.base.state import file_lock, state_root
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.images import BuildResult, ensure_images, slurm_tag
@@ -94,14 +95,16 @@ def node_source_digest() -> str:
     return _digest_files(node_files())
 
 
-def sut_tag(wheelhouse: Wheelhouse) -> str:
-    recipe = hashlib.sha256("\n".join([slurm_tag(), wheelhouse.digest, SUT_DOCKERFILE]).encode()).hexdigest()[:16]
+def sut_tag(wheelhouse: Wheelhouse, version: str = DEFAULT_RELEASE) -> str:
+    recipe = hashlib.sha256("\n".join([slurm_tag(version), wheelhouse.digest, SUT_DOCKERFILE]).encode()).hexdigest()[
+        :16
+    ]
     return f"{SUT_REPOSITORY}:{recipe}"
 
 
-def node_tag(wheelhouse: Wheelhouse) -> str:
+def node_tag(wheelhouse: Wheelhouse, version: str = DEFAULT_RELEASE) -> str:
     recipe = hashlib.sha256(
-        "\n".join([sut_tag(wheelhouse), node_source_digest(), NODE_DOCKERFILE]).encode()
+        "\n".join([sut_tag(wheelhouse, version), node_source_digest(), NODE_DOCKERFILE]).encode()
     ).hexdigest()[:16]
     return f"{NODE_REPOSITORY}:{recipe}"
 
@@ -129,12 +132,20 @@ def _build(client: docker.DockerClient, context: Path, tag: str, base: str, labe
 
 
 def build_node_image(
-    client: docker.DockerClient, wheelhouse: Wheelhouse, listener: BuildListener | None = None
+    client: docker.DockerClient,
+    wheelhouse: Wheelhouse,
+    listener: BuildListener | None = None,
+    version: str = DEFAULT_RELEASE,
 ) -> BuildResult:
-    """The image a SUT's cluster runs: Slurm + `/opt/sut` + dd-accept's in-cluster code."""
+    """The image a SUT's cluster runs: Slurm `version` + `/opt/sut` + dd-accept's in-cluster code."""
     listener = listener or QuietListener()
-    slurm = ensure_images(client, listener)
-    sut, node = sut_tag(wheelhouse), node_tag(wheelhouse)
+    python = RELEASES[version].python
+    if wheelhouse.python != python:
+        raise ClusterError(
+            f"the wheelhouse was fetched for Python {wheelhouse.python}, but Slurm {version}'s nodes run {python}"
+        )
+    slurm = ensure_images(client, listener, version)
+    sut, node = sut_tag(wheelhouse, version), node_tag(wheelhouse, version)
     started = time.monotonic()
     built = False
     with file_lock(state_root() / "locks" / "sut-image.lock"):

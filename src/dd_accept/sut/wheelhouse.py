@@ -1,8 +1,9 @@
 """The wheelhouse: every wheel the SUT needs, fetched on the host, digested, cached by content.
 
 Nodes have no network, so the node image installs offline from this directory. Wheels are
-fetched for the node's interpreter (Debian bookworm's CPython 3.11 on this machine's
-architecture and glibc 2.36), not for whatever Python runs the harness. A finished
+fetched for the node's interpreter (the CPython and glibc of the Debian suite that carries
+the cluster's Slurm release, on this machine's architecture), not for whatever Python runs
+the harness; each release's Python gets its own wheelhouse and digest. A finished
 wheelhouse holds `wheelhouse.json`, written last: a directory without it is incomplete
 and is rebuilt.
 """
@@ -25,25 +26,25 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from dd_accept.base.errors import UsageError
 from dd_accept.base.hashing import sha256_file
 from dd_accept.base.progress import BuildListener, QuietListener
+from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES, SlurmRelease
 from dd_accept.base.state import file_lock, state_root
 from dd_accept.sut.spec import SutSpec, validate_wheel
 
 # What dd-accept's own in-cluster parts need beside the SUT (the replica's server stack).
 HARNESS_REQUIREMENTS = ("uvicorn>=0.30", "prometheus-client>=0.20", "httptools>=0.6")
-NODE_PYTHON = "3.11"
-NODE_GLIBC_MINOR = 36
+DEFAULT_NODE = RELEASES[DEFAULT_RELEASE]
 MANIFEST = "wheelhouse.json"
 IGNORED_SOURCE_DIRECTORIES = frozenset(
     {".git", ".venv", "__pycache__", "build", "dist", ".ruff_cache", ".pytest_cache", ".mypy_cache", ".tox"}
 )
 
 
-def node_platform_args() -> list[str]:
+def node_platform_args(node: SlurmRelease = DEFAULT_NODE) -> list[str]:
     machine = platform.machine()
-    tags = [f"manylinux_2_{minor}_{machine}" for minor in range(NODE_GLIBC_MINOR, 16, -1)]
+    tags = [f"manylinux_2_{minor}_{machine}" for minor in range(node.glibc_minor, 16, -1)]
     tags += [f"manylinux2014_{machine}", f"manylinux2010_{machine}", f"manylinux1_{machine}"]
-    args = ["--only-binary=:all:", "--python-version", NODE_PYTHON, "--implementation", "cp"]
-    args += ["--abi", "cp" + NODE_PYTHON.replace(".", "")]
+    args = ["--only-binary=:all:", "--python-version", node.python, "--implementation", "cp"]
+    args += ["--abi", node.python_tag]
     for tag in tags:
         args += ["--platform", tag]
     return args
@@ -77,6 +78,7 @@ class Wheelhouse:
     sut: SutSpec
     sut_names: tuple[str, ...]
     wheels: tuple[Wheel, ...]
+    python: str = DEFAULT_NODE.python  # the node interpreter the wheels were fetched for
 
     @property
     def sut_wheels(self) -> tuple[Wheel, ...]:
@@ -97,12 +99,14 @@ class Wheelhouse:
         data = json.loads((path / MANIFEST).read_text())
         spec = SutSpec(data["sut"]["kind"], data["sut"]["value"], tuple(data["sut"]["names"]))
         wheels = tuple(Wheel(**w) for w in data["wheels"])
-        return cls(path, spec, tuple(data["sut_names"]), wheels)
+        # Manifests from before the release matrix were all fetched for the default node.
+        python = data.get("node_python", DEFAULT_NODE.python)
+        return cls(path, spec, tuple(data["sut_names"]), wheels, python)
 
 
-def _cache_key(spec: SutSpec) -> str:
+def _cache_key(spec: SutSpec, node: SlurmRelease) -> str:
     hasher = hashlib.sha256()
-    hasher.update(json.dumps([spec.kind, NODE_PYTHON, platform.machine(), *HARNESS_REQUIREMENTS]).encode())
+    hasher.update(json.dumps([spec.kind, node.python, platform.machine(), *HARNESS_REQUIREMENTS]).encode())
     source = Path(spec.value)
     if spec.kind == "requirement":
         hasher.update(spec.value.encode())
@@ -125,11 +129,14 @@ def _pip(args: list[str], what: str) -> None:
         raise UsageError(f"{what}: {last.removeprefix('ERROR: ')}")
 
 
-def build_wheelhouse(spec: SutSpec, listener: BuildListener | None = None) -> Wheelhouse:
-    """Fetch (or reuse) the wheelhouse for a SUT; raise a usage error when it cannot resolve."""
+def build_wheelhouse(
+    spec: SutSpec, listener: BuildListener | None = None, node: SlurmRelease = DEFAULT_NODE
+) -> Wheelhouse:
+    """Fetch (or reuse) the wheelhouse for a SUT on `node`'s Python; raise a usage error when
+    it cannot resolve there (a SUT without wheels for that Python cannot run on that release)."""
     listener = listener or QuietListener()
     root = state_root() / "wheelhouses"
-    final = root / _cache_key(spec)
+    final = root / _cache_key(spec, node)
     with file_lock(root / ".lock"):
         if (final / MANIFEST).is_file():
             return Wheelhouse.load(final)
@@ -137,12 +144,12 @@ def build_wheelhouse(spec: SutSpec, listener: BuildListener | None = None) -> Wh
         scratch = Path(tempfile.mkdtemp(prefix="tmp-", dir=root))
         try:
             requirements, extra, sut_names = _resolve_inputs(spec, scratch, listener)
-            listener.on_step(f"fetching wheels for {spec.display}")
+            listener.on_step(f"fetching wheels for {spec.display} (Python {node.python})")
             _pip(
-                ["download", "-q", "-d", str(scratch), *extra, *node_platform_args(), *requirements],
-                f"cannot fetch the wheels for --sut {spec.display}",
+                ["download", "-q", "-d", str(scratch), *extra, *node_platform_args(node), *requirements],
+                f"cannot fetch the wheels for --sut {spec.display} on Python {node.python}",
             )
-            _write_manifest(scratch, spec, sut_names)
+            _write_manifest(scratch, spec, sut_names, node)
             shutil.rmtree(final, ignore_errors=True)
             os.replace(scratch, final)
             wheelhouse = Wheelhouse.load(final)
@@ -182,7 +189,7 @@ def _resolve_inputs(
     return [str(scratch / w.name) for w in wheels] + harness, ["--find-links", str(scratch)], tuple(names)
 
 
-def _write_manifest(directory: Path, spec: SutSpec, sut_names: tuple[str, ...]) -> None:
+def _write_manifest(directory: Path, spec: SutSpec, sut_names: tuple[str, ...], node: SlurmRelease) -> None:
     wheels = []
     for path in sorted(directory.glob("*.whl")):
         name, version, *_ = parse_wheel_filename(path.name)
@@ -202,6 +209,7 @@ def _write_manifest(directory: Path, spec: SutSpec, sut_names: tuple[str, ...]) 
         # The display form only: a local SUT's host path is never stored.
         "sut": {"kind": spec.kind, "value": spec.display, "names": list(spec.names)},
         "sut_names": list(sut_names),
+        "node_python": node.python,
         "wheels": wheels,
     }
     (directory / MANIFEST).write_text(json.dumps(manifest, indent=1))

@@ -1,0 +1,151 @@
+"""The Slurm behaviour every drain and health verdict rests on, pinned for each release.
+
+Brief facts 1 and 2, and what the drain checks read, are facts about Slurm, not about the
+SUT; they are exactly what changes between releases. So each fact is a test, run on a
+cluster of every release dd-accept builds (base.slurm_releases); when a release changes
+one, the failing test names which:
+
+(a) TERM to the srun *launcher* makes srun force job termination: the task is killed
+    without its SIGTERM handler running.
+(b) `scancel --signal=TERM JOB.STEP` delivers TERM to the task: the handler runs and the
+    task exits 0 after finishing its work.
+(c) `scancel JOB` sends TERM to the tasks, then KILL after KillWait.
+(d) slurmd records each task's end (exit code, or the killing signal) and the signal it
+    delivered, in the log format `step_exit` parses: the drain checks read the endpoint's
+    exit status and TERM's moment from there.
+"""
+
+import time
+
+import pytest
+
+from dd_accept.base.slurm_releases import RELEASES
+from dd_accept.base.waiting import wait_until
+from dd_accept.slurm_docker import ClusterSpec, SlurmCluster
+from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.slurm_docker.step_exit import SLURMD_LOG, from_slurmd_log, signal_sent_at
+
+pytestmark = pytest.mark.cluster
+
+KILL_WAIT = 3  # seconds; short, so (c) is quick to observe, and long enough to tell apart
+
+# The task records its step identity, then traps TERM: the handler marks that it ran,
+# works for $2 s (or ignores TERM when $2 is "ignore"), marks that it finished, exits $3.
+TASK = r"""
+d=/shared/semantics/$1
+mkdir -p "$d"
+if [ "$2" = ignore ]; then
+  trap 'date +%s.%N >"$d/handler"' TERM
+else
+  trap 'echo started >"$d/handler"; sleep "$2"; echo finished >>"$d/handler"; exit "$3"' TERM
+fi
+echo "$SLURM_JOB_ID.$SLURM_STEP_ID" >"$d/ready"
+while :; do sleep 0.1; done
+"""
+
+
+@pytest.fixture(scope="module", params=sorted(RELEASES), ids=lambda version: f"slurm-{version}")
+def release_cluster(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster):
+    """A one-node cluster of each Slurm release (KillWait short), removed after its tests."""
+    spec = ClusterSpec(
+        name=f"{slurm_cluster.name}-s{request.param.replace('.', '')}",
+        nodes=1,
+        cpus_per_node=4,
+        kill_wait=KILL_WAIT,
+        slurm=request.param,
+    )
+    with SlurmCluster(spec) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def release_allocation(release_cluster: SlurmCluster, request: pytest.FixtureRequest):
+    alloc = Allocation.acquire(release_cluster, nodes=1, job_name=request.node.name[:40])
+    try:
+        yield alloc
+    finally:
+        leaked = alloc.release()
+    assert not leaked, f"leaked steps: {leaked}"
+
+
+def _start_task(allocation: Allocation, cluster: SlurmCluster, label: str, work: str = "2", code: int = 0):
+    launcher = allocation.start_step(["bash", "-c", TASK, "task", label, work, str(code)], options=["-N1", "-n1"])
+    _, host_dir = cluster.shared_path("semantics", label)
+    step = wait_until(
+        lambda: (host_dir / "ready").read_text().strip() if (host_dir / "ready").exists() else "",
+        bool,
+        timeout=30,
+        what=f"task {label} to report its step",
+    )
+    wait_until(allocation.steps, lambda steps: step in steps, timeout=10, what=f"step {step} running")
+    return launcher, step, host_dir
+
+
+def _slurmd_log(cluster: SlurmCluster, node: str) -> str:
+    return cluster.exec(["cat", SLURMD_LOG], node=node, timeout=15).stdout
+
+
+def test_the_release_is_the_one_asked_for(release_cluster: SlurmCluster):
+    versions = release_cluster.versions()
+    assert versions["slurm"].split()[-1].startswith(release_cluster.spec.slurm + "."), versions
+    python = RELEASES[release_cluster.spec.slurm].python
+    assert python in release_cluster.exec(["python3", "--version"], timeout=10).stdout, versions
+
+
+def test_term_to_the_srun_launcher_kills_the_task_without_its_handler(release_allocation, release_cluster):
+    launcher, step, host_dir = _start_task(release_allocation, release_cluster, "launcher")
+    assert launcher.signal("TERM").ok
+    record = launcher.wait(timeout=60)
+    assert record.exit_code == 137, record.describe()
+    assert "forcing job termination" in record.stderr_tail, record.describe()
+    time.sleep(0.5)  # let a (wrongly) running handler get far enough to leave its mark
+    assert not (host_dir / "handler").exists(), "the task's TERM handler ran; Slurm semantics changed"
+    assert step not in release_allocation.steps()
+
+
+def test_scancel_term_to_the_step_runs_the_handler_and_its_exit_is_recorded(release_allocation, release_cluster):
+    launcher, step, host_dir = _start_task(release_allocation, release_cluster, "scancel", code=3)
+    started = time.monotonic()
+    assert release_allocation.scancel_step(step, "TERM").ok
+    record = launcher.wait(timeout=60)
+    elapsed = time.monotonic() - started
+    assert record.exit_code == 3, record.describe()
+    assert (host_dir / "handler").read_text().split() == ["started", "finished"]
+    assert elapsed >= 2.0, "the task ended before its 2 s of drain work"
+    assert step not in release_allocation.steps()
+    # (d): what the drain checks read — the task's own exit code and TERM's moment, from slurmd.
+    log = wait_until(
+        lambda: _slurmd_log(release_cluster, release_allocation.first_node),
+        lambda text: from_slurmd_log(text, step) is not None,
+        timeout=15,
+        what=f"slurmd to record the end of {step}",
+    )
+    ended = from_slurmd_log(log, step)
+    assert ended is not None and ended.exit_code == 3, ended
+    term_at = signal_sent_at(log, step, 15)
+    assert term_at is not None, f"slurmd did not record delivering TERM to {step}"
+    assert ended.ended_at is not None and ended.ended_at - term_at >= 1.5, (term_at, ended)
+
+
+def test_scancel_of_the_job_sends_term_then_kill_after_killwait(release_cluster):
+    allocation = Allocation.acquire(release_cluster, nodes=1, job_name="killwait")
+    try:
+        launcher, step, host_dir = _start_task(allocation, release_cluster, "killwait", work="ignore")
+        cancelled = time.time()
+        assert release_cluster.exec(["scancel", allocation.job_id], timeout=10).ok
+        launcher.wait(timeout=KILL_WAIT + 30)
+        term_seen = float((host_dir / "handler").read_text())  # the task's own clock, same host
+        log = wait_until(
+            lambda: _slurmd_log(release_cluster, allocation.first_node),
+            lambda text: from_slurmd_log(text, step) is not None,
+            timeout=15,
+            what=f"slurmd to record the end of {step}",
+        )
+        ended = from_slurmd_log(log, step)
+        assert ended is not None and ended.exit_code == 128 + 9, f"not killed by KILL: {ended}"
+        assert ended.ended_at is not None
+        assert term_seen - cancelled < KILL_WAIT, "TERM did not come first"
+        # KILL follows TERM after KillWait (slurmd logs at millisecond resolution).
+        assert KILL_WAIT - 0.5 <= ended.ended_at - term_seen <= KILL_WAIT + 5, (term_seen, ended)
+    finally:
+        allocation.release()
