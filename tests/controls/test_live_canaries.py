@@ -1,5 +1,8 @@
 """Canaries through a live run: secrets in the harness's environment and in a header the
-client sends (which also lands in the recorded srun command line) never reach the bundle."""
+client sends (which also lands in the recorded srun command line) never reach the bundle.
+
+The run is on Slurm 26.05 (Debian sid, Python 3.14): the positive control of rc1 on the
+newest release dd-accept builds, with its own wheelhouse and node image."""
 
 import json
 
@@ -20,6 +23,8 @@ def test_live_canaries_never_reach_the_bundle(tmp_path):
         "--quiet",
         "run",
         "streaming",
+        "--slurm",
+        "26.05",
         "--out",
         str(out),
         "--client-header",
@@ -28,6 +33,9 @@ def test_live_canaries_never_reach_the_bundle(tmp_path):
         timeout=900,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    versions = json.loads((out / "provenance.json").read_text())["predicate"]["invocation"]["versions"]
+    assert versions["slurm"].startswith("slurm-wlm 26.05.") and versions["slurm_release"] == "26.05", versions
+    assert versions["node_python"].startswith("Python 3.14.") and versions["wheelhouse_python"] == "3.14", versions
     commands = [json.loads(line) for line in (out / "commands.jsonl").read_text().splitlines()]
     assert any("--header" in record["argv"] for record in commands), "the header really was sent"
     everything = "".join(p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())

@@ -71,17 +71,23 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(tmp_pa
 
 
 def test_run_reports_a_failed_check_with_exit_1(tmp_path, sut_wheelhouse):
-    """A faulty SUT given through --sut fails the run with exit status 1 (not 2)."""
+    """A faulty SUT given through --sut fails the run with exit status 1 (not 2), for its
+    reason only, on Slurm 24.11 (Debian trixie, Python 3.13) as on the default release."""
     from dd_accept.sut.variants import FAULTS, make_variant
 
     (wheel,) = [w for w in sut_wheelhouse.wheels if w.name == "data-designer-slurm"]
     variant = make_variant(sut_wheelhouse.path / wheel.file, FAULTS["five-attempts"], tmp_path / "wheels")
     out = tmp_path / "evidence"
-    result = run_cli("--quiet", "run", "overload", "--sut", str(variant), "--out", str(out), timeout=900)
+    result = run_cli(
+        "--quiet", "run", "overload", "--slurm", "24.11", "--sut", str(variant), "--out", str(out), timeout=900
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     results = json.loads((out / "results.json").read_text())
-    failed = [c["id"] for s in results["scenarios"] for c in s["checks"] if c["verdict"] == "fail"]
-    assert failed == ["overload.total.attempts"]
+    failed = [c for s in results["scenarios"] for c in s["checks"] if c["verdict"] == "fail"]
+    assert [c["id"] for c in failed] == ["overload.total.attempts"]
+    assert "attempts per 429: 5:" in failed[0]["observed"], failed[0]["observed"]
+    versions = json.loads((out / "provenance.json").read_text())["predicate"]["invocation"]["versions"]
+    assert versions["slurm"].startswith("slurm-wlm 24.11.") and versions["node_python"].startswith("Python 3.13.")
 
 
 def test_a_proxy_that_never_serves_is_a_failed_check_not_an_environment_error(tmp_path, sut_wheelhouse):

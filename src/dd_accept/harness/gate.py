@@ -5,13 +5,17 @@ when a baseline is given); the gate's own verdict, threshold checks and the comp
 written beside them (`gate.json`, `gate.md`, `comparison.md`, `comparison.html`), never
 into a bundle, so every bundle still verifies on its own. The exit status is the
 candidate's: 0 the gate passes, 1 it does not, 2 the run could not be judged.
+
+A gate over several Slurm releases (`[cluster] slurm = [...]`) runs everything once per
+release, into `<out>/slurm-<release>/`, judges each, and adds the matrix (check by release:
+verdict and key numbers) to `gate.json` and `gate.md`; it passes only when every release does.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -72,7 +76,7 @@ def judge(gate: GateFile, results: dict[str, Any]) -> list[CheckResult]:
     return checks
 
 
-def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None):
+def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None, release: str | None = None):
 
     return RunRequest(
         scenario=",".join(gate.scenarios()),
@@ -81,7 +85,7 @@ def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None):
         out=out,
         overload=gate.overload(),
         drain=gate.drain(),
-        cluster=gate.cluster_options(),
+        cluster=gate.cluster_options(release),
         backend=gate.backend_options(),
         # Bundles keep the strict verdict; the gate itself allows only the checks its file names.
         allow_unsupported=False,
@@ -100,51 +104,136 @@ def _markdown(gate_name: str, verdict: str, checks: list[CheckResult], bundles: 
     return "\n".join(lines) + "\n"
 
 
+def _key_numbers(cell: dict[str, Any], most: int = 2) -> str:
+    return ", ".join(f"{name} {value:g}" for name, value in list(cell.get("metrics", {}).items())[:most])
+
+
+def matrix(candidates: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """check id -> release -> {verdict, metrics}: one row per check any release reported, in
+    the order they are first reported; a check a release did not report is absent from it."""
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for release, results in candidates.items():
+        for check in _all_checks(results):
+            rows.setdefault(check["id"], {})[release] = {"verdict": check["verdict"], "metrics": check["metrics"]}
+    return rows
+
+
+def _matrix_markdown(releases: list[str], rows: dict[str, dict[str, dict[str, Any]]]) -> str:
+    lines = ["", "### Checks by Slurm release", "", "| check | " + " | ".join(releases) + " |"]
+    lines.append("|---|" + "---|" * len(releases))
+    for check_id, cells in rows.items():
+        shown = []
+        for release in releases:
+            cell = cells.get(release)
+            numbers = _key_numbers(cell) if cell else ""
+            shown.append("not run" if cell is None else cell["verdict"] + (f" ({numbers})" if numbers else ""))
+        lines.append(f"| `{check_id}` | " + " | ".join(shown) + " |")
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseVerdict:
+    """One release's part of a gate: where its bundles are, how its runs ended, the gate's
+    checks on its candidate, and (with a baseline) the comparison."""
+
+    release: str | None
+    prefix: str  # the release's directory under the gate's, "" outside a matrix
+    codes: dict[str, int]
+    candidate: dict[str, Any]
+    checks: list[CheckResult]
+    comparison: compare.Comparison | None
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if all(c.verdict == "pass" for c in self.checks) else "fail"
+
+    def bundles(self) -> dict[str, str]:
+        return {role: self.prefix + role for role in self.codes}
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "verdict": self.verdict,
+            "bundles": self.bundles(),
+            "run_exit_status": self.codes,
+            "checks": [asdict(check) for check in self.checks],
+        }
+        if self.comparison is not None:
+            regressed = [c.id for c in self.comparison.regressions]
+            document["comparison"] = {"headline": self.comparison.headline(), "regressed": regressed}
+        return document
+
+
+def _judge_release(
+    gate: GateFile, release: str | None, base: Path, prefix: str, codes: dict[str, int], console: ConsoleListener
+) -> ReleaseVerdict:
+    candidate = load_results(base / "candidate" / "results.json")
+    comparison = None
+    if "baseline" in codes:
+        comparison = compare.compare(load_results(base / "baseline" / "results.json"), candidate)
+        (base / "comparison.md").write_text(compare.to_markdown(comparison))
+        (base / "comparison.html").write_text(compare.to_html(comparison))
+        console.table(compare.to_table(comparison))
+    return ReleaseVerdict(release, prefix, codes, candidate, judge(gate, candidate), comparison)
+
+
 def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListener, sign_key: Path | None) -> int:
 
     roles = dict(zip(("baseline", "candidate") if len(suts) == 2 else ("candidate",), suts, strict=True))
+    releases = gate.releases()
+    in_matrix = len(releases) > 1
     out = prepare_out(out)
-    codes: dict[str, int] = {}
+    prefixes = {release: f"slurm-{release}/" if in_matrix else "" for release in releases}
+    codes: dict[str | None, dict[str, int]] = {release: {} for release in releases}
     try:
-        for role, sut in roles.items():
-            console.on_step(f"gate {gate.gate.name}: {role} {sut}")
-            codes[role] = run(_request(gate, sut, out / role, sign_key), console)
+        for release in releases:
+            for role, sut in roles.items():
+                where = f" on Slurm {release}" if in_matrix else ""
+                console.on_step(f"gate {gate.gate.name}: {role} {sut}{where}")
+                request = _request(gate, sut, out / prefixes[release] / role, sign_key, release)
+                codes[release][role] = run(request, console)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # a gate that did not finish leaves nothing half-written
         raise
-    candidate = load_results(out / "candidate" / "results.json")
-    checks = judge(gate, candidate)
-    verdict = "pass" if all(c.verdict == "pass" for c in checks) else "fail"
+    parts = [
+        _judge_release(gate, release, out / prefixes[release], prefixes[release], codes[release], console)
+        for release in releases
+    ]
+    verdict = "pass" if all(part.verdict == "pass" for part in parts) else "fail"
+    first = parts[0]
     document: dict[str, Any] = {
         "schema": SCHEMA,
         "gate": gate.gate.name,
         "verdict": verdict,
         "time": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "bundles": {role: role for role in roles},
-        "run_exit_status": codes,
-        "checks": [asdict(check) for check in checks],
+        **first.to_json(),
     }
-    if "baseline" in roles:
-        baseline = load_results(out / "baseline" / "results.json")
-        comparison = compare.compare(baseline, candidate)
-        (out / "comparison.md").write_text(compare.to_markdown(comparison))
-        (out / "comparison.html").write_text(compare.to_html(comparison))
-        document["comparison"] = {
-            "headline": comparison.headline(),
-            "regressed": [c.id for c in comparison.regressions],
+    document["verdict"] = verdict
+    # A matrix's headline lists every release's gate checks, each id tagged with its release.
+    headline = [replace(c, id=f"{c.id}@{part.release}") if in_matrix else c for part in parts for c in part.checks]
+    bundles = {
+        f"{part.release} {role}" if in_matrix else role: name for part in parts for role, name in part.bundles().items()
+    }
+    markdown = _markdown(gate.gate.name, verdict, headline, bundles)
+    if in_matrix:
+        names = [str(part.release) for part in parts]
+        document["matrix"] = {
+            "releases": names,
+            "by_release": {str(part.release): part.to_json() for part in parts},
+            "checks": matrix({str(part.release): part.candidate for part in parts}),
         }
-        console.table(compare.to_table(comparison))
+        markdown += _matrix_markdown(names, document["matrix"]["checks"])
     (out / "gate.json").write_text(json.dumps(document, indent=2) + "\n")
-    (out / "gate.md").write_text(_markdown(gate.gate.name, verdict, checks, document["bundles"]))
+    (out / "gate.md").write_text(markdown)
     table = Table(title=f"dd-accept gate {gate.gate.name}: {verdict.upper()}")
     for column in ("gate check", "verdict", "expected", "observed"):
         table.add_column(column, overflow="fold")
-    for check in checks:
+    for check in headline:
         colour = "green" if check.verdict == "pass" else "red"
         table.add_row(check.id, f"[{colour}]{check.verdict}[/{colour}]", check.expected, check.observed)
     console.table(table)
-    print(f"gate: {out.name}/gate.md, gate.json" + (", comparison.md, comparison.html" if "baseline" in roles else ""))
-    if codes.get("candidate") == EXIT_USAGE:
+    written = "gate.md, gate.json" + (", comparison.md, comparison.html" if "baseline" in roles else "")
+    print(f"gate: {out.name}/{written}" + (" (one directory per Slurm release)" if in_matrix else ""))
+    if any(part.codes.get("candidate") == EXIT_USAGE for part in parts):
         return EXIT_USAGE
     return EXIT_PASS if verdict == "pass" else EXIT_CHECK_FAILED
 

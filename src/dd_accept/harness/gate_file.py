@@ -8,7 +8,7 @@ never a gate that silently checks less.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, make_dataclass, replace
 from pathlib import Path
 
 from dd_accept.acceptance.catalog import CHECKS
@@ -56,7 +56,17 @@ Thresholds = make_dataclass(
     frozen=True,
     slots=True,
 )
-ClusterSection = make_dataclass("ClusterSection", gate_fields(ClusterOptions), frozen=True, slots=True)
+# [cluster]: where to run. `slurm` may name several releases (a matrix): the gate runs every
+# scenario on each, so it holds a list (one release, written as a string, is a list of one).
+ClusterSection = make_dataclass(
+    "ClusterSection",
+    [
+        ("slurm", tuple[str, ...], field(default_factory=tuple)) if name == "slurm" else (name, hint, default)
+        for name, hint, default in gate_fields(ClusterOptions)
+    ],
+    frozen=True,
+    slots=True,
+)
 BackendSection = make_dataclass("BackendSection", gate_fields(BackendOptions), frozen=True, slots=True)
 
 
@@ -78,8 +88,14 @@ class GateFile:
     def drain(self) -> DrainOptions:
         return from_gate(DrainOptions, self.thresholds, "thresholds")
 
-    def cluster_options(self) -> ClusterOptions:
-        return from_gate(ClusterOptions, self.cluster, "cluster")
+    def releases(self) -> list[str | None]:
+        """The Slurm releases the gate runs on, in the file's order (None: the default one)."""
+        return list(self.cluster.slurm) or [None]
+
+    def cluster_options(self, release: str | None = None) -> ClusterOptions:
+        """Where to run; in a matrix, on `release` (by default the first of the file's)."""
+        chosen = release if release is not None else self.releases()[0]
+        return from_gate(ClusterOptions, replace(self.cluster, slurm=chosen), "cluster")
 
     def backend_options(self) -> BackendOptions:
         return from_gate(BackendOptions, self.backend, "backend")
@@ -124,9 +140,12 @@ def _validate(gate: GateFile, source: str) -> GateFile:
         gate.overload()
         gate.drain()
         gate.backend_options()
-        gate.cluster_options()
+        for release in gate.releases():
+            gate.cluster_options(release)
     except ValueError as error:
         raise _fail(source, str(error)) from None
+    if len(set(gate.cluster.slurm)) != len(gate.cluster.slurm):
+        raise _fail(source, f"cluster.slurm names a release twice: {', '.join(gate.cluster.slurm)}")
     if gate.options.seed < 0 or gate.options.parallel < 1:
         raise _fail(source, "options.seed must be >= 0 and options.parallel >= 1")
     if gate.cluster.mode == "existing" and not gate.cluster.run_dir:
@@ -137,7 +156,11 @@ def _validate(gate: GateFile, source: str) -> GateFile:
 
 
 def parse_gate(text: str, source: str) -> GateFile:
-    gate = build_table(GateFile, parse_toml(text, "gate file", source), "", "gate file", source)
+    data = parse_toml(text, "gate file", source)
+    cluster = data.get("cluster")
+    if isinstance(cluster, dict) and isinstance(cluster.get("slurm"), str):
+        cluster["slurm"] = [cluster["slurm"]]  # one release is a matrix of one
+    gate = build_table(GateFile, data, "", "gate file", source)
     return _validate(gate, source)
 
 
