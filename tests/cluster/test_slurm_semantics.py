@@ -1,8 +1,9 @@
 """The Slurm behaviour every drain and health verdict rests on, pinned for each release.
 
 Brief facts 1 and 2, and what the drain checks read, are facts about Slurm, not about the
-SUT; they are exactly what changes between releases. So each fact is a test, run on a
-cluster of every release dd-accept builds (base.slurm_releases); when a release changes
+SUT; they are exactly what changes between releases and process-tracking plugins. So each
+fact is a test, run on a cluster of every release dd-accept builds (base.slurm_releases)
+with each process tracking a site may set (linuxproc, cgroup); when a combination changes
 one, the failing test names which:
 
 (a) TERM to the srun *launcher* makes srun force job termination: the task is killed
@@ -23,6 +24,7 @@ from dd_accept.base.slurm_releases import RELEASES
 from dd_accept.base.waiting import wait_until
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster
 from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.slurm_docker.cluster import PROCTRACK
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, from_slurmd_log, signal_sent_at
 
 pytestmark = pytest.mark.cluster
@@ -44,15 +46,22 @@ while :; do sleep 0.1; done
 """
 
 
-@pytest.fixture(scope="module", params=sorted(RELEASES), ids=lambda version: f"slurm-{version}")
+@pytest.fixture(
+    scope="module",
+    params=[(release, proctrack) for release in sorted(RELEASES) for proctrack in PROCTRACK],
+    ids=lambda param: f"slurm-{param[0]}-{param[1]}",
+)
 def release_cluster(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster):
-    """A one-node cluster of each Slurm release (KillWait short), removed after its tests."""
+    """A one-node cluster of each Slurm release and process tracking (KillWait short),
+    removed after its tests."""
+    release, proctrack = request.param
     spec = ClusterSpec(
-        name=f"{slurm_cluster.name}-s{request.param.replace('.', '')}",
+        name=f"{slurm_cluster.name}-s{release.replace('.', '')}{proctrack[0]}",
         nodes=1,
         cpus_per_node=4,
         kill_wait=KILL_WAIT,
-        slurm=request.param,
+        slurm=release,
+        proctrack=proctrack,
     )
     with SlurmCluster(spec) as cluster:
         yield cluster
@@ -85,11 +94,19 @@ def _slurmd_log(cluster: SlurmCluster, node: str) -> str:
     return cluster.exec(["cat", SLURMD_LOG], node=node, timeout=15).stdout
 
 
-def test_the_release_is_the_one_asked_for(release_cluster: SlurmCluster):
+def test_the_release_and_process_tracking_are_the_ones_asked_for(release_cluster, release_allocation):
     versions = release_cluster.versions()
     assert versions["slurm"].split()[-1].startswith(release_cluster.spec.slurm + "."), versions
     python = RELEASES[release_cluster.spec.slurm].python
     assert python in release_cluster.exec(["python3", "--version"], timeout=10).stdout, versions
+    config = release_cluster.exec(["scontrol", "show", "config"], timeout=10).stdout
+    proctrack = release_cluster.spec.proctrack
+    assert f"proctrack/{proctrack}" in config, config[-500:]
+    # Under proctrack/cgroup a task lives in its step's freezer cgroup; under linuxproc it does not.
+    record = release_allocation.srun(["cat", "/proc/self/cgroup"], options=["-N1", "-n1"])
+    freezer = next(line for line in record.stdout.splitlines() if ":freezer:" in line)
+    in_step = f"/job_{release_allocation.job_id}/step_" in freezer
+    assert in_step == (proctrack == "cgroup"), freezer
 
 
 def test_term_to_the_srun_launcher_kills_the_task_without_its_handler(release_allocation, release_cluster):

@@ -35,3 +35,24 @@ def test_slurm_conf_declares_cpus_independent_of_the_host():
 
 def test_single_node_range_is_not_a_bracket_expression():
     assert "NodeName=node1 CPUs=" in render_slurm_conf(ClusterSpec(name="unit", nodes=1))
+
+
+def test_process_tracking_is_a_site_setting_rendered_into_slurm_conf():
+    from dd_accept.slurm_docker.cluster import PROCTRACK
+
+    assert PROCTRACK == ("linuxproc", "cgroup")
+    plain = render_slurm_conf(ClusterSpec())
+    assert "ProctrackType=proctrack/linuxproc" in plain and "TaskPlugin=task/none" in plain
+    tracked = render_slurm_conf(ClusterSpec(proctrack="cgroup"))
+    assert "ProctrackType=proctrack/cgroup" in tracked and "TaskPlugin=task/cgroup" in tracked
+    with pytest.raises(UsageError, match="--slurm-config must be one of linuxproc, cgroup, got 'v2'"):
+        ClusterSpec(proctrack="v2")
+
+
+def test_process_tracking_is_refused_where_it_has_no_effect():
+    from dd_accept.base.options import ClusterOptions, build
+
+    assert build(ClusterOptions, {}).proctrack == "linuxproc"
+    assert build(ClusterOptions, {"slurm_config": "cgroup"}).proctrack == "cgroup"
+    with pytest.raises(ValueError, match="--slurm-config applies to --cluster docker only"):
+        build(ClusterOptions, {"mode": "existing", "run_dir": "/shared/x", "slurm_config": "cgroup"})

@@ -41,7 +41,7 @@ def _pytest_parser() -> Parser:
 
 # Options a model refuses together with the others changed (the docker cluster's Slurm
 # release against --cluster existing): they make their round trip in an instance of their own.
-EXCLUSIVE = {ClusterOptions: ("slurm",)}
+EXCLUSIVE = {ClusterOptions: ("slurm", "slurm_config")}
 
 
 def _changed(model: type, only: tuple[str, ...] | None = None) -> Any:

@@ -334,17 +334,28 @@ class ClusterOptions:
         choices=tuple(RELEASES),
         metavar="RELEASE",
     )
+    slurm_config: str | None = option(
+        None,
+        "docker cluster: process tracking, a site setting: linuxproc (task/none) or cgroup "
+        "(proctrack/cgroup with task/cgroup; needs a cgroup v1 host) (default: linuxproc)",
+        choices=("linuxproc", "cgroup"),
+    )
 
     def __post_init__(self) -> None:
         if self.mode == "docker":
             _refuse_given(self, ("run_dir", "partition", "account", "time", "gres", "srun_args"), "--cluster existing")
         else:
-            _refuse_given(self, ("slurm",), "--cluster docker")
+            _refuse_given(self, ("slurm", "slurm_config"), "--cluster docker")
 
     @property
     def release(self) -> str:
         """The docker cluster's Slurm release (the default when none was chosen)."""
         return self.slurm or DEFAULT_RELEASE
+
+    @property
+    def proctrack(self) -> str:
+        """The docker cluster's process tracking (linuxproc when none was chosen)."""
+        return self.slurm_config or "linuxproc"
 
     def salloc_args(self) -> tuple[str, ...]:
         pairs = (("--partition", self.partition), ("--account", self.account), ("--gres", self.gres))

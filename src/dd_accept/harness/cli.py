@@ -85,17 +85,19 @@ def _cmd_cluster_build(args: argparse.Namespace, console: ConsoleListener) -> in
 
 def _cmd_cluster_up(args: argparse.Namespace, console: ConsoleListener) -> int:
 
+    options = _cluster_options(args)
     spec = ClusterSpec(
         name=args.name,
         nodes=args.nodes,
         cpus_per_node=args.cpus_per_node,
         subnet=args.subnet,
-        slurm=_slurm_release(args),
+        slurm=options.release,
+        proctrack=options.proctrack,
     )
     client = engine.connect()
     with console:
         image = images.ensure_images(client, console, spec.slurm)
-        console.on_step(f"starting cluster {spec.name} ({spec.nodes} nodes, Slurm {spec.slurm})")
+        console.on_step(f"starting cluster {spec.name} ({spec.nodes} nodes, Slurm {spec.slurm}, {spec.proctrack})")
         cluster = SlurmCluster(spec, image=image, client=client)
         cluster.up(ready_timeout=args.ready_timeout)
     console.out.print(
@@ -314,14 +316,13 @@ def _cmd_doctor(args: argparse.Namespace, console: ConsoleListener) -> int:
     for column in ("check", "status", "observed", "fix"):
         table.add_column(column)
     for finding in findings:
-        table.add_row(
-            finding.name,
-            "[green]ok[/green]" if finding.ok else "[red]problem[/red]",
-            finding.observed,
-            "" if finding.ok else finding.fix,
-        )
+        if finding.ok:
+            status = "[green]ok[/green]"
+        else:
+            status = "[yellow]not available[/yellow]" if finding.optional else "[red]problem[/red]"
+        table.add_row(finding.name, status, finding.observed, "" if finding.ok else finding.fix)
     console.table(table)
-    return EXIT_PASS if all(f.ok for f in findings) else EXIT_USAGE
+    return EXIT_PASS if all(f.ok or f.optional for f in findings) else EXIT_USAGE
 
 
 # ---- parser -------------------------------------------------------------------------------
@@ -335,12 +336,16 @@ def _positive(text: str) -> float:
     return value
 
 
-def _add_slurm_option(parser: argparse.ArgumentParser) -> None:
-    add_arguments(parser.add_argument, ClusterOptions, only=("slurm",))
+def _add_slurm_option(parser: argparse.ArgumentParser, names: tuple[str, ...] = ("slurm",)) -> None:
+    add_arguments(parser.add_argument, ClusterOptions, only=names)
+
+
+def _cluster_options(args: argparse.Namespace) -> ClusterOptions:
+    return build(ClusterOptions, given(ClusterOptions, lambda dest: getattr(args, dest, None)))
 
 
 def _slurm_release(args: argparse.Namespace) -> str:
-    return build(ClusterOptions, given(ClusterOptions, lambda dest: getattr(args, dest, None))).release
+    return _cluster_options(args).release
 
 
 def add_sut_options(parser: argparse.ArgumentParser) -> None:
@@ -380,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--cpus-per-node", default="16", help="CPUs Slurm declares per node (default: %(default)s)")
     up.add_argument("--subnet", help="IPv4 subnet for the internal network (default: chosen by Docker)")
     up.add_argument("--ready-timeout", type=_positive, default=60.0, help="seconds to wait for idle nodes")
-    _add_slurm_option(up)
+    _add_slurm_option(up, ("slurm", "slurm_config"))
     up.set_defaults(handler=_cmd_cluster_up)
 
     down = actions.add_parser("down", help="remove a cluster's containers, network, volumes and run directory")

@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass
 
 from dd_accept.base.errors import DDAcceptError
+from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
 from dd_accept.base.state import state_root
 from dd_accept.slurm_docker import engine, images
 from dd_accept.slurm_docker.mirror import find_mirror
@@ -20,6 +21,39 @@ class Finding:
     ok: bool
     observed: str
     fix: str = ""
+    optional: bool = False  # a capability some runs use: "not available" never fails doctor
+
+
+def _release_images(client) -> list[Finding]:
+    """The other Slurm releases' images: built on first use, so their absence is no problem."""
+    findings = []
+    for version in RELEASES:
+        if version == DEFAULT_RELEASE:
+            continue
+        present = images.images_present(client, version)
+        built = all(present.values())
+        findings.append(
+            Finding(
+                f"images (Slurm {version})",
+                built,
+                "all built" if built else "not built (built on first use)",
+                f"`dd-accept cluster build --slurm {version}`",
+                optional=True,
+            )
+        )
+    return findings
+
+
+def _cgroup_tracking(client) -> Finding:
+    """--slurm-config cgroup mounts each node's own cgroup v1 subtree; say whether this host can."""
+    version = str(client.info().get("CgroupVersion", "unknown"))
+    usable = version == "1"
+    observed = (
+        "cgroup v1: --slurm-config cgroup available"
+        if usable
+        else f"the Docker engine reports cgroup v{version}; --slurm-config cgroup needs a cgroup v1 host"
+    )
+    return Finding("cgroup process tracking", usable, observed, "use --slurm-config linuxproc", optional=True)
 
 
 def run_checks() -> list[Finding]:
@@ -61,6 +95,8 @@ def run_checks() -> list[Finding]:
                 "build them: `dd-accept cluster build`",
             )
         )
+        findings += _release_images(client)
+        findings.append(_cgroup_tracking(client))
     if not images_ok:
         has_debootstrap = shutil.which("debootstrap") is not None
         findings.append(

@@ -23,7 +23,7 @@ import docker.types
 import jinja2
 from docker.models.containers import Container
 
-from dd_accept.base.errors import ClusterError, UsageError
+from dd_accept.base.errors import ClusterError, EnvironmentProblem, UsageError
 from dd_accept.base.interrupts import deferred_interrupts
 from dd_accept.base.slurm_releases import DEFAULT_RELEASE, slurm_release
 from dd_accept.base.state import cluster_dir
@@ -43,6 +43,17 @@ NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 LABEL_NODES = "io.dd-accept.nodes"
 LABEL_CPUS = "io.dd-accept.cpus-per-node"
 LABEL_SLURM = "io.dd-accept.slurm"
+LABEL_PROCTRACK = "io.dd-accept.proctrack"
+PROCTRACK = ("linuxproc", "cgroup")
+# proctrack/cgroup on a cgroup v1 host: the freezer tracks a step's processes; nothing is
+# constrained (cores, memory and devices stay the container's), so 8+ replicas fit 2 cores.
+CGROUP_CONF = """\
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+ConstrainCores=no
+ConstrainRAMSpace=no
+ConstrainDevices=no
+"""
 
 
 def _host_routes() -> list[ipaddress.IPv4Network]:
@@ -98,9 +109,12 @@ class ClusterSpec:
     subnet: str | None = None
     kill_wait: int = 30
     slurm: str = DEFAULT_RELEASE  # the Slurm release of the nodes (base.slurm_releases)
+    proctrack: str = "linuxproc"  # process tracking: linuxproc, or cgroup (with task/cgroup)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "slurm", slurm_release(self.slurm).version)
+        if self.proctrack not in PROCTRACK:
+            raise UsageError(f"--slurm-config must be one of {', '.join(PROCTRACK)}, got {self.proctrack!r}")
         if not NAME_PATTERN.match(self.name):
             raise UsageError(
                 f"cluster name must be lower-case letters, digits and '-', starting with a letter "
@@ -137,6 +151,7 @@ def render_slurm_conf(spec: ClusterSpec) -> str:
         partition=PARTITION,
         kill_wait=spec.kill_wait,
         slurm=slurm_release(spec.slurm),
+        proctrack=spec.proctrack,
     )
 
 
@@ -187,6 +202,7 @@ class SlurmCluster:
             nodes=int(controller.labels.get(LABEL_NODES, "1")),
             cpus_per_node=int(controller.labels.get(LABEL_CPUS, "1")),
             slurm=controller.labels.get(LABEL_SLURM, DEFAULT_RELEASE),
+            proctrack=controller.labels.get(LABEL_PROCTRACK, "linuxproc"),
         )
         cluster = cls(spec=spec, client=client)
         for mount in controller.attrs.get("Mounts", []):
@@ -253,6 +269,12 @@ class SlurmCluster:
         remove_cluster(self.engine, self.name)
 
     def _start(self) -> None:
+        if self.spec.proctrack == "cgroup":
+            version = str(self.engine.info().get("CgroupVersion", "1"))
+            if version != "1":
+                raise EnvironmentProblem(
+                    f"--slurm-config cgroup needs a cgroup v1 host; this Docker engine reports cgroup v{version}"
+                )
         shared = self.host_shared_dir
         shared.mkdir(parents=True, exist_ok=True)
         network = self._create_network()
@@ -265,6 +287,8 @@ class SlurmCluster:
                 self._containers[host] = container
                 engine.put_file(container, "/etc/munge/munge.key", munge_key, mode=0o400)
                 engine.put_file(container, "/etc/slurm/slurm.conf", slurm_conf)
+                if self.spec.proctrack == "cgroup":
+                    engine.put_file(container, "/etc/slurm/cgroup.conf", CGROUP_CONF.encode())
         del munge_key
         for container in self._containers.values():
             with deferred_interrupts():
@@ -320,15 +344,21 @@ class SlurmCluster:
                 LABEL_NODES: str(self.spec.nodes),
                 LABEL_CPUS: str(self.spec.cpus_per_node),
                 LABEL_SLURM: self.spec.slurm,
+                LABEL_PROCTRACK: self.spec.proctrack,
             }
         )
+        # proctrack/cgroup needs a writable cgroup tree: the container gets its own cgroup
+        # namespace (it sees only its own subtree) and CAP_SYS_ADMIN to mount that subtree
+        # read-write (dd-node-entrypoint does, when DD_CGROUP is set). Nothing else is granted.
+        cgroup = self.spec.proctrack == "cgroup"
+        isolation = {"cgroupns": "private", "cap_add": ["SYS_ADMIN"]} if cgroup else {}
         assert self.image is not None
         return self.engine.containers.create(
             self.image,
             name=f"{self.name}-{host}",
             hostname=host,
             labels=labels,
-            environment={"DD_ROLE": role},
+            environment={"DD_ROLE": role, **({"DD_CGROUP": "v1"} if cgroup else {})},
             network=self.network_name,
             networking_config={
                 self.network_name: docker.types.EndpointConfig(
@@ -339,6 +369,7 @@ class SlurmCluster:
             init=True,
             volumes={str(shared): {"bind": SHARED_PATH, "mode": "rw"}},
             detach=True,
+            **isolation,
         )
 
     def down(self) -> list[str]:
@@ -450,6 +481,7 @@ class SlurmCluster:
         return {
             "slurm": self.exec(["sinfo", "--version"], timeout=10).stdout.strip(),
             "slurm_release": self.spec.slurm,
+            "proctrack": self.spec.proctrack,
             "debian_suite": slurm_release(self.spec.slurm).suite,
             "node_python": self.exec([self.layout.python, "--version"], timeout=10).stdout.strip(),
             "kernel": self.exec(["uname", "-r"], timeout=10).stdout.strip(),
