@@ -7,7 +7,7 @@ too). A *false alarm* is a check that fails where it must pass; a *miss* is one 
 where it must fail. Zero of both is the target; any non-zero count needs a cause.
 
     python benchmarks/false_alarms.py [-n 10] [--scenarios drain,health|all] [--controls [--no-rc1]]
-        [--slurm RELEASE] [--out FILE]
+        [--slurm RELEASE] [--slurm-config linuxproc|cgroup] [--out FILE]
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
+from dd_accept.base.slurm_releases import DEFAULT_PROCTRACK, DEFAULT_RELEASE, PROCTRACK, RELEASES
 from dd_accept.harness.runner import SCENARIOS
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
 from dd_accept.sut.variants import FAULTS, RC1_FAILS, make_variant
@@ -38,11 +38,11 @@ CONTROLS = {
 }
 
 
-def run_once(scenario: str, sut: str | None, slurm: str) -> dict[str, str]:
+def run_once(scenario: str, sut: str | None, slurm: str, slurm_config: str) -> dict[str, str]:
     """{check id: verdict} of one `dd-accept run SCENARIO`, or {"<error>": message}."""
     with tempfile.TemporaryDirectory(prefix="dd-fa-") as out:
         argv = [sys.executable, "-m", "dd_accept.harness.cli", "--quiet", "run", scenario, "--out", f"{out}/e"]
-        argv += ["--slurm", slurm]
+        argv += ["--slurm", slurm, "--slurm-config", slurm_config]
         if sut is not None:
             argv += ["--sut", sut]
         result = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -74,6 +74,12 @@ def main() -> int:
         default=DEFAULT_RELEASE,
         help="Slurm release of the nodes (default: %(default)s)",
     )
+    parser.add_argument(
+        "--slurm-config",
+        choices=PROCTRACK,
+        default=DEFAULT_PROCTRACK,
+        help="process tracking of the nodes (default: %(default)s)",
+    )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "false_alarms.json")
     args = parser.parse_args()
     console = Console()
@@ -99,7 +105,7 @@ def main() -> int:
         started = time.monotonic()
         for index in range(args.n):
             console.print(f"{scenario} on {label}: run {index + 1}/{args.n}")
-            verdicts = run_once(scenario, sut, args.slurm)
+            verdicts = run_once(scenario, sut, args.slurm, args.slurm_config)
             if "<error>" in verdicts:
                 errors.append(verdicts.pop("<error>"))
             for check, verdict in verdicts.items():
@@ -112,6 +118,7 @@ def main() -> int:
                 "scenario": scenario,
                 "sut": label,
                 "slurm": args.slurm,
+                "slurm_config": args.slurm_config,
                 "runs": args.n,
                 "false_alarms": dict(false_alarms),
                 "misses": dict(misses),
@@ -120,7 +127,8 @@ def main() -> int:
             }
         )
 
-    table = Table(title=f"dd-accept false alarms ({args.n} runs each, Slurm {args.slurm}, 2 cores)")
+    where = f"Slurm {args.slurm}, {args.slurm_config}"
+    table = Table(title=f"dd-accept false alarms ({args.n} runs each, {where}, 2 cores)")
     for column in ("scenario", "SUT", "runs", "false alarms", "misses", "errors", "seconds"):
         table.add_column(column)
     for row in rows:

@@ -20,11 +20,10 @@ import time
 
 import pytest
 
-from dd_accept.base.slurm_releases import RELEASES
+from dd_accept.base.slurm_releases import PROCTRACK, RELEASES
 from dd_accept.base.waiting import wait_until
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster
 from dd_accept.slurm_docker.allocation import Allocation
-from dd_accept.slurm_docker.cluster import PROCTRACK
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, from_slurmd_log, signal_sent_at
 
 pytestmark = pytest.mark.cluster

@@ -38,7 +38,7 @@ def test_single_node_range_is_not_a_bracket_expression():
 
 
 def test_process_tracking_is_a_site_setting_rendered_into_slurm_conf():
-    from dd_accept.slurm_docker.cluster import PROCTRACK
+    from dd_accept.base.slurm_releases import PROCTRACK
 
     assert PROCTRACK == ("linuxproc", "cgroup")
     plain = render_slurm_conf(ClusterSpec())

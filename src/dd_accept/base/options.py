@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
-from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
+from dd_accept.base.slurm_releases import DEFAULT_PROCTRACK, DEFAULT_RELEASE, PROCTRACK, RELEASES
 
 MISSING = dataclasses.MISSING
 
@@ -337,8 +337,8 @@ class ClusterOptions:
     slurm_config: str | None = option(
         None,
         "docker cluster: process tracking, a site setting: linuxproc (task/none) or cgroup "
-        "(proctrack/cgroup with task/cgroup; needs a cgroup v1 host) (default: linuxproc)",
-        choices=("linuxproc", "cgroup"),
+        f"(proctrack/cgroup with task/cgroup; needs a cgroup v1 host) (default: {DEFAULT_PROCTRACK})",
+        choices=PROCTRACK,
     )
 
     def __post_init__(self) -> None:
@@ -355,7 +355,7 @@ class ClusterOptions:
     @property
     def proctrack(self) -> str:
         """The docker cluster's process tracking (linuxproc when none was chosen)."""
-        return self.slurm_config or "linuxproc"
+        return self.slurm_config or DEFAULT_PROCTRACK
 
     def salloc_args(self) -> tuple[str, ...]:
         pairs = (("--partition", self.partition), ("--account", self.account), ("--gres", self.gres))

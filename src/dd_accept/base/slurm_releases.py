@@ -39,6 +39,11 @@ RELEASES: dict[str, SlurmRelease] = {
 }
 DEFAULT_RELEASE = "22.05"
 
+# Process tracking, a site setting independent of the release: linuxproc (with task/none)
+# needs nothing from the host; cgroup (with task/cgroup) is what most sites run.
+PROCTRACK = ("linuxproc", "cgroup")
+DEFAULT_PROCTRACK = "linuxproc"
+
 
 def slurm_release(version: str) -> SlurmRelease:
     """The release a `--slurm` value names; any other value is a usage error naming the choices."""

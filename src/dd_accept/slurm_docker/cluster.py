@@ -25,7 +25,7 @@ from docker.models.containers import Container
 
 from dd_accept.base.errors import ClusterError, EnvironmentProblem, UsageError
 from dd_accept.base.interrupts import deferred_interrupts
-from dd_accept.base.slurm_releases import DEFAULT_RELEASE, slurm_release
+from dd_accept.base.slurm_releases import DEFAULT_PROCTRACK, DEFAULT_RELEASE, PROCTRACK, slurm_release
 from dd_accept.base.state import cluster_dir
 from dd_accept.base.waiting import WaitAborted, WaitTimeout, wait_until
 from dd_accept.slurm_docker import engine, step_exit
@@ -44,7 +44,6 @@ LABEL_NODES = "io.dd-accept.nodes"
 LABEL_CPUS = "io.dd-accept.cpus-per-node"
 LABEL_SLURM = "io.dd-accept.slurm"
 LABEL_PROCTRACK = "io.dd-accept.proctrack"
-PROCTRACK = ("linuxproc", "cgroup")
 # proctrack/cgroup on a cgroup v1 host: the freezer tracks a step's processes; nothing is
 # constrained (cores, memory and devices stay the container's), so 8+ replicas fit 2 cores.
 CGROUP_CONF = """\
@@ -109,7 +108,7 @@ class ClusterSpec:
     subnet: str | None = None
     kill_wait: int = 30
     slurm: str = DEFAULT_RELEASE  # the Slurm release of the nodes (base.slurm_releases)
-    proctrack: str = "linuxproc"  # process tracking: linuxproc, or cgroup (with task/cgroup)
+    proctrack: str = DEFAULT_PROCTRACK  # process tracking: linuxproc, or cgroup (with task/cgroup)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "slurm", slurm_release(self.slurm).version)
@@ -202,7 +201,7 @@ class SlurmCluster:
             nodes=int(controller.labels.get(LABEL_NODES, "1")),
             cpus_per_node=int(controller.labels.get(LABEL_CPUS, "1")),
             slurm=controller.labels.get(LABEL_SLURM, DEFAULT_RELEASE),
-            proctrack=controller.labels.get(LABEL_PROCTRACK, "linuxproc"),
+            proctrack=controller.labels.get(LABEL_PROCTRACK, DEFAULT_PROCTRACK),
         )
         cluster = cls(spec=spec, client=client)
         for mount in controller.attrs.get("Mounts", []):
