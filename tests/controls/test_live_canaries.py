@@ -36,6 +36,8 @@ def test_live_canaries_never_reach_the_bundle(tmp_path):
     versions = json.loads((out / "provenance.json").read_text())["predicate"]["invocation"]["versions"]
     assert versions["slurm"].startswith("slurm-wlm 26.05.") and versions["slurm_release"] == "26.05", versions
     assert versions["node_python"].startswith("Python 3.14.") and versions["wheelhouse_python"] == "3.14", versions
+    results = json.loads((out / "results.json").read_text())
+    assert results["cluster"] == {"kind": "docker", "slurm_release": "26.05", "proctrack": "linuxproc"}
     commands = [json.loads(line) for line in (out / "commands.jsonl").read_text().splitlines()]
     assert any("--header" in record["argv"] for record in commands), "the header really was sent"
     everything = "".join(p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())

@@ -85,6 +85,7 @@ def test_run_reports_a_failed_check_with_exit_1(tmp_path, sut_wheelhouse):
     results = json.loads((out / "results.json").read_text())
     failed = [c for s in results["scenarios"] for c in s["checks"] if c["verdict"] == "fail"]
     assert [c["id"] for c in failed] == ["overload.total.attempts"]
+    assert results["cluster"]["slurm_release"] == "24.11"
     assert "attempts per 429: 5:" in failed[0]["observed"], failed[0]["observed"]
     versions = json.loads((out / "provenance.json").read_text())["predicate"]["invocation"]["versions"]
     assert versions["slurm"].startswith("slurm-wlm 24.11.") and versions["node_python"].startswith("Python 3.13.")

@@ -115,3 +115,18 @@ def test_compare_cli_reads_directories_and_archives(tmp_path):
     assert failing.returncode == 1 and "1 check(s) regressed" in failing.stderr
     bad = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "nothing"))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nothing: no such file or directory" in bad.stderr
+
+
+def test_a_comparison_across_slurm_releases_says_where_each_side_ran():
+    from dd_accept.base.results import schema_problem
+
+    baseline = {**_results("sut==1"), "cluster": {"kind": "docker", "slurm_release": "22.05", "proctrack": "linuxproc"}}
+    candidate = {**_results("sut==1"), "cluster": {"kind": "docker", "slurm_release": "26.05", "proctrack": "cgroup"}}
+    assert schema_problem(baseline) is None and schema_problem(candidate) is None
+    headline = compare.compare(baseline, candidate).headline()
+    assert headline.startswith(
+        "baseline sut==1 on Slurm 22.05, linuxproc (pass) → candidate sut==1 on Slurm 26.05, cgroup"
+    )
+    # bundles from before the cluster was recorded compare as before
+    assert " on " not in compare.compare(_results("sut==1"), _results("sut==2")).headline()
+    assert schema_problem({**baseline, "cluster": {"kind": "docker", "proctrack": "cgroup-v3"}}) is not None

@@ -113,13 +113,18 @@ def run_verdict(scenarios: list[ScenarioResult], allow_unsupported: bool) -> Ver
 
 
 def write_results(
-    path: Path, scenarios: list[ScenarioResult], sut: dict[str, Any], allow_unsupported: bool
+    path: Path,
+    scenarios: list[ScenarioResult],
+    sut: dict[str, Any],
+    allow_unsupported: bool,
+    cluster: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    document = {
+    document: dict[str, Any] = {
         "schema": SCHEMA,
         "verdict": run_verdict(scenarios, allow_unsupported),
         "allow_unsupported": allow_unsupported,
         "sut": sut,
+        **({"cluster": cluster} if cluster else {}),
         "scenarios": [s.to_json(allow_unsupported) for s in sorted(scenarios, key=lambda s: s.name)],
     }
     problem = schema_problem(document)

@@ -70,6 +70,9 @@ class Comparison:
     baseline_verdict: str
     candidate_verdict: str
     checks: tuple[CheckChange, ...] = field(default_factory=tuple)
+    # Where each ran ("Slurm 24.11, cgroup"), when its results say; "" for older bundles.
+    baseline_cluster: str = ""
+    candidate_cluster: str = ""
 
     def count(self, change: str) -> int:
         return sum(1 for check in self.checks if check.change == change)
@@ -80,10 +83,22 @@ class Comparison:
 
     def headline(self) -> str:
         counts = ", ".join(f"{self.count(c)} {c}" for c in CHANGES if self.count(c))
+        before = f" on {self.baseline_cluster}" if self.baseline_cluster else ""
+        after = f" on {self.candidate_cluster}" if self.candidate_cluster else ""
         return (
-            f"baseline {self.baseline} ({self.baseline_verdict}) → candidate {self.candidate} "
+            f"baseline {self.baseline}{before} ({self.baseline_verdict}) → candidate {self.candidate}{after} "
             f"({self.candidate_verdict}): {counts or 'no checks'}"
         )
+
+
+def cluster_of(results: dict[str, Any]) -> str:
+    """Where a run's checks ran, in words ("Slurm 24.11, cgroup"; "an existing cluster")."""
+    cluster = results.get("cluster") or {}
+    if cluster.get("kind") == "existing":
+        return "an existing cluster"
+    if cluster.get("kind") == "docker":
+        return f"Slurm {cluster.get('slurm_release', '?')}, {cluster.get('proctrack', '?')}"
+    return ""
 
 
 def load_results(bundle: Path, what: str = "compare") -> dict[str, Any]:
@@ -119,6 +134,8 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any]) -> Comparison:
         baseline_verdict=baseline.get("verdict", "?"),
         candidate_verdict=candidate.get("verdict", "?"),
         checks=tuple(rows),
+        baseline_cluster=cluster_of(baseline),
+        candidate_cluster=cluster_of(candidate),
     )
 
 
