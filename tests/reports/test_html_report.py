@@ -33,7 +33,8 @@ def _bundle(tmp_path):
     raw = tmp_path / "raw"
     run = raw / "runs" / "run-1"
     (run / "replicas").mkdir(parents=True)
-    (raw / "results.json").write_text(json.dumps(_results("fail")))
+    results = {**_results("fail"), "cluster": {"kind": "docker", "slurm_release": "24.11", "proctrack": "cgroup"}}
+    (raw / "results.json").write_text(json.dumps(results))
     client = []
     for n, limit in enumerate([8, 8, 6, 6, 4, 4, 5]):
         client.append(AdmissionChange(t=100.0 + n, event="request_lease_acquired", limit=limit))
@@ -77,7 +78,7 @@ def test_the_report_is_self_contained_and_draws_every_chart(tmp_path):
     # queue depth per replica, replica outcomes
     assert html.count("<svg") == 6
     assert 'class="limit"' in html and 'class="sig"' in html and "m429" in html
-    assert "overload.total.attempts" in html
+    assert "overload.total.attempts" in html and ", judged on Slurm 24.11, cgroup</p>" in html
     assert "Queue depth per replica" in html and "replica 0: deepest queue 2" in html
     assert "in flight at TERM: 1 completed, 1 forced, 1 lost" in html
     assert 'class="window"' in html and 'class="term"' in html and 'class="allowance"' in html

@@ -171,3 +171,13 @@ def load_results(path: Path, name: str = "results.json") -> dict[str, Any]:
     except (OSError, UnicodeDecodeError):
         raise UsageError(f"{name}: cannot read it") from None
     return parse_results(text, name)
+
+
+def where_judged(results: dict[str, Any]) -> str:
+    """Where a run's checks ran, in words ("Slurm 24.11, cgroup"; "an existing cluster")."""
+    cluster = results.get("cluster") or {}
+    if cluster.get("kind") == "existing":
+        return "an existing cluster"
+    if cluster.get("kind") == "docker":
+        return f"Slurm {cluster.get('slurm_release', '?')}, {cluster.get('proctrack', '?')}"
+    return ""

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from dd_accept.base.errors import UsageError
 from dd_accept.base.results import load_results as read_results
+from dd_accept.base.results import where_judged
 from dd_accept.reports.archive import opened_bundle
 
 CHANGES = ("regressed", "fixed", "changed", "same", "added", "removed")
@@ -91,16 +92,6 @@ class Comparison:
         )
 
 
-def cluster_of(results: dict[str, Any]) -> str:
-    """Where a run's checks ran, in words ("Slurm 24.11, cgroup"; "an existing cluster")."""
-    cluster = results.get("cluster") or {}
-    if cluster.get("kind") == "existing":
-        return "an existing cluster"
-    if cluster.get("kind") == "docker":
-        return f"Slurm {cluster.get('slurm_release', '?')}, {cluster.get('proctrack', '?')}"
-    return ""
-
-
 def load_results(bundle: Path, what: str = "compare") -> dict[str, Any]:
     """`results.json` of a bundle directory or `.tar.gz`, read the one way every reader reads
     a bundle (`archive.opened_bundle`), or a usage error naming the bundle."""
@@ -134,8 +125,8 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any]) -> Comparison:
         baseline_verdict=baseline.get("verdict", "?"),
         candidate_verdict=candidate.get("verdict", "?"),
         checks=tuple(rows),
-        baseline_cluster=cluster_of(baseline),
-        candidate_cluster=cluster_of(candidate),
+        baseline_cluster=where_judged(baseline),
+        candidate_cluster=where_judged(candidate),
     )
 
 

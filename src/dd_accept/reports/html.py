@@ -28,7 +28,7 @@ from dd_accept.base.events import (
     of_type,
     readable_events,
 )
-from dd_accept.base.results import load_results
+from dd_accept.base.results import load_results, where_judged
 
 WIDTH, ROW = 860, 14
 COLOURS = {"ok": "#2e7d32", "rate_limited": "#f9a825", "truncated": "#c62828", "error": "#c62828"}
@@ -287,7 +287,8 @@ svg{width:100%;height:auto;background:#fafafa;border:1px solid #eee}
 code{font-size:.85em}
 </style></head><body>
 <h1>dd-accept <span class="{{ results.verdict }}">{{ results.verdict | upper }}</span></h1>
-<p>SUT <code>{{ results.sut.spec }}</code>, profile <code>{{ results.sut.profile }}</code></p>
+<p>SUT <code>{{ results.sut.spec }}</code>, profile <code>{{ results.sut.profile }}</code>
+{%- if where %}, judged on {{ where }}{% endif %}</p>
 <ul>{% for w in results.sut.wheels %}
 <li><code>{{ w.file }}</code> sha256 <code>{{ w.sha256 }}</code></li>{% endfor %}</ul>
 {% for scenario in results.scenarios %}
@@ -327,4 +328,5 @@ def render_bundle(bundle: Path) -> str:
                 charts.append(drain_chart(rows, marks[client.stem], title))
             charts += [admission_chart(rows, title), timeline_chart(rows, commands, title)]
         charts += [queue_chart(per_replica), replica_chart(replica_events)]
-    return TEMPLATE.render(results=results, charts=[jinja2.filters.Markup(c) for c in charts if c])
+    where = where_judged(results)
+    return TEMPLATE.render(results=results, where=where, charts=[jinja2.filters.Markup(c) for c in charts if c])
