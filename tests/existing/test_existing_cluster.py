@@ -40,7 +40,8 @@ def _pip(*args: str) -> None:
 
 @pytest.fixture(scope="module")
 def login_node(tmp_path_factory, sut_wheelhouse):
-    """A one-node cluster whose controller has dd-accept installed like a site would."""
+    """A two-node cluster whose controller has dd-accept installed like a site would (two
+    nodes: scenarios run in parallel allocations, as `run` does by default)."""
     kit, source = tmp_path_factory.mktemp("kit"), tmp_path_factory.mktemp("source")
     # Built from a copy: an in-tree build would leave build/ and *.egg-info in the checkout.
     for name in ("pyproject.toml", "README.md"):
@@ -51,7 +52,7 @@ def login_node(tmp_path_factory, sut_wheelhouse):
     _pip("download", "-d", str(kit), *node_platform_args(), str(harness_wheel))
     client = engine.connect()
     image = images.ensure_images(client)
-    spec = ClusterSpec(name=f"ddtest-login-{uuid.uuid4().hex[:8]}", nodes=1, cpus_per_node=64)
+    spec = ClusterSpec(name=f"ddtest-login-{uuid.uuid4().hex[:8]}", nodes=2, cpus_per_node=64)
     with SlurmCluster(spec, image=image, client=client) as cluster:
         cluster.up()
         login = cluster.host_shared_dir / "login"
@@ -125,7 +126,7 @@ def test_drain_health_and_streaming_judge_rc1_as_on_the_docker_cluster(login_nod
     cluster, login, wheelhouse = login_node
     (wheel,) = wheelhouse.sut_wheels
     record = _dd_accept(
-        cluster, "run", "drain,health,streaming", "--parallel", "1", "--cluster", "existing",
+        cluster, "run", "drain,health,streaming", "--parallel", "2", "--cluster", "existing",
         "--run-dir", f"{LOGIN}/run", "--sut", f"{LOGIN}/sut-wheels/{wheel.file}", "--out", f"{LOGIN}/evidence-rest",
         timeout=1500,
     )  # fmt: skip

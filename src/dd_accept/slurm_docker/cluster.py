@@ -30,6 +30,7 @@ from dd_accept.base.state import cluster_dir
 from dd_accept.base.waiting import WaitAborted, WaitTimeout, wait_until
 from dd_accept.slurm_docker import engine, step_exit
 from dd_accept.slurm_docker.images import ensure_images
+from dd_accept.slurm_docker.interface import Cluster
 from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit
@@ -476,14 +477,13 @@ class SlurmCluster:
         return record.stdout if record.ok else ""
 
     def versions(self) -> dict[str, str]:
-        """What the nodes run, as they report it; the SUT's Python differs per Slurm release."""
+        """What the nodes run, as they report it, and what this cluster was built as (the
+        release decides the suite and so the SUT's Python)."""
         return {
-            "slurm": self.exec(["sinfo", "--version"], timeout=10).stdout.strip(),
+            **reported_versions(self),
             "slurm_release": self.spec.slurm,
             "proctrack": self.spec.proctrack,
             "debian_suite": slurm_release(self.spec.slurm).suite,
-            "node_python": self.exec([self.layout.python, "--version"], timeout=10).stdout.strip(),
-            "kernel": self.exec(["uname", "-r"], timeout=10).stdout.strip(),
         }
 
     def status(self) -> ClusterStatus:
@@ -500,6 +500,16 @@ class SlurmCluster:
         """A path in the shared filesystem: (as the cluster sees it, as the host sees it)."""
         relative = "/".join(parts)
         return f"{SHARED_PATH}/{relative}", self.host_shared_dir.joinpath(*parts)
+
+
+def reported_versions(cluster: Cluster) -> dict[str, str]:
+    """Slurm, the SUT's Python and the kernel, as the cluster itself reports them (recorded
+    commands): the same on the docker cluster and on a site's, where nothing else is known."""
+    versions = {"slurm": cluster.exec(["sinfo", "--version"], timeout=10).stdout.strip()}
+    if cluster.layout is not None:  # a site's cluster has one once the SUT is installed
+        versions["node_python"] = cluster.exec([cluster.layout.python, "--version"], timeout=10).stdout.strip()
+    versions["kernel"] = cluster.exec(["uname", "-r"], timeout=10).stdout.strip()
+    return versions
 
 
 def list_clusters(client: docker.DockerClient) -> dict[str, list[str]]:

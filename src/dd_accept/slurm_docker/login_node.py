@@ -27,7 +27,7 @@ from dd_accept.base.errors import ClusterError, UsageError
 from dd_accept.base.options import ClusterOptions, flag
 from dd_accept.base.state import file_lock
 from dd_accept.slurm_docker import step_exit
-from dd_accept.slurm_docker.cluster import CONTROLLER, SlurmCluster
+from dd_accept.slurm_docker.cluster import CONTROLLER, reported_versions
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord, decode, tail, utc_now_iso
 from dd_accept.slurm_docker.step_exit import StepExit
@@ -201,7 +201,9 @@ class ExistingCluster:
         """Slurm's daemon logs are the site's, not readable from a login node: none collected."""
         return {}
 
-    versions = SlurmCluster.versions  # the same two recorded commands, run here on the login node
+    def versions(self) -> dict[str, str]:
+        """What the site's cluster reports (the same recorded commands as the docker cluster's)."""
+        return reported_versions(self)
 
     def close(self) -> None:
         """Reap the background launchers this object started (they end with their allocation)."""
