@@ -92,3 +92,18 @@ def test_callers_get_the_whole_output_while_evidence_keeps_a_tail(slurm_cluster)
     assert record.stdout.split() == [str(n) for n in range(1, 5001)]
     assert len(record.stdout_tail) <= 4000 and record.stdout_tail.endswith("5000\n")
     assert "stdout" not in record.to_json()
+
+
+def test_a_reused_cluster_of_another_release_or_tracking_is_refused(slurm_cluster, tmp_path):
+    """--dd-cluster NAME reuses a running cluster only when it runs what the session asks for:
+    a bundle must never say 24.11 (or cgroup) while the checks ran on something else."""
+    from dataclasses import replace
+
+    from dd_accept.base.errors import UsageError
+    from dd_accept.fixtures.shared_cluster import SharedCluster
+
+    for asked in (replace(slurm_cluster.spec, slurm="24.11"), replace(slurm_cluster.spec, proctrack="cgroup")):
+        shared = SharedCluster(spec=asked, shared_root=tmp_path / asked.slurm, reuse_existing=True)
+        with pytest.raises(UsageError, match=f"cluster {slurm_cluster.name} runs Slurm 22.05 with linuxproc"):
+            shared.__enter__()
+    assert slurm_cluster.exec(["sinfo", "-h"]).ok, "the running cluster is left as it was"

@@ -24,6 +24,7 @@ from dd_accept.base.slurm_releases import PROCTRACK, RELEASES
 from dd_accept.base.waiting import wait_until
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster
 from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.slurm_docker.cluster import CONTROLLER
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, from_slurmd_log, signal_sent_at
 
 pytestmark = pytest.mark.cluster
@@ -106,6 +107,29 @@ def test_the_release_and_process_tracking_are_the_ones_asked_for(release_cluster
     freezer = next(line for line in record.stdout.splitlines() if ":freezer:" in line)
     in_step = f"/job_{release_allocation.job_id}/step_" in freezer
     assert in_step == (proctrack == "cgroup"), freezer
+
+
+CAP_SYS_ADMIN = 21
+
+
+def test_no_job_step_ever_holds_cap_sys_admin(release_cluster, release_allocation):
+    """Least privilege: only a cgroup-tracking compute node is created with CAP_SYS_ADMIN and a
+    private cgroup namespace (to mount its own freezer subtree read-write), and it drops the
+    capability from its bounding set before slurmd starts, so no job step (the SUT's code) has it."""
+    cgroup = release_cluster.spec.proctrack == "cgroup"
+    for node in (CONTROLLER, *release_cluster.nodes):
+        container = release_cluster.container(node)
+        container.reload()
+        host = container.attrs["HostConfig"]
+        compute_with_cgroup = cgroup and node != CONTROLLER
+        assert (host.get("CapAdd") or []) == (["SYS_ADMIN"] if compute_with_cgroup else []), (node, host.get("CapAdd"))
+        assert (host.get("CgroupnsMode") == "private") == compute_with_cgroup, (node, host.get("CgroupnsMode"))
+        assert not host.get("Privileged") and not host.get("Devices"), node
+    record = release_allocation.srun(["grep", "CapBnd", "/proc/self/status"], options=["-N1", "-n1"])
+    bounding = int(record.stdout.split()[-1], 16)
+    assert not bounding & (1 << CAP_SYS_ADMIN), f"a job step may use CAP_SYS_ADMIN: {record.stdout.strip()}"
+    writable = release_allocation.srun(["sh", "-c", "echo a > /sys/fs/cgroup/devices/devices.allow"], options=["-N1"])
+    assert not writable.ok, "a job step could widen its container's device access"
 
 
 def test_term_to_the_srun_launcher_kills_the_task_without_its_handler(release_allocation, release_cluster):

@@ -7,6 +7,7 @@ import uuid
 from dd_accept.acceptance.overload import OverloadOptions, run_overload
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import write_results
+from dd_accept.base.slurm_releases import RELEASES
 from dd_accept.fixtures.deployment import RunDirectory
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine
 from dd_accept.slurm_docker.allocation import Allocation
@@ -21,7 +22,10 @@ def run_with_fault(scenario, fault_name, wheelhouse, base_image, profile, tmp_pa
     (wheel,) = [w for w in wheelhouse.wheels if w.name == fault.distribution]
     variant = make_variant(wheelhouse.path / wheel.file, fault, tmp_path)
     image = build_overlay_image(engine.connect(), base_image, [variant])
-    spec = ClusterSpec(name=f"ctl-{fault_name}-{uuid.uuid4().hex[:6]}", nodes=1, cpus_per_node=64)
+    # The base image is the session's (--dd-slurm): its release is the one whose Python the
+    # wheelhouse was fetched for, and the cluster's layout must follow it.
+    release = next(r.version for r in RELEASES.values() if r.python == wheelhouse.python)
+    spec = ClusterSpec(name=f"ctl-{fault_name}-{uuid.uuid4().hex[:6]}", nodes=1, cpus_per_node=64, slurm=release)
     with SlurmCluster(spec, image=image) as cluster:
         installed = cluster.exec(["grep", "-c", "ddfault", "/opt/sut/dd-accept-freeze.txt"], node="node1")
         assert installed.stdout_tail.strip() == "1", "the variant must be what is installed"

@@ -64,6 +64,11 @@ def test_a_matrix_gate_runs_every_release_and_fails_where_one_release_fails(tmp_
     ]
     document = json.loads((out / "gate.json").read_text())
     assert document["verdict"] == "fail"
+    # the top level covers every release, never the first one only
+    top = {c["id"]: c["verdict"] for c in document["checks"]}
+    assert top == {"gate.checks@22.05": "pass", "gate.checks@24.11": "fail", "gate.checks@26.05": "pass"}
+    assert document["run_exit_status"] == {"candidate@22.05": 0, "candidate@24.11": 1, "candidate@26.05": 0}
+    assert document["bundles"]["candidate@24.11"] == "slurm-24.11/candidate"
     by_release = document["matrix"]["by_release"]
     assert {release: part["verdict"] for release, part in by_release.items()} == {
         "22.05": "pass",
@@ -97,6 +102,23 @@ def test_a_matrix_gate_where_every_release_passes_passes_and_compares_per_releas
     for release in ("22.05", "26.05"):
         assert (out / f"slurm-{release}" / "comparison.md").is_file()
         assert document["matrix"]["by_release"][release]["comparison"]["regressed"] == []
+    assert document["comparison"]["regressed"] == [] and document["comparison"]["headline"].count("baseline") == 2
+
+
+def test_a_regression_on_one_release_is_a_regression_of_the_gate(tmp_path, monkeypatch):
+    def run(request, console):
+        failing = request.cluster.release == "26.05" and request.out.name == "candidate"
+        request.out.mkdir(parents=True)
+        results = _results(spec=request.sut, failover="fail" if failing else "pass")
+        (request.out / "results.json").write_text(json.dumps(results))
+        return 1 if failing else 0
+
+    monkeypatch.setattr(gate_module, "run", run)
+    text = MATRIX.replace('["22.05", "24.11", "26.05"]', '["22.05", "26.05"]')
+    code, out = _gate(tmp_path, text, ["sut==1", "sut==2"])
+    document = json.loads((out / "gate.json").read_text())
+    assert code == 1 and document["verdict"] == "fail"
+    assert document["comparison"]["regressed"] == ["overload.partial.failover@26.05"]
 
 
 def test_one_release_keeps_the_plain_layout(tmp_path, runs):
@@ -105,6 +127,8 @@ def test_one_release_keeps_the_plain_layout(tmp_path, runs):
     assert runs[0][2] == out / "candidate"
     document = json.loads((out / "gate.json").read_text())
     assert "matrix" not in document and document["bundles"] == {"candidate": "candidate"}
+    assert list(document) == ["schema", "gate", "verdict", "time", "bundles", "run_exit_status", "checks"]
+    assert [c["id"] for c in document["checks"]] == ["gate.checks"] and document["run_exit_status"] == {"candidate": 0}
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,14 @@ def test_synthetic_dry_run_on_the_docker_cluster(tmp_path):
     assert headings == ["allocate", *(f"{p.kind}: {p.title}" for p in PHASES), "release"]
 
 
+def test_the_dry_run_plans_the_paths_of_the_chosen_slurm_release(tmp_path):
+    """The SUT's venv on 24.11's nodes is Python 3.13: the plan names its site-packages."""
+    default, _ = _plan(tmp_path, "--sut", "data-designer-slurm==1.0.0rc1")
+    trixie, _ = _plan(tmp_path, "--sut", "data-designer-slurm==1.0.0rc1", "--slurm", "24.11")
+    assert "/opt/sut/lib/python3.11/site-packages/" in default and "python3.13" not in default
+    assert "/opt/sut/lib/python3.13/site-packages/" in trixie and "python3.11/" not in trixie
+
+
 def test_dry_run_and_backend_input_errors_are_one_line_exit_2(tmp_path):
     cases = [
         (["--backend", "vllm", "--dry-run"], "--backend vllm needs --model"),

@@ -76,6 +76,7 @@ def test_the_option_is_refused_where_it_has_no_effect():
 def _rootfs(tmp_path: Path, python: str, slurmd: str) -> Path:
     (tmp_path / "usr" / "bin").mkdir(parents=True)
     (tmp_path / "usr" / "bin" / f"python{python}").touch()
+    (tmp_path / "usr" / "bin" / "python3").symlink_to(f"python{python}")
     (tmp_path / "var" / "lib" / "dpkg").mkdir(parents=True)
     status = f"Package: munge\nVersion: 0.5\n\nPackage: slurmd\nStatus: install ok installed\nVersion: {slurmd}\n"
     (tmp_path / "var" / "lib" / "dpkg" / "status").write_text(status)
@@ -87,5 +88,10 @@ def test_a_suite_that_moved_on_is_refused_with_what_it_carries(tmp_path):
     images._check_suite_contents(_rootfs(tmp_path / "ok", release.python, "26.05.5-1"), release)
     with pytest.raises(ClusterError, match=r"no longer carries Slurm 26.05 \(found: 26.11.1-1\)"):
         images._check_suite_contents(_rootfs(tmp_path / "slurm", release.python, "26.11.1-1"), release)
-    with pytest.raises(ClusterError, match=r"no longer carries Python 3.14 \(found: python3.15\)"):
+    with pytest.raises(ClusterError, match=r"no longer carries Python 3.14 as python3 \(found: python3.15\)"):
         images._check_suite_contents(_rootfs(tmp_path / "python", "3.15", "26.05.5-1"), release)
+    # 3.14 installed beside a python3 that still points elsewhere is refused too
+    both = _rootfs(tmp_path / "both", "3.13", "26.05.5-1")
+    (both / "usr" / "bin" / "python3.14").touch()
+    with pytest.raises(ClusterError, match=r"\(found: python3.13\)"):
+        images._check_suite_contents(both, release)

@@ -21,7 +21,7 @@ from dd_accept.base.options import BackendOptions, ClusterOptions, OverloadOptio
 from dd_accept.fixtures.backends.vllm import vllm_backend
 from dd_accept.fixtures.deployment import SCENARIO_ALLOCATION, scenario_job_name
 from dd_accept.slurm_docker.allocation import salloc_argv, scancel_argv
-from dd_accept.slurm_docker.layout import DOCKER_LAYOUT, NodeLayout
+from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
 from dd_accept.sut.profile import SutProfile, load_profile, profile_for
 from dd_accept.sut.spec import SutSpec
 
@@ -53,7 +53,7 @@ def print_plan(
         layout = NodeLayout(venv=f"{base}/venv", harness_dir=f"{base}/harness", sut_only=f"{base}/sut-only")
         run_dir = f"{cluster.run_dir.rstrip('/')}/runs/run-<id>"
     else:
-        layout, run_dir = DOCKER_LAYOUT, "/shared/runs/run-<id>"
+        layout, run_dir = docker_layout(cluster.release), "/shared/runs/run-<id>"
     target = PlanTarget(layout, cluster.salloc_args(), cluster.srun_args, cluster.time)
     backend = vllm_backend(backend_options)
     planner = Planner(target, profile, options, run_dir, backend)

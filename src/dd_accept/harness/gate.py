@@ -199,20 +199,35 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
         for release in releases
     ]
     verdict = "pass" if all(part.verdict == "pass" for part in parts) else "fail"
-    first = parts[0]
+    # A matrix's top level covers every release: each gate check and bundle is tagged with
+    # its release, and the regressions are every release's; nothing reads as one release only.
+    headline = [replace(c, id=f"{c.id}@{part.release}") if in_matrix else c for part in parts for c in part.checks]
+    bundles = {
+        f"{role}@{part.release}" if in_matrix else role: name for part in parts for role, name in part.bundles().items()
+    }
     document: dict[str, Any] = {
         "schema": SCHEMA,
         "gate": gate.gate.name,
         "verdict": verdict,
         "time": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        **first.to_json(),
+        "bundles": bundles,
+        "run_exit_status": (
+            {f"{role}@{part.release}": code for part in parts for role, code in part.codes.items()}
+            if in_matrix
+            else parts[0].codes
+        ),
+        "checks": [asdict(check) for check in headline],
     }
-    document["verdict"] = verdict
-    # A matrix's headline lists every release's gate checks, each id tagged with its release.
-    headline = [replace(c, id=f"{c.id}@{part.release}") if in_matrix else c for part in parts for c in part.checks]
-    bundles = {
-        f"{part.release} {role}" if in_matrix else role: name for part in parts for role, name in part.bundles().items()
-    }
+    comparisons = [(part, part.comparison) for part in parts if part.comparison is not None]
+    if comparisons:
+        document["comparison"] = {
+            "headline": "; ".join(comparison.headline() for _, comparison in comparisons),
+            "regressed": [
+                f"{c.id}@{part.release}" if in_matrix else c.id
+                for part, comparison in comparisons
+                for c in comparison.regressions
+            ],
+        }
     markdown = _markdown(gate.gate.name, verdict, headline, bundles)
     if in_matrix:
         names = [str(part.release) for part in parts]

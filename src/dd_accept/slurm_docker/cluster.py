@@ -46,7 +46,8 @@ LABEL_CPUS = "io.dd-accept.cpus-per-node"
 LABEL_SLURM = "io.dd-accept.slurm"
 LABEL_PROCTRACK = "io.dd-accept.proctrack"
 # proctrack/cgroup on a cgroup v1 host: the freezer tracks a step's processes; nothing is
-# constrained (cores, memory and devices stay the container's), so 8+ replicas fit 2 cores.
+# constrained (cores, memory and devices stay the container's, and task/cgroup touches none
+# of those hierarchies), so 8+ replicas fit 2 cores.
 CGROUP_CONF = """\
 CgroupPlugin=cgroup/v1
 CgroupMountpoint=/sys/fs/cgroup
@@ -137,6 +138,25 @@ class ClusterSpec:
     @property
     def node_range(self) -> str:
         return "node1" if self.nodes == 1 else f"node[1-{self.nodes}]"
+
+
+# proctrack/cgroup tracks a step's processes in the freezer hierarchy, which Docker mounts
+# read-only. A compute node (only) starts with its own cgroup namespace, so the hierarchy it
+# can mount is rooted at its own cgroup and no other, and with CAP_SYS_ADMIN for that one
+# mount; the capability is then dropped from the bounding set before anything else runs, so
+# neither slurmd nor any job step (the SUT's code) ever holds it. Creating cgroups and
+# moving tasks below the mount needs only file permissions.
+CGROUP_NODE_START = """\
+set -euo pipefail
+umount /sys/fs/cgroup/freezer
+mount -t cgroup -o freezer cgroup /sys/fs/cgroup/freezer
+exec setpriv --bounding-set -sys_admin --inh-caps -sys_admin -- /usr/local/bin/dd-node-entrypoint
+"""
+
+
+def _cgroup_tracking() -> dict[str, object]:
+    """docker create options of a compute node under proctrack/cgroup (see CGROUP_NODE_START)."""
+    return {"cgroupns": "private", "cap_add": ["SYS_ADMIN"], "entrypoint": ["/bin/bash", "-c", CGROUP_NODE_START]}
 
 
 def render_slurm_conf(spec: ClusterSpec) -> str:
@@ -347,18 +367,14 @@ class SlurmCluster:
                 LABEL_PROCTRACK: self.spec.proctrack,
             }
         )
-        # proctrack/cgroup needs a writable cgroup tree: the container gets its own cgroup
-        # namespace (it sees only its own subtree) and CAP_SYS_ADMIN to mount that subtree
-        # read-write (dd-node-entrypoint does, when DD_CGROUP is set). Nothing else is granted.
-        cgroup = self.spec.proctrack == "cgroup"
-        isolation = {"cgroupns": "private", "cap_add": ["SYS_ADMIN"]} if cgroup else {}
+        isolation = _cgroup_tracking() if self.spec.proctrack == "cgroup" and role == "compute" else {}
         assert self.image is not None
         return self.engine.containers.create(
             self.image,
             name=f"{self.name}-{host}",
             hostname=host,
             labels=labels,
-            environment={"DD_ROLE": role, **({"DD_CGROUP": "v1"} if cgroup else {})},
+            environment={"DD_ROLE": role},
             network=self.network_name,
             networking_config={
                 self.network_name: docker.types.EndpointConfig(

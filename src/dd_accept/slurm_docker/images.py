@@ -10,6 +10,7 @@ is found on the engine and never rebuilt, and a changed one can never be mistake
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -159,11 +160,12 @@ def build_base(client: docker.DockerClient, listener: BuildListener, version: st
 def _check_suite_contents(rootfs: Path, release: SlurmRelease) -> None:
     """A suite moves (sid above all): when it no longer carries the release's Slurm or
     Python, say so instead of building an image whose name promises what it lacks."""
-    python = rootfs / "usr" / "bin" / f"python{release.python}"
-    if not python.exists():
-        found = sorted(p.name for p in (rootfs / "usr" / "bin").glob("python3.*") if not p.name.endswith("-config"))
+    # `python3` is what the SUT's venv is made with: it must be the release's Python.
+    python3 = rootfs / "usr" / "bin" / "python3"
+    target = Path(os.readlink(python3)).name if python3.is_symlink() else ("python3" if python3.exists() else "none")
+    if target != f"python{release.python}":
         raise ClusterError(
-            f"{release.suite} no longer carries Python {release.python} (found: {', '.join(found) or 'none'}); "
+            f"{release.suite} no longer carries Python {release.python} as python3 (found: {target}); "
             f"update Slurm {release.version}'s entry in dd_accept/base/slurm_releases.py"
         )
     status = (rootfs / "var" / "lib" / "dpkg" / "status").read_text(errors="replace")
