@@ -24,11 +24,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from dd_accept.base.slurm_releases import DEFAULT_PROCTRACK, DEFAULT_RELEASE, PROCTRACK, RELEASES
+from dd_accept.base.options import ClusterOptions, add_arguments, build, given, to_argv
 from dd_accept.harness.runner import SCENARIOS
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
 from dd_accept.sut.variants import FAULTS, RC1_FAILS, make_variant
 from dd_accept.sut.wheelhouse import build_wheelhouse
+
+CLUSTER = ("slurm", "slurm_config")  # the cluster options a false-alarm run may vary
 
 # The positive controls, by the scenario whose checks they fix.
 CONTROLS = {
@@ -38,11 +40,11 @@ CONTROLS = {
 }
 
 
-def run_once(scenario: str, sut: str | None, slurm: str, slurm_config: str) -> dict[str, str]:
+def run_once(scenario: str, sut: str | None, cluster: ClusterOptions) -> dict[str, str]:
     """{check id: verdict} of one `dd-accept run SCENARIO`, or {"<error>": message}."""
     with tempfile.TemporaryDirectory(prefix="dd-fa-") as out:
         argv = [sys.executable, "-m", "dd_accept.harness.cli", "--quiet", "run", scenario, "--out", f"{out}/e"]
-        argv += ["--slurm", slurm, "--slurm-config", slurm_config]
+        argv += to_argv(cluster, "--")
         if sut is not None:
             argv += ["--sut", sut]
         result = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -68,20 +70,10 @@ def main() -> int:
     )
     parser.add_argument("--controls", action="store_true", help="also run the positive controls")
     parser.add_argument("--no-rc1", action="store_true", help="only the positive controls (with --controls)")
-    parser.add_argument(
-        "--slurm",
-        choices=tuple(RELEASES),
-        default=DEFAULT_RELEASE,
-        help="Slurm release of the nodes (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--slurm-config",
-        choices=PROCTRACK,
-        default=DEFAULT_PROCTRACK,
-        help="process tracking of the nodes (default: %(default)s)",
-    )
+    add_arguments(parser.add_argument, ClusterOptions, only=CLUSTER)  # as `dd-accept run` defines them
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "false_alarms.json")
     args = parser.parse_args()
+    cluster = build(ClusterOptions, given(ClusterOptions, lambda dest: getattr(args, dest, None)))
     console = Console()
     scenarios = [name for name in args.scenarios.split(",") if name]
     targets: list[tuple[str, str, str | None, frozenset[str]]] = []
@@ -105,7 +97,7 @@ def main() -> int:
         started = time.monotonic()
         for index in range(args.n):
             console.print(f"{scenario} on {label}: run {index + 1}/{args.n}")
-            verdicts = run_once(scenario, sut, args.slurm, args.slurm_config)
+            verdicts = run_once(scenario, sut, cluster)
             if "<error>" in verdicts:
                 errors.append(verdicts.pop("<error>"))
             for check, verdict in verdicts.items():
@@ -117,8 +109,8 @@ def main() -> int:
             {
                 "scenario": scenario,
                 "sut": label,
-                "slurm": args.slurm,
-                "slurm_config": args.slurm_config,
+                "slurm": cluster.release,
+                "slurm_config": cluster.proctrack,
                 "runs": args.n,
                 "false_alarms": dict(false_alarms),
                 "misses": dict(misses),
@@ -127,7 +119,7 @@ def main() -> int:
             }
         )
 
-    where = f"Slurm {args.slurm}, {args.slurm_config}"
+    where = f"Slurm {cluster.release}, {cluster.proctrack}"
     table = Table(title=f"dd-accept false alarms ({args.n} runs each, {where}, 2 cores)")
     for column in ("scenario", "SUT", "runs", "false alarms", "misses", "errors", "seconds"):
         table.add_column(column)

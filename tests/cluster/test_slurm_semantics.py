@@ -25,7 +25,7 @@ from dd_accept.base.waiting import wait_until
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster
 from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.cluster import CONTROLLER
-from dd_accept.slurm_docker.step_exit import SLURMD_LOG, from_slurmd_log, signal_sent_at
+from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit, from_slurmd_log, signal_sent_at
 
 pytestmark = pytest.mark.cluster
 
@@ -90,8 +90,17 @@ def _start_task(allocation: Allocation, cluster: SlurmCluster, label: str, work:
     return launcher, step, host_dir
 
 
-def _slurmd_log(cluster: SlurmCluster, node: str) -> str:
-    return cluster.exec(["cat", SLURMD_LOG], node=node, timeout=15).stdout
+def _recorded_end(cluster: SlurmCluster, node: str, step: str) -> tuple[str, StepExit]:
+    """slurmd's log on `node` once it records the end of `step`, and that end as parsed."""
+    log = wait_until(
+        lambda: cluster.exec(["cat", SLURMD_LOG], node=node, timeout=15).stdout,
+        lambda text: from_slurmd_log(text, step) is not None,
+        timeout=15,
+        what=f"slurmd to record the end of {step}",
+    )
+    ended = from_slurmd_log(log, step)
+    assert ended is not None
+    return log, ended
 
 
 def test_the_release_and_process_tracking_are_the_ones_asked_for(release_cluster, release_allocation):
@@ -154,14 +163,8 @@ def test_scancel_term_to_the_step_runs_the_handler_and_its_exit_is_recorded(rele
     assert elapsed >= 2.0, "the task ended before its 2 s of drain work"
     assert step not in release_allocation.steps()
     # (d): what the drain checks read — the task's own exit code and TERM's moment, from slurmd.
-    log = wait_until(
-        lambda: _slurmd_log(release_cluster, release_allocation.first_node),
-        lambda text: from_slurmd_log(text, step) is not None,
-        timeout=15,
-        what=f"slurmd to record the end of {step}",
-    )
-    ended = from_slurmd_log(log, step)
-    assert ended is not None and ended.exit_code == 3, ended
+    log, ended = _recorded_end(release_cluster, release_allocation.first_node, step)
+    assert ended.exit_code == 3, ended
     term_at = signal_sent_at(log, step, 15)
     assert term_at is not None, f"slurmd did not record delivering TERM to {step}"
     assert ended.ended_at is not None and ended.ended_at - term_at >= 1.5, (term_at, ended)
@@ -175,14 +178,8 @@ def test_scancel_of_the_job_sends_term_then_kill_after_killwait(release_cluster)
         assert release_cluster.exec(["scancel", allocation.job_id], timeout=10).ok
         launcher.wait(timeout=KILL_WAIT + 30)
         term_seen = float((host_dir / "handler").read_text())  # the task's own clock, same host
-        log = wait_until(
-            lambda: _slurmd_log(release_cluster, allocation.first_node),
-            lambda text: from_slurmd_log(text, step) is not None,
-            timeout=15,
-            what=f"slurmd to record the end of {step}",
-        )
-        ended = from_slurmd_log(log, step)
-        assert ended is not None and ended.exit_code == 128 + 9, f"not killed by KILL: {ended}"
+        _, ended = _recorded_end(release_cluster, allocation.first_node, step)
+        assert ended.exit_code == 128 + 9, f"not killed by KILL: {ended}"
         assert ended.ended_at is not None
         assert term_seen - cancelled < KILL_WAIT, "TERM did not come first"
         # KILL follows TERM after KillWait (slurmd logs at millisecond resolution).

@@ -24,23 +24,29 @@ slurm = ["22.05", "24.11", "26.05"]
 """
 
 
-@pytest.fixture
-def runs(monkeypatch):
-    """Stand-in runs: each writes results for its release and role; 24.11's candidate fails
-    overload.partial.failover (with its numbers), every other run passes."""
+def _stand_in_runs(monkeypatch, failing: str) -> list:
+    """Stand-in runs: each writes results for its release and role; the candidate on the
+    `failing` release fails overload.partial.failover (with its numbers), every other run
+    passes. Returns what was run: (release, role, out) in order."""
     made = []
 
     def run(request, console):
         release, role = request.cluster.release, request.out.name
-        failing = release == "24.11" and role == "candidate"
+        fails = release == failing and role == "candidate"
         request.out.mkdir(parents=True)
-        results = _results(spec=request.sut, failover="fail" if failing else "pass")
+        results = _results(spec=request.sut, failover="fail" if fails else "pass")
         (request.out / "results.json").write_text(json.dumps(results))
         made.append((release, role, request.out))
-        return 1 if failing else 0
+        return 1 if fails else 0
 
     monkeypatch.setattr(gate_module, "run", run)
     return made
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """24.11's candidate fails; every other run passes."""
+    return _stand_in_runs(monkeypatch, failing="24.11")
 
 
 def _gate(tmp_path: Path, text: str, suts: list[str]) -> tuple[int, Path]:
@@ -106,14 +112,7 @@ def test_a_matrix_gate_where_every_release_passes_passes_and_compares_per_releas
 
 
 def test_a_regression_on_one_release_is_a_regression_of_the_gate(tmp_path, monkeypatch):
-    def run(request, console):
-        failing = request.cluster.release == "26.05" and request.out.name == "candidate"
-        request.out.mkdir(parents=True)
-        results = _results(spec=request.sut, failover="fail" if failing else "pass")
-        (request.out / "results.json").write_text(json.dumps(results))
-        return 1 if failing else 0
-
-    monkeypatch.setattr(gate_module, "run", run)
+    _stand_in_runs(monkeypatch, failing="26.05")
     text = MATRIX.replace('["22.05", "24.11", "26.05"]', '["22.05", "26.05"]')
     code, out = _gate(tmp_path, text, ["sut==1", "sut==2"])
     document = json.loads((out / "gate.json").read_text())

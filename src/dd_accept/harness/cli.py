@@ -73,10 +73,11 @@ def _interrupt_on_term() -> None:
 # ---- cluster ------------------------------------------------------------------------------
 def _cmd_cluster_build(args: argparse.Namespace, console: ConsoleListener) -> int:
 
+    release = _cluster_options(args).release
     client = engine.connect()
     with console:
-        base = images.build_base(client, console, _slurm_release(args))
-        layer = images.build_slurm_layer(client, console, _slurm_release(args))
+        base = images.build_base(client, console, release)
+        layer = images.build_slurm_layer(client, console, release)
     for result in (base, layer):
         state = f"built in {result.seconds:.1f}s" if result.built else "up to date"
         console.out.print(f"{result.tag}  {state}")
@@ -336,16 +337,13 @@ def _positive(text: str) -> float:
     return value
 
 
-def _add_slurm_option(parser: argparse.ArgumentParser, names: tuple[str, ...] = ("slurm",)) -> None:
+def _add_cluster_options(parser: argparse.ArgumentParser, names: tuple[str, ...]) -> None:
+    """Some of `run`'s cluster options (their one definition), for a `cluster` action."""
     add_arguments(parser.add_argument, ClusterOptions, only=names)
 
 
 def _cluster_options(args: argparse.Namespace) -> ClusterOptions:
     return build(ClusterOptions, given(ClusterOptions, lambda dest: getattr(args, dest, None)))
-
-
-def _slurm_release(args: argparse.Namespace) -> str:
-    return _cluster_options(args).release
 
 
 def add_sut_options(parser: argparse.ArgumentParser) -> None:
@@ -376,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.set_defaults(handler=lambda args, console: cluster.print_help() or EXIT_USAGE)
 
     build = actions.add_parser("build", help="build the node images from Debian packages (no registry)")
-    _add_slurm_option(build)
+    _add_cluster_options(build, ("slurm",))
     build.set_defaults(handler=_cmd_cluster_build)
 
     up = actions.add_parser("up", help="start a controller and N compute nodes; returns when all are idle")
@@ -385,7 +383,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--cpus-per-node", default="16", help="CPUs Slurm declares per node (default: %(default)s)")
     up.add_argument("--subnet", help="IPv4 subnet for the internal network (default: chosen by Docker)")
     up.add_argument("--ready-timeout", type=_positive, default=60.0, help="seconds to wait for idle nodes")
-    _add_slurm_option(up, ("slurm", "slurm_config"))
+    _add_cluster_options(up, ("slurm", "slurm_config"))
     up.set_defaults(handler=_cmd_cluster_up)
 
     down = actions.add_parser("down", help="remove a cluster's containers, network, volumes and run directory")

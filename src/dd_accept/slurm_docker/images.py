@@ -60,12 +60,8 @@ def _recipe_bytes(name: str) -> bytes:
     return resources.files("dd_accept.slurm_docker").joinpath("recipe", name).read_bytes()
 
 
-def _release(version: str) -> SlurmRelease:
-    return RELEASES[version]
-
-
 def base_tag(version: str = DEFAULT_RELEASE) -> str:
-    release = _release(version)
+    release = RELEASES[version]
     recipe = _digest(RECIPE_VERSION, release.suite, VARIANT, ",".join(sorted(PACKAGES)))
     return f"{BASE_REPOSITORY}:{recipe}"
 
@@ -107,7 +103,7 @@ def _run_streaming(argv: list[str], listener: BuildListener, what: str) -> None:
 
 
 def build_base(client: docker.DockerClient, listener: BuildListener, version: str = DEFAULT_RELEASE) -> BuildResult:
-    release = _release(version)
+    release = RELEASES[version]
     tag = base_tag(version)
     if engine.image_exists(client, tag):
         return BuildResult(tag, built=False, seconds=0.0)
