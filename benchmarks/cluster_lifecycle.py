@@ -2,9 +2,11 @@
 
 Prints a table and writes JSON. Targets (2-core machine): warm up <= 5 s (2 nodes) and
 <= 15 s (16 nodes); down <= 3 s; `srun -N1 true` round trip <= 0.5 s; cold build <= 120 s.
-Numbers are reported whether or not they meet the targets.
+Numbers are reported whether or not they meet the targets. With `--slurm`, each named
+release (its own Debian suite and images) is measured the same way.
 
     python benchmarks/cluster_lifecycle.py [--skip-cold] [--repeats 3] [--sizes 2 8 16]
+                                           [--slurm 22.05 24.11 26.05]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from dd_accept import __version__
+from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
 from dd_accept.slurm_docker.cluster import remove_cluster
 
@@ -37,21 +40,21 @@ def _summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def cold_build(client) -> float:
-    for tag in (images.slurm_tag(), images.base_tag()):
+def cold_build(client, release: str) -> float:
+    for tag in (images.slurm_tag(release), images.base_tag(release)):
         if engine.image_exists(client, tag):
             client.images.remove(tag, force=True)
     started = time.monotonic()
-    images.ensure_images(client)
+    images.ensure_images(client, version=release)
     return time.monotonic() - started
 
 
-def lifecycle(client, nodes: int, repeats: int, srun_samples: int) -> dict[str, object]:
+def lifecycle(client, release: str, nodes: int, repeats: int, srun_samples: int) -> dict[str, object]:
     up_times, down_times, srun_times = [], [], []
-    image = images.ensure_images(client)
+    image = images.ensure_images(client, version=release)
     for attempt in range(repeats):
-        name = f"bench-{nodes}-{attempt}"
-        cluster = SlurmCluster(ClusterSpec(name=name, nodes=nodes), image=image, client=client)
+        name = f"bench-{release.replace('.', '')}-{nodes}-{attempt}"
+        cluster = SlurmCluster(ClusterSpec(name=name, nodes=nodes, slurm=release), image=image, client=client)
         try:
             started = time.monotonic()
             cluster.up(ready_timeout=120)
@@ -79,6 +82,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 8, 16])
     parser.add_argument("--srun-samples", type=int, default=20)
+    parser.add_argument("--slurm", nargs="+", choices=sorted(RELEASES), default=[DEFAULT_RELEASE], metavar="RELEASE")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "cluster_lifecycle.json")
     args = parser.parse_args()
 
@@ -91,14 +95,20 @@ def main() -> int:
         "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
         "targets_s": TARGETS,
     }
-    if not args.skip_cold:
-        console.print("cold build (images removed first)…")
-        results["cold_build_s"] = round(cold_build(client), 2)
-    sizes = []
-    for nodes in args.sizes:
-        console.print(f"warm up/down with {nodes} nodes, {args.repeats} times…")
-        sizes.append(lifecycle(client, nodes, args.repeats, args.srun_samples if nodes == args.sizes[0] else 0))
-    results["sizes"] = sizes
+    by_release: dict[str, dict[str, object]] = {}
+    for release in args.slurm:
+        measured: dict[str, object] = {"debian_suite": RELEASES[release].suite}
+        if not args.skip_cold:
+            console.print(f"Slurm {release}: cold build (its images removed first)…")
+            measured["cold_build_s"] = round(cold_build(client, release), 2)
+        sizes = []
+        for nodes in args.sizes:
+            console.print(f"Slurm {release}: warm up/down with {nodes} nodes, {args.repeats} times…")
+            samples = args.srun_samples if nodes == args.sizes[0] else 0
+            sizes.append(lifecycle(client, release, nodes, args.repeats, samples))
+        measured["sizes"] = sizes
+        by_release[release] = measured
+    results["releases"] = by_release
 
     table = Table(title="dd-accept cluster lifecycle (seconds)")
     for column in ("measure", "median", "min", "max", "target", "met"):
@@ -115,15 +125,16 @@ def main() -> int:
             met,
         )
 
-    if "cold_build_s" in results:
-        cold = float(results["cold_build_s"])  # type: ignore[arg-type]
-        row("cold image build", {"median": cold, "min": cold, "max": cold}, TARGETS["cold_build"])
-    for size in sizes:
-        nodes = size["nodes"]
-        row(f"warm up, {nodes} nodes", size["up_s"], TARGETS.get(f"up_{nodes}"))  # type: ignore[arg-type]
-        row(f"down, {nodes} nodes", size["down_s"], TARGETS["down"])  # type: ignore[arg-type]
-        if "srun_round_trip_s" in size:
-            row("srun -N1 true round trip", size["srun_round_trip_s"], TARGETS["srun_round_trip"])  # type: ignore[arg-type]
+    for release, measured in by_release.items():
+        if "cold_build_s" in measured:
+            cold = float(measured["cold_build_s"])  # type: ignore[arg-type]
+            row(f"{release}: cold image build", {"median": cold, "min": cold, "max": cold}, TARGETS["cold_build"])
+        for size in measured["sizes"]:  # type: ignore[attr-defined]
+            nodes = size["nodes"]
+            row(f"{release}: warm up, {nodes} nodes", size["up_s"], TARGETS.get(f"up_{nodes}"))
+            row(f"{release}: down, {nodes} nodes", size["down_s"], TARGETS["down"])
+            if "srun_round_trip_s" in size:
+                row(f"{release}: srun -N1 true round trip", size["srun_round_trip_s"], TARGETS["srun_round_trip"])
     console.print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

@@ -4,7 +4,10 @@ warm image, and how `run overload` grows with --replicas 2, 8, 32.
 Goals on 2 cores: `run overload --replicas 8` <= 60 s; `run all` <= 3 min. Each run is the
 real CLI (`dd-accept run ...`) in a child process, cluster start and teardown included.
 
-    python benchmarks/time_to_verdict.py [--out FILE] [--skip-scaling]
+With `--slurm`, `run all` is also timed on each named Slurm release (`--only-releases`:
+that alone).
+
+    python benchmarks/time_to_verdict.py [--out FILE] [--skip-scaling] [--slurm 22.05 24.11 26.05]
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
 from dd_accept.harness.runner import SCENARIOS
 
 GOALS = {"overload --replicas 8": 60.0, "all (parallel)": 180.0}
@@ -46,6 +50,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "time_to_verdict.json")
     parser.add_argument("--skip-scaling", action="store_true")
+    parser.add_argument("--slurm", nargs="+", choices=sorted(RELEASES), default=[], metavar="RELEASE")
+    parser.add_argument("--only-releases", action="store_true", help="time only `run all` on each --slurm release")
     args = parser.parse_args()
     console = Console()
     rows: list[dict[str, object]] = []
@@ -55,13 +61,17 @@ def main() -> int:
         seconds, code, verdict = timed_run(*run_args)
         rows.append({"run": label, "seconds": round(seconds, 1), "exit": code, "verdict": verdict})
 
-    timed_run("overload", "--replicas", "2")  # warm: images built, wheelhouse cached
-    for scenario in SCENARIOS:
-        measure(scenario, scenario)
-    measure("overload --replicas 8", "overload", "--replicas", "8")
-    measure("all (serial)", "all", "--parallel", "1")
-    measure("all (parallel)", "all", "--parallel", "2")
-    if not args.skip_scaling:
+    for release in args.slurm or [DEFAULT_RELEASE]:  # warm: images built, wheelhouses cached
+        timed_run("overload", "--replicas", "2", "--slurm", release)
+    if not args.only_releases:
+        for scenario in SCENARIOS:
+            measure(scenario, scenario)
+        measure("overload --replicas 8", "overload", "--replicas", "8")
+        measure("all (serial)", "all", "--parallel", "1")
+        measure("all (parallel)", "all", "--parallel", "2")
+    for release in args.slurm:
+        measure(f"all (parallel) on Slurm {release}", "all", "--parallel", "2", "--slurm", release)
+    if not args.skip_scaling and not args.only_releases:
         for replicas in (2, 32):
             # --overloaded 1: partial overload needs a healthy replica left at --replicas 2
             measure(f"overload --replicas {replicas}", "overload", "--replicas", str(replicas), "--overloaded", "1")

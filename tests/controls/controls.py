@@ -15,20 +15,31 @@ from dd_accept.slurm_docker.sut_image import build_overlay_image
 from dd_accept.sut.variants import FAULTS, make_variant
 
 
-def run_with_fault(scenario, fault_name, wheelhouse, base_image, profile, tmp_path):
+def run_with_fault(scenario, fault_name, wheelhouse, base_image, profile, tmp_path, *, nodes=1):
     """Run `scenario(allocation, run, profile, progress)` on a cluster whose SUT carries the
     fault; returns {check id: CheckResult}."""
     fault = FAULTS[fault_name]
     (wheel,) = [w for w in wheelhouse.wheels if w.name == fault.distribution]
     variant = make_variant(wheelhouse.path / wheel.file, fault, tmp_path)
     image = build_overlay_image(engine.connect(), base_image, [variant])
+
+    def installed(cluster):
+        found = cluster.exec(["grep", "-c", "ddfault", "/opt/sut/dd-accept-freeze.txt"], node="node1")
+        assert found.stdout_tail.strip() == "1", "the variant must be what is installed"
+
+    return run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, f"ctl-{fault_name}", nodes, installed)
+
+
+def run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, name, nodes=1, before=None):
+    """Run `scenario` on a cluster of its own (`nodes` compute nodes; a scenario that loses a
+    node needs one beyond its allocation); returns {check id: CheckResult}."""
     # The base image is the session's (--dd-slurm): its release is the one whose Python the
     # wheelhouse was fetched for, and the cluster's layout must follow it.
     release = next(r.version for r in RELEASES.values() if r.python == wheelhouse.python)
-    spec = ClusterSpec(name=f"ctl-{fault_name}-{uuid.uuid4().hex[:6]}", nodes=1, cpus_per_node=64, slurm=release)
+    spec = ClusterSpec(name=f"{name}-{uuid.uuid4().hex[:6]}", nodes=nodes, cpus_per_node=64, slurm=release)
     with SlurmCluster(spec, image=image) as cluster:
-        installed = cluster.exec(["grep", "-c", "ddfault", "/opt/sut/dd-accept-freeze.txt"], node="node1")
-        assert installed.stdout_tail.strip() == "1", "the variant must be what is installed"
+        if before is not None:
+            before(cluster)
         with Allocation.acquire(cluster, extra=["--exclusive"]) as allocation:
             run = RunDirectory.create(cluster)
             result = scenario(allocation, run, profile, ProgressWriter(None, "control"))
@@ -37,10 +48,10 @@ def run_with_fault(scenario, fault_name, wheelhouse, base_image, profile, tmp_pa
     return {check.id: check for check in result.checks}
 
 
-def run_against_fault(fault_name, wheelhouse, base_image, profile, tmp_path):
+def run_against_fault(fault_name, wheelhouse, base_image, profile, tmp_path, options=None):
     """The overload scenario against rc1 with one fault."""
 
     def overload(allocation, run, profile, progress):
-        return run_overload(allocation, run, profile, OverloadOptions(), progress)
+        return run_overload(allocation, run, profile, options or OverloadOptions(), progress)
 
     return run_with_fault(overload, fault_name, wheelhouse, base_image, profile, tmp_path)

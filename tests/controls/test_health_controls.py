@@ -1,30 +1,44 @@
 """Controls for the health checks.
 
-rc1 is the positive control of backend_loss.detected, backend_loss.attempt_failed and
-unresponsive.detected, and the negative control of probe_isolation (its probes share the
-inference pool: a true finding) and of unresponsive.attempt_failed (its wait checks only that
-processes live: the seed's "health failure still permits success"). rc1 with probes on their
-own pool is the positive control of probe_isolation; rc1 whose wait also watches /health is
-the positive control of unresponsive.attempt_failed.
+rc1 is the positive control of backend_loss.detected, backend_loss.attempt_failed,
+node_loss.detected, node_loss.attempt_failed and unresponsive.detected, and the negative
+control of probe_isolation (its probes share the inference pool: a true finding) and of
+unresponsive.attempt_failed (its wait checks only that processes live: the seed's "health
+failure still permits success"). rc1 with probes on their own pool is the positive control of
+probe_isolation; rc1 whose wait also watches /health is the positive control of
+unresponsive.attempt_failed, and fails an attempt on a lost node before Slurm does.
+
+Each control runs the phases its fault is about, plus one whose check the fault must leave
+passing; rc1 runs them all. A lost node needs a cluster with a node beyond the allocation.
 """
 
 import pytest
 
-from dd_accept.acceptance.health import HealthOptions, run_health
-from dd_accept.base.progress import ProgressWriter
-from dd_accept.fixtures.deployment import RunDirectory
-from tests.controls.controls import run_with_fault
+from dd_accept.acceptance.health import PHASES, HealthOptions, HealthRun
+from dd_accept.acceptance.phases import scenario_runner
+from tests.controls.controls import run_on_own_cluster, run_with_fault
 
 pytestmark = pytest.mark.cluster
 
+LOSS_DETECTION = "backend loss: detection"
+HEALTHY = "a healthy attempt"
+LOSS_ATTEMPT = "backend loss: the attempt"
+NODE_LOSS = "node loss"
+UNRESPONSIVE_DETECTION = "unresponsive backend: detection"
+UNRESPONSIVE_ATTEMPT = "unresponsive backend: the attempt"
+PROBE_ISOLATION = "probe isolation"
 
-def _health(allocation, run, profile, progress):
-    return run_health(allocation, run, profile, HealthOptions(), progress)
+
+def _health(*titles):
+    """The health scenario's phases whose titles start with `titles` (all when none)."""
+    phases = [p for p in PHASES if not titles or p.title.startswith(titles)]
+    assert not titles or len(phases) == len(titles), f"phases {titles} are not all declared"
+    runner = scenario_runner("health", phases, HealthRun)
+    return lambda allocation, run, profile, progress: runner(allocation, run, profile, HealthOptions(), progress)
 
 
-def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_allocation, sut_profile, sut_cluster):
-    result = _health(sut_allocation, RunDirectory.create(sut_cluster), sut_profile, ProgressWriter(None, "health"))
-    checks = {c.id: c for c in result.checks}
+def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+    checks = run_on_own_cluster(_health(), sut_image, sut_wheelhouse, sut_profile, tmp_path, "rc1-health", nodes=2)
     assert checks["health.backend_loss.detected"].verdict == "pass", checks["health.backend_loss.detected"]
     loss = checks["health.backend_loss.attempt_failed"]
     assert loss.verdict == "pass" and loss.observed.startswith("the controller's wait returned 70"), loss
@@ -36,32 +50,60 @@ def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_allocatio
     assert "48/48 records" in unresponsive.observed, unresponsive
     isolation = checks["health.probe_isolation"]
     assert isolation.verdict == "fail" and not isolation.observed.startswith("/health 200")
+    node_seen = checks["health.node_loss.detected"]
+    assert node_seen.verdict == "pass" and "backends_ready 0" in node_seen.observed, node_seen
+    assert node_seen.metrics["detected_after_s"] < 15 and "DOWN" in node_seen.observed
+    # Slurm sets a silent node DOWN after SlurmdTimeout (30 s here), not before.
+    assert 30 <= node_seen.metrics["slurm_down_after_s"] <= 60, node_seen
+    node_attempt = checks["health.node_loss.attempt_failed"]
+    assert node_attempt.verdict == "pass", node_attempt
+    assert node_attempt.observed.startswith("the controller's wait returned 70"), node_attempt
+    # rc1 watches its launchers only: it learns of the loss when Slurm ends their steps.
+    ended, down = node_attempt.metrics["attempt_ended_after_s"], node_attempt.metrics["slurm_down_after_s"]
+    assert down - 2 <= ended <= down + 15, node_attempt
 
 
 def test_probes_on_their_own_pool_are_the_positive_control_of_probe_isolation(
     sut_wheelhouse, sut_image, sut_profile, tmp_path
 ):
-    checks = run_with_fault(_health, "probe-capacity", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    health = _health(LOSS_DETECTION, PROBE_ISOLATION)
+    checks = run_with_fault(health, "probe-capacity", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     isolation = checks["health.probe_isolation"]
     assert isolation.verdict == "pass" and isolation.observed.startswith("/health 200"), isolation
+    assert checks["health.backend_loss.detected"].verdict == "pass"
 
 
 def test_a_health_endpoint_that_ignores_probes_is_caught_by_detected(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    checks = run_with_fault(_health, "health-always-ok", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    health = _health(LOSS_DETECTION, HEALTHY, LOSS_ATTEMPT, NODE_LOSS, UNRESPONSIVE_DETECTION)
+    checks = run_with_fault(health, "health-always-ok", sut_wheelhouse, sut_image, sut_profile, tmp_path, nodes=2)
     detected = checks["health.backend_loss.detected"]
     assert detected.verdict == "fail" and detected.observed == "the proxy's /health never reported the loss"
     unresponsive = checks["health.unresponsive.detected"]
     assert unresponsive.verdict == "fail" and "hung: not reported within 15s" in unresponsive.observed
     assert "/health 503: not reported within 15s" in unresponsive.observed
+    node_seen = checks["health.node_loss.detected"]
+    assert node_seen.verdict == "fail", node_seen
+    assert node_seen.observed.startswith("the proxy's /health did not report the loss within 15s; Slurm: node2")
     assert checks["health.backend_loss.attempt_failed"].verdict == "pass"
+    assert checks["health.node_loss.attempt_failed"].verdict == "pass", "the controller still learns it from Slurm"
 
 
 def test_an_ignored_required_step_is_caught_by_attempt_failed(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    checks = run_with_fault(_health, "require-running-ignored", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    health = _health(LOSS_DETECTION, HEALTHY, LOSS_ATTEMPT, NODE_LOSS)
+    fault = "require-running-ignored"
+    checks = run_with_fault(health, fault, sut_wheelhouse, sut_image, sut_profile, tmp_path, nodes=2)
     failed = checks["health.backend_loss.attempt_failed"]
     assert failed.verdict == "fail", failed
     assert "client 24/24 records" in failed.observed and "returned 70" not in failed.observed, failed
     assert checks["health.backend_loss.detected"].verdict == "pass"
+    # Slurm ends the lost node's steps; a wait that ignores them is still waiting for the
+    # client when the bound after Slurm's DOWN has passed.
+    node_attempt = checks["health.node_loss.attempt_failed"]
+    assert node_attempt.verdict == "fail" and node_attempt.observed.startswith("the controller did not end"), (
+        node_attempt
+    )
+    assert "attempt_ended_after_s" not in node_attempt.metrics and "DOWN" in node_attempt.observed
+    assert checks["health.node_loss.detected"].verdict == "pass"
 
 
 def test_a_health_watching_wait_is_the_positive_control_of_unresponsive_attempt_failed(
@@ -69,7 +111,8 @@ def test_a_health_watching_wait_is_the_positive_control_of_unresponsive_attempt_
 ):
     """rc1 fails health.unresponsive.attempt_failed (its wait checks processes only); the same
     wait also watching /health fails the attempt with the documented 70, well before the client."""
-    checks = run_with_fault(_health, "health-watching-wait", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    health = _health(HEALTHY, LOSS_ATTEMPT, UNRESPONSIVE_DETECTION, UNRESPONSIVE_ATTEMPT)
+    checks = run_with_fault(health, "health-watching-wait", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     failed = checks["health.unresponsive.attempt_failed"]
     assert failed.verdict == "pass", failed
     assert (

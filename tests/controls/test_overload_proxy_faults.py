@@ -49,8 +49,11 @@ def test_a_substituted_retry_after_is_told_from_the_replicas_value(sut_wheelhous
 
 
 def test_admission_that_never_rejects_is_a_failed_check_not_an_error(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    """A SUT fault the scenario waits on is judged (exit 1), never 'could not be judged'."""
-    checks = run_against_fault("admission-never-rejects", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    """A SUT fault the scenario waits on is judged (exit 1), never 'could not be judged'. No
+    record gets through an overloaded replica that never rejects, so each phase lasts as long
+    as the client's deadline: shorter ones here show the same findings sooner."""
+    options = OverloadOptions(partial_deadline_s=45.0, total_deadline_s=60.0)
+    checks = run_against_fault("admission-never-rejects", sut_wheelhouse, sut_image, sut_profile, tmp_path, options)
     admission = checks["overload.admission.rejects"]
     assert admission.verdict == "fail" and "threshold 0, depth 7: 404: 2" in admission.observed, admission
     assert "did not reject" in admission.detail

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dd_accept.base.errors import UsageError
+from dd_accept.base.errors import EnvironmentProblem, UsageError
 from dd_accept.harness import gate as gate_module
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import parse_gate
@@ -141,3 +141,71 @@ def test_one_release_keeps_the_plain_layout(tmp_path, runs):
 def test_a_bad_release_list_is_refused_before_anything_runs(slurm, message):
     with pytest.raises(UsageError, match=message):
         parse_gate(MATRIX.replace('["22.05", "24.11", "26.05"]', slurm), "m.toml")
+
+
+def test_a_release_this_machine_cannot_run_is_marked_not_run_never_pass(tmp_path, monkeypatch):
+    """26.05's images cannot be built here: the other releases still run, are judged and
+    written; the matrix says 'not run' with the reason; the gate fails and exits 2."""
+    made = _stand_in_runs(monkeypatch, failing="none")
+    stand_in = gate_module.run
+
+    def run(request, console):
+        if request.cluster.release == "26.05":
+            raise EnvironmentProblem("debootstrap of sid failed: Release file expired")
+        return stand_in(request, console)
+
+    monkeypatch.setattr(gate_module, "run", run)
+    code, out = _gate(tmp_path, MATRIX, ["sut==2"])
+    assert code == 2
+    assert [release for release, *_ in made] == ["22.05", "24.11"]
+    document = json.loads((out / "gate.json").read_text())
+    assert document["verdict"] == "fail"
+    top = {c["id"]: (c["verdict"], c["observed"]) for c in document["checks"]}
+    assert top["gate.checks@22.05"][0] == "pass" and top["gate.checks@24.11"][0] == "pass"
+    assert top["gate.ran@26.05"] == ("fail", "not run: debootstrap of sid failed: Release file expired")
+    by_release = document["matrix"]["by_release"]
+    assert list(by_release) == ["22.05", "24.11", "26.05"]
+    assert by_release["26.05"] == {"verdict": "not run", "reason": "debootstrap of sid failed: Release file expired"}
+    assert not (out / "slurm-26.05" / "candidate" / "results.json").exists()
+    markdown = (out / "gate.md").read_text()
+    assert "- Slurm 26.05: **not run**: debootstrap of sid failed" in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| `overload.partial.failover`"))
+    assert row.endswith("| not run |"), row
+
+
+def test_a_gate_where_no_release_could_run_leaves_nothing(tmp_path, monkeypatch):
+    def run(request, console):
+        raise EnvironmentProblem(f"no images for {request.cluster.release}")
+
+    monkeypatch.setattr(gate_module, "run", run)
+    with pytest.raises(EnvironmentProblem, match=r"no Slurm release of the gate could run here: no images for 22\.05"):
+        _gate(tmp_path, MATRIX, ["sut==2"])
+    assert not (tmp_path / "gate").exists()
+
+
+def test_gate_html_draws_the_matrix_from_gate_json(tmp_path, monkeypatch):
+    """One self-contained page: the verdict, links to each bundle's report, the gate checks
+    and the matrix, with a release that did not run shown as such, every value escaped."""
+    _stand_in_runs(monkeypatch, failing="24.11")
+    stand_in = gate_module.run
+
+    def run(request, console):
+        if request.cluster.release == "26.05":
+            raise EnvironmentProblem("sid <suite> moved on")
+        return stand_in(request, console)
+
+    monkeypatch.setattr(gate_module, "run", run)
+    _, out = _gate(tmp_path, MATRIX, ["sut==2"])
+    page = (out / "gate.html").read_text()
+    document = json.loads((out / "gate.json").read_text())
+    assert '<span id="verdict" class="fail">FAIL</span>' in page
+    assert '<a href="slurm-24.11/candidate/report.html">' in page
+    assert "Slurm 26.05: <b>not run</b>: sid &lt;suite&gt; moved on" in page and "<suite>" not in page
+    matrix = page[page.index('<table id="matrix">') :]
+    row = next(line for line in matrix.splitlines() if "overload.partial.failover" in line)
+    assert row.count('<td class="pass">') == 1 and row.count('<td class="fail">') == 1, row
+    assert row.endswith('<td class="not-run">not run</td></tr>'), row
+    assert len([line for line in matrix.splitlines() if line.startswith("<tr><td><code>")]) == len(
+        document["matrix"]["checks"]
+    )
+    assert "<script" not in page and "http" not in page  # self-contained

@@ -1,6 +1,9 @@
 """What a gate file's sections become: the run request, and the scenarios' pytest options."""
 
 import itertools
+from dataclasses import replace
+
+import pytest
 
 from dd_accept.harness.gate import _request
 from dd_accept.harness.gate_file import parse_gate
@@ -42,6 +45,7 @@ def test_gate_sections_reach_the_scenarios_as_options(tmp_path):
     assert "--dd-srun-arg=--mpi=none" in argv and "--dd-srun-arg=--cpu-bind=none" in argv
     assert pairs["--dd-drain-window"] == "8.0" and pairs["--dd-drain-allowance"] == "9.5"
     assert "-n" not in argv  # parallel = 1: one allocation at a time
+    assert pairs["--dd-nodes"] == "1", "no scenario here loses a node"
 
 
 def test_a_vllm_backend_section_reaches_the_scenario(tmp_path):
@@ -61,3 +65,14 @@ def test_a_docker_gate_passes_no_login_node_options(tmp_path):
     argv = _pytest_argv(_request(gate, "x==1", tmp_path, None), tmp_path)
     assert not [part for part in argv if part.startswith(("--dd-cluster-mode", "--dd-run-dir", "--dd-srun-arg"))]
     assert "--dd-drain-window" not in argv
+
+
+@pytest.mark.parametrize(
+    ("scenarios", "parallel", "workers", "nodes"),
+    [("overload", 2, None, "1"), ("health", 2, None, "2"), ("overload,drain", 2, "2", "2"), ("all", 2, "2", "3")],
+)
+def test_the_cluster_has_a_node_per_worker_and_one_to_lose(tmp_path, scenarios, parallel, workers, nodes):
+    gate = parse_gate(f'[gate]\nname = "g"\nscenarios = ["overload"]\n[options]\nparallel = {parallel}\n', "g.toml")
+    request = replace(_request(gate, "x==1", tmp_path, None), scenario=scenarios)
+    pairs = dict(itertools.pairwise(_pytest_argv(request, tmp_path)))
+    assert pairs.get("-n") == workers and pairs["--dd-nodes"] == nodes

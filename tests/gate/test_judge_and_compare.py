@@ -4,6 +4,7 @@ result (positive control) and fails a bad one (negative control)."""
 import json
 import tarfile
 
+from dd_accept.base.results import SCHEMA
 from dd_accept.harness.gate import judge
 from dd_accept.harness.gate_file import parse_gate
 from dd_accept.reports import compare
@@ -28,7 +29,7 @@ def _results(spec="sut==1", *, error_rate=0.0, ttft=0.5, isolation="unsupported"
         return {"id": check_id, "verdict": verdict, "expected": "e", "observed": "o", "detail": "", "metrics": metrics}
 
     return {
-        "schema": "dd-accept/results/v1",
+        "schema": SCHEMA,
         "verdict": "pass",
         "allow_unsupported": False,
         "sut": {"spec": spec},

@@ -5,6 +5,7 @@ import tarfile
 
 import pytest
 
+from dd_accept.base.results import SCHEMA
 from dd_accept.reports.audit import audit
 from dd_accept.reports.bundle import RunContext, write_bundle
 from dd_accept.reports.sanitize import Sanitizer
@@ -29,7 +30,7 @@ def sanitizer(tmp_path):
 
 def _results(verdict="pass"):
     return {
-        "schema": "dd-accept/results/v1",
+        "schema": SCHEMA,
         "verdict": verdict,
         "allow_unsupported": False,
         "sut": {

@@ -14,6 +14,7 @@ from dd_accept.base.events import (
     ClientRequest,
     EventFormatError,
     EventWriter,
+    NodeChange,
     QueueGauge,
     UpstreamAttempt,
     parse_event,
@@ -28,6 +29,7 @@ SAMPLES = [
     UpstreamAttempt(replica=2, path="/v1/chat/completions", outcome="cut", started=10.0, duration_s=4.0,
                     request_id="stream-3.1", status=200, first_byte_s=0.02, bytes=900, data_events=7),
     QueueGauge(waiting=5, running=2),
+    NodeChange(node="node2", state="DOWN+NOT_RESPONDING"),
 ]  # fmt: skip
 
 
@@ -46,7 +48,7 @@ def test_what_the_writer_writes_reads_back_as_the_same_event(tmp_path):
     for event, sample in zip(read, SAMPLES, strict=True):
         assert event.source == "replica-2" and event.t > 0
         assert dataclasses.replace(event, t=0.0, source="") == sample
-    assert writer.counts == {"request": 1, "admission": 1, "upstream": 1, "queue": 1}
+    assert writer.counts == {"request": 1, "admission": 1, "upstream": 1, "queue": 1, "node": 1}
 
 
 def test_a_line_still_being_written_is_not_read(tmp_path):

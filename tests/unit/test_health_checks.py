@@ -73,3 +73,45 @@ def test_detection_must_come_within_the_bound():
     slow = checks.Probe(503, 0.01, {"backends_ready": 3}, 16.0)
     assert checks.backend_loss_detected(slow, 4, False, 15.0).verdict == "fail"
     assert checks.unresponsive_detected({"hung": slow}, 4, 15).verdict == "fail"
+
+
+SLURM = checks.SlurmSawLoss("node2", 18.1, 40.5, 30.0)
+
+
+def test_node_loss_is_detected_when_the_proxy_reports_none_ready_in_time():
+    seen = checks.node_loss_detected(checks.Probe(503, 2.0, {"backends_ready": 0}, 3.2), SLURM, 4, 15.0)
+    assert seen.verdict == "pass" and "3.2s after the node was lost" in seen.observed
+    assert (
+        "Slurm: node2 not responding 18.1s, DOWN 40.5s" in seen.observed and seen.metrics["slurm_down_after_s"] == 40.5
+    )
+    late = checks.node_loss_detected(checks.Probe(503, 2.0, {"backends_ready": 0}, 16.0), SLURM, 4, 15.0)
+    assert late.verdict == "fail"
+    some = checks.node_loss_detected(checks.Probe(503, 2.0, {"backends_ready": 1}, 3.0), SLURM, 4, 15.0)
+    assert some.verdict == "fail", "a lost node carried every replica"
+    never = checks.node_loss_detected(None, SLURM, 4, 15.0)
+    assert never.verdict == "fail" and never.observed.startswith("the proxy's /health did not report the loss")
+    assert "detected_after_s" not in never.metrics
+
+
+def test_a_declared_failure_must_come_with_the_status_and_by_slurms_time_plus_the_bound():
+    rc1 = checks.node_loss_attempt_failed(outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0)
+    assert rc1.verdict == "pass" and rc1.metrics == {"slurm_down_after_s": 40.5, "attempt_ended_after_s": 41.0}
+    early = checks.node_loss_attempt_failed(outcome(70, 3.0, 0), "fail", 70, SLURM, 15.0)
+    assert early.verdict == "pass", "a controller that watches health may fail it before Slurm knows"
+    late = checks.node_loss_attempt_failed(outcome(70, 56.0, 0), "fail", 70, SLURM, 15.0)
+    assert late.verdict == "fail" and "within 15s of Slurm setting the node DOWN" in late.expected
+    waited = checks.node_loss_attempt_failed(outcome(0, 85.0, 0), "fail", 70, SLURM, 15.0)
+    assert waited.verdict == "fail" and waited.observed.startswith("the attempt succeeded (wait status 0)")
+    finished = checks.node_loss_attempt_failed(outcome(70, 41.0, 24), "fail", 70, SLURM, 15.0)
+    assert finished.verdict == "fail", "finished with its replicas gone"
+    broken_baseline = checks.node_loss_attempt_failed(outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0, outcome(70, 1, 3))
+    assert (
+        broken_baseline.verdict == "fail" and "without a fault the attempt did not succeed" in broken_baseline.observed
+    )
+
+
+def test_a_declared_recovery_must_produce_every_record():
+    recovered = checks.node_loss_attempt_failed(outcome(0, 50.0, 24), "recover", 70, SLURM, 15.0)
+    assert recovered.verdict == "pass" and "node_loss = 'recover'" in recovered.detail
+    failed = checks.node_loss_attempt_failed(outcome(70, 41.0, 3), "recover", 70, SLURM, 15.0)
+    assert failed.verdict == "fail" and "every record is produced" in failed.expected

@@ -85,6 +85,16 @@ def test_phases_that_do_not_apply_to_the_backend_are_skipped(tmp_path):
     assert state.did == ["load"]
 
 
+def test_a_phase_that_cannot_run_against_this_cluster_is_left_out(tmp_path):
+    state = _state(tmp_path)
+    phases = (
+        Phase("judge", "lose a node", _step("lose"), applies=lambda s: False),
+        Phase("judge", "probe", _step("probe")),
+    )
+    result = run_phases(phases, state)
+    assert state.did == ["probe"] and [p.title for p in result.phases] == ["probe"]
+
+
 def test_an_unknown_phase_kind_is_refused():
     with pytest.raises(ValueError, match="is not one of"):
         Phase("warmup", "x", _step("x"))  # type: ignore[arg-type]

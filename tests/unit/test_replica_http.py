@@ -9,6 +9,7 @@ import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
+from dd_accept.base.waiting import wait_until
 from dd_accept.node.control import ControlError
 
 FAST = ("--ttft-ms", "5", "--itl-ms", "1")
@@ -265,8 +266,12 @@ def test_the_request_log_keeps_each_events_send_time_and_probes_still_answer(loc
         assert response.status == 200 and response.read() == b"", "the whole response, not only its status"
     status, _, events = asyncio.run(_raw_stream(replica.url, max_tokens=6))
     assert status == 200 and events[-1] == b"[DONE]"
-    rows = [json.loads(line) for line in log.read_text().splitlines()]
-    (stream,) = [row for row in rows if row.get("kind") == "upstream" and row["path"] == "/v1/chat/completions"]
+
+    def streams():  # the replica writes a stream's record once it has ended, maybe after the client read [DONE]
+        rows = [json.loads(line) for line in log.read_text().splitlines()]
+        return [row for row in rows if row.get("kind") == "upstream" and row["path"] == "/v1/chat/completions"]
+
+    (stream,) = wait_until(streams, bool, timeout=5, what="the stream's record in the replica's log")
     offsets = stream["chunk_offsets_s"]
     assert len(offsets) == stream["data_events"] == 7 and offsets[0] == 0.0
     assert offsets == sorted(offsets) and offsets[5] >= 0.04, "six tokens 10 ms apart, then the final event"

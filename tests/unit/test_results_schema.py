@@ -1,5 +1,6 @@
-"""results.json follows the published JSON Schema (docs/schema/results-v1.json): what dd-accept
-writes validates, and every reader refuses a document that does not, naming where."""
+"""results.json follows the published JSON Schema (docs/schema/results-v2.json): what dd-accept
+writes validates, and every reader refuses a document that does not, naming where. Bundles
+written under v1 (before `cluster`) are still read, held to v1."""
 
 from __future__ import annotations
 
@@ -11,10 +12,18 @@ import jsonschema
 import pytest
 
 from dd_accept.base.errors import UsageError
-from dd_accept.base.results import SCHEMA, CheckResult, ScenarioResult, parse_results, schema_problem, write_results
+from dd_accept.base.results import (
+    READABLE_SCHEMAS,
+    SCHEMA,
+    CheckResult,
+    ScenarioResult,
+    parse_results,
+    schema_problem,
+    write_results,
+)
 from tests.helpers import run_cli
 
-PUBLISHED = Path(__file__).parents[2] / "docs" / "schema" / "results-v1.json"
+PUBLISHED = Path(__file__).parents[2] / "docs" / "schema"
 SHA = "ab" * 32
 
 
@@ -36,10 +45,27 @@ def _document(tmp_path: Path) -> dict:
     return write_results(tmp_path / "results.json", scenarios, sut, allow_unsupported=True)
 
 
-def test_the_published_schema_is_the_one_dd_accept_validates_against():
-    schema = json.loads(PUBLISHED.read_text())
+@pytest.mark.parametrize("version", sorted(READABLE_SCHEMAS))
+def test_the_published_schemas_are_the_ones_dd_accept_validates_against(version):
+    published = (PUBLISHED / READABLE_SCHEMAS[version]).read_text()
+    packaged = Path(__file__).parents[2] / "src" / "dd_accept" / "base" / "schemas" / READABLE_SCHEMAS[version]
+    assert published == packaged.read_text()
+    schema = json.loads(published)
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert schema["$id"] == SCHEMA and schema["properties"]["schema"]["const"] == SCHEMA
+    assert schema["$id"] == version and schema["properties"]["schema"]["const"] == version
+
+
+def test_a_v1_bundle_is_still_read_and_held_to_v1(tmp_path):
+    """Bundles written before results carried `cluster` stay verifiable; a document that
+    names v1 and carries v2's field is refused, so nothing is read as a version it is not."""
+    document = copy.deepcopy(_document(tmp_path))
+    document["schema"] = "dd-accept/results/v1"
+    assert parse_results(json.dumps(document)) == document
+    document["cluster"] = {"kind": "docker", "slurm_release": "22.05", "proctrack": "linuxproc"}
+    with pytest.raises(UsageError, match=r"does not follow dd-accept/results/v1 \(at the top level"):
+        parse_results(json.dumps(document))
+    document["schema"] = SCHEMA
+    assert parse_results(json.dumps(document)) == document
 
 
 def test_what_dd_accept_writes_follows_the_schema(tmp_path):
@@ -56,7 +82,7 @@ def test_what_dd_accept_writes_follows_the_schema(tmp_path):
         (lambda d: d["scenarios"][1]["checks"][0]["metrics"].update(records="40"), "metrics/records"),
         (lambda d: d["scenarios"][1]["checks"][0].update(id="Overload recovery"), "scenarios/1/checks/0/id"),
         (lambda d: d["sut"]["wheels"][0].update(sha256="deadbeef"), "sut/wheels/0/sha256"),
-        (lambda d: d.update(schema="dd-accept/results/v2"), "at schema"),
+        (lambda d: d.update(schema="dd-accept/results/v9"), "at schema"),
         (lambda d: d.update(verdict="unsupported"), "at verdict"),
         (lambda d: d.update(signed_by="someone"), "the top level"),
         (lambda d: d.pop("scenarios"), "the top level"),
@@ -86,5 +112,5 @@ def test_report_and_compare_refuse_a_forged_results_file_in_one_line(tmp_path):
     for args in (["report", str(bundle), "--format", "md"], ["compare", str(bundle), str(bundle)]):
         result = run_cli(*args)
         assert result.returncode == 2, result.stderr
-        assert result.stderr.count("\n") == 1 and "does not follow dd-accept/results/v1" in result.stderr
+        assert result.stderr.count("\n") == 1 and f"does not follow {SCHEMA}" in result.stderr
         assert "Traceback" not in result.stderr

@@ -65,6 +65,10 @@ def test_proxy_command_is_rendered_as_the_sut_builds_it():
             "attempts must be a whole number",
         ),
         (lambda t: t.replace("health_monitor = false\n", ""), "missing key capabilities.health_monitor"),
+        (
+            lambda t: t.replace('node_loss = "fail"', 'node_loss = "retry"'),
+            r"profile custom.toml: capabilities.node_loss must be one of fail, recover, got 'retry'",
+        ),
         (lambda t: t.replace('versions = ">=1.0.0rc1,<1.1"', 'versions = "one point oh"'), "not a version range"),
         (lambda t: t + "\n[extra]\nx = 1\n", "unknown key extra"),
         (lambda t: t.replace("[proxy]", "[proxy"), "not valid TOML"),

@@ -2,6 +2,10 @@
 
 loss         — replicas run as separate required steps under a drill that waits for the
                client with the SUT's own wait function; one replica is killed mid-generation.
+node loss    — the same attempt with every replica on a node of its own job, and that node
+               frozen mid-generation (docker pause: no exit, no reset, Slurm learns of it
+               only from its pings): the proxy's /health must report it, and the controller
+               must do what its profile declares. Only on dd-accept's own cluster.
 unresponsive — one replica's process stays alive but stops serving: (a) it accepts
                connections and answers nothing, (b) its /health answers 503 while it still
                generates. The proxy's /health must report it, and the SUT's controller path
@@ -15,16 +19,22 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dd_accept.acceptance import health_checks as checks
 from dd_accept.acceptance.analysis import requests
 from dd_accept.acceptance.phases import Phase, ScenarioRun, scenario_runner
-from dd_accept.base.waiting import wait_for_finding, wait_until
+from dd_accept.base.errors import ClusterError, EnvironmentProblem
+from dd_accept.base.events import EventWriter, NodeChange
+from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.slurm_docker.allocation import Allocation, start_background
+from dd_accept.slurm_docker.interface import Cluster
+from dd_accept.slurm_docker.node_health import NodeCondition, node_condition, slurmd_timeout
 from dd_accept.sut.profile import SutProfile
 
 DRILL = "sut_health_drill.sh"
@@ -38,6 +48,8 @@ class HealthOptions:
     saturating_over_limit: int = 8  # streams beyond the proxy's upstream connection limit (its profile's)
     loss_detect_timeout_s: float = 15.0
     unresponsive_detect_timeout_s: float = 15.0  # the bound on the proxy's /health reporting it
+    node_loss_detect_timeout_s: float = 15.0  # the bound on the proxy's /health reporting a lost node
+    node_loss_attempt_bound_s: float = 15.0  # the controller's bound, counted from Slurm setting it DOWN
     seed: int = 0
 
 
@@ -67,6 +79,112 @@ def _healthy_attempt(s: HealthRun) -> None:
 def _loss_attempt(s: HealthRun) -> None:
     outcome = _drilled_attempt(s.allocation, s.profile, s.options, "loss", lambda r: r.control([0], "kill"))
     s.result.add(checks.attempt_failed(outcome, s.profile.cleanup.failure_status, s.healthy))
+
+
+def _node_loss(s: HealthRun) -> None:
+    """Freeze the node carrying every replica of an attempt (their own job, so that the
+    scenario's allocation, with the proxy and the client, survives), judge who noticed and
+    what the controller did, and bring the node back."""
+    cluster, options = s.allocation.cluster, s.options
+    timeout = slurmd_timeout(cluster)
+    node_job = _job_on_a_node_to_lose(s.allocation)
+    node = node_job.first_node
+    events = EventWriter(s.run.path("node-loss-nodes.jsonl")[1], "harness")
+    watching = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slurm-node")
+    seen: dict[str, Any] = {}
+
+    def lose(replicas: deployment.ReplicaSet) -> None:
+        cluster.lose_node(node)
+        seen["lost"] = True
+        events.write(NodeChange(node=node, state="lost"))
+
+    def observe(proxy: deployment.Proxy, lost_at: float) -> float | None:
+        slurm = watching.submit(_slurm_sees_loss, cluster, node, lost_at, timeout, events)
+        seen["probe"] = _first_report(proxy, lost_at, options.node_loss_detect_timeout_s, "the node's loss")
+        seen["slurm"] = slurm.result()
+        if s.profile.capabilities.node_loss != "fail":
+            return None  # a recovering controller is waited for until the client's deadline
+        # Past its bound a failing controller has already failed the check: waiting on for the
+        # client's deadline would only make a broken SUT's run longer.
+        late = lost_at + seen["slurm"].down_after_s + options.node_loss_attempt_bound_s + 2.0
+        return max(1.0, late - time.time())
+
+    try:
+        outcome = _drilled_attempt(
+            s.allocation, s.profile, options, "node-loss", lose, port_offset=400, replicas_in=node_job,
+            deadline_s=2 * timeout + options.node_loss_attempt_bound_s + 10, observe=observe,
+        )  # fmt: skip
+    finally:
+        watching.shutdown(wait=True)
+        if seen.get("lost"):
+            cluster.restore_node(node)
+            events.write(NodeChange(node=node, state="restored"))
+            _wait_back(cluster, node, events)
+        node_job.release()
+        events.close()
+    slurm, capabilities = seen["slurm"], s.profile.capabilities
+    s.result.add(checks.node_loss_detected(seen["probe"], slurm, options.replicas, options.node_loss_detect_timeout_s))
+    failure_status, bound = s.profile.cleanup.failure_status, options.node_loss_attempt_bound_s
+    attempt = checks.node_loss_attempt_failed(outcome, capabilities.node_loss, failure_status, slurm, bound, s.healthy)
+    s.result.add(attempt)
+
+
+def _may_lose_nodes(s: HealthRun) -> bool:
+    return s.allocation.cluster.may_lose_nodes
+
+
+def _job_on_a_node_to_lose(allocation: Allocation) -> Allocation:
+    """A job of its own on a node outside the scenario's allocation: Slurm ends the jobs of
+    a node it sets DOWN, and this one must be the only one."""
+    cluster = allocation.cluster
+    if len(cluster.nodes) <= len(allocation.nodes):
+        raise EnvironmentProblem(
+            f"losing a node needs a compute node outside the scenario's allocation: cluster {cluster.name} "
+            f"has {len(cluster.nodes)} (start it with --nodes {len(allocation.nodes) + 1} or more)"
+        )
+    exclude = f"--exclude={','.join(allocation.nodes)}"
+    return Allocation.acquire(cluster, job_name="dd-node-loss", extra=[*deployment.SCENARIO_ALLOCATION, exclude])
+
+
+def _slurm_sees_loss(
+    cluster: Cluster, node: str, lost_at: float, timeout: float, events: EventWriter
+) -> checks.SlurmSawLoss:
+    """Slurm's view of the node, read every second until it sets the node DOWN; each change
+    goes into the events. Not within twice SlurmdTimeout is the cluster's fault, never the SUT's."""
+    flagged: list[float] = []
+    last = ""
+
+    def read() -> NodeCondition:
+        nonlocal last
+        condition = node_condition(cluster, node)
+        if condition.state != last:
+            events.write(NodeChange(node=node, state=condition.state))
+            last = condition.state
+        if condition.not_responding and not flagged:
+            flagged.append(time.time() - lost_at)
+        return condition
+
+    try:
+        wait_until(read, lambda c: c.down, timeout=2 * timeout, interval=1.0, what=f"Slurm to set {node} DOWN")
+    except WaitTimeout:
+        raise ClusterError(
+            f"Slurm did not set the lost node {node} DOWN within {2 * timeout:g}s (SlurmdTimeout {timeout:g}s)"
+        ) from None
+    return checks.SlurmSawLoss(node, flagged[0] if flagged else None, time.time() - lost_at, timeout)
+
+
+def _wait_back(cluster: Cluster, node: str, events: EventWriter) -> None:
+    """The restored node answering and taken back (ReturnToService=2), or resumed by hand."""
+
+    def back(condition: NodeCondition) -> bool:
+        return not condition.down and not condition.not_responding
+
+    try:
+        condition = wait_until(lambda: node_condition(cluster, node), back, timeout=30, what=f"{node} to return")
+    except WaitTimeout:
+        cluster.exec(["scontrol", "update", f"NodeName={node}", "State=RESUME"], timeout=10)
+        condition = wait_until(lambda: node_condition(cluster, node), back, timeout=30, what=f"{node} to resume")
+    events.write(NodeChange(node=node, state=condition.state))
 
 
 def _detect_unresponsive(s: HealthRun) -> None:
@@ -106,6 +224,7 @@ PHASES: tuple[Phase[HealthRun], ...] = (
     Phase("judge", "backend loss: detection", _detect_loss, numbers=_replicas),
     Phase("drive", "a healthy attempt (the baseline of the attempt checks)", _healthy_attempt, numbers=_replicas),
     Phase("judge", "backend loss: the attempt", _loss_attempt, numbers=_replicas),
+    Phase("judge", "node loss: detection and the attempt", _node_loss, numbers=_replicas, applies=_may_lose_nodes),
     Phase("judge", "unresponsive backend: detection", _detect_unresponsive, numbers=_replicas),
     Phase("judge", "unresponsive backend: the attempt", _unresponsive_attempt, numbers=_replicas),
     Phase("judge", "probe isolation", _saturation, numbers=_saturating),
@@ -155,14 +274,22 @@ def _drilled_attempt(
     *,
     records: int = 24,
     port_offset: int = 0,
+    deadline_s: float = 60.0,
+    replicas_in: Allocation | None = None,
+    observe: Callable[[deployment.Proxy, float], float | None] | None = None,
 ) -> checks.AttemptOutcome:
     """An attempt under the SUT's own controller functions (required replica steps, its wait
     function), in a run directory of its own named `name`, on replica ports shifted by
     `port_offset` (a previous attempt's replicas may still hold theirs): `fault` is done to
-    replica 0 mid-generation; returns how the attempt ended."""
+    replica 0 mid-generation; returns how the attempt ended. The replicas run in
+    `replicas_in` (another job, on a node the fault may take down) or with the proxy and
+    the client; `observe(proxy, fault_time)` watches what follows the fault and may say how
+    much longer the controller's verdict is worth waiting for; the client gives up after
+    `deadline_s`."""
     run = deployment.RunDirectory.create(allocation.cluster, name)
     port_base = deployment.REPLICA_PORT_BASE + port_offset
-    node = allocation.first_node
+    placement = replicas_in or allocation
+    node = placement.first_node
     layout = allocation.cluster.layout
     state_cluster, state_host = run.path("health-drill")
     replica_dir, replica_host = run.path("replicas")
@@ -181,7 +308,7 @@ def _drilled_attempt(
             port_base=port_base,
         )
         log = f"{replica_dir}/replica-{index}.log"
-        launch = allocation.srun_argv(replica, ["-J", "replicas", "-N1", "-n1", f"--nodelist={node}", "-o", log])
+        launch = placement.srun_argv(replica, ["-J", "replicas", "-N1", "-n1", f"--nodelist={node}", "-o", log])
         _write_command(state_host / f"replica-{index}.cmd", launch)
     urls = [f"http://{node}:{port_base + index}/health" for index in range(options.replicas)]
     (state_host / "health-urls").write_text(" ".join(urls))
@@ -213,11 +340,11 @@ def _drilled_attempt(
     proxy = deployment.start_proxy(allocation, replicas, profile=profile)
     client = deployment.client_command(
         proxy, run, mode="raw", profile=profile, name=name,
-        records=records, concurrency=8, max_tokens=80, max_record_attempts=3, deadline_s=60,
+        records=records, concurrency=8, max_tokens=80, max_record_attempts=3, deadline_s=deadline_s,
     )  # fmt: skip
     _write_command(
         state_host / "client.cmd",
-        allocation.srun_argv(client, ["-J", "client", "-N1", "-n1", f"--nodelist={node}"]),
+        allocation.srun_argv(client, ["-J", "client", "-N1", "-n1", f"--nodelist={proxy.node}"]),
     )
     allocation.cluster.exec(["touch", f"{state_cluster}/go"])
     replicas.wait_running(4)
@@ -225,19 +352,24 @@ def _drilled_attempt(
     lost_at = time.time()
     running_at_fault = not drill.finished and not (state_host / "wait-status").exists()
     fault(replicas)
+    patience = observe(proxy, lost_at) if observe is not None else None
     try:
-        record = drill.wait(timeout=90)
+        record = drill.wait(timeout=deadline_s + 30 if patience is None else patience)
         ended_after = time.time() - lost_at
     except TimeoutError:
         record, ended_after = None, None
-    status_text = (state_host / "wait-status").read_text().strip() if (state_host / "wait-status").exists() else ""
+    wait_file = state_host / "wait-status"
+    status_text = wait_file.read_text().strip() if wait_file.exists() else ""
+    if wait_file.exists():  # the moment the SUT's wait returned, not when dd-accept looked
+        ended_after = wait_file.stat().st_mtime - lost_at
     wait_status = int(status_text) if status_text.lstrip("-").isdigit() else (record.exit_code if record else None)
     client_rows = deployment.read_events(run, name)
     done = len({e.record for e in requests(client_rows) if e.outcome == "ok"})
-    proxy.stop()
-    named = allocation.steps_by_name()
-    for step in named.get("replicas", []) + named.get("client", []):
-        allocation.scancel_step(step, "KILL")
+    for job in [allocation] if placement is allocation else [allocation, placement]:
+        named = job.steps_by_name()
+        for step in named.get("replicas", []) + named.get("client", []):
+            job.scancel_step(step, "KILL")
+    proxy.stop("KILL")  # its shutdown is not what this judges; streams to a lost node never end
     return checks.AttemptOutcome(wait_status, ended_after, done, records, running_at_fault)
 
 

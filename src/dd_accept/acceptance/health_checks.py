@@ -175,3 +175,82 @@ def probe_isolation(probe: Probe, saturated: int, limit_s: float = 5.0) -> Check
         f"/health {probe.status} after {probe.elapsed_s:.1f}s with {saturated} streams holding upstream connections",
         metrics={"health_seconds": probe.elapsed_s},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmSawLoss:
+    """When Slurm's controller showed the lost node, in seconds after it was frozen."""
+
+    node: str
+    not_responding_after_s: float | None  # flagged NOT_RESPONDING (a ping went unanswered)
+    down_after_s: float  # set DOWN: its jobs end and their launchers are told
+    slurmd_timeout_s: float
+
+    def text(self) -> str:
+        flagged = "" if self.not_responding_after_s is None else f"not responding {self.not_responding_after_s:.1f}s, "
+        return f"Slurm: {self.node} {flagged}DOWN {self.down_after_s:.1f}s after it was lost"
+
+
+@check("health.node_loss.detected")
+def node_loss_detected(probe: Probe | None, slurm: SlurmSawLoss, replicas: int, bound_s: float) -> CheckResult:
+    """A node carrying every replica of the attempt dies (frozen: no reset, no exit): the
+    proxy's /health must report none ready within the bound. Slurm's own detection is
+    recorded on the same clock; it is the cluster's, so it is never what fails this check."""
+    ready = (probe.body or {}).get("backends_ready") if probe else None
+    ok = probe is not None and probe.status == 503 and ready == 0 and probe.seconds_after_loss <= bound_s
+    proxy = (
+        f"the proxy's /health did not report the loss within {bound_s:g}s"
+        if probe is None
+        else f"/health {probe.status}, backends_ready {ready}, {probe.seconds_after_loss:.1f}s after the node was lost"
+    )
+    metrics = {"slurm_down_after_s": slurm.down_after_s, "slurmd_timeout_s": slurm.slurmd_timeout_s}
+    if probe is not None:
+        metrics["detected_after_s"] = probe.seconds_after_loss
+    return CheckResult.judge(
+        node_loss_detected.check_id,
+        ok,
+        f"/health answers 503 with backends_ready 0 of {replicas} within {bound_s:g}s of the node's loss",
+        f"{proxy}; {slurm.text()}",
+        f"the node was frozen (docker pause); Slurm's SlurmdTimeout is {slurm.slurmd_timeout_s:g}s",
+        metrics,
+    )
+
+
+@check("health.node_loss.attempt_failed")
+def node_loss_attempt_failed(
+    outcome: AttemptOutcome,
+    declared: str,
+    failure_status: int,
+    slurm: SlurmSawLoss,
+    bound_s: float,
+    healthy: AttemptOutcome | None = None,
+) -> CheckResult:
+    """The node carrying the attempt's required replicas dies mid-generation. What the
+    controller must do is the profile's declaration: "fail" — the attempt fails with the
+    documented status, never finishing with the replicas gone, at the latest `bound_s` after
+    Slurm set the node DOWN (a controller that watches only its launchers learns of the loss
+    then); "recover" — every record is still produced and the attempt succeeds. Either way
+    the same attempt without the fault must succeed."""
+    ended = outcome.ended_after_fault_s
+    if declared == "recover":
+        ok = outcome.wait_status == 0 and outcome.client_finished
+        expected = "the attempt recovers: every record is produced and the controller's wait returns 0"
+    else:
+        in_time = ended is not None and ended <= slurm.down_after_s + bound_s
+        ok = outcome.wait_status == failure_status and not outcome.client_finished and in_time
+        expected = (
+            f"the attempt fails with status {failure_status}, before the client finishes, "
+            f"within {bound_s:g}s of Slurm setting the node DOWN"
+        )
+    ok = ok and outcome.running_at_fault and _baseline_ok(healthy)
+    metrics = {"slurm_down_after_s": slurm.down_after_s}
+    if ended is not None:
+        metrics["attempt_ended_after_s"] = ended
+    return CheckResult.judge(
+        node_loss_attempt_failed.check_id,
+        ok,
+        expected + "; without the fault it succeeds",
+        f"{_attempt_observed(outcome, 'the node was lost')}; {slurm.text()}{_baseline_text(healthy)}",
+        f"the profile declares node_loss = {declared!r}",
+        metrics,
+    )

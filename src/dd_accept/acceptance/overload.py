@@ -66,7 +66,14 @@ def _report(events: list[Event], progress: ProgressWriter, phase: str) -> None:
     )
 
 
-DEADLINES = {"partial": 120.0, "total": 150.0}  # the load client's own deadline per phase, seconds
+WATCH_MARGIN_S = 30.0  # how long past the client's own deadline dd-accept waits for it to end
+
+
+def deadline(options: OverloadOptions, phase: str) -> float:
+    """The load client's own deadline in a phase ("partial" or "total"), seconds."""
+    return options.partial_deadline_s if phase == "partial" else options.total_deadline_s
+
+
 # Synthetic replicas answer fast here: overload is about admission and retries, not speed.
 FAST_REPLICAS = ("--ttft-ms", "5", "--itl-ms", "1")
 
@@ -96,7 +103,7 @@ class OverloadRun(DeployedRun):
     def start_client(self, name: str, records: int) -> BackgroundCommand:
         """The SUT's own client through the proxy, at full admission, for one phase."""
         replicas, proxy = self.deployed
-        load = client_load(self.options, records, DEADLINES[name], replicas.model)
+        load = client_load(self.options, records, deadline(self.options, name), replicas.model)
         self.client = deployment.run_client(
             self.allocation, proxy, self.run, mode="sut", profile=self.profile, name=name, **load
         )
@@ -181,7 +188,8 @@ def _drive_partial(s: OverloadRun) -> None:
     proxy, metric = s.deployed[1], s.profile.proxy.retry_429_metric
     before = metric_value(proxy.get(s.profile.proxy.metrics_path)["json"], metric)
     client = s.start_client("partial", s.options.records)
-    s.client_events["partial"] = _watch(client, s.run, "partial", s.progress, "partial overload", timeout=150)
+    timeout = s.options.partial_deadline_s + WATCH_MARGIN_S
+    s.client_events["partial"] = _watch(client, s.run, "partial", s.progress, "partial overload", timeout=timeout)
     after = metric_value(proxy.get(s.profile.proxy.metrics_path)["json"], metric)
     s.partial_retries_429 = None if after is None else after - (before or 0.0)
 
@@ -235,7 +243,8 @@ def _relieve_total(s: OverloadRun) -> None:
 
 def _drive_recovery(s: OverloadRun) -> None:
     assert s.client is not None, "the total phase started the client"
-    s.client_events["total"] = _watch(s.client, s.run, "total", s.progress, "recovery", timeout=180)
+    timeout = s.options.total_deadline_s + WATCH_MARGIN_S
+    s.client_events["total"] = _watch(s.client, s.run, "total", s.progress, "recovery", timeout=timeout)
 
 
 def _judge_total(s: OverloadRun) -> None:
@@ -252,7 +261,7 @@ def _judge_total(s: OverloadRun) -> None:
 def _plan_client(name: str, records: str, purpose: str) -> Callable[[Planner], list[PlannedCommand]]:
     def plan(p: Planner) -> list[PlannedCommand]:
         o = p.options
-        load = client_load(o, getattr(o, records), DEADLINES[name], p.backend.model if p.backend else None)
+        load = client_load(o, getattr(o, records), deadline(o, name), p.backend.model if p.backend else None)
         endpoint = f"http://127.0.0.1:{deployment.PROXY_PORT}"
         argv = deployment.load_client_argv(
             p.target.layout.python,

@@ -81,6 +81,10 @@ def _no_numbers(state: Any) -> dict[str, Any]:
     return {}
 
 
+def _always(state: Any) -> bool:
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Phase(Generic[S]):
     kind: PhaseKind
@@ -90,6 +94,9 @@ class Phase(Generic[S]):
     backends: frozenset[BackendKind] = EVERY_BACKEND  # where it applies (vLLM has no control plane)
     numbers: Callable[[S], dict[str, Any]] = _no_numbers  # for the progress line
     teardown: bool = False  # runs last and always, also after a failure
+    # Whether it can run against this run's cluster (losing a node: only dd-accept's own);
+    # one that cannot is left out of the run, and its checks with it.
+    applies: Callable[[S], bool] = _always
 
     def __post_init__(self) -> None:
         if self.kind not in PHASE_KINDS:
@@ -133,6 +140,7 @@ def run_phases(phases: Sequence[Phase[S]], state: S) -> ScenarioResult:
     """Every phase that applies, in order; the teardown phases last and always."""
     result = state.result
     work, stops = _applying(phases, state.backend_kind)
+    work = [phase for phase in work if phase.applies(state)]
     failed = False
     try:
         for phase in work:

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 class Scenario:
     name: str
     summary: str
+    # Compute nodes it takes down beyond its allocation's (a node it loses on purpose): the
+    # cluster a run starts has one more node per worker's worth of these.
+    spare_nodes: int = 0
 
     @property
     def test_module(self) -> str:
@@ -34,7 +37,7 @@ class Scenario:
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario("overload", "partial and total overload through the SUT's proxy, admission and client"),
     Scenario("drain", "graceful drain with real srun and scancel, and the SUT's own cleanup"),
-    Scenario("health", "backend loss and unresponsive backends, detected and failing the attempt"),
+    Scenario("health", "backend and node loss, unresponsive backends: detected and failing the attempt", spare_nodes=1),
     Scenario("streaming", "streams passed through whole, unbuffered, with honest connection accounting"),
 )
 SCENARIO_NAMES: tuple[str, ...] = tuple(scenario.name for scenario in SCENARIOS)

@@ -113,9 +113,19 @@ class QueueGauge(EventBase):
     running: int
 
 
-Event = ClientRequest | AdmissionChange | UpstreamAttempt | QueueGauge
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeChange(EventBase):
+    """A compute node's condition as the harness did it or Slurm reported it, on the events'
+    clock: when it was lost and restored, and Slurm's State field when it changed."""
+
+    KIND: ClassVar[str] = "node"
+    node: str
+    state: str  # "lost", "restored" (what the harness did), else Slurm's State ("DOWN+NOT_RESPONDING")
+
+
+Event = ClientRequest | AdmissionChange | UpstreamAttempt | QueueGauge | NodeChange
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.KIND: cls for cls in (ClientRequest, AdmissionChange, UpstreamAttempt, QueueGauge)
+    cls.KIND: cls for cls in (ClientRequest, AdmissionChange, UpstreamAttempt, QueueGauge, NodeChange)
 }
 E = TypeVar("E", bound=EventBase)
 

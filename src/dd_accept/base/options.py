@@ -265,6 +265,10 @@ class OverloadOptions:
     records: int = option(32, "records per client run", minimum=1)
     recovery_records: int = 40
     decrease_wait_s: float = 30.0  # two rounds take ~2 x Retry-After on a correct SUT
+    # The load client's own deadline per phase: what a SUT that never lets a record through
+    # costs the run before its checks judge what it did.
+    partial_deadline_s: float = 120.0
+    total_deadline_s: float = 150.0
     seed: int = 0
 
     def __post_init__(self) -> None:

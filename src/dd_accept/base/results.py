@@ -18,7 +18,10 @@ import jsonschema
 
 from dd_accept.base.errors import UsageError
 
-SCHEMA = "dd-accept/results/v1"  # published as docs/schema/results-v1.json
+SCHEMA = "dd-accept/results/v2"  # published as docs/schema/results-v2.json
+# Every version dd-accept reads, by the `schema` a document names: bundles written before
+# `cluster` existed (v1) stay verifiable; a v1 document never carries v2's fields.
+READABLE_SCHEMAS = {"dd-accept/results/v1": "results-v1.json", SCHEMA: "results-v2.json"}
 Verdict = Literal["pass", "fail", "unsupported"]
 
 
@@ -137,14 +140,21 @@ def write_results(
 
 
 @functools.cache
-def _validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads(resources.files("dd_accept.base").joinpath("schemas", "results-v1.json").read_text())
+def _validator(version: str) -> jsonschema.Draft202012Validator:
+    schema = json.loads(resources.files("dd_accept.base").joinpath("schemas", READABLE_SCHEMAS[version]).read_text())
     return jsonschema.Draft202012Validator(schema)
 
 
+def schema_of(document: Any) -> str:
+    """The results schema a document is held to: the one it names, if dd-accept reads it."""
+    named = document.get("schema") if isinstance(document, dict) else None
+    return named if isinstance(named, str) and named in READABLE_SCHEMAS else SCHEMA
+
+
 def schema_problem(document: Any) -> str | None:
-    """Where `document` departs from dd-accept/results/v1 (the first place), or None."""
-    error = jsonschema.exceptions.best_match(_validator().iter_errors(document))
+    """Where `document` departs from the results schema it names (the current one when it
+    names none dd-accept reads): the first place, or None."""
+    error = jsonschema.exceptions.best_match(_validator(schema_of(document)).iter_errors(document))
     if error is None:
         return None
     where = "/".join(str(part) for part in error.absolute_path) or "the top level"
@@ -161,7 +171,7 @@ def parse_results(text: str, name: str = "results.json") -> dict[str, Any]:
         raise UsageError(f"{name} is not JSON") from None
     problem = schema_problem(document)
     if problem:
-        raise UsageError(f"{name} does not follow {SCHEMA} ({problem})")
+        raise UsageError(f"{name} does not follow {schema_of(document)} ({problem})")
     return document
 
 

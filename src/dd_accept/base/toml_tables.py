@@ -74,4 +74,7 @@ def build_table(cls: type, data: Any, where: str, kind: str, source: str) -> Any
                 raise UsageError(f"{kind} {source}: missing key {key}")
             continue
         values[name] = _value(hints[name], data[name], key, kind, source)
-    return cls(**values)
+    try:
+        return cls(**values)
+    except ValueError as error:  # a table's own rule (its __post_init__), named with the file
+        raise UsageError(f"{kind} {source}: {error}") from None

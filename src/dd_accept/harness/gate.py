@@ -2,13 +2,17 @@
 
 Each SUT gets its own complete, verifiable bundle (`<out>/candidate`, and `<out>/baseline`
 when a baseline is given); the gate's own verdict, threshold checks and the comparison are
-written beside them (`gate.json`, `gate.md`, `comparison.md`, `comparison.html`), never
+written beside them (`gate.json`, `gate.md`, `gate.html`, `comparison.md`, `comparison.html`), never
 into a bundle, so every bundle still verifies on its own. The exit status is the
 candidate's: 0 the gate passes, 1 it does not, 2 the run could not be judged.
 
 A gate over several Slurm releases (`[cluster] slurm = [...]`) runs everything once per
 release, into `<out>/slurm-<release>/`, judges each, and adds the matrix (check by release:
-verdict and key numbers) to `gate.json` and `gate.md`; it passes only when every release does.
+verdict and key numbers) to `gate.json`, `gate.md` and `gate.html`; it passes only when every
+release does.
+A release this machine cannot run (its images cannot be built, its process tracking needs
+what the host lacks) is marked *not run* with the reason, never *pass*: the others are still
+run, judged and written, the gate fails, and it exits 2 (the machine's fault, not the SUT's).
 """
 
 from __future__ import annotations
@@ -22,12 +26,19 @@ from typing import Any
 
 from rich.table import Table
 
-from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, UsageError
+from dd_accept.base.errors import (
+    EXIT_CHECK_FAILED,
+    EXIT_PASS,
+    EXIT_USAGE,
+    DDAcceptError,
+    EnvironmentProblem,
+    UsageError,
+)
 from dd_accept.base.results import CheckResult, load_results
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import GateFile
 from dd_accept.harness.runner import RunRequest, prepare_out, run
-from dd_accept.reports import compare
+from dd_accept.reports import compare, gate_page
 from dd_accept.sut.spec import SutSpec
 
 SCHEMA = "dd-accept/gate/v1"
@@ -118,8 +129,13 @@ def matrix(candidates: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[st
     return rows
 
 
-def _matrix_markdown(releases: list[str], rows: dict[str, dict[str, dict[str, Any]]]) -> str:
-    lines = ["", "### Checks by Slurm release", "", "| check | " + " | ".join(releases) + " |"]
+def _matrix_markdown(
+    releases: list[str], rows: dict[str, dict[str, dict[str, Any]]], not_run: dict[str, str] | None = None
+) -> str:
+    lines = ["", "### Checks by Slurm release", ""]
+    if not_run:
+        lines += [f"- Slurm {release}: **not run**: {reason}" for release, reason in not_run.items()] + [""]
+    lines.append("| check | " + " | ".join(releases) + " |")
     lines.append("|---|" + "---|" * len(releases))
     for check_id, cells in rows.items():
         shown = []
@@ -184,24 +200,43 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
     out = prepare_out(out)
     prefixes = {release: f"slurm-{release}/" if in_matrix else "" for release in releases}
     codes: dict[str | None, dict[str, int]] = {release: {} for release in releases}
+    not_run: dict[str, str] = {}  # a release this machine could not run: why, in one line
     try:
         for release in releases:
-            for role, sut in roles.items():
-                where = f" on Slurm {release}" if in_matrix else ""
-                console.on_step(f"gate {gate.gate.name}: {role} {sut}{where}")
-                request = _request(gate, sut, out / prefixes[release] / role, sign_key, release)
-                codes[release][role] = run(request, console)
+            try:
+                for role, sut in roles.items():
+                    where = f" on Slurm {release}" if in_matrix else ""
+                    console.on_step(f"gate {gate.gate.name}: {role} {sut}{where}")
+                    request = _request(gate, sut, out / prefixes[release] / role, sign_key, release)
+                    codes[release][role] = run(request, console)
+            except DDAcceptError as error:
+                if not in_matrix or release is None:
+                    raise
+                not_run[release] = str(error)
+                console.on_step(f"gate {gate.gate.name}: Slurm {release} not run: {error}")
+                continue
+            silent = [role for role in roles if not (out / prefixes[release] / role / "results.json").is_file()]
+            if in_matrix and release is not None and silent:
+                not_run[release] = f"the {silent[0]} run ended with exit {codes[release][silent[0]]} and no results"
+        if not_run and len(not_run) == len(releases):
+            raise EnvironmentProblem("no Slurm release of the gate could run here: " + "; ".join(not_run.values()))
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # a gate that did not finish leaves nothing half-written
         raise
     parts = [
         _judge_release(gate, release, out / prefixes[release], prefixes[release], codes[release], console)
         for release in releases
+        if release not in not_run
     ]
-    verdict = "pass" if all(part.verdict == "pass" for part in parts) else "fail"
+    # A release that did not run is never a pass: the gate fails, and says where and why.
+    verdict = "pass" if all(part.verdict == "pass" for part in parts) and not not_run else "fail"
     # A matrix's top level covers every release: each gate check and bundle is tagged with
     # its release, and the regressions are every release's; nothing reads as one release only.
     headline = [replace(c, id=f"{c.id}@{part.release}") if in_matrix else c for part in parts for c in part.checks]
+    headline += [
+        CheckResult.judge(f"gate.ran@{release}", False, "the release runs on this machine", f"not run: {reason}")
+        for release, reason in not_run.items()
+    ]
     bundles = {
         f"{role}@{part.release}" if in_matrix else role: name for part in parts for role, name in part.bundles().items()
     }
@@ -230,15 +265,18 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
         }
     markdown = _markdown(gate.gate.name, verdict, headline, bundles)
     if in_matrix:
-        names = [str(part.release) for part in parts]
+        names = [str(release) for release in releases]
+        by_release = {str(part.release): part.to_json() for part in parts}
+        by_release |= {release: {"verdict": "not run", "reason": reason} for release, reason in not_run.items()}
         document["matrix"] = {
             "releases": names,
-            "by_release": {str(part.release): part.to_json() for part in parts},
+            "by_release": {name: by_release[name] for name in names},
             "checks": matrix({str(part.release): part.candidate for part in parts}),
         }
-        markdown += _matrix_markdown(names, document["matrix"]["checks"])
+        markdown += _matrix_markdown(names, document["matrix"]["checks"], not_run)
     (out / "gate.json").write_text(json.dumps(document, indent=2) + "\n")
     (out / "gate.md").write_text(markdown)
+    (out / "gate.html").write_text(gate_page.to_html(document))
     table = Table(title=f"dd-accept gate {gate.gate.name}: {verdict.upper()}")
     for column in ("gate check", "verdict", "expected", "observed"):
         table.add_column(column, overflow="fold")
@@ -246,10 +284,10 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
         colour = "green" if check.verdict == "pass" else "red"
         table.add_row(check.id, f"[{colour}]{check.verdict}[/{colour}]", check.expected, check.observed)
     console.table(table)
-    written = "gate.md, gate.json" + (", comparison.md, comparison.html" if "baseline" in roles else "")
+    written = "gate.md, gate.json, gate.html" + (", comparison.md, comparison.html" if "baseline" in roles else "")
     print(f"gate: {out.name}/{written}" + (" (one directory per Slurm release)" if in_matrix else ""))
-    if any(part.codes.get("candidate") == EXIT_USAGE for part in parts):
-        return EXIT_USAGE
+    if not_run or any(part.codes.get("candidate") == EXIT_USAGE for part in parts):
+        return EXIT_USAGE  # the machine could not run all of it: judged as far as it ran, written
     return EXIT_PASS if verdict == "pass" else EXIT_CHECK_FAILED
 
 

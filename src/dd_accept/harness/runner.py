@@ -112,11 +112,12 @@ def _pytest_argv(request: RunRequest, out: Path) -> list[str]:
         cluster = replace(cluster, run_dir=str(Path(cluster.run_dir).resolve()))
     for options in (request.overload, request.drain, cluster, request.backend):
         argv += to_argv(options, "--dd-")
-    if len(names) > 1 and request.parallel > 1:
-        workers = min(request.parallel, len(names))
-        argv += ["-n", str(workers), "--dist", "load", "--dd-nodes", str(workers)]
-    else:
-        argv += ["--dd-nodes", "1"]
+    # One node per worker, and a node to lose for a scenario that loses one (health).
+    spare = max(scenario.spare_nodes for scenario in DECLARED if scenario.name in names)
+    workers = min(request.parallel, len(names)) if len(names) > 1 and request.parallel > 1 else 1
+    if workers > 1:
+        argv += ["-n", str(workers), "--dist", "load"]
+    argv += ["--dd-nodes", str(workers + spare)]
     return argv
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dd_accept.base.errors import UsageError
-from dd_accept.base.results import SCHEMA, schema_problem
+from dd_accept.base.results import schema_of, schema_problem
 from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
 from dd_accept.reports.bundle import (
@@ -137,7 +137,7 @@ def verify_directory(
         raise UsageError(f"verify: {bundle.name} is not a readable dd-accept bundle: {problem}") from None
     shape = schema_problem(results)
     if shape:
-        raise UsageError(f"verify: {bundle.name}/results.json does not follow {SCHEMA} ({shape})")
+        raise UsageError(f"verify: {bundle.name}/results.json does not follow {schema_of(results)} ({shape})")
     problems += _guarded("provenance.json", lambda: _statement_problems(bundle, statement, results))
     subjects = _subjects(statement) or {}
     for wheel in wheels:

@@ -148,6 +148,10 @@ def scancel_argv(target: str, signal_name: str | None = None) -> list[str]:
     return ["scancel", *([f"--signal={signal_name}"] if signal_name else []), target]
 
 
+# How a job looks in squeue once it has ended (until MinJobAge): NODE_FAIL after a node loss.
+ENDED_JOB_STATES = frozenset({"GONE", "COMPLETED", "CANCELLED", "NODE_FAIL", "FAILED", "TIMEOUT"})
+
+
 @dataclass
 class Allocation:
     """A job allocation held with `salloc --no-shell`; steps run in it with `srun`."""
@@ -250,7 +254,7 @@ class Allocation:
             command.stop()
         wait_until(
             self.job_state,
-            lambda state: state in {"GONE", "COMPLETED", "CANCELLED"},
+            lambda state: state in ENDED_JOB_STATES,
             timeout=timeout,
             what=f"job {self.job_id} to leave the queue",
         )

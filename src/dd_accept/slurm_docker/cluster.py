@@ -204,6 +204,7 @@ class SlurmCluster:
     srun_args: ClassVar[tuple[str, ...]] = ()
     time_limit: ClassVar[str | None] = None
     allocation_timeout: ClassVar[float] = 60.0  # an idle private cluster grants at once
+    may_lose_nodes: ClassVar[bool] = True  # its nodes are dd-accept's own: a scenario may freeze one
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -458,6 +459,18 @@ class SlurmCluster:
         return engine.exec_command(
             self.container(node), argv, node=node, log=self.records, timeout=timeout, environment=environment
         )
+
+    def lose_node(self, node: str) -> CommandRecord:
+        """Freeze a compute node (docker pause): its slurmd stops answering, so Slurm learns
+        of the loss only from its pings (SlurmdTimeout), as from a machine that died."""
+        if node not in self.nodes:
+            raise UsageError(f"cluster {self.name}: only a compute node can be lost, not {node!r}")
+        return engine.set_frozen(self.container(node), node=node, log=self.records, frozen=True)
+
+    def restore_node(self, node: str) -> CommandRecord:
+        """Thaw a node frozen by `lose_node`; its slurmd answers again and (ReturnToService=2)
+        Slurm takes it back once it registers."""
+        return engine.set_frozen(self.container(node), node=node, log=self.records, frozen=False)
 
     def start_detached(
         self,

@@ -165,6 +165,28 @@ def exec_command(
     return log.add(record)
 
 
+def set_frozen(container: Container, *, node: str, log: CommandLog, frozen: bool) -> CommandRecord:
+    """Freeze (`docker pause`) or thaw a container, recorded like a command: freezing stops
+    every process on a node at once and leaves its connections silent, without a reset, as
+    when a machine hangs or loses power."""
+    start, started = utc_now_iso(), time.monotonic()
+    exit_code, error = 0, ""
+    try:
+        container.pause() if frozen else container.unpause()
+    except docker.errors.APIError as problem:
+        exit_code, error = 1, tail(str(problem.explanation or problem))
+    record = CommandRecord(
+        argv=("docker", "pause" if frozen else "unpause", node),
+        node=node,
+        start=start,
+        duration_s=round(time.monotonic() - started, 4),
+        exit_code=exit_code,
+        stdout_tail="",
+        stderr_tail=error,
+    )
+    return log.add(record)
+
+
 def exec_detached(container: Container, argv: Sequence[str], environment: Mapping[str, str] | None = None) -> None:
     """Start a process in a container and return at once; its wrapper reports through files."""
     container.exec_run(list(argv), detach=True, environment=dict(environment or {}))

@@ -33,6 +33,7 @@ class Cluster(Protocol):
     srun_args: tuple[str, ...]  # the site's extra step options
     time_limit: str | None
     allocation_timeout: float
+    may_lose_nodes: bool  # whether dd-accept may take a node down (never a site's)
 
     @property
     def layout(self) -> NodeLayout: ...  # where the SUT and dd-accept's code live on the nodes
@@ -67,5 +68,9 @@ class Cluster(Protocol):
     def signal_sent_at(self, step: str, node: str, signal: int) -> float | None: ...  # the node's moment
 
     def versions(self) -> dict[str, str]: ...
+
+    def lose_node(self, node: str) -> CommandRecord: ...  # only where may_lose_nodes
+
+    def restore_node(self, node: str) -> CommandRecord: ...
 
     def node_freeze(self) -> str: ...

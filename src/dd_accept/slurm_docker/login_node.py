@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import Field, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import dd_accept
 from dd_accept.base.errors import ClusterError, UsageError
@@ -86,6 +86,7 @@ class ExistingCluster:
     records: CommandLog = field(default_factory=CommandLog)
     layout: NodeLayout | None = None
     allocation_timeout: float = 3600.0  # a shared cluster may queue the allocation for a while
+    may_lose_nodes: ClassVar[bool] = False  # dd-accept never takes a site's node down
     _jobs_by_node: dict[str, str] = field(default_factory=dict)
     _children: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -204,6 +205,11 @@ class ExistingCluster:
     def versions(self) -> dict[str, str]:
         """What the site's cluster reports (the same recorded commands as the docker cluster's)."""
         return reported_versions(self)
+
+    def lose_node(self, node: str) -> CommandRecord:
+        raise UsageError(f"dd-accept never takes down a node of a site's cluster ({node})")
+
+    restore_node = lose_node
 
     def close(self) -> None:
         """Reap the background launchers this object started (they end with their allocation)."""

@@ -79,12 +79,26 @@ class DrainProfile:
     allowance_seconds: float  # when the controller forces what is left (KILL)
 
 
+NODE_LOSS_OUTCOMES = ("fail", "recover")
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
     # A runtime health monitor (the seed pull request) fails an attempt whose backend stops
     # serving; with one declared, the attempt must also fail within `monitor_detect_seconds`.
     health_monitor: bool
     monitor_detect_seconds: float = 15.0
+    # What the controller does with an attempt whose replicas' node dies mid-generation:
+    # "fail" it with cleanup.failure_status (a required replica is gone), or "recover" and
+    # finish every record anyway. Declared, never guessed: health.node_loss.attempt_failed
+    # judges the SUT against it.
+    node_loss: str = "fail"
+
+    def __post_init__(self) -> None:
+        if self.node_loss not in NODE_LOSS_OUTCOMES:
+            raise ValueError(
+                f"capabilities.node_loss must be one of {', '.join(NODE_LOSS_OUTCOMES)}, got {self.node_loss!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,51 @@
+"""Slurm's view of a node, as `scontrol` prints it: what the node-loss phase waits for."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from dd_accept.base.errors import ClusterError
+from dd_accept.slurm_docker.node_health import NodeCondition, node_condition, slurmd_timeout
+
+
+@pytest.mark.parametrize(
+    ("state", "down", "silent"),
+    [
+        ("IDLE", False, False),
+        ("ALLOCATED", False, False),
+        ("ALLOCATED+NOT_RESPONDING", False, True),
+        ("IDLE*", False, True),
+        ("DOWN+NOT_RESPONDING", True, True),
+        ("DOWN", True, False),
+        ("MIXED+DRAIN", False, False),
+    ],
+)
+def test_a_state_is_read_as_its_base_and_flags(state, down, silent):
+    condition = NodeCondition("node2", state)
+    assert (condition.down, condition.not_responding) == (down, silent)
+
+
+class Controller:
+    def __init__(self, stdout, exit_code=0):
+        self.stdout, self.exit_code = stdout, exit_code
+        self.argv = None
+
+    def exec(self, argv, timeout):
+        self.argv = argv
+        return SimpleNamespace(
+            stdout=self.stdout, ok=self.exit_code == 0, describe=lambda: f"{argv[0]} exited {self.exit_code}"
+        )
+
+
+def test_the_condition_and_the_timeout_come_from_the_controller():
+    line = "NodeName=node2 Arch=x86_64 CoresPerSocket=1 State=DOWN+NOT_RESPONDING ThreadsPerCore=1 Reason=Not"
+    assert node_condition(Controller(line), "node2") == NodeCondition("node2", "DOWN+NOT_RESPONDING")
+    config = "SlurmctldTimeout        = 30 sec\nSlurmdTimeout           = 30 sec\nSlurmdUser = root\n"
+    assert slurmd_timeout(Controller(config)) == 30.0
+
+
+def test_an_unreadable_answer_is_a_cluster_error():
+    with pytest.raises(ClusterError, match="state of node node2"):
+        node_condition(Controller("", exit_code=1), "node2")
+    with pytest.raises(ClusterError, match="SlurmdTimeout"):
+        slurmd_timeout(Controller("nothing here"))
