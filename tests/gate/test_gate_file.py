@@ -8,6 +8,7 @@ from dd_accept.acceptance.catalog import ALL_CHECKS, CHECKS
 from dd_accept.acceptance.registry import REGISTRY, check
 from dd_accept.base.errors import UsageError
 from dd_accept.base.results import CheckResult
+from dd_accept.base.slurm_releases import RELEASES
 from dd_accept.fixtures.deployment import ENDPOINT_STARTS
 from dd_accept.harness.gate_file import load_gate, parse_gate
 from dd_accept.harness.runner import SCENARIOS
@@ -21,6 +22,12 @@ def test_the_shipped_example_gate_file_is_valid():
     assert gate.scenarios() == ["overload"]
     assert gate.thresholds.max_error_rate == 0.0
     assert gate.cluster.mode == "docker"
+
+
+def test_the_shipped_matrix_gate_file_runs_every_scenario_on_every_release():
+    gate = load_gate(EXAMPLE.with_name("gate.matrix.toml"))
+    assert gate.scenarios() == list(SCENARIOS)
+    assert gate.releases() == list(RELEASES)
 
 
 def test_the_catalog_is_read_from_the_registered_checks():
