@@ -24,14 +24,17 @@ slurm = ["22.05", "24.11", "26.05"]
 """
 
 
-def _stand_in_runs(monkeypatch, failing: str) -> list:
+def _stand_in_runs(monkeypatch, failing: str, cannot_run: tuple[str, str] | None = None) -> list:
     """Stand-in runs: each writes results for its release and role; the candidate on the
     `failing` release fails overload.partial.failover (with its numbers), every other run
-    passes. Returns what was run: (release, role, out) in order."""
+    passes; `cannot_run` (release, reason) is a release this machine cannot run. Returns
+    what was run: (release, role, out) in order."""
     made = []
 
     def run(request, console):
         release, role = request.cluster.release, request.out.name
+        if cannot_run and release == cannot_run[0]:
+            raise EnvironmentProblem(cannot_run[1])
         fails = release == failing and role == "candidate"
         request.out.mkdir(parents=True)
         results = _results(spec=request.sut, failover="fail" if fails else "pass")
@@ -146,15 +149,9 @@ def test_a_bad_release_list_is_refused_before_anything_runs(slurm, message):
 def test_a_release_this_machine_cannot_run_is_marked_not_run_never_pass(tmp_path, monkeypatch):
     """26.05's images cannot be built here: the other releases still run, are judged and
     written; the matrix says 'not run' with the reason; the gate fails and exits 2."""
-    made = _stand_in_runs(monkeypatch, failing="none")
-    stand_in = gate_module.run
-
-    def run(request, console):
-        if request.cluster.release == "26.05":
-            raise EnvironmentProblem("debootstrap of sid failed: Release file expired")
-        return stand_in(request, console)
-
-    monkeypatch.setattr(gate_module, "run", run)
+    made = _stand_in_runs(
+        monkeypatch, failing="none", cannot_run=("26.05", "debootstrap of sid failed: Release file expired")
+    )
     code, out = _gate(tmp_path, MATRIX, ["sut==2"])
     assert code == 2
     assert [release for release, *_ in made] == ["22.05", "24.11"]
@@ -186,15 +183,7 @@ def test_a_gate_where_no_release_could_run_leaves_nothing(tmp_path, monkeypatch)
 def test_gate_html_draws_the_matrix_from_gate_json(tmp_path, monkeypatch):
     """One self-contained page: the verdict, links to each bundle's report, the gate checks
     and the matrix, with a release that did not run shown as such, every value escaped."""
-    _stand_in_runs(monkeypatch, failing="24.11")
-    stand_in = gate_module.run
-
-    def run(request, console):
-        if request.cluster.release == "26.05":
-            raise EnvironmentProblem("sid <suite> moved on")
-        return stand_in(request, console)
-
-    monkeypatch.setattr(gate_module, "run", run)
+    _stand_in_runs(monkeypatch, failing="24.11", cannot_run=("26.05", "sid <suite> moved on"))
     _, out = _gate(tmp_path, MATRIX, ["sut==2"])
     page = (out / "gate.html").read_text()
     document = json.loads((out / "gate.json").read_text())

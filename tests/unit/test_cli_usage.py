@@ -2,6 +2,7 @@
 
 import pytest
 
+from dd_accept.base.errors import UsageError
 from tests.helpers import run_cli
 
 
@@ -64,3 +65,31 @@ def test_the_scenario_runner_never_passes_pytest_state_to_its_child(monkeypatch)
     environment = child_environment()
     assert not any(key.startswith("PYTEST_") for key in environment)
     assert environment["DD_ACCEPT_KEEP"] == "1"
+
+
+def test_overloaded_follows_replicas_unless_given():
+    """`--overloaded` defaults to what fits `--replicas`; only the overload scenario needs
+    a replica left over, so only it refuses one replica."""
+    from dd_accept.base.options import OverloadOptions
+    from dd_accept.harness.runner import RunRequest
+
+    assert [OverloadOptions(replicas=n).partial_overloaded for n in (1, 2, 3, 8)] == [0, 1, 2, 2]
+    assert OverloadOptions(replicas=8, overloaded=5).partial_overloaded == 5
+    assert RunRequest(
+        scenario="streaming", sut="x==1", profile=None, out=None, overload=OverloadOptions(replicas=1)
+    ).scenarios() == ["streaming"]
+    with pytest.raises(UsageError, match="the overload scenario needs --replicas 2 or more"):
+        RunRequest(scenario="all", sut="x==1", profile=None, out=None, overload=OverloadOptions(replicas=1)).scenarios()
+
+
+def test_a_small_overload_run_plans_and_one_replica_is_refused():
+    two = run_cli("run", "overload", "--replicas", "2", "--dry-run")
+    assert two.returncode == 0, two.stderr
+    assert "-n2" in two.stdout
+    _assert_one_line_usage_error(
+        run_cli("run", "overload", "--replicas", "1", "--dry-run"), "the overload scenario needs --replicas 2 or more"
+    )
+    _assert_one_line_usage_error(
+        run_cli("run", "overload", "--replicas", "3", "--overloaded", "3", "--dry-run"),
+        "--overloaded must be at least 1 and below --replicas",
+    )

@@ -122,6 +122,11 @@ def _node_loss(s: HealthRun) -> None:
             _wait_back(cluster, node, events)
         node_job.release()
         events.close()
+    if s.allocation.job_state() != "RUNNING":  # Slurm took the scenario's own node down with the lost one
+        raise ClusterError(
+            f"Slurm ended the scenario's own job {s.allocation.job_id} while {node} was lost "
+            f"(its state: {s.allocation.job_state()}): a node that stalls Slurm's pings can take another with it"
+        )
     slurm, capabilities = seen["slurm"], s.profile.capabilities
     s.result.add(checks.node_loss_detected(seen["probe"], slurm, options.replicas, options.node_loss_detect_timeout_s))
     failure_status, bound = s.profile.cleanup.failure_status, options.node_loss_attempt_bound_s
@@ -131,7 +136,8 @@ def _node_loss(s: HealthRun) -> None:
 
 def slurm_detection_bound(slurmd_timeout_s: float) -> float:
     """How long Slurm may take to set a silent node DOWN: SlurmdTimeout, plus up to a ping
-    cycle before and after it (measured with SlurmdTimeout 30: 38 s on 22.05, 58 s on 24.11)."""
+    cycle before and after it (measured with SlurmdTimeout 30: 38 s on 22.05, 58 s on 24.11,
+    60 s on 26.05)."""
     return 3 * slurmd_timeout_s
 
 

@@ -174,7 +174,7 @@ def _plan_proxy(p: Planner) -> list[PlannedCommand]:
 
 
 def _partial(o: OverloadOptions) -> range:
-    return range(o.overloaded)
+    return range(o.partial_overloaded)
 
 
 def _hold_partial(s: OverloadRun) -> None:
@@ -208,7 +208,7 @@ def metric_value(document: Any, dotted: str) -> float | None:
 def _judge_partial(s: OverloadRun) -> None:
     upstream = with_prefix(s.deployed[0].events(), "partial-")
     partial, o = s.client_events["partial"], s.options
-    s.result.add(checks.partial_completes(partial, o.records, o.overloaded, s.max_attempts))
+    s.result.add(checks.partial_completes(partial, o.records, o.partial_overloaded, s.max_attempts))
     s.result.add(checks.partial_failover(upstream, s.partial_retries_429, s.max_attempts))
 
 
@@ -354,7 +354,7 @@ PHASES: tuple[Phase[OverloadRun], ...] = (
           numbers=lambda s: {"replicas": s.options.replicas}),
     Phase("deploy", "deploying the SUT's proxy", _deploy_proxy, _plan_proxy),
     Phase("hold", "partial overload", _hold_partial, _plan_pressure(_partial),
-          numbers=lambda s: {"overloaded": s.options.overloaded}),
+          numbers=lambda s: {"overloaded": s.options.partial_overloaded}),
     Phase("drive", PARTIAL_CLIENT, _drive_partial, _plan_client("partial", "records", PARTIAL_CLIENT)),
     Phase("judge", "partial overload: completion and failover", _judge_partial),
     Phase("relieve", "partial overload lifted", _relieve_partial, _plan_lift(_partial)),

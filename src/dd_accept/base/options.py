@@ -255,7 +255,9 @@ def _refuse_given(instance: Any, names: tuple[str, ...], applies_to: str) -> Non
 @dataclass(frozen=True, slots=True)
 class OverloadOptions:
     replicas: int = option(8, "synthetic replicas behind the proxy", minimum=1)
-    overloaded: int = option(2, "replicas held in overload during partial overload", minimum=1)
+    overloaded: int | None = option(
+        None, "replicas held in overload during partial overload (default: 2, at most --replicas minus 1)", minimum=1
+    )
     queue_depth: int = option(
         7, "waiting requests held on each overloaded replica (the seed's acceptance ran at 7)", minimum=1
     )
@@ -274,7 +276,7 @@ class OverloadOptions:
     def __post_init__(self) -> None:
         if not 1 <= self.replicas <= 64:
             raise ValueError("--replicas must be between 1 and 64")
-        if not 1 <= self.overloaded < self.replicas:
+        if self.overloaded is not None and not 1 <= self.overloaded < self.replicas:
             raise ValueError(
                 "--overloaded must be at least 1 and below --replicas: partial overload needs a replica left"
             )
@@ -282,6 +284,18 @@ class OverloadOptions:
             raise ValueError("--queue-depth must be above --threshold, or nothing is overloaded")
         if self.retry_after < 1 or self.admission_limit < 1 or self.records < 1 or self.threshold < 0:
             raise ValueError("--retry-after, --admission-limit and --records must be positive, --threshold >= 0")
+
+    @property
+    def partial_overloaded(self) -> int:
+        """Replicas held in partial overload: as given, else 2, leaving at least one serving
+        (so `--replicas 2` alone is a valid run, and scenarios that never overload never fail
+        on it). 0 only at one replica, where partial overload cannot run."""
+        return self.overloaded if self.overloaded is not None else max(0, min(2, self.replicas - 1))
+
+    def check_partial_overload(self) -> None:
+        """For a run that overloads: partial overload needs a replica left to fail over to."""
+        if self.partial_overloaded < 1:
+            raise ValueError("the overload scenario needs --replicas 2 or more: partial overload keeps one serving")
 
 
 @dataclass(frozen=True, slots=True)

@@ -495,7 +495,21 @@ def build_parser() -> argparse.ArgumentParser:
     prune = actions.add_parser("prune", help="remove every dd-accept container, network and volume")
     prune.add_argument("--images", action="store_true", help="also remove dd-accept images")
     prune.set_defaults(handler=_cmd_cluster_prune)
+    _global_options_everywhere(parser)
     return parser
+
+
+def _global_options_everywhere(parser: argparse.ArgumentParser) -> None:
+    """`-q` means the same on every command, so it is accepted after it too
+    (`dd-accept run overload -q`). SUPPRESS keeps a command's parser from resetting what
+    was given before the command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command in dict.fromkeys(action.choices.values()):
+                command.add_argument(
+                    "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress display"
+                )
+                _global_options_everywhere(command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,6 +1,8 @@
 """The console is a listener of harness events, like the evidence writer will be.
 
 Progress goes to stderr so stdout stays parseable; `quiet` is honoured by every method.
+Tables go to stdout: drawn for a terminal, one plain line per row for a CI log or a pipe,
+so a check id is never folded at 80 columns (NO_COLOR and COLUMNS are rich's, as ever).
 """
 
 from __future__ import annotations
@@ -11,15 +13,16 @@ from types import TracebackType
 from rich.console import Console
 from rich.status import Status
 from rich.table import Table
+from rich.text import Text
 
 
 class ConsoleListener:
     """Shows build and lifecycle progress as a live status line (or nothing when quiet)."""
 
-    def __init__(self, quiet: bool = False) -> None:
+    def __init__(self, quiet: bool = False, out: Console | None = None, err: Console | None = None) -> None:
         self.quiet = quiet
-        self.err = Console(stderr=True, highlight=False)
-        self.out = Console(highlight=False)
+        self.err = err or Console(stderr=True, highlight=False)
+        self.out = out or Console(highlight=False)
         self._status: Status | None = None
         self._step = ""
 
@@ -54,7 +57,29 @@ class ConsoleListener:
             self.err.print(text)
 
     def table(self, table: Table) -> None:
-        self.out.print(table)
+        """A table for a person on a terminal (the first column, the ids people grep for,
+        never wraps); for a CI log or a pipe, one plain line per row, whatever the width."""
+        if self.out.is_terminal:
+            if table.columns:
+                table.columns[0].no_wrap = True
+            self.out.print(table)
+            return
+        print(plain_table(table), file=self.out.file)
+
+
+def plain_table(table: Table) -> str:
+    """The title, then one line per row: its cells in column order, markup removed, joined
+    by " | " (a cell's own line breaks become "; ")."""
+    columns = [[_plain(cell) for cell in column.cells] for column in table.columns]
+    title = _plain(table.title) if table.title else ""
+    rows = [" | ".join(cells) for cells in zip(*columns, strict=True)]
+    return "\n".join([title, *rows] if title else rows)
+
+
+def _plain(cell: object) -> str:
+    text = Text.from_markup(cell) if isinstance(cell, str) else cell
+    plain = text.plain if isinstance(text, Text) else str(text)
+    return "; ".join(line for line in plain.splitlines() if line.strip())
 
 
 def fail_line(message: str) -> None:

@@ -44,6 +44,10 @@ def print_plan(
 ) -> int:
     if args.scenario != "overload":
         raise UsageError(f"--dry-run plans the overload scenario; got {args.scenario!r}")
+    try:
+        options.check_partial_overload()
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     spec = SutSpec.parse(args.sut)
     profile = _profile(spec, args.profile)
     if cluster.mode == "existing":

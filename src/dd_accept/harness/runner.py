@@ -70,12 +70,15 @@ class RunRequest:
                 f"--backend vllm runs the overload scenario only, got {self.scenario!r}: the other scenarios steer "
                 "replicas through the synthetic replica's control plane, which vLLM does not have"
             )
-        if self.scenario == "all":
-            return list(SCENARIOS)
-        names = [name.strip() for name in self.scenario.split(",")]
+        names = list(SCENARIOS) if self.scenario == "all" else [name.strip() for name in self.scenario.split(",")]
         for name in names:
             if name not in SCENARIOS:
                 raise UsageError(f"unknown scenario {name!r}; valid: {', '.join((*SCENARIOS, 'all'))}")
+        if "overload" in names:  # an option only the overload scenario uses never fails another one
+            try:
+                self.overload.check_partial_overload()
+            except ValueError as error:
+                raise UsageError(str(error)) from None
         return list(dict.fromkeys(names))
 
 
