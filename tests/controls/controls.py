@@ -21,13 +21,17 @@ def run_with_fault(scenario, fault_name, wheelhouse, base_image, profile, tmp_pa
     fault = FAULTS[fault_name]
     (wheel,) = [w for w in wheelhouse.wheels if w.name == fault.distribution]
     variant = make_variant(wheelhouse.path / wheel.file, fault, tmp_path)
-    image = build_overlay_image(engine.connect(), base_image, [variant])
+    client = engine.connect()
+    image = build_overlay_image(client, base_image, [variant])
 
     def installed(cluster):
         found = cluster.exec(["grep", "-c", "ddfault", "/opt/sut/dd-accept-freeze.txt"], node="node1")
         assert found.stdout_tail.strip() == "1", "the variant must be what is installed"
 
-    return run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, f"ctl-{fault_name}", nodes, installed)
+    try:
+        return run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, f"ctl-{fault_name}", nodes, installed)
+    finally:  # a variant's wheel differs on every build, so its image is never reused: 1 GB a control
+        client.images.remove(image, force=True)
 
 
 def run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, name, nodes=1, before=None):

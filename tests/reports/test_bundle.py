@@ -10,6 +10,7 @@ from dd_accept.reports.audit import audit
 from dd_accept.reports.bundle import RunContext, write_bundle
 from dd_accept.reports.sanitize import Sanitizer
 from dd_accept.reports.verify import verify
+from tests.helpers import run_cli
 
 CANARIES = {
     "openai_key": "sk-ddcanary0123456789abcdefXYZ",
@@ -196,3 +197,28 @@ def test_a_run_started_from_the_root_directory_keeps_its_documents_intact():
         document, "results.json"
     )
     assert json.loads(sanitized) == json.loads(document)
+
+
+def test_verify_policy_exits_1_unless_the_evidence_shows_it(tmp_path, sanitizer):
+    """in-toto-style policies on a whole bundle: the run passed, a named check passed, the
+    judged wheels are the named SUT; each failure names the policy and what the evidence has."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "f").mkdir()
+    passing = _bundle(tmp_path / "p", sanitizer)
+    failing = _bundle(tmp_path / "f", sanitizer, verdict="fail")
+    attempts = "overload.total.attempts"
+    ok = run_cli("verify", str(passing), "--require-pass", "--require-check", attempts, "--require-sut", "x==1")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    cases = [
+        ((failing, "--require-pass"), f"policy --require-pass: the run's verdict is fail (not passing: {attempts})"),
+        ((failing, "--require-check", attempts), f"policy --require-check {attempts}: fail"),
+        ((passing, "--require-check", "drain.allowance"), "policy --require-check drain.allowance: not in the results"),
+        ((passing, "--require-sut", "x==2"), "policy --require-sut x==2: the judged wheels have x 1"),
+        ((passing, "--require-sut", "y>=1"), "policy --require-sut y>=1: the judged wheels have no y wheel"),
+    ]
+    for (bundle, *policy), line in cases:
+        result = run_cli("verify", str(bundle), *policy)
+        assert result.returncode == 1 and line in result.stdout.splitlines(), (policy, result.stdout)
+        assert "whole but does not meet the policy" in result.stderr
+    bad = run_cli("verify", str(passing), "--require-sut", "not a requirement!")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "is not NAME==VERSION" in bad.stderr

@@ -12,6 +12,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import xmlschema
@@ -74,3 +75,31 @@ def test_the_schema_rejects_what_ci_systems_would_not_read(schema):
     broken = junit(_results()).replace('name="overload.recovery"', "", 1)
     with pytest.raises(xmlschema.XMLSchemaValidationError):
         schema.validate(broken)
+
+
+def test_suites_carry_time_timestamp_and_the_sut_and_cluster_as_properties(schema):
+    """What a CI system shows beside the cases: when each scenario ran and for how long,
+    and which wheels were judged on which Slurm."""
+    results = _results()
+    results["scenarios"][0] |= {"started": 1796062534.25, "ended": 1796062557.5}
+    results["sut"] = {
+        "spec": "data-designer-slurm==1.0.0rc1",
+        "wheelhouse_digest": "ab" * 32,
+        "wheels": [{"file": "data_designer_slurm-1.0.0rc1-py3-none-any.whl", "sha256": "cd" * 32, "size": 1}],
+    }
+    results["cluster"] = {"kind": "docker", "slurm_release": "24.11", "proctrack": "cgroup"}
+    document = junit(results)
+    schema.validate(document)
+    root = ElementTree.fromstring(document)
+    overload = root.find("testsuite[@name='overload']")
+    assert overload.get("time") == "23.250" and overload.get("timestamp") == "2026-11-30T18:15:34"
+    assert root.find("testsuite[@name='health']").get("time") is None  # not recorded: not invented
+    properties = {p.get("name"): p.get("value") for p in overload.find("properties")}
+    assert properties == {
+        "dd-accept.sut": "data-designer-slurm==1.0.0rc1",
+        "dd-accept.wheelhouse_sha256": "ab" * 32,
+        "dd-accept.wheel.data_designer_slurm-1.0.0rc1-py3-none-any.whl": "sha256:" + "cd" * 32,
+        "dd-accept.cluster.kind": "docker",
+        "dd-accept.cluster.slurm_release": "24.11",
+        "dd-accept.cluster.proctrack": "cgroup",
+    }

@@ -41,7 +41,7 @@ from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
 from dd_accept.reports.html import render_bundle
 from dd_accept.reports.share import sanitize_paths
-from dd_accept.reports.verify import verify
+from dd_accept.reports.verify import Policy, verify
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
 from dd_accept.slurm_docker.cluster import list_clusters
 from dd_accept.slurm_docker.sut_image import build_node_image
@@ -284,12 +284,15 @@ def _cmd_sanitize(args: argparse.Namespace, console: ConsoleListener) -> int:
 def _cmd_verify(args: argparse.Namespace, console: ConsoleListener) -> int:
 
     pubkey = Path(args.pubkey) if args.pubkey else None
-    verification = verify(Path(args.bundle), [Path(w) for w in args.wheel], pubkey, args.require_signature)
+    policy = Policy(args.require_pass, tuple(args.require_check), args.require_sut)
+    verification = verify(Path(args.bundle), [Path(w) for w in args.wheel], pubkey, args.require_signature, policy)
     for problem in verification.problems:
         print(problem)
     print(f"signature: {verification.signature}")
     if verification.problems:
-        print(f"dd-accept verify: {len(verification.problems)} problem(s): the bundle does not verify", file=sys.stderr)
+        whole = all(problem.startswith("policy ") for problem in verification.problems)
+        outcome = "the bundle is whole but does not meet the policy" if whole else "the bundle does not verify"
+        print(f"dd-accept verify: {len(verification.problems)} problem(s): {outcome}", file=sys.stderr)
         return EXIT_CHECK_FAILED
     proven = "made by the key holder" if verification.signature.startswith("verified") else "whole (integrity only)"
     print(
@@ -478,6 +481,12 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument(
         "--require-signature", action="store_true", help="fail unless a signature verifies with --pubkey"
     )
+    policy = verify.add_argument_group("policy: exit 1 unless the evidence shows it")
+    policy.add_argument("--require-pass", action="store_true", help="the run's verdict is pass")
+    policy.add_argument(
+        "--require-check", action="append", default=[], metavar="CHECK_ID", help="this check passed (repeatable)"
+    )
+    policy.add_argument("--require-sut", metavar="NAME==VERSION", help="the judged wheels include this SUT")
     verify.set_defaults(handler=_cmd_verify)
 
     report = commands.add_parser("report", help="re-render a bundle's report from the bundle alone")

@@ -4,6 +4,7 @@ JUnit XML (one testcase per check, the schema CI systems read)."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 from typing import Any
 from xml.etree import ElementTree
 
@@ -51,10 +52,34 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def junit_properties(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a CI system shows beside the cases: which SUT (its spec and every wheel's
+    digest) was judged where (cluster kind, Slurm release, process tracking)."""
+    sut, cluster = results.get("sut", {}), results.get("cluster", {})
+    properties = [("dd-accept.sut", sut["spec"])] if sut.get("spec") else []
+    if sut.get("wheelhouse_digest"):
+        properties.append(("dd-accept.wheelhouse_sha256", sut["wheelhouse_digest"]))
+    properties += [(f"dd-accept.wheel.{w['file']}", f"sha256:{w['sha256']}") for w in sut.get("wheels", [])]
+    properties += [(f"dd-accept.cluster.{key}", str(value)) for key, value in cluster.items()]
+    return properties
+
+
+def _timing(scenario: dict[str, Any]) -> dict[str, str]:
+    started, ended = scenario.get("started"), scenario.get("ended")
+    if not isinstance(started, int | float):
+        return {}
+    stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    timing = {"timestamp": stamp}
+    if isinstance(ended, int | float) and ended >= started:
+        timing["time"] = f"{ended - started:.3f}"
+    return timing
+
+
 def junit(results: dict[str, Any]) -> str:
     checks = [(s, c) for s in results["scenarios"] for c in s["checks"]]
     errors = [s for s in results["scenarios"] if s.get("error")]
     root = ElementTree.Element("testsuites", name="dd-accept", tests=str(len(checks) + len(errors)))
+    properties = junit_properties(results)
     for scenario in results["scenarios"]:
         cases = scenario["checks"]
         failed = sum(1 for c in cases if c["verdict"] == "fail")
@@ -67,7 +92,12 @@ def junit(results: dict[str, Any]) -> str:
             failures=str(failed),
             errors="1" if scenario.get("error") else "0",
             skipped=str(skipped),
+            **_timing(scenario),
         )
+        if properties:
+            listed = ElementTree.SubElement(suite, "properties")
+            for name, value in properties:
+                ElementTree.SubElement(listed, "property", name=xml_text(name), value=xml_text(value))
         if scenario.get("error"):
             case = ElementTree.SubElement(suite, "testcase", classname=xml_text(scenario["name"]), name="scenario")
             ElementTree.SubElement(case, "error", message=xml_text(scenario["error"][:500]))

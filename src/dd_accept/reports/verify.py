@@ -18,6 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
 from dd_accept.base.errors import UsageError
 from dd_accept.base.results import schema_of, schema_problem
 from dd_accept.reports.archive import opened_bundle
@@ -38,6 +41,54 @@ from dd_accept.reports.signing import check_signature, load_public_key
 class Verification:
     problems: list[str] = field(default_factory=list)
     signature: str = "absent"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What the evidence must show beyond being whole, as in-toto test-result policies ask:
+    the run passed, named checks passed, the judged wheels are the SUT the release names.
+    Judged on results whose every check the provenance has already vouched for."""
+
+    require_pass: bool = False
+    require_checks: tuple[str, ...] = ()
+    require_sut: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.require_sut is not None:
+            try:
+                Requirement(self.require_sut)
+            except InvalidRequirement:
+                raise UsageError(f"verify: --require-sut {self.require_sut!r} is not NAME==VERSION") from None
+
+
+def policy_problems(results: dict[str, Any], policy: Policy) -> list[str]:
+    verdicts = {c["id"]: c["verdict"] for s in results["scenarios"] for c in s["checks"]}
+    problems = []
+    if policy.require_pass and results["verdict"] != "pass":
+        failing = [check for check, verdict in verdicts.items() if verdict != "pass"]
+        errors = [s["name"] for s in results["scenarios"] if s.get("error")]
+        why = f"not passing: {', '.join(failing)}" if failing else f"not judged: {', '.join(errors) or 'nothing ran'}"
+        problems.append(f"policy --require-pass: the run's verdict is {results['verdict']} ({why})")
+    for check_id in policy.require_checks:
+        verdict = verdicts.get(check_id)
+        if verdict != "pass":
+            problems.append(f"policy --require-check {check_id}: {verdict or 'not in the results'}")
+    if policy.require_sut is not None:
+        wanted = Requirement(policy.require_sut)
+        wheels = [parse_wheel_filename(w["file"])[:2] for w in results["sut"].get("wheels", []) if _is_wheel(w)]
+        named = [version for name, version in wheels if name == canonicalize_name(wanted.name)]
+        if not any(wanted.specifier.contains(version, prereleases=True) for version in named):
+            found = ", ".join(f"{wanted.name} {v}" for v in named) or f"no {wanted.name} wheel"
+            problems.append(f"policy --require-sut {policy.require_sut}: the judged wheels have {found}")
+    return problems
+
+
+def _is_wheel(wheel: dict[str, Any]) -> bool:
+    try:
+        parse_wheel_filename(wheel["file"])
+    except InvalidWheelFilename:
+        return False
+    return True
 
 
 class _Problem(Exception):
@@ -124,7 +175,11 @@ def _subjects(statement: dict[str, Any]) -> dict[str, str] | None:
 
 
 def verify_directory(
-    bundle: Path, wheels: list[Path], public_key: Any = None, require_signature: bool = False
+    bundle: Path,
+    wheels: list[Path],
+    public_key: Any = None,
+    require_signature: bool = False,
+    policy: Policy | None = None,
 ) -> Verification:
     verification = Verification()
     problems = verification.problems
@@ -150,11 +205,17 @@ def verify_directory(
     if require_signature and not verification.signature.startswith("verified"):
         problems.append(f"signature {verification.signature}: --require-signature needs one verified with --pubkey")
     problems += [f"audit: {finding}" for finding in audit([bundle])]
+    if policy is not None:
+        problems += policy_problems(results, policy)
     return verification
 
 
 def verify(
-    bundle: Path, wheels: list[Path], pubkey: Path | None = None, require_signature: bool = False
+    bundle: Path,
+    wheels: list[Path],
+    pubkey: Path | None = None,
+    require_signature: bool = False,
+    policy: Policy | None = None,
 ) -> Verification:
     for wheel in wheels:
         if not wheel.is_file():
@@ -163,4 +224,4 @@ def verify(
         raise UsageError("verify: --require-signature needs --pubkey KEY (the signer's public key)")
     public_key = load_public_key(pubkey) if pubkey is not None else None
     with opened_bundle(bundle, "verify") as directory:
-        return verify_directory(directory, wheels, public_key, require_signature)
+        return verify_directory(directory, wheels, public_key, require_signature, policy)

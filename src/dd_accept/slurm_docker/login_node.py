@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import dd_accept
-from dd_accept.base.errors import ClusterError, UsageError
+from dd_accept.base.errors import ClusterError, EnvironmentProblem, UsageError
 from dd_accept.base.options import ClusterOptions, flag
 from dd_accept.base.state import file_lock
 from dd_accept.slurm_docker import step_exit
@@ -240,6 +240,12 @@ class ExistingCluster:
 
     def _install(self, wheelhouse: Wheelhouse, base: Path, layout: NodeLayout) -> None:
 
+        found = self.exec(["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], timeout=30)
+        if found.ok and found.stdout.strip() != wheelhouse.python:
+            raise EnvironmentProblem(
+                f"this login node's python3 is {found.stdout.strip()}; on a site's cluster dd-accept installs the "
+                f"SUT's wheels for Python {wheelhouse.python}, the interpreter its venv is built with"
+            )
         shutil.copytree(wheelhouse.path, base / "wheelhouse")
         root = Path(dd_accept.__file__).parent
         for path in node_files():

@@ -14,6 +14,7 @@ import re
 import shutil
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import docker
@@ -171,7 +172,35 @@ def build_node_image(
                     shutil.copy2(path, target)
                 _build(client, context, node, sut, {"io.dd-accept.sut": wheelhouse.digest})
             built = True
+        if built:
+            for repository in (SUT_REPOSITORY, NODE_REPOSITORY):
+                evict_images(client, repository)
     return BuildResult(node, built=built, seconds=time.monotonic() - started)
+
+
+KEEP_IMAGES = 12  # per repository: each SUT, release and harness version builds its own
+RECENT_SECONDS = 7200.0  # built this recently: maybe about to be used by a run under way (CI runs < 90 min)
+
+
+def evict_images(
+    client: docker.DockerClient, repository: str, keep: int = KEEP_IMAGES, now: float | None = None
+) -> list[str]:
+    """Remove all but the `keep` newest images of `repository` (without this, a day of test
+    runs left 160 SUT and node images and filled the disk). Never one built in the last two hours,
+    one a container uses or one a kept image is built on: the engine refuses those, and they stay."""
+    now = time.time() if now is None else now
+    images = sorted(client.images.list(name=repository), key=lambda i: i.attrs["Created"], reverse=True)
+    removed = []
+    for image in images[keep:]:
+        created = datetime.fromisoformat(image.attrs["Created"][:19]).replace(tzinfo=UTC).timestamp()
+        if now - created < RECENT_SECONDS:
+            continue
+        try:
+            client.images.remove(image.id, force=False)
+        except docker.errors.APIError:
+            continue
+        removed.append(image.id)
+    return removed
 
 
 OVERLAY_DOCKERFILE = f"""\

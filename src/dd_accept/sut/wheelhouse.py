@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,8 +140,10 @@ def build_wheelhouse(
     final = root / _cache_key(spec, node)
     with file_lock(root / ".lock"):
         if (final / MANIFEST).is_file():
+            os.utime(final / MANIFEST)  # its last use: what eviction goes by
             return Wheelhouse.load(final)
         root.mkdir(parents=True, exist_ok=True)
+        evict_wheelhouses(root)
         scratch = Path(tempfile.mkdtemp(prefix="tmp-", dir=root))
         try:
             requirements, extra, sut_names = _resolve_inputs(spec, scratch, listener)
@@ -157,6 +160,25 @@ def build_wheelhouse(
             shutil.rmtree(scratch, ignore_errors=True)
             raise
     return wheelhouse
+
+
+KEEP_WHEELHOUSES = 12  # about 150 MB each with rc1's whole dependency set
+IN_USE_SECONDS = 3600.0  # used this recently: maybe still being read by another run
+
+
+def evict_wheelhouses(root: Path, keep: int = KEEP_WHEELHOUSES, now: float | None = None) -> list[str]:
+    """Remove all but the `keep` most recently used wheelhouses (each SUT, release and
+    harness version has its own, and without this the cache grew past 12 GB in a day of
+    test runs); one used within the last hour is never removed. Call under the cache lock."""
+    now = time.time() if now is None else now
+    cached = [entry for entry in root.iterdir() if (entry / MANIFEST).is_file()]
+    cached.sort(key=lambda entry: (entry / MANIFEST).stat().st_mtime, reverse=True)
+    removed = []
+    for entry in cached[keep:]:
+        if now - (entry / MANIFEST).stat().st_mtime >= IN_USE_SECONDS:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
 
 
 def _resolve_inputs(
