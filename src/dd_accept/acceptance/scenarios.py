@@ -14,8 +14,8 @@ from dataclasses import dataclass
 class Scenario:
     name: str
     summary: str
-    # Compute nodes it takes down beyond its allocation's (a node it loses on purpose): the
-    # cluster a run starts has one more node per worker's worth of these.
+    # Compute nodes it takes down beyond its allocation's (a node it loses on purpose): a run
+    # starts its cluster with one node per worker plus the most any chosen scenario needs.
     spare_nodes: int = 0
 
     @property
