@@ -30,3 +30,11 @@ def test_one_used_within_the_hour_is_kept_beyond_the_count(tmp_path):
         _cached(tmp_path, f"recent{index}", now - IN_USE_SECONDS / 2 - index)
     assert evict_wheelhouses(tmp_path, keep=1, now=now) == []
     assert len(list(tmp_path.iterdir())) == 4
+
+
+def test_the_eviction_rule_is_one_for_every_cache():
+    from dd_accept.base.state import beyond_keeping
+
+    ages = {"a": 10.0, "b": 500.0, "c": 20.0, "d": 9000.0}
+    # newest first: a (kept), c (used 20 s ago: protected), then b and d go
+    assert beyond_keeping(ages, lambda k: 10_000.0 - ages[k], keep=1, protect_s=100.0, now=10_000.0) == ["b", "d"]

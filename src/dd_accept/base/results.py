@@ -183,6 +183,11 @@ def load_results(path: Path, name: str = "results.json") -> dict[str, Any]:
     return parse_results(text, name)
 
 
+def all_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every check of a results document, scenario by scenario."""
+    return [check for scenario in results.get("scenarios", []) for check in scenario.get("checks", [])]
+
+
 def where_judged(results: dict[str, Any]) -> str:
     """Where a run's checks ran, in words ("Slurm 24.11, cgroup"; "an existing cluster")."""
     cluster = results.get("cluster") or {}

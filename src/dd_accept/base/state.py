@@ -8,8 +8,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 STATE_ENV = "DD_ACCEPT_STATE_DIR"
 
@@ -36,3 +39,13 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def beyond_keeping(
+    entries: Iterable[T], last_used: Callable[[T], float], keep: int, protect_s: float, now: float
+) -> list[T]:
+    """What a cache may drop: all but its `keep` most recently used entries, and never one
+    used within `protect_s` (another run may be about to read it). The one eviction rule of
+    every host cache dd-accept fills (wheelhouses, SUT and node images)."""
+    ordered = sorted(entries, key=last_used, reverse=True)
+    return [entry for entry in ordered[keep:] if now - last_used(entry) >= protect_s]

@@ -286,13 +286,15 @@ def _cmd_verify(args: argparse.Namespace, console: ConsoleListener) -> int:
     pubkey = Path(args.pubkey) if args.pubkey else None
     policy = Policy(args.require_pass, tuple(args.require_check), args.require_sut)
     verification = verify(Path(args.bundle), [Path(w) for w in args.wheel], pubkey, args.require_signature, policy)
-    for problem in verification.problems:
+    for problem in verification.problems + verification.unmet:
         print(problem)
     print(f"signature: {verification.signature}")
     if verification.problems:
-        whole = all(problem.startswith("policy ") for problem in verification.problems)
-        outcome = "the bundle is whole but does not meet the policy" if whole else "the bundle does not verify"
-        print(f"dd-accept verify: {len(verification.problems)} problem(s): {outcome}", file=sys.stderr)
+        print(f"dd-accept verify: {len(verification.problems)} problem(s): the bundle does not verify", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    if verification.unmet:
+        unmet = f"{len(verification.unmet)} problem(s): the bundle is whole but does not meet the policy"
+        print(f"dd-accept verify: {unmet}", file=sys.stderr)
         return EXIT_CHECK_FAILED
     proven = "made by the key holder" if verification.signature.startswith("verified") else "whole (integrity only)"
     print(

@@ -34,7 +34,7 @@ from dd_accept.base.errors import (
     EnvironmentProblem,
     UsageError,
 )
-from dd_accept.base.results import CheckResult, load_results
+from dd_accept.base.results import CheckResult, all_checks, load_results
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import GateFile
 from dd_accept.harness.runner import RunRequest, prepare_out, run
@@ -44,12 +44,8 @@ from dd_accept.sut.spec import SutSpec
 SCHEMA = "dd-accept/gate/v1"
 
 
-def _all_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
-    return [check for scenario in results.get("scenarios", []) for check in scenario.get("checks", [])]
-
-
 def _metric_values(results: dict[str, Any], name: str) -> list[tuple[str, float]]:
-    return [(c["id"], c["metrics"][name]) for c in _all_checks(results) if name in c.get("metrics", {})]
+    return [(c["id"], c["metrics"][name]) for c in all_checks(results) if name in c.get("metrics", {})]
 
 
 def _threshold(check_id: str, results: dict[str, Any], metric: str, limit: float, unit: str) -> CheckResult:
@@ -67,7 +63,7 @@ def judge(gate: GateFile, results: dict[str, Any]) -> list[CheckResult]:
     allowed = set(gate.gate.allow_unsupported)
     broken = [
         c["id"]
-        for c in _all_checks(results)
+        for c in all_checks(results)
         if c["verdict"] != "pass" and not (c["verdict"] == "unsupported" and c["id"] in allowed)
     ]
     errors = [f"{s['name']}: {s['error']}" for s in results.get("scenarios", []) if s.get("error")]
@@ -77,7 +73,7 @@ def judge(gate: GateFile, results: dict[str, Any]) -> list[CheckResult]:
     problems = [f"not passing: {', '.join(broken)}"] if broken else []
     problems += [f"not judged: {'; '.join(errors)}"] if errors else []
     problems += [f"did not run: {', '.join(missing)}"] if missing else []
-    count = len(_all_checks(results))
+    count = len(all_checks(results))
     checks = [CheckResult.judge("gate.checks", not problems, expected, "; ".join(problems) or f"{count} checks pass")]
     limits = gate.thresholds
     if limits.max_error_rate is not None:
@@ -124,7 +120,7 @@ def matrix(candidates: dict[str, dict[str, Any]]) -> dict[str, dict[str, dict[st
     the order they are first reported; a check a release did not report is absent from it."""
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for release, results in candidates.items():
-        for check in _all_checks(results):
+        for check in all_checks(results):
             rows.setdefault(check["id"], {})[release] = {"verdict": check["verdict"], "metrics": check["metrics"]}
     return rows
 

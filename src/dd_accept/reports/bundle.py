@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dd_accept import __version__
-from dd_accept.base.results import load_results
+from dd_accept.base.results import all_checks, load_results
 from dd_accept.reports import render
 from dd_accept.reports.digests import lock_digest, sha256_file
 from dd_accept.reports.html import render_bundle
@@ -90,7 +90,7 @@ def test_result(results: dict[str, Any]) -> str:
 def tests_by_verdict(results: dict[str, Any]) -> dict[str, list[str]]:
     """The predicate's passed, failed and warned tests: check ids by verdict, and a scenario
     that could not be judged as failed. `verify` compares a bundle's statement with these."""
-    checks = [c for s in results["scenarios"] for c in s["checks"]]
+    checks = all_checks(results)
     failed = [c["id"] for c in checks if c["verdict"] == "fail"]
     failed += [f"{s['name']} (not judged)" for s in results["scenarios"] if s.get("error")]
     return {

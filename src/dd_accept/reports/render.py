@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 from xml.etree import ElementTree
 
+from dd_accept.base.results import all_checks
+
 # Characters XML 1.0 does not allow at all (most C0 controls, lone surrogates, U+FFFE/F):
 # ElementTree writes them as they are, and the file is then not well-formed.
 NOT_XML = re.compile("[^\x09\x0a\x0d\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -76,9 +78,8 @@ def _timing(scenario: dict[str, Any]) -> dict[str, str]:
 
 
 def junit(results: dict[str, Any]) -> str:
-    checks = [(s, c) for s in results["scenarios"] for c in s["checks"]]
     errors = [s for s in results["scenarios"] if s.get("error")]
-    root = ElementTree.Element("testsuites", name="dd-accept", tests=str(len(checks) + len(errors)))
+    root = ElementTree.Element("testsuites", name="dd-accept", tests=str(len(all_checks(results)) + len(errors)))
     properties = junit_properties(results)
     for scenario in results["scenarios"]:
         cases = scenario["checks"]

@@ -20,9 +20,10 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from dd_accept.base.errors import UsageError
-from dd_accept.base.results import schema_of, schema_problem
+from dd_accept.base.results import all_checks, schema_of, schema_problem
 from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
 from dd_accept.reports.bundle import (
@@ -39,8 +40,9 @@ from dd_accept.reports.signing import check_signature, load_public_key
 
 @dataclass
 class Verification:
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # the bundle is not whole, or not signed as required
     signature: str = "absent"
+    unmet: list[str] = field(default_factory=list)  # a whole bundle that does not show what the policy asks
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,7 @@ class Policy:
 
 
 def policy_problems(results: dict[str, Any], policy: Policy) -> list[str]:
-    verdicts = {c["id"]: c["verdict"] for s in results["scenarios"] for c in s["checks"]}
+    verdicts = {c["id"]: c["verdict"] for c in all_checks(results)}
     problems = []
     if policy.require_pass and results["verdict"] != "pass":
         failing = [check for check, verdict in verdicts.items() if verdict != "pass"]
@@ -75,20 +77,20 @@ def policy_problems(results: dict[str, Any], policy: Policy) -> list[str]:
             problems.append(f"policy --require-check {check_id}: {verdict or 'not in the results'}")
     if policy.require_sut is not None:
         wanted = Requirement(policy.require_sut)
-        wheels = [parse_wheel_filename(w["file"])[:2] for w in results["sut"].get("wheels", []) if _is_wheel(w)]
-        named = [version for name, version in wheels if name == canonicalize_name(wanted.name)]
+        wheels = [_name_and_version(w["file"]) for w in results["sut"].get("wheels", [])]
+        named = [w[1] for w in wheels if w is not None and w[0] == canonicalize_name(wanted.name)]
         if not any(wanted.specifier.contains(version, prereleases=True) for version in named):
             found = ", ".join(f"{wanted.name} {v}" for v in named) or f"no {wanted.name} wheel"
             problems.append(f"policy --require-sut {policy.require_sut}: the judged wheels have {found}")
     return problems
 
 
-def _is_wheel(wheel: dict[str, Any]) -> bool:
+def _name_and_version(file: str) -> tuple[str, Version] | None:
     try:
-        parse_wheel_filename(wheel["file"])
+        name, version, *_ = parse_wheel_filename(file)
     except InvalidWheelFilename:
-        return False
-    return True
+        return None
+    return name, version
 
 
 class _Problem(Exception):
@@ -206,7 +208,7 @@ def verify_directory(
         problems.append(f"signature {verification.signature}: --require-signature needs one verified with --pubkey")
     problems += [f"audit: {finding}" for finding in audit([bundle])]
     if policy is not None:
-        problems += policy_problems(results, policy)
+        verification.unmet = policy_problems(results, policy)
     return verification
 
 

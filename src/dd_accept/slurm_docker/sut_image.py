@@ -19,13 +19,14 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from docker.models.images import Image
 
 import dd_accept
 from dd_accept.base.errors import ClusterError, UsageError
 from dd_accept.base.hashing import sha256_file
 from dd_accept.base.progress import BuildListener, QuietListener
 from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
-from dd_accept.base.state import file_lock, state_root
+from dd_accept.base.state import beyond_keeping, file_lock, state_root
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.images import BuildResult, ensure_images, slurm_tag
 from dd_accept.slurm_docker.layout import DOCKER_LAYOUT
@@ -188,13 +189,13 @@ def evict_images(
     """Remove all but the `keep` newest images of `repository` (without this, a day of test
     runs left 160 SUT and node images and filled the disk). Never one built in the last two hours,
     one a container uses or one a kept image is built on: the engine refuses those, and they stay."""
-    now = time.time() if now is None else now
-    images = sorted(client.images.list(name=repository), key=lambda i: i.attrs["Created"], reverse=True)
+
+    def built_at(image: Image) -> float:
+        return datetime.fromisoformat(image.attrs["Created"][:19]).replace(tzinfo=UTC).timestamp()
+
+    images = client.images.list(name=repository)
     removed = []
-    for image in images[keep:]:
-        created = datetime.fromisoformat(image.attrs["Created"][:19]).replace(tzinfo=UTC).timestamp()
-        if now - created < RECENT_SECONDS:
-            continue
+    for image in beyond_keeping(images, built_at, keep, RECENT_SECONDS, time.time() if now is None else now):
         try:
             client.images.remove(image.id, force=False)
         except docker.errors.APIError:

@@ -28,7 +28,7 @@ from dd_accept.base.errors import UsageError
 from dd_accept.base.hashing import sha256_file
 from dd_accept.base.progress import BuildListener, QuietListener
 from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES, SlurmRelease
-from dd_accept.base.state import file_lock, state_root
+from dd_accept.base.state import beyond_keeping, file_lock, state_root
 from dd_accept.sut.spec import SutSpec, validate_wheel
 
 # What dd-accept's own in-cluster parts need beside the SUT (the replica's server stack).
@@ -170,15 +170,12 @@ def evict_wheelhouses(root: Path, keep: int = KEEP_WHEELHOUSES, now: float | Non
     """Remove all but the `keep` most recently used wheelhouses (each SUT, release and
     harness version has its own, and without this the cache grew past 12 GB in a day of
     test runs); one used within the last hour is never removed. Call under the cache lock."""
-    now = time.time() if now is None else now
     cached = [entry for entry in root.iterdir() if (entry / MANIFEST).is_file()]
-    cached.sort(key=lambda entry: (entry / MANIFEST).stat().st_mtime, reverse=True)
-    removed = []
-    for entry in cached[keep:]:
-        if now - (entry / MANIFEST).stat().st_mtime >= IN_USE_SECONDS:
-            shutil.rmtree(entry, ignore_errors=True)
-            removed.append(entry.name)
-    return removed
+    last_used = {entry: (entry / MANIFEST).stat().st_mtime for entry in cached}
+    stale = beyond_keeping(cached, last_used.__getitem__, keep, IN_USE_SECONDS, time.time() if now is None else now)
+    for entry in stale:
+        shutil.rmtree(entry, ignore_errors=True)
+    return [entry.name for entry in stale]
 
 
 def _resolve_inputs(
