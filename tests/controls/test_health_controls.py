@@ -57,6 +57,9 @@ def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_wheelhous
     # answer, which may come before the loss (23.5 s after it with 30 s, under proctrack/cgroup).
     timeout = node_seen.metrics["slurmd_timeout_s"]
     assert timeout / 2 <= node_seen.metrics["slurm_down_after_s"] <= slurm_detection_bound(timeout), node_seen
+    # Slurm ends the lost node's steps when it sets the node DOWN (their end is in the events).
+    steps_ended = node_seen.metrics["slurm_steps_ended_after_s"]
+    assert node_seen.metrics["slurm_down_after_s"] - 2 <= steps_ended <= node_seen.metrics["slurm_down_after_s"] + 20
     node_attempt = checks["health.node_loss.attempt_failed"]
     assert node_attempt.verdict == "pass", node_attempt
     assert node_attempt.observed.startswith("the controller's wait returned 70"), node_attempt

@@ -16,6 +16,7 @@ from dd_accept.base.events import (
     EventWriter,
     NodeChange,
     QueueGauge,
+    StepChange,
     UpstreamAttempt,
     parse_event,
     read_event_file,
@@ -30,6 +31,7 @@ SAMPLES = [
                     request_id="stream-3.1", status=200, first_byte_s=0.02, bytes=900, data_events=7),
     QueueGauge(waiting=5, running=2),
     NodeChange(node="node2", state="DOWN+NOT_RESPONDING"),
+    StepChange(step="7.0", state="ended", job_state="NODE_FAIL"),
 ]  # fmt: skip
 
 
@@ -48,7 +50,7 @@ def test_what_the_writer_writes_reads_back_as_the_same_event(tmp_path):
     for event, sample in zip(read, SAMPLES, strict=True):
         assert event.source == "replica-2" and event.t > 0
         assert dataclasses.replace(event, t=0.0, source="") == sample
-    assert writer.counts == {"request": 1, "admission": 1, "upstream": 1, "queue": 1, "node": 1}
+    assert writer.counts == {"request": 1, "admission": 1, "upstream": 1, "queue": 1, "node": 1, "step": 1}
 
 
 def test_a_line_still_being_written_is_not_read(tmp_path):

@@ -4,7 +4,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from dd_accept.acceptance.health import _StepWatch
 from dd_accept.base.errors import ClusterError
+from dd_accept.base.events import EventWriter, StepChange, read_event_file
 from dd_accept.slurm_docker.node_health import NodeCondition, node_condition, slurmd_timeout
 
 
@@ -49,3 +51,35 @@ def test_an_unreadable_answer_is_a_cluster_error():
         node_condition(Controller("", exit_code=1), "node2")
     with pytest.raises(ClusterError, match="SlurmdTimeout"):
         slurmd_timeout(Controller("nothing here"))
+
+
+class Job:
+    """A job whose `squeue -s` listings are given in turn (the last one repeats)."""
+
+    def __init__(self, *listings, state="NODE_FAIL"):
+        self.listings, self.state = list(listings), state
+
+    def steps(self):
+        return self.listings.pop(0) if len(self.listings) > 1 else self.listings[0]
+
+    def job_state(self):
+        return self.state
+
+
+def test_each_step_end_is_an_event_with_its_jobs_state(tmp_path):
+    writer = EventWriter(tmp_path / "events.jsonl", "harness")
+    watch = _StepWatch(Job(["7.0", "7.1"], ["7.0", "7.1"], ["7.1"], []), writer)
+    assert watch.until_ended(timeout=10) is not None
+    writer.close()
+    seen = [(e.step, e.state, e.job_state) for e in read_event_file(tmp_path / "events.jsonl")]
+    assert all(isinstance(e, StepChange) for e in read_event_file(tmp_path / "events.jsonl"))
+    assert seen == [
+        ("7.0", "running", None), ("7.1", "running", None),
+        ("7.0", "ended", "NODE_FAIL"), ("7.1", "ended", "NODE_FAIL"),
+    ]  # fmt: skip
+
+
+def test_a_step_that_does_not_end_is_reported_as_not_seen_to_end(tmp_path):
+    writer = EventWriter(tmp_path / "events.jsonl", "harness")
+    assert _StepWatch(Job(["7.0"]), writer).until_ended(timeout=0.6) is None
+    writer.close()

@@ -28,7 +28,7 @@ from dd_accept.acceptance import health_checks as checks
 from dd_accept.acceptance.analysis import requests
 from dd_accept.acceptance.phases import Phase, ScenarioRun, scenario_runner
 from dd_accept.base.errors import ClusterError, EnvironmentProblem
-from dd_accept.base.events import EventWriter, NodeChange
+from dd_accept.base.events import EventWriter, NodeChange, StepChange
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.node.environment import TOKEN_ENV
@@ -99,7 +99,7 @@ def _node_loss(s: HealthRun) -> None:
         events.write(NodeChange(node=node, state="lost"))
 
     def observe(proxy: deployment.Proxy, lost_at: float) -> float | None:
-        slurm = watching.submit(_slurm_sees_loss, cluster, node, lost_at, timeout, events)
+        slurm = watching.submit(_slurm_sees_loss, node_job, lost_at, timeout, events)
         seen["probe"] = _first_report(proxy, lost_at, options.node_loss_detect_timeout_s, "the node's loss")
         seen["slurm"] = slurm.result()
         if s.profile.capabilities.node_loss != "fail":
@@ -158,13 +158,14 @@ def _job_on_a_node_to_lose(allocation: Allocation) -> Allocation:
     return Allocation.acquire(cluster, job_name="dd-node-loss", extra=[*deployment.SCENARIO_ALLOCATION, exclude])
 
 
-def _slurm_sees_loss(
-    cluster: Cluster, node: str, lost_at: float, timeout: float, events: EventWriter
-) -> checks.SlurmSawLoss:
-    """Slurm's view of the node, read every second until it sets the node DOWN; each change
-    goes into the events. Not within `slurm_detection_bound` is the cluster's fault, never the SUT's."""
+def _slurm_sees_loss(job: Allocation, lost_at: float, timeout: float, events: EventWriter) -> checks.SlurmSawLoss:
+    """Slurm's view of the lost node, read every second until it sets the node DOWN, then of
+    the job's steps until they end; each change goes into the events. A node not DOWN within
+    `slurm_detection_bound` is the cluster's fault, never the SUT's."""
+    cluster, node = job.cluster, job.first_node
     flagged: list[float] = []
     last = ""
+    steps = _StepWatch(job, events)
 
     def read() -> NodeCondition:
         nonlocal last
@@ -183,7 +184,41 @@ def _slurm_sees_loss(
         raise ClusterError(
             f"Slurm did not set the lost node {node} DOWN within {bound:g}s (SlurmdTimeout {timeout:g}s)"
         ) from None
-    return checks.SlurmSawLoss(node, flagged[0] if flagged else None, time.time() - lost_at, timeout)
+    down_after = time.time() - lost_at
+    ended = steps.until_ended(_STEPS_END_AFTER_DOWN_S)
+    steps_ended_after = None if ended is None else ended - lost_at
+    return checks.SlurmSawLoss(node, flagged[0] if flagged else None, down_after, timeout, steps_ended_after)
+
+
+_STEPS_END_AFTER_DOWN_S = 20.0  # Slurm ends a DOWN node's jobs at once; this only bounds the reading
+
+
+class _StepWatch:
+    """The steps of a job as `squeue -s` lists them: each one's end (it leaves the list) is
+    an event with the job's state at that moment, so the report shows when Slurm ended what
+    ran on a lost node, not only when it set the node DOWN."""
+
+    def __init__(self, job: Allocation, events: EventWriter) -> None:
+        self.job, self.events = job, events
+        self.running = set(job.steps())
+        for step in sorted(self.running):
+            events.write(StepChange(step=step, state="running"))
+
+    def until_ended(self, timeout: float) -> float | None:
+        """When the last step ended (epoch seconds); None if one still ran after `timeout`."""
+        deadline = time.time() + timeout
+        while self.running:
+            gone = self.running - set(self.job.steps())
+            if gone:
+                job_state = self.job.job_state()
+                for step in sorted(gone):
+                    self.events.write(StepChange(step=step, state="ended", job_state=job_state))
+                self.running -= gone
+            if self.running and time.time() >= deadline:
+                return None
+            if self.running:
+                time.sleep(0.5)
+        return time.time()
 
 
 def _wait_back(cluster: Cluster, node: str, events: EventWriter) -> None:

@@ -185,10 +185,12 @@ class SlurmSawLoss:
     not_responding_after_s: float | None  # flagged NOT_RESPONDING (a ping went unanswered)
     down_after_s: float  # set DOWN: its jobs end and their launchers are told
     slurmd_timeout_s: float
+    steps_ended_after_s: float | None = None  # the node's steps left squeue (None: not seen to end)
 
     def text(self) -> str:
         flagged = "" if self.not_responding_after_s is None else f"not responding {self.not_responding_after_s:.1f}s, "
-        return f"Slurm: {self.node} {flagged}DOWN {self.down_after_s:.1f}s after it was lost"
+        ended = "" if self.steps_ended_after_s is None else f", its steps ended {self.steps_ended_after_s:.1f}s"
+        return f"Slurm: {self.node} {flagged}DOWN {self.down_after_s:.1f}s{ended} after it was lost"
 
 
 @check("health.node_loss.detected")
@@ -204,6 +206,8 @@ def node_loss_detected(probe: Probe | None, slurm: SlurmSawLoss, replicas: int, 
         else f"/health {probe.status}, backends_ready {ready}, {probe.seconds_after_loss:.1f}s after the node was lost"
     )
     metrics = {"slurm_down_after_s": slurm.down_after_s, "slurmd_timeout_s": slurm.slurmd_timeout_s}
+    if slurm.steps_ended_after_s is not None:
+        metrics["slurm_steps_ended_after_s"] = slurm.steps_ended_after_s
     if probe is not None:
         metrics["detected_after_s"] = probe.seconds_after_loss
     return CheckResult.judge(

@@ -123,9 +123,21 @@ class NodeChange(EventBase):
     state: str  # "lost", "restored" (what the harness did), else Slurm's State ("DOWN+NOT_RESPONDING")
 
 
-Event = ClientRequest | AdmissionChange | UpstreamAttempt | QueueGauge | NodeChange
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepChange(EventBase):
+    """A Slurm step as the controller listed it (`squeue -s`): running when first read, ended
+    when it left the list, with its job's state at that moment (NODE_FAIL when its node went
+    DOWN). How a lost node's steps end is Slurm's side of the loss, next to the node's."""
+
+    KIND: ClassVar[str] = "step"
+    step: str  # JOB.STEP
+    state: str  # "running" or "ended"
+    job_state: str | None = None  # squeue's %T for the job when the step ended ("GONE" once purged)
+
+
+Event = ClientRequest | AdmissionChange | UpstreamAttempt | QueueGauge | NodeChange | StepChange
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.KIND: cls for cls in (ClientRequest, AdmissionChange, UpstreamAttempt, QueueGauge, NodeChange)
+    cls.KIND: cls for cls in (ClientRequest, AdmissionChange, UpstreamAttempt, QueueGauge, NodeChange, StepChange)
 }
 E = TypeVar("E", bound=EventBase)
 
