@@ -15,6 +15,7 @@ from dd_accept.slurm_docker import cluster as cluster_module
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.cluster import ClusterSpec, SlurmCluster, remove_cluster
 from tests.helpers import labelled_objects, run_cli
+from tests.unit.test_json_output import document_of
 
 pytestmark = pytest.mark.cluster
 
@@ -74,6 +75,12 @@ def test_up_status_exec_down_through_the_cli(cleanup_names):
             what="the step in status",
         )
         assert "job" in busy and "RUNNING" in busy and "step" in busy and "napping" in busy
+        seen = run_cli("cluster", "status", "--name", name, "--json")
+        (cluster,) = document_of(seen, "dd-accept/cluster-status/v1")["clusters"]
+        assert cluster["name"] == name and [n["name"] for n in cluster["nodes"]] == ["node1"]
+        assert cluster["nodes"][0]["cpus"] > 0
+        assert {"id": "1", "name": "held", "state": "RUNNING", "nodes": 1, "nodelist": "node1"} in cluster["jobs"]
+        assert {"id": "1.0", "name": "napping", "nodelist": "node1"} in cluster["steps"]
     finally:
         run_cli("cluster", "exec", "--name", name, "--", "scancel", "1")
         step.wait(timeout=30)

@@ -8,7 +8,9 @@ import json
 
 import pytest
 
+from dd_accept.reports.digests import sha256_file
 from tests.helpers import run_cli
+from tests.unit.test_json_output import document_of
 
 pytestmark = pytest.mark.cluster
 
@@ -23,6 +25,7 @@ def test_live_canaries_never_reach_the_bundle(tmp_path):
         "--quiet",
         "run",
         "streaming",
+        "--json",
         "--slurm",
         "26.05",
         "--out",
@@ -33,6 +36,13 @@ def test_live_canaries_never_reach_the_bundle(tmp_path):
         timeout=900,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    summary = document_of(result, "dd-accept/run/v1")  # --json: the summary a CI job reads
+    assert summary["verdict"] == "pass" and summary["cluster"]["slurm_release"] == "26.05"
+    assert summary["bundle"]["manifest_sha256"] == sha256_file(out / "manifest.json")
+    assert summary["bundle"]["archive_sha256"] == sha256_file(tmp_path / "evidence.tar.gz")
+    verdicts = {c["id"]: c["verdict"] for s in summary["scenarios"] for c in s["checks"]}
+    assert set(verdicts.values()) == {"pass"} and "streaming.integrity" in verdicts, verdicts
+    assert summary["sut"]["wheels"][0]["sha256"] in result.stderr  # the person's digests, on stderr with --json
     versions = json.loads((out / "provenance.json").read_text())["predicate"]["invocation"]["versions"]
     assert versions["slurm"].startswith("slurm-wlm 26.05.") and versions["slurm_release"] == "26.05", versions
     assert versions["node_python"].startswith("Python 3.14.") and versions["wheelhouse_python"] == "3.14", versions
@@ -43,7 +53,11 @@ def test_live_canaries_never_reach_the_bundle(tmp_path):
     everything = "".join(p.read_text(errors="replace") for p in out.rglob("*") if p.is_file())
     for canary in (ENV_CANARY, TOKEN_CANARY, HEADER_CANARY, str(tmp_path)):
         assert canary not in everything, f"{canary[:14]}… leaked into the bundle"
+    for canary in (ENV_CANARY, TOKEN_CANARY, HEADER_CANARY):
+        assert canary not in result.stdout + result.stderr, f"{canary[:14]}… reached the run's output"
     redactions = json.loads((out / "redactions.json").read_text())
     assert any(row["file"] == "commands.jsonl" for row in redactions["by_file"]), "the argv was redacted"
-    assert run_cli("verify", str(out)).returncode == 0
-    assert run_cli("audit", str(out), str(tmp_path / "evidence.tar.gz")).returncode == 0
+    verified = document_of(run_cli("verify", str(tmp_path / "evidence.tar.gz"), "--json"), "dd-accept/verify/v1")
+    assert verified["verified"] and verified["exit_status"] == 0
+    audited = document_of(run_cli("audit", str(out), str(tmp_path / "evidence.tar.gz"), "--json"), "dd-accept/audit/v1")
+    assert audited["clean"] and audited["findings"] == []

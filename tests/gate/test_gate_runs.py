@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from dd_accept.base import documents
 from dd_accept.base.results import load_results
 from tests.helpers import assert_the_dry_run_planned_what_the_run_did, every_event_parses, run_cli
+from tests.unit.test_json_output import document_of
 
 REPOSITORY = Path(__file__).parents[2]
 
@@ -91,10 +93,13 @@ def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_
     out = tmp_path / "gate"
     result = run_cli(
         "--quiet", "gate", "--config", str(config), "--sut", "data-designer-slurm==1.0.0rc1",
-        "--sut", str(local), "--out", str(out), timeout=1200,
+        "--sut", str(local), "--out", str(out), "--json", timeout=1200,
     )  # fmt: skip
     assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-2000:]
     document = json.loads((out / "gate.json").read_text())
+    printed = document_of(result, "dd-accept/gate/v1")  # --json: gate.json, with where it is and the exit status
+    assert printed == {**document, "directory": str(out), "exit_status": 1}
+    assert documents.problem(document, "dd-accept/gate/v1") is None
     checks = {c["id"]: c for c in document["checks"]}
     assert checks["gate.max_error_rate"]["verdict"] == "fail"
     assert checks["gate.max_error_rate"]["metrics"]["client_error_rate"] > 0
@@ -107,6 +112,8 @@ def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_
     assert "<table" in (out / "comparison.html").read_text()
     for role in ("baseline", "candidate"):
         assert run_cli("verify", str(out / role)).returncode == 0
+    compared = run_cli("compare", str(out / "baseline"), str(out / "candidate"), "--format", "json")
+    assert document_of(compared, "dd-accept/compare/v1")["regressed"] == []
 
 
 def test_drain_thresholds_of_a_gate_file_replace_the_profiles(tmp_path):

@@ -149,18 +149,22 @@ def add_arguments(
         meta = option_field.metadata
         _, repeated = _scalar(_hints(model)[option_field.name])
         default = default_of(option_field)
-        shown = "" if default in (None, ()) else f" (default: {default})"
-        kwargs: dict[str, Any] = {"help": meta["help"] + shown, "dest": _dest(option_field, prefix)}
+        kwargs: dict[str, Any] = {"help": meta["help"], "dest": _dest(option_field, prefix)}
         if meta["choices"]:
             kwargs["choices"] = meta["choices"]
-        if meta["metavar"]:
-            kwargs["metavar"] = meta["metavar"]
+        kind, _ = _scalar(_hints(model)[option_field.name])
+        kwargs["metavar"] = meta["metavar"] or _METAVARS.get(kind)
         if repeated:
             kwargs.update(action="append", default=[])
-            kwargs["help"] += " (repeat)"
+            kwargs["help"] += " (repeat; default: none)"
         else:
             kwargs["default"] = None
+            if "(default:" not in meta["help"]:  # a help text that words its own default keeps it
+                kwargs["help"] += f" (default: {'none' if default is None else default})"
         add(flag(option_field, prefix), **kwargs)
+
+
+_METAVARS: dict[type, str] = {int: "N", float: "SECONDS"}  # a str option names its own metavar
 
 
 def _dest(option_field: Field[Any], prefix: str) -> str:
@@ -304,14 +308,14 @@ class DrainOptions:
 
     window_seconds: float | None = option(
         None,
-        "seconds; replaces the SUT profile's drain window",
+        "seconds; replaces the SUT profile's drain window (default: the profile's)",
         above=0,
         flag="drain-window",
         gate_key="drain_window_s",
     )
     allowance_seconds: float | None = option(
         None,
-        "seconds; replaces the SUT profile's drain allowance",
+        "seconds; replaces the SUT profile's drain allowance (default: the profile's)",
         above=0,
         flag="drain-allowance",
         gate_key="drain_allowance_s",
@@ -338,11 +342,21 @@ class ClusterOptions:
         flag="cluster",
         pytest_flag="cluster-mode",
     )
-    run_dir: str | None = option(None, "existing cluster: absolute path of a directory every node shares")
-    partition: str | None = option(None, "existing cluster: partition of the allocations")
-    account: str | None = option(None, "existing cluster: account of the allocations")
-    time: str | None = option(None, "existing cluster: time limit of the allocations (e.g. 30:00)")
-    gres: str | None = option(None, "existing cluster: generic resources of the allocations (e.g. gpu:8)")
+    run_dir: str | None = option(
+        None, "existing cluster: absolute path of a directory every node shares", metavar="DIR"
+    )
+    partition: str | None = option(
+        None, "existing cluster: partition of the allocations (default: the site's)", metavar="NAME"
+    )
+    account: str | None = option(
+        None, "existing cluster: account of the allocations (default: the user's)", metavar="NAME"
+    )
+    time: str | None = option(
+        None, "existing cluster: time limit of the allocations, e.g. 30:00 (default: the partition's)", metavar="LIMIT"
+    )
+    gres: str | None = option(
+        None, "existing cluster: generic resources of the allocations, e.g. gpu:8", metavar="TYPE:N"
+    )
     srun_args: tuple[str, ...] = option((), "existing cluster: extra srun argument", flag="srun-arg", metavar="ARG")
     slurm: str | None = option(
         None,
@@ -390,7 +404,9 @@ class BackendOptions:
         choices=("synthetic", "vllm"),
         gate_key="kind",
     )
-    model: str | None = option(None, "vllm: the model `vllm serve` loads")
+    model: str | None = option(
+        None, "vllm: the model `vllm serve` loads (default: none; --backend vllm needs it)", metavar="NAME_OR_PATH"
+    )
     gpus_per_replica: int | None = option(None, "vllm: GPUs per replica step (default: 1; 0: no --gres)", minimum=0)
     vllm_args: tuple[str, ...] = option((), "vllm: extra `vllm serve` argument", flag="vllm-arg", metavar="ARG")
     vllm_command: str | None = option(

@@ -7,21 +7,19 @@ it lacks; the run still fails on it unless the user allows unsupported checks.
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import asdict, dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import jsonschema
-
+from dd_accept.base import documents
+from dd_accept.base.documents import SCHEMA_FILES
 from dd_accept.base.errors import UsageError
 
 SCHEMA = "dd-accept/results/v2"  # published as docs/schema/results-v2.json
 # Every version dd-accept reads, by the `schema` a document names: bundles written before
 # `cluster` existed (v1) stay verifiable; a v1 document never carries v2's fields.
-READABLE_SCHEMAS = {"dd-accept/results/v1": "results-v1.json", SCHEMA: "results-v2.json"}
+READABLE_SCHEMAS = {version: SCHEMA_FILES[version] for version in ("dd-accept/results/v1", SCHEMA)}
 Verdict = Literal["pass", "fail", "unsupported"]
 
 
@@ -139,12 +137,6 @@ def write_results(
     return document
 
 
-@functools.cache
-def _validator(version: str) -> jsonschema.Draft202012Validator:
-    schema = json.loads(resources.files("dd_accept.base").joinpath("schemas", READABLE_SCHEMAS[version]).read_text())
-    return jsonschema.Draft202012Validator(schema)
-
-
 def schema_of(document: Any) -> str:
     """The results schema a document is held to: the one it names, if dd-accept reads it."""
     named = document.get("schema") if isinstance(document, dict) else None
@@ -154,11 +146,7 @@ def schema_of(document: Any) -> str:
 def schema_problem(document: Any) -> str | None:
     """Where `document` departs from the results schema it names (the current one when it
     names none dd-accept reads): the first place, or None."""
-    error = jsonschema.exceptions.best_match(_validator(schema_of(document)).iter_errors(document))
-    if error is None:
-        return None
-    where = "/".join(str(part) for part in error.absolute_path) or "the top level"
-    return f"at {where}: {error.message[:200]}"
+    return documents.problem(document, schema_of(document))
 
 
 def parse_results(text: str, name: str = "results.json") -> dict[str, Any]:

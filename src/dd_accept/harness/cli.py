@@ -8,15 +8,18 @@ cleaning up what this invocation started).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.table import Table
 
 from dd_accept import __version__
+from dd_accept.base.documents import checked
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, DDAcceptError, UsageError
 from dd_accept.base.options import (
     BackendOptions,
@@ -31,6 +34,7 @@ from dd_accept.base.options import (
 from dd_accept.base.state import state_root
 from dd_accept.harness.console import ConsoleListener, fail_line
 from dd_accept.harness.doctor import run_checks
+from dd_accept.harness.doctor import to_json as doctor_document
 from dd_accept.harness.dry_run import print_plan
 from dd_accept.harness.gate import resolve_suts, run_gate
 from dd_accept.harness.gate_file import load_gate
@@ -120,21 +124,20 @@ def _cmd_cluster_status(args: argparse.Namespace, console: ConsoleListener) -> i
 
     client = engine.connect()
     names = [args.name] if args.name else sorted(list_clusters(client))
+    statuses = {name: SlurmCluster.attach(name, client).status() for name in names}
+    console.emit({"schema": "dd-accept/cluster-status/v1", "clusters": [s.to_json(n) for n, s in statuses.items()]})
     if not names:
         console.out.print("no dd-accept clusters on this engine")
-        return EXIT_PASS
-    for name in names:
-        cluster = SlurmCluster.attach(name, client)
-        status = cluster.status()
+    for name, status in statuses.items():
         table = Table(title=f"cluster {name}")
         for column in ("kind", "id", "state", "detail"):
             table.add_column(column)
         for node in status.nodes:
             table.add_row("node", node.name, node.state, f"{node.cpus} CPUs")
         for job in status.jobs:
-            table.add_row("job", job[0], job[2] if len(job) > 2 else "", " ".join(job[3:]))
+            table.add_row("job", job.id, job.state, f"{job.name} {job.nodes} {job.nodelist}")
         for step in status.steps:
-            table.add_row("step", step[0], "RUNNING", " ".join(step[1:]))
+            table.add_row("step", step.id, "RUNNING", f"{step.name} {step.nodelist}")
         console.table(table)
     return EXIT_PASS
 
@@ -212,7 +215,7 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         backend=backend,
         allow_unsupported=args.allow_unsupported,
         seed=args.seed,
-        sign_key=Path(args.sign_key) if args.sign_key else None,
+        sign_key=Path(args.key) if args.key else None,
         client_headers=tuple(args.client_header),
         parallel=args.parallel,
         keep_cluster=args.keep_cluster,
@@ -238,35 +241,42 @@ def _cmd_gate(args: argparse.Namespace, console: ConsoleListener) -> int:
     gate = load_gate(Path(args.config))
     suts = resolve_suts(gate, args.sut)
     out = Path(args.out or gate.gate.out or default_out(f"gate-{gate.gate.name}"))
-    sign_key = args.sign_key or gate.gate.sign_key
+    sign_key = args.key or gate.gate.sign_key
     return run_gate(gate, suts, out, console, Path(sign_key) if sign_key else None)
 
 
 def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
 
     comparison = compare.compare(compare.load_results(Path(args.baseline)), compare.load_results(Path(args.candidate)))
+    regressed = args.fail_on_regression and bool(comparison.regressions)
+    code = EXIT_CHECK_FAILED if regressed else EXIT_PASS
+    console.emit(compare.to_json(comparison, code))
     if args.format == "md":
         sys.stdout.write(compare.to_markdown(comparison))
     elif args.format == "html":
         sys.stdout.write(compare.to_html(comparison))
+    elif args.format == "json":
+        print(json.dumps(console.document, indent=2))
     else:
         console.table(compare.to_table(comparison))
-    if args.fail_on_regression and comparison.regressions:
+    if regressed:
         print(f"dd-accept compare: {len(comparison.regressions)} check(s) regressed", file=sys.stderr)
-        return EXIT_CHECK_FAILED
-    return EXIT_PASS
+    return code
 
 
 def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
 
     findings = audit([Path(p) for p in args.paths], licences=args.licences)
+    code = EXIT_CHECK_FAILED if findings else EXIT_PASS
+    document = {"schema": "dd-accept/audit/v1", "clean": not findings, "exit_status": code, "paths": len(args.paths)}
+    console.emit({**document, "findings": [finding.to_json() for finding in findings]})
     for finding in findings:
         print(finding)  # location and rule only: never the matched text
     if findings:
         print(f"dd-accept audit: {len(findings)} finding(s)", file=sys.stderr)
-        return EXIT_CHECK_FAILED
-    print(f"dd-accept audit: clean ({len(args.paths)} path(s))")
-    return EXIT_PASS
+    else:
+        print(f"dd-accept audit: clean ({len(args.paths)} path(s))")
+    return code
 
 
 def _cmd_sanitize(args: argparse.Namespace, console: ConsoleListener) -> int:
@@ -283,25 +293,26 @@ def _cmd_sanitize(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 def _cmd_verify(args: argparse.Namespace, console: ConsoleListener) -> int:
 
-    pubkey = Path(args.pubkey) if args.pubkey else None
+    pubkey = Path(args.key) if args.key else None
     policy = Policy(args.require_pass, tuple(args.require_check), args.require_sut)
-    verification = verify(Path(args.bundle), [Path(w) for w in args.wheel], pubkey, args.require_signature, policy)
+    bundle = Path(args.bundle)
+    verification = verify(bundle, [Path(w) for w in args.wheel], pubkey, args.require_signature, policy)
+    console.emit(verification.to_json(bundle.name))
     for problem in verification.problems + verification.unmet:
         print(problem)
     print(f"signature: {verification.signature}")
     if verification.problems:
         print(f"dd-accept verify: {len(verification.problems)} problem(s): the bundle does not verify", file=sys.stderr)
-        return EXIT_CHECK_FAILED
-    if verification.unmet:
+    elif verification.unmet:
         unmet = f"{len(verification.unmet)} problem(s): the bundle is whole but does not meet the policy"
         print(f"dd-accept verify: {unmet}", file=sys.stderr)
-        return EXIT_CHECK_FAILED
-    proven = "made by the key holder" if verification.signature.startswith("verified") else "whole (integrity only)"
-    print(
-        "dd-accept verify: every digest matches, the provenance names this manifest and agrees with every "
-        f"check in the results, the audit is clean: the bundle is {proven}"
-    )
-    return EXIT_PASS
+    else:
+        proven = "made by the key holder" if verification.signature.startswith("verified") else "whole (integrity only)"
+        print(
+            "dd-accept verify: every digest matches, the provenance names this manifest and agrees with every "
+            f"check in the results, the audit is clean: the bundle is {proven}"
+        )
+    return verification.exit_status
 
 
 def _cmd_report(args: argparse.Namespace, console: ConsoleListener) -> int:
@@ -310,6 +321,8 @@ def _cmd_report(args: argparse.Namespace, console: ConsoleListener) -> int:
         results = compare.results_in(directory, bundle.name, "report")
         if args.format == "html":
             sys.stdout.write(render_bundle(directory))
+        elif args.format == "json":  # results.json itself, as it verified: schema dd-accept/results/v2 (or v1)
+            print(json.dumps(results, indent=2))
         else:
             sys.stdout.write(render.markdown(results) if args.format == "md" else render.junit(results))
     return EXIT_PASS
@@ -318,6 +331,8 @@ def _cmd_report(args: argparse.Namespace, console: ConsoleListener) -> int:
 def _cmd_doctor(args: argparse.Namespace, console: ConsoleListener) -> int:
 
     findings = run_checks()
+    code = EXIT_PASS if all(f.ok or f.optional for f in findings) else EXIT_USAGE
+    console.emit(doctor_document(findings, code))
     table = Table(title="dd-accept doctor")
     for column in ("check", "status", "observed", "fix"):
         table.add_column(column)
@@ -328,7 +343,7 @@ def _cmd_doctor(args: argparse.Namespace, console: ConsoleListener) -> int:
             status = "[yellow]not available[/yellow]" if finding.optional else "[red]problem[/red]"
         table.add_row(finding.name, status, finding.observed, "" if finding.ok else finding.fix)
     console.table(table)
-    return EXIT_PASS if all(f.ok or f.optional for f in findings) else EXIT_USAGE
+    return code
 
 
 # ---- parser -------------------------------------------------------------------------------
@@ -356,9 +371,12 @@ def add_sut_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sut",
         default=DEFAULT_SUT,
+        metavar="SUT",
         help="a requirement, a .whl, a directory of wheels, or a source directory (default: %(default)s)",
     )
-    parser.add_argument("--profile", help="SUT profile file (default: the built-in profile matching the SUT)")
+    parser.add_argument(
+        "--profile", metavar="PROFILE.toml", help="SUT profile file (default: the built-in profile matching the SUT)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -369,7 +387,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dd-accept {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress display")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    parser.add_argument("--json", action="store_true", help=_JSON_HELP)
+    commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
 
     doctor = commands.add_parser("doctor", help="check the machine and print the fix for each problem")
     doctor.set_defaults(handler=_cmd_doctor)
@@ -383,26 +402,36 @@ def build_parser() -> argparse.ArgumentParser:
     build.set_defaults(handler=_cmd_cluster_build)
 
     up = actions.add_parser("up", help="start a controller and N compute nodes; returns when all are idle")
-    up.add_argument("--name", default=DEFAULT_CLUSTER, help="cluster name (default: %(default)s)")
-    up.add_argument("--nodes", default="2", help="compute nodes, 1-64 (default: %(default)s)")
-    up.add_argument("--cpus-per-node", default="16", help="CPUs Slurm declares per node (default: %(default)s)")
-    up.add_argument("--subnet", help="IPv4 subnet for the internal network (default: chosen by Docker)")
-    up.add_argument("--ready-timeout", type=_positive, default=60.0, help="seconds to wait for idle nodes")
+    up.add_argument("--name", default=DEFAULT_CLUSTER, metavar="NAME", help="cluster name (default: %(default)s)")
+    up.add_argument("--nodes", default="2", metavar="N", help="compute nodes, 1-64 (default: %(default)s)")
+    up.add_argument(
+        "--cpus-per-node", default="16", metavar="N", help="CPUs Slurm declares per node (default: %(default)s)"
+    )
+    up.add_argument("--subnet", metavar="CIDR", help="IPv4 subnet for the internal network (default: chosen by Docker)")
+    up.add_argument(
+        "--ready-timeout",
+        type=_positive,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long to wait for every node to be idle (default: %(default)g)",
+    )
     _add_cluster_options(up, ("slurm", "slurm_config"))
     up.set_defaults(handler=_cmd_cluster_up)
 
     down = actions.add_parser("down", help="remove a cluster's containers, network, volumes and run directory")
-    down.add_argument("--name", default=DEFAULT_CLUSTER)
+    down.add_argument("--name", default=DEFAULT_CLUSTER, metavar="NAME", help="cluster name (default: %(default)s)")
     down.set_defaults(handler=_cmd_cluster_down)
 
     status = actions.add_parser("status", help="nodes, jobs and steps as a table")
-    status.add_argument("--name", help="one cluster (default: every dd-accept cluster)")
+    status.add_argument("--name", metavar="NAME", help="one cluster (default: every dd-accept cluster)")
     status.set_defaults(handler=_cmd_cluster_status)
 
     execute = actions.add_parser("exec", help="run a command on a node; exits with its status")
-    execute.add_argument("--name", default=DEFAULT_CLUSTER)
-    execute.add_argument("--node", default="ctl", help="ctl (default) or nodeN")
-    execute.add_argument("--timeout", type=_positive, default=300.0)
+    execute.add_argument("--name", default=DEFAULT_CLUSTER, metavar="NAME", help="cluster name (default: %(default)s)")
+    execute.add_argument("--node", default="ctl", metavar="NODE", help="ctl or nodeN (default: %(default)s)")
+    execute.add_argument(
+        "--timeout", type=_positive, default=300.0, metavar="SECONDS", help="stop waiting after (default: %(default)g)"
+    )
     execute.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARG...]")
     execute.set_defaults(handler=_cmd_cluster_exec)
 
@@ -414,19 +443,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("scenario", metavar="SCENARIO", help=f"one of: {', '.join((*SCENARIOS, 'all'))}")
     add_sut_options(run)
-    run.add_argument("--out", help="output directory (default: evidence/<utc-time>-<scenario>/); must be new")
+    run.add_argument(
+        "--out", metavar="DIR", help="output directory (default: evidence/<utc-time>-<scenario>/); must be new"
+    )
 
     add_arguments(run.add_argument, OverloadOptions)  # every option defined once, in base.options
     run.add_argument(
         "--client-header",
         action="append",
         default=[],
-        help="extra header the streaming scenario's client sends, 'NAME: VALUE' (never stored in evidence)",
+        metavar="'NAME: VALUE'",
+        help="extra header the streaming scenario's client sends, repeatable (default: none; never stored in evidence)",
     )
-    run.add_argument("--sign-key", help="Ed25519 private key (PEM) to sign the provenance with (DSSE)")
-    run.add_argument("--seed", type=_whole(0), default=0, help="seed of the replicas' latency jitter")
+    run.add_argument(
+        "--key",
+        "--sign-key",
+        metavar="PRIVATE.pem",
+        help="Ed25519 private key to sign the provenance with (DSSE); `verify --key PUBLIC.pem` checks it "
+        "(default: unsigned)",
+    )
+    run.add_argument(
+        "--seed",
+        type=_whole(0),
+        default=0,
+        metavar="N",
+        help="seed of the replicas' latency jitter (default: %(default)s)",
+    )
     run.add_argument("--allow-unsupported", action="store_true", help="checks the SUT declares unsupported pass")
-    run.add_argument("--parallel", type=_whole(1), default=2, help="parallel allocations for `run all`")
+    run.add_argument(
+        "--parallel",
+        type=_whole(1),
+        default=2,
+        metavar="N",
+        help="parallel allocations for several scenarios (default: %(default)s)",
+    )
     run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
     add_arguments(run.add_argument, DrainOptions)
     where = run.add_argument_group("where to run (default: a dockerized Slurm cluster on this machine)")
@@ -451,16 +501,29 @@ def build_parser() -> argparse.ArgumentParser:
         "--sut",
         action="append",
         default=[],
-        help="replaces gate.suts: once for the candidate, twice for baseline then candidate",
+        metavar="SUT",
+        help="replaces gate.suts: once for the candidate, twice for baseline then candidate (default: gate.suts)",
     )
-    gate.add_argument("--out", help="output directory (default: gate.out, else evidence/<utc-time>-gate-<name>/)")
-    gate.add_argument("--sign-key", help="Ed25519 private key (PEM) to sign each bundle's provenance with")
+    gate.add_argument(
+        "--out", metavar="DIR", help="output directory (default: gate.out, else evidence/<utc-time>-gate-<name>/)"
+    )
+    gate.add_argument(
+        "--key",
+        "--sign-key",
+        metavar="PRIVATE.pem",
+        help="Ed25519 private key to sign each bundle's provenance with (default: gate.sign_key, else unsigned)",
+    )
     gate.set_defaults(handler=_cmd_gate)
 
     compare = commands.add_parser("compare", help="what changed between a baseline bundle and a candidate bundle")
     compare.add_argument("baseline", metavar="BUNDLE_A", help="baseline bundle directory or .tar.gz")
     compare.add_argument("candidate", metavar="BUNDLE_B", help="candidate bundle directory or .tar.gz")
-    compare.add_argument("--format", choices=("table", "md", "html"), default="table")
+    compare.add_argument(
+        "--format",
+        choices=("table", "md", "html", "json"),
+        default="table",
+        help="table (plain lines in a pipe), md, html, or json: dd-accept/compare/v1 (default: %(default)s)",
+    )
     compare.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a passing check now fails")
     compare.set_defaults(handler=_cmd_compare)
 
@@ -478,22 +541,43 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify = commands.add_parser("verify", help="check an evidence bundle's digests, provenance and audit")
     verify.add_argument("bundle", metavar="BUNDLE", help="bundle directory or .tar.gz")
-    verify.add_argument("--wheel", action="append", default=[], help="a wheel to check against the subjects")
-    verify.add_argument("--pubkey", help="Ed25519 public key (PEM) that must have signed the provenance")
     verify.add_argument(
-        "--require-signature", action="store_true", help="fail unless a signature verifies with --pubkey"
+        "--wheel",
+        action="append",
+        default=[],
+        metavar="WHEEL.whl",
+        help="a wheel to check against the provenance's subjects, repeatable (default: none)",
     )
+    verify.add_argument(
+        "--key",
+        "--pubkey",
+        metavar="PUBLIC.pem",
+        help="Ed25519 public key the provenance's signature must verify with, the pair of `run --key` "
+        "(default: the signature is not checked)",
+    )
+    verify.add_argument("--require-signature", action="store_true", help="fail unless a signature verifies with --key")
     policy = verify.add_argument_group("policy: exit 1 unless the evidence shows it")
     policy.add_argument("--require-pass", action="store_true", help="the run's verdict is pass")
     policy.add_argument(
-        "--require-check", action="append", default=[], metavar="CHECK_ID", help="this check passed (repeatable)"
+        "--require-check",
+        action="append",
+        default=[],
+        metavar="CHECK_ID",
+        help="this check passed (repeatable; default: none)",
     )
-    policy.add_argument("--require-sut", metavar="NAME==VERSION", help="the judged wheels include this SUT")
+    policy.add_argument(
+        "--require-sut", metavar="NAME==VERSION", help="the judged wheels include this SUT (default: any)"
+    )
     verify.set_defaults(handler=_cmd_verify)
 
     report = commands.add_parser("report", help="re-render a bundle's report from the bundle alone")
     report.add_argument("bundle", metavar="BUNDLE", help="bundle directory or .tar.gz")
-    report.add_argument("--format", choices=("html", "md", "junit"), default="html")
+    report.add_argument(
+        "--format",
+        choices=("html", "md", "junit", "json"),
+        default="html",
+        help="html (self-contained), md, junit (JUnit XML), or json: results.json, verified (default: %(default)s)",
+    )
     report.set_defaults(handler=_cmd_report)
 
     sut = commands.add_parser("sut", help="prepare the system under test (wheelhouse, digests, node image)")
@@ -510,8 +594,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands with a machine-readable result: `--json` prints it (its schema under docs/schema/).
+JSON_COMMANDS = ("run", "verify", "audit", "compare", "gate", "doctor", "cluster status")
+_JSON_HELP = "print one JSON document on stdout (schema in docs/schema/); the human output goes to stderr"
+
+
 def _global_options_everywhere(parser: argparse.ArgumentParser) -> None:
-    """`-q` means the same on every command, so it is accepted after it too
+    """`-q` and `--json` mean the same on every command, so they are accepted after it too
     (`dd-accept run overload -q`). SUPPRESS keeps a command's parser from resetting what
     was given before the command."""
     for action in parser._actions:
@@ -520,7 +609,13 @@ def _global_options_everywhere(parser: argparse.ArgumentParser) -> None:
                 command.add_argument(
                     "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress display"
                 )
+                command.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=_JSON_HELP)
                 _global_options_everywhere(command)
+
+
+def _command_name(args: argparse.Namespace) -> str:
+    action = getattr(args, "action", None)
+    return f"{args.subcommand} {action}" if action else str(args.subcommand)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -529,16 +624,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return EXIT_USAGE
+    command = _command_name(args)
+    if args.json and (command not in JSON_COMMANDS or getattr(args, "dry_run", False)):
+        where = "--dry-run" if command == "run" else f"`{command}`"
+        parser.error(f"--json is not available for {where}; it is for: {', '.join(JSON_COMMANDS)}")
     _interrupt_on_term()
     console = ConsoleListener(quiet=args.quiet)
+    stdout = sys.stdout
     try:
-        return int(args.handler(args, console))
+        # With --json, stdout carries the one document: everything a person reads goes to stderr.
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            code = int(args.handler(args, console))
     except DDAcceptError as error:
         fail_line(str(error))
-        return error.exit_status
+        code, console.document = error.exit_status, _error_document(command, error.exit_status, str(error))
     except KeyboardInterrupt:
-        fail_line("interrupted; everything this command started has been removed")
-        return EXIT_INTERRUPTED
+        message = "interrupted; everything this command started has been removed"
+        fail_line(message)
+        code, console.document = EXIT_INTERRUPTED, _error_document(command, EXIT_INTERRUPTED, message)
+    if args.json:
+        if console.document is None or console.document.get("exit_status", code) != code:
+            raise AssertionError(f"dd-accept {command} --json: no document, or one that disagrees with exit {code}")
+        stdout.write(json.dumps(console.document, indent=2) + "\n")
+        stdout.flush()
+    return code
+
+
+def _error_document(command: str, code: int, message: str) -> dict[str, Any]:
+    return checked({"schema": "dd-accept/error/v1", "command": command, "exit_status": code, "error": message})
 
 
 if __name__ == "__main__":

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import sys
 from types import TracebackType
+from typing import Any
 
 from rich.console import Console
 from rich.status import Status
 from rich.table import Table
 from rich.text import Text
+
+from dd_accept.base import documents
 
 
 class ConsoleListener:
@@ -25,6 +28,12 @@ class ConsoleListener:
         self.out = out or Console(highlight=False)
         self._status: Status | None = None
         self._step = ""
+        self.document: dict[str, Any] | None = None  # what `--json` prints, once the command is done
+
+    def emit(self, document: dict[str, Any]) -> None:
+        """The command's machine-readable result (`--json`), held to the schema it names; the
+        last one emitted is the command's (a gate's runs each emit theirs, then the gate)."""
+        self.document = documents.checked(document)
 
     def __enter__(self) -> ConsoleListener:
         if not self.quiet and self.err.is_terminal:

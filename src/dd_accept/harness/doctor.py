@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 from dd_accept.base.errors import DDAcceptError
 from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
@@ -54,6 +55,19 @@ def _cgroup_tracking(client) -> Finding:
         else f"the Docker engine reports cgroup v{version}; --slurm-config cgroup needs a cgroup v1 host"
     )
     return Finding("cgroup process tracking", usable, observed, "use --slurm-config linuxproc", optional=True)
+
+
+def to_json(findings: list[Finding], exit_status: int) -> dict[str, Any]:
+    """The `dd-accept/doctor/v1` document (`doctor --json`)."""
+    return {
+        "schema": "dd-accept/doctor/v1",
+        "ok": all(f.ok or f.optional for f in findings),
+        "exit_status": exit_status,
+        "findings": [
+            {"name": f.name, "ok": f.ok, "optional": f.optional, "observed": f.observed, "fix": "" if f.ok else f.fix}
+            for f in findings
+        ],
+    }
 
 
 def run_checks() -> list[Finding]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from rich.table import Table
 
+from dd_accept.base.documents import checked
 from dd_accept.base.errors import (
     EXIT_CHECK_FAILED,
     EXIT_PASS,
@@ -37,7 +38,7 @@ from dd_accept.base.errors import (
 from dd_accept.base.results import CheckResult, all_checks, load_results
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import GateFile
-from dd_accept.harness.runner import RunRequest, prepare_out, run
+from dd_accept.harness.runner import RunRequest, as_given, prepare_out, run
 from dd_accept.reports import compare, gate_page
 from dd_accept.sut.spec import SutSpec
 
@@ -270,7 +271,7 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
             "checks": matrix({str(part.release): part.candidate for part in parts}),
         }
         markdown += _matrix_markdown(names, document["matrix"]["checks"], not_run)
-    (out / "gate.json").write_text(json.dumps(document, indent=2) + "\n")
+    (out / "gate.json").write_text(json.dumps(checked(document), indent=2) + "\n")
     (out / "gate.md").write_text(markdown)
     (out / "gate.html").write_text(gate_page.to_html(document))
     table = Table(title=f"dd-accept gate {gate.gate.name}: {verdict.upper()}")
@@ -283,8 +284,11 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
     written = "gate.md, gate.json, gate.html" + (", comparison.md, comparison.html" if "baseline" in roles else "")
     print(f"gate: {out.name}/{written}" + (" (one directory per Slurm release)" if in_matrix else ""))
     if not_run or any(part.codes.get("candidate") == EXIT_USAGE for part in parts):
-        return EXIT_USAGE  # the machine could not run all of it: judged as far as it ran, written
-    return EXIT_PASS if verdict == "pass" else EXIT_CHECK_FAILED
+        code = EXIT_USAGE  # the machine could not run all of it: judged as far as it ran, written
+    else:
+        code = EXIT_PASS if verdict == "pass" else EXIT_CHECK_FAILED
+    console.emit({**document, "directory": str(as_given(out)), "exit_status": code})
+    return code
 
 
 def resolve_suts(gate: GateFile, cli_suts: list[str]) -> list[str]:

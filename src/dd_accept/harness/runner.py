@@ -33,6 +33,7 @@ from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.provenance import gather
 from dd_accept.reports.audit import audit
 from dd_accept.reports.bundle import write_bundle
+from dd_accept.reports.digests import sha256_file
 from dd_accept.reports.sanitize import Sanitizer
 from dd_accept.reports.signing import load_private_key
 from dd_accept.slurm_docker import engine
@@ -300,11 +301,50 @@ def _report(out: Path, console: ConsoleListener, seconds: float) -> int:
     for finding in findings:
         print(f"audit: {finding}", file=sys.stderr)
     print(f"evidence: {out.name}/ and {out.name}.tar.gz ({seconds:.0f}s); check it with `dd-accept verify`")
-    if errors:
-        for error in errors:
-            print(f"dd-accept: error: scenario {error}", file=sys.stderr)
-        return EXIT_USAGE
+    for error in errors:
+        print(f"dd-accept: error: scenario {error}", file=sys.stderr)
     if findings:
         print(f"dd-accept: the bundle failed its audit ({len(findings)} finding(s)): the run fails", file=sys.stderr)
-        return EXIT_CHECK_FAILED
-    return EXIT_PASS if results["verdict"] == "pass" else EXIT_CHECK_FAILED
+    if errors:
+        code = EXIT_USAGE
+    elif findings:
+        code = EXIT_CHECK_FAILED
+    else:
+        code = EXIT_PASS if results["verdict"] == "pass" else EXIT_CHECK_FAILED
+    console.emit(run_summary(results, out, findings, seconds, code))
+    return code
+
+
+def run_summary(results: dict[str, Any], out: Path, findings: list[Any], seconds: float, code: int) -> dict[str, Any]:
+    """The `dd-accept/run/v1` document (`run --json`): what a CI job needs without opening
+    the bundle, and the digests that tie it to the bundle it names."""
+    archive = out.with_name(out.name + ".tar.gz")
+    summary: dict[str, Any] = {
+        "schema": "dd-accept/run/v1",
+        "verdict": results["verdict"],
+        "exit_status": code,
+        "seconds": round(seconds, 3),
+        "sut": results["sut"],
+        "scenarios": [
+            {"name": s["name"], "verdict": s["verdict"], "error": s["error"], "checks": s["checks"]}
+            for s in results["scenarios"]
+        ],
+        "bundle": {
+            "directory": str(as_given(out)),
+            "archive": str(as_given(archive)),
+            "manifest_sha256": sha256_file(out / "manifest.json"),
+            "archive_sha256": sha256_file(archive),
+        },
+        "audit_findings": [finding.to_json() for finding in findings],
+    }
+    if "cluster" in results:
+        summary["cluster"] = results["cluster"]
+    return summary
+
+
+def as_given(path: Path) -> Path:
+    """`path` relative to the working directory when it is under it, as the user named it."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path

@@ -35,6 +35,9 @@ class Finding:
     def __str__(self) -> str:
         return f"{self.location}: {self.rule}"
 
+    def to_json(self) -> dict[str, str]:
+        return {"location": self.location, "rule": self.rule}
+
 
 def text_codec(data: bytes) -> str | None:
     """How to read `data` as text: UTF-8, UTF-16/32 (by BOM or by their NULs); None for a

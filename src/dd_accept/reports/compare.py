@@ -92,6 +92,35 @@ class Comparison:
         )
 
 
+def to_json(comparison: Comparison, exit_status: int) -> dict[str, Any]:
+    """The `dd-accept/compare/v1` document (`compare --json`, `--format json`)."""
+
+    def side(sut: str, verdict: str, cluster: str) -> dict[str, str]:
+        return {"sut": sut, "verdict": verdict, "cluster": cluster}
+
+    return {
+        "schema": "dd-accept/compare/v1",
+        "baseline": side(comparison.baseline, comparison.baseline_verdict, comparison.baseline_cluster),
+        "candidate": side(comparison.candidate, comparison.candidate_verdict, comparison.candidate_cluster),
+        "headline": comparison.headline(),
+        "checks": [
+            {
+                "id": check.id,
+                "baseline": check.baseline,
+                "candidate": check.candidate,
+                "change": check.change,
+                "metrics": [
+                    {"name": m.name, "baseline": m.baseline, "candidate": m.candidate, "ratio": m.ratio}
+                    for m in check.metrics
+                ],
+            }
+            for check in comparison.checks
+        ],
+        "regressed": [check.id for check in comparison.regressions],
+        "exit_status": exit_status,
+    }
+
+
 def load_results(bundle: Path, what: str = "compare") -> dict[str, Any]:
     """`results.json` of a bundle directory or `.tar.gz`, read the one way every reader reads
     a bundle (`archive.opened_bundle`), or a usage error naming the bundle."""

@@ -22,7 +22,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
-from dd_accept.base.errors import UsageError
+from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, UsageError
 from dd_accept.base.results import all_checks, schema_of, schema_problem
 from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
@@ -43,6 +43,24 @@ class Verification:
     problems: list[str] = field(default_factory=list)  # the bundle is not whole, or not signed as required
     signature: str = "absent"
     unmet: list[str] = field(default_factory=list)  # a whole bundle that does not show what the policy asks
+
+    @property
+    def exit_status(self) -> int:
+        return EXIT_CHECK_FAILED if self.problems or self.unmet else EXIT_PASS
+
+    def to_json(self, bundle: str) -> dict[str, Any]:
+        """The `dd-accept/verify/v1` document (`verify --json`)."""
+        return {
+            "schema": "dd-accept/verify/v1",
+            "bundle": bundle,
+            "verified": not self.problems,
+            "policy_met": not self.unmet,
+            "signature": self.signature,
+            "signed_by_key": self.signature.startswith("verified"),
+            "problems": list(self.problems),
+            "unmet": list(self.unmet),
+            "exit_status": self.exit_status,
+        }
 
 
 @dataclass(frozen=True, slots=True)

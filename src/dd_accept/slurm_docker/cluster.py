@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 import docker
 import docker.errors
@@ -183,10 +183,44 @@ class NodeState:
 
 
 @dataclass(frozen=True, slots=True)
+class JobState:
+    id: str
+    name: str
+    state: str
+    nodes: str
+    nodelist: str
+
+
+@dataclass(frozen=True, slots=True)
+class StepState:
+    id: str
+    name: str
+    nodelist: str
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterStatus:
+    """What `sinfo` and `squeue` show of a cluster, field by field (read with `|` separators)."""
+
     nodes: tuple[NodeState, ...]
-    jobs: tuple[tuple[str, ...], ...]
-    steps: tuple[tuple[str, ...], ...]
+    jobs: tuple[JobState, ...]
+    steps: tuple[StepState, ...]
+
+    def to_json(self, name: str) -> dict[str, Any]:
+        """One cluster of the `dd-accept/cluster-status/v1` document."""
+        return {
+            "name": name,
+            "nodes": [{"name": n.name, "state": n.state, "cpus": _count(n.cpus)} for n in self.nodes],
+            "jobs": [
+                {"id": j.id, "name": j.name, "state": j.state, "nodes": _count(j.nodes), "nodelist": j.nodelist}
+                for j in self.jobs
+            ],
+            "steps": [{"id": s.id, "name": s.name, "nodelist": s.nodelist} for s in self.steps],
+        }
+
+
+def _count(text: str) -> int:
+    return int(text) if text.isdigit() else 0
 
 
 @dataclass
@@ -524,8 +558,8 @@ class SlurmCluster:
         steps = self.exec(["squeue", "-h", "-s", "-o", "%i|%j|%N"], timeout=10)
         return ClusterStatus(
             nodes=tuple(NodeState(*line.split("|")) for line in states.stdout.splitlines() if line.count("|") == 2),
-            jobs=tuple(tuple(line.split("|")) for line in jobs.stdout.splitlines() if line),
-            steps=tuple(tuple(line.split("|")) for line in steps.stdout.splitlines() if line),
+            jobs=tuple(JobState(*line.split("|")) for line in jobs.stdout.splitlines() if line.count("|") == 4),
+            steps=tuple(StepState(*line.split("|")) for line in steps.stdout.splitlines() if line.count("|") == 2),
         )
 
     def shared_path(self, *parts: str) -> tuple[str, Path]:
