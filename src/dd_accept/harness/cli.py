@@ -103,7 +103,7 @@ def _cmd_cluster_up(args: argparse.Namespace, console: ConsoleListener) -> int:
     with console:
         image = images.ensure_images(client, console, spec.slurm)
         console.on_step(f"starting cluster {spec.name} ({spec.nodes} nodes, Slurm {spec.slurm}, {spec.proctrack})")
-        cluster = SlurmCluster(spec, image=image, client=client)
+        cluster = SlurmCluster(spec, image=image, client=client, keep=True)  # until `cluster down`
         cluster.up(ready_timeout=args.ready_timeout)
     console.out.print(
         f"cluster {spec.name} is up: {spec.nodes} node(s) idle; "

@@ -8,6 +8,7 @@ is passed on to it and the runner waits for its cleanup before exiting.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -255,10 +257,33 @@ def child_environment() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
 
 
+def die_with_parent() -> Callable[[], None]:
+    """For a child's `preexec_fn`: the kernel sends it SIGTERM when this process ends, however
+    it ends (PR_SET_PDEATHSIG), so a `kill -9` of the CLI does not leave its scenarios running
+    unseen; the cluster they started is then removed by its reaper."""
+    parent = os.getpid()
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def set_death_signal() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent was gone before the signal was armed
+            os._exit(1)
+
+    return set_death_signal
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
 def _run_pytest(request: RunRequest, out: Path, console: ConsoleListener) -> int:
     log = open(out / "pytest.log", "w")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
-        _pytest_argv(request, out), stdout=log, stderr=subprocess.STDOUT, cwd=out, env=child_environment()
+        _pytest_argv(request, out),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=out,
+        env=child_environment(),
+        preexec_fn=die_with_parent(),
     )
     follower = ProgressFollower(out / "progress.jsonl", console)
     try:

@@ -32,6 +32,8 @@ from dd_accept.slurm_docker import engine, step_exit
 from dd_accept.slurm_docker.images import ensure_images
 from dd_accept.slurm_docker.interface import Cluster
 from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
+from dd_accept.slurm_docker.ownership import LABEL_OWNER, Owner, orphaned, ownership_labels
+from dd_accept.slurm_docker.reaper import Reaper
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit
 
@@ -231,8 +233,14 @@ class SlurmCluster:
     image: str | None = None
     client: docker.DockerClient | None = None
     records: CommandLog = field(default_factory=CommandLog)
+    # Kept clusters (`cluster up`, --keep-cluster) outlive this process; any other is removed
+    # by its reaper when this process ends without removing it (see ownership, reaper).
+    keep: bool = False
+    owner: Owner | None = None  # whose life bounds the cluster (default: this process)
     _containers: dict[str, Container] = field(default_factory=dict)
     _host_shared: Path | None = None
+    _reaper: Reaper | None = None
+    _ownership: dict[str, str] = field(default_factory=dict)
     # Site options an existing cluster needs; the docker cluster needs none.
     salloc_args: ClassVar[tuple[str, ...]] = ()
     srun_args: ClassVar[tuple[str, ...]] = ()
@@ -311,7 +319,11 @@ class SlurmCluster:
         if self.image is None:
             self.image = ensure_images(self.engine, version=self.spec.slurm)
         try:
+            sweep_orphans(self.engine)
             self._remove_stale()
+            self._ownership = ownership_labels(self.keep, self.owner)
+            if LABEL_OWNER in self._ownership:
+                self._reaper = Reaper.watch(self.name, self._ownership[LABEL_OWNER])
             self._start()
             self.wait_ready(timeout=ready_timeout)
         except BaseException:
@@ -368,7 +380,7 @@ class SlurmCluster:
                         driver="bridge",
                         internal=True,
                         ipam=ipam,
-                        labels=engine.cluster_labels(self.name, "network"),
+                        labels={**engine.cluster_labels(self.name, "network"), **self._ownership},
                     )
                 except docker.errors.APIError as error:
                     last_error = error
@@ -392,7 +404,7 @@ class SlurmCluster:
         return {host: next(free) for host in [CONTROLLER, *self.nodes]}
 
     def _create_container(self, host: str, role: str, shared: Path, addresses: dict[str, str]) -> Container:
-        labels = engine.cluster_labels(self.name, role)
+        labels = {**engine.cluster_labels(self.name, role), **self._ownership}
         labels.update(
             {
                 "io.dd-accept.node": host,
@@ -426,7 +438,11 @@ class SlurmCluster:
     def down(self) -> list[str]:
         """Remove every object labelled with this cluster's name, and its run directory."""
         self._containers.clear()
-        return remove_cluster(self.engine, self.name)
+        removed = remove_cluster(self.engine, self.name)
+        if self._reaper is not None:
+            self._reaper.release()
+            self._reaper = None
+        return removed
 
     # ---- readiness ----------------------------------------------------------------------
     def _exited_container(self) -> str | None:
@@ -584,6 +600,22 @@ def list_clusters(client: docker.DockerClient) -> dict[str, list[str]]:
     for container in engine.find_labelled(client).containers:
         result.setdefault(container.labels[engine.LABEL_CLUSTER], []).append(container.name)
     return result
+
+
+def sweep_orphans(client: docker.DockerClient) -> list[str]:
+    """Remove every cluster whose owner is gone and whose reaper did not remove it (a reaper
+    killed too, a machine rebooted): never a kept cluster, a live owner's, or an older
+    dd-accept's without an owner label."""
+    objects = engine.find_labelled(client)
+    by_cluster: dict[str, list[dict[str, str]]] = {}
+    for item in (*objects.containers, *objects.networks, *objects.volumes):
+        labels = engine.labels_of(item)
+        by_cluster.setdefault(labels.get(engine.LABEL_CLUSTER, ""), []).append(labels)
+    removed: list[str] = []
+    for name, labels in by_cluster.items():
+        if name and orphaned(labels):
+            removed += remove_cluster(client, name)
+    return removed
 
 
 def remove_cluster(client: docker.DockerClient, name: str) -> list[str]:

@@ -54,6 +54,12 @@ def cluster_labels(cluster: str, role: str) -> dict[str, str]:
     return {LABEL_CLUSTER: cluster, LABEL_ROLE: role}
 
 
+def labels_of(item: object) -> dict[str, str]:
+    """A container's, network's or volume's labels, as the engine listed them."""
+    attrs = getattr(item, "attrs", None) or {}
+    return attrs.get("Labels") or attrs.get("Config", {}).get("Labels") or {}
+
+
 @dataclass(frozen=True, slots=True)
 class LabelledObjects:
     """Everything on the engine that carries a dd-accept cluster label."""

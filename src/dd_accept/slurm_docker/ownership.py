@@ -1,0 +1,82 @@
+"""Who owns a cluster, and whether that owner is still there.
+
+A run's cluster must not outlive the run, however the run ends: CI cancels a job by
+killing its process group, and a `kill -9` runs no cleanup. So every object of a cluster
+carries its owner in a label — the creating process's pid, its start time (so a reused pid
+is not taken for the owner) and the machine's boot id (so a pid from before a reboot is not
+either) — or, for a cluster made to be kept (`cluster up`, `--keep-cluster`), a keep label
+instead. A cluster whose every object names an owner that is gone is an orphan: the reaper
+that watches the owner removes it at once, and any later `run` or `up` sweeps what a reaper
+could not (a reaper killed too, a machine that rebooted). Objects without either label were
+made by an older dd-accept and are never touched.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+LABEL_OWNER = "io.dd-accept.owner"  # "PID/START/BOOT_ID"
+LABEL_KEEP = "io.dd-accept.keep"  # "1": outlives its creator until `cluster down` or `cluster prune`
+
+
+def boot_id() -> str:
+    return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+
+
+def process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks after boot (field 22 of /proc/PID/stat), or
+    None when there is no such process. A pid reused by another process starts later."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces or parentheses itself.
+    fields = stat.rpartition(")")[2].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    pid: int
+    started: str
+    boot: str
+
+    @classmethod
+    def this_process(cls) -> Owner:
+        return cls.of(os.getpid())
+
+    @classmethod
+    def of(cls, pid: int) -> Owner:
+        return cls(pid, process_start(pid) or "", boot_id())
+
+    @classmethod
+    def parse(cls, label: str | None) -> Owner | None:
+        parts = (label or "").split("/")
+        if len(parts) != 3 or not parts[0].isdigit():
+            return None
+        return cls(int(parts[0]), parts[1], parts[2])
+
+    @property
+    def label(self) -> str:
+        return f"{self.pid}/{self.started}/{self.boot}"
+
+    def alive(self) -> bool:
+        """The very process that created the cluster still runs (same boot, same start)."""
+        return self.boot == boot_id() and process_start(self.pid) == self.started
+
+
+def ownership_labels(keep: bool, owner: Owner | None = None) -> dict[str, str]:
+    return {LABEL_KEEP: "1"} if keep else {LABEL_OWNER: (owner or Owner.this_process()).label}
+
+
+def orphaned(labels_of_objects: list[dict[str, str]]) -> bool:
+    """A cluster (its objects' labels) to remove: none is kept, and each names an owner
+    that is gone. A cluster with an unlabelled object (an older dd-accept's) is left alone."""
+    if not labels_of_objects:
+        return False
+    owners = [Owner.parse(labels.get(LABEL_OWNER)) for labels in labels_of_objects]
+    if any(labels.get(LABEL_KEEP) for labels in labels_of_objects) or any(o is None for o in owners):
+        return False
+    return not any(owner.alive() for owner in owners if owner is not None)
