@@ -65,7 +65,7 @@ OWNER_SCRIPT = """
 import sys, time, docker
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.ownership import LABEL_OWNER, ownership_labels
-from dd_accept.slurm_docker.reaper import Reaper
+from dd_accept.slurm_docker.ownership import Reaper
 name, release = sys.argv[1], sys.argv[2] == "release"
 labels = ownership_labels(keep=False)
 reaper = Reaper.watch(name, labels[LABEL_OWNER])

@@ -89,6 +89,10 @@ def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_
         "[thresholds]\n"
         "max_error_rate = 0.0\n"
         "max_ttft_p99_s = 2.0\n"  # positive control of the TTFT threshold: rc1 streams start in milliseconds
+        "[metrics.streaming]\n"  # positive controls of the serving-metric demands and of goodput
+        "p99_ttft_ms = { max = 2000 }\n"
+        "p50_itl_ms = { vs_baseline = 3.0 }\n"  # the same wheel twice
+        '[goodput]\nscenario = "streaming"\nttft_ms = 2000\nmin_fraction = 0.9\n'
     )
     out = tmp_path / "gate"
     result = run_cli(
@@ -105,6 +109,12 @@ def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_
     assert checks["gate.max_error_rate"]["metrics"]["client_error_rate"] > 0
     assert checks["gate.checks"]["verdict"] == "pass"  # the SUT behaves correctly; only the gate's demand fails
     assert checks["gate.max_ttft_p99"]["verdict"] == "pass" and checks["gate.max_ttft_p99"]["metrics"]["ttft_p99_s"] > 0
+    ttft = checks["gate.metric.streaming.p99_ttft_ms"]
+    assert ttft["verdict"] == "pass" and 0 < ttft["metrics"]["p99_ttft_ms"] <= 2000, ttft
+    itl = checks["gate.metric.streaming.p50_itl_ms"]
+    assert itl["verdict"] == "pass" and itl["metrics"]["baseline_p50_itl_ms"] > 0, itl
+    good = checks["gate.goodput.streaming"]
+    assert good["verdict"] == "pass" and good["metrics"]["goodput_fraction"] >= 0.9, good
     assert sorted(document["bundles"]) == ["baseline", "candidate"]
     comparison = (out / "comparison.md").read_text()
     assert "data-designer-slurm==1.0.0rc1" in comparison and "| `overload.partial.completes` |" in comparison
@@ -125,6 +135,8 @@ def test_drain_thresholds_of_a_gate_file_replace_the_profiles(tmp_path):
         '[gate]\nname = "drain"\nscenarios = ["drain", "streaming"]\n'
         "[thresholds]\ndrain_window_s = 2\ndrain_allowance_s = 4\n"
         "max_ttft_p99_s = 0.001\n"  # negative control of the TTFT threshold: no stream starts within 1 ms
+        "[metrics.streaming]\np99_ttft_ms = { max = 0.001 }\n"  # negative controls: a metric demand, goodput
+        "[goodput]\nttft_ms = 0.001\n"
     )
     out = tmp_path / "gate"
     result = run_cli("--quiet", "gate", "--config", str(config), "--out", str(out), timeout=900)
@@ -141,3 +153,10 @@ def test_drain_thresholds_of_a_gate_file_replace_the_profiles(tmp_path):
     assert gate["verdict"] == "fail" and "drain.scancel_step" in gate["checks"][0]["observed"]
     ttft = next(c for c in gate["checks"] if c["id"] == "gate.max_ttft_p99")
     assert ttft["verdict"] == "fail" and ttft["metrics"]["ttft_p99_s"] > 0.001
+    demand = next(c for c in gate["checks"] if c["id"] == "gate.metric.streaming.p99_ttft_ms")
+    assert demand["verdict"] == "fail" and demand["expected"] == "p99_ttft_ms ≤ 0.001 ms"
+    assert demand["metrics"]["p99_ttft_ms"] > 0.001 and demand["observed"].endswith(" ms")
+    good = next(c for c in gate["checks"] if c["id"] == "gate.goodput.streaming")
+    assert good["verdict"] == "fail" and good["metrics"]["good"] == 0 and good["metrics"]["completed"] > 0, good
+    summary = (out / "candidate" / "summary.md").read_text()
+    assert "### Serving metrics" in summary and "| streaming |" in summary

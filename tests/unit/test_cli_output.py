@@ -42,6 +42,7 @@ def test_a_log_gets_one_plain_line_per_row_at_any_width():
     ConsoleListener(out=Console(file=out, width=40)).table(_table())
     assert out.getvalue().splitlines() == [
         "dd-accept FAIL — sut==1",
+        "check | verdict | expected | observed",
         f"{LONG_ID} | fail | 8 → 6 → 4 | limit stayed at 8; no 429 reached the client",
         "overload.recovery | pass | every record | 40/40",
     ]

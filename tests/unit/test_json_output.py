@@ -5,6 +5,7 @@ under docs/schema/ are the ones dd-accept validates against."""
 from __future__ import annotations
 
 import json
+import tarfile
 from pathlib import Path
 
 import jsonschema
@@ -12,7 +13,10 @@ import pytest
 
 from dd_accept.base import documents
 from dd_accept.base.documents import SCHEMA_FILES
+from dd_accept.base.results import load_results
 from dd_accept.harness.cli import JSON_COMMANDS
+from dd_accept.harness.runner import run_summary
+from dd_accept.reports.audit import Finding
 from tests.helpers import run_cli
 from tests.reports.test_bundle import _bundle, sanitizer  # noqa: F401 - the fixture the bundle needs
 
@@ -73,7 +77,7 @@ def test_verify_audit_and_report_print_their_documents(tmp_path, sanitizer):  # 
     (tmp_path / "again").mkdir()
     results = run_cli("report", str(_bundle(tmp_path / "again", sanitizer)), "--format", "json")
     assert results.returncode == 0
-    assert document_of(results, "dd-accept/results/v2")["verdict"] == "pass"
+    assert document_of(results, "dd-accept/results/v3")["verdict"] == "pass"
 
 
 def test_doctor_and_cluster_status_print_their_documents():
@@ -103,3 +107,18 @@ def test_json_where_a_command_has_no_document_is_a_usage_error(argv):
     result = run_cli(*argv)
     assert result.returncode == 2 and result.stdout == "" and result.stderr.count("\n") == 1, result.stderr
     assert ", ".join(JSON_COMMANDS) in result.stderr
+
+
+def test_a_run_summary_of_a_real_bundle_follows_its_schema(tmp_path, sanitizer):  # noqa: F811
+    """The run document refers to the results' and the audit's definitions by reference: a
+    reference that does not resolve would stop every `run`, so it is resolved here."""
+    bundle = _bundle(tmp_path, sanitizer)
+    if not bundle.with_name("bundle.tar.gz").is_file():
+        with tarfile.open(bundle.with_name("bundle.tar.gz"), "w:gz") as archive:
+            archive.add(bundle, arcname="bundle")
+    results = load_results(bundle / "results.json")
+    summary = run_summary(results, bundle, [Finding("logs/x.log:3", "aws_key")], 12.5, 1)
+    assert documents.checked(summary)["bundle"]["manifest_sha256"]
+    assert summary["audit_findings"] == [{"location": "logs/x.log:3", "rule": "aws_key"}]
+    broken = {**summary, "sut": {"wheels": [{"file": "x.whl", "sha256": "not-a-digest", "size": 1}]}}
+    assert documents.problem(broken, "dd-accept/run/v1") is not None

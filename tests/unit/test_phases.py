@@ -10,6 +10,7 @@ from dd_accept.acceptance.phases import PHASE_KINDS, Phase, run_phases
 from dd_accept.acceptance.scenarios import SCENARIOS
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import ScenarioResult, schema_problem, write_results
+from dd_accept.fixtures.deployment import RunDirectory
 
 
 @dataclass
@@ -18,10 +19,12 @@ class FakeRun:
     result: ScenarioResult
     backend_kind: str = "synthetic"
     did: list[str] = field(default_factory=list)
+    run: object = None  # the run directory, where the serving metrics' client events are
 
 
 def _state(tmp_path, backend="synthetic"):
-    return FakeRun(ProgressWriter(tmp_path / "progress.jsonl", "fake"), ScenarioResult("fake"), backend)
+    run = RunDirectory("/shared/runs/fake", tmp_path / "run")
+    return FakeRun(ProgressWriter(tmp_path / "progress.jsonl", "fake"), ScenarioResult("fake"), backend, run=run)
 
 
 def _step(name, fail=False):

@@ -1,4 +1,4 @@
-"""results.json follows the published JSON Schema (docs/schema/results-v2.json): what dd-accept
+"""results.json follows the published JSON Schema (docs/schema/results-v3.json): what dd-accept
 writes validates, and every reader refuses a document that does not, naming where. Bundles
 written under v1 (before `cluster`) are still read, held to v1."""
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from dd_accept.acceptance.plan import BackendKind, PlannedCommand, Planner
+from dd_accept.acceptance.serving import serving_block
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import PhaseRecord, ScenarioResult
 from dd_accept.fixtures.deployment import Proxy, ReplicaSet, RunDirectory, start_proxy
@@ -158,6 +159,7 @@ def run_phases(phases: Sequence[Phase[S]], state: S) -> ScenarioResult:
         result.ended = time.time()
         if problems and not failed:  # never replace the failure that brought us here
             raise problems[0]
+    result.serving = serving_block(state.run.host_path, result.phases)
     state.progress.emit("done", verdict=result.verdict())
     return result
 

@@ -16,10 +16,12 @@ from dd_accept.base import documents
 from dd_accept.base.documents import SCHEMA_FILES
 from dd_accept.base.errors import UsageError
 
-SCHEMA = "dd-accept/results/v2"  # published as docs/schema/results-v2.json
+SCHEMA = "dd-accept/results/v3"  # published as docs/schema/results-v3.json
 # Every version dd-accept reads, by the `schema` a document names: bundles written before
 # `cluster` existed (v1) stay verifiable; a v1 document never carries v2's fields.
-READABLE_SCHEMAS = {version: SCHEMA_FILES[version] for version in ("dd-accept/results/v1", SCHEMA)}
+READABLE_SCHEMAS = {
+    version: SCHEMA_FILES[version] for version in ("dd-accept/results/v1", "dd-accept/results/v2", SCHEMA)
+}
 Verdict = Literal["pass", "fail", "unsupported"]
 
 
@@ -69,6 +71,8 @@ class ScenarioResult:
     ended: float | None = None
     error: str | None = None  # the scenario could not be judged (environment), not a failed check
     phases: list[PhaseRecord] = field(default_factory=list)
+    # What the load clients measured (acceptance.serving): {"metrics": {...}, "phases": [...]}
+    serving: dict[str, Any] | None = None
 
     def add(self, check: CheckResult) -> CheckResult:
         self.checks.append(check)
@@ -93,6 +97,7 @@ class ScenarioResult:
             "error": self.error,
             "checks": [asdict(check) for check in self.checks],
             "phases": [asdict(phase) for phase in self.phases],
+            **({"serving": self.serving} if self.serving is not None else {}),
         }
 
     @classmethod
@@ -104,6 +109,7 @@ class ScenarioResult:
             ended=data.get("ended"),
             error=data.get("error"),
             phases=[PhaseRecord(**phase) for phase in data.get("phases", [])],
+            serving=data.get("serving"),
         )
 
 

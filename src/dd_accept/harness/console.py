@@ -67,7 +67,10 @@ class ConsoleListener:
 
     def table(self, table: Table) -> None:
         """A table for a person on a terminal (the first column, the ids people grep for,
-        never wraps); for a CI log or a pipe, one plain line per row, whatever the width."""
+        never wraps); for a CI log or a pipe, one plain line per row, whatever the width.
+        A table without rows is not shown."""
+        if not table.row_count:
+            return
         if self.out.is_terminal:
             if table.columns:
                 table.columns[0].no_wrap = True
@@ -77,11 +80,12 @@ class ConsoleListener:
 
 
 def plain_table(table: Table) -> str:
-    """The title, then one line per row: its cells in column order, markup removed, joined
-    by " | " (a cell's own line breaks become "; ")."""
+    """The title, the column headers, then one line per row: cells in column order, markup
+    removed, joined by " | " (a cell's own line breaks become "; ")."""
     columns = [[_plain(cell) for cell in column.cells] for column in table.columns]
     title = _plain(table.title) if table.title else ""
-    rows = [" | ".join(cells) for cells in zip(*columns, strict=True)]
+    header = " | ".join(_plain(column.header) for column in table.columns)
+    rows = [header, *(" | ".join(cells) for cells in zip(*columns, strict=True))]
     return "\n".join([title, *rows] if title else rows)
 
 

@@ -38,6 +38,7 @@ from dd_accept.base.errors import (
 from dd_accept.base.results import CheckResult, all_checks, load_results
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import GateFile
+from dd_accept.harness.gate_metrics import judge_goodput, judge_metric
 from dd_accept.harness.runner import RunRequest, as_given, prepare_out, run
 from dd_accept.reports import compare, gate_page
 from dd_accept.sut.spec import SutSpec
@@ -59,8 +60,12 @@ def _threshold(check_id: str, results: dict[str, Any], metric: str, limit: float
     return CheckResult.judge(check_id, worst[1] <= limit, expected, observed, metrics={metric: worst[1]})
 
 
-def judge(gate: GateFile, results: dict[str, Any]) -> list[CheckResult]:
-    """The gate's own checks on one bundle's results: verdicts, then each threshold."""
+def judge(
+    gate: GateFile, results: dict[str, Any], bundle: Path | None = None, baseline: dict[str, Any] | None = None
+) -> list[CheckResult]:
+    """The gate's own checks on one bundle's results: verdicts, each threshold, each serving
+    metric's demand (against the baseline's where it says so) and goodput under the SLOs
+    (from the bundle's client events)."""
     allowed = set(gate.gate.allow_unsupported)
     broken = [
         c["id"]
@@ -81,6 +86,9 @@ def judge(gate: GateFile, results: dict[str, Any]) -> list[CheckResult]:
         checks.append(_threshold("gate.max_error_rate", results, "client_error_rate", limits.max_error_rate, ""))
     if limits.max_ttft_p99_s is not None:
         checks.append(_threshold("gate.max_ttft_p99", results, "ttft_p99_s", limits.max_ttft_p99_s, " s"))
+    checks += [judge_metric(demand, results, baseline) for demand in gate.metrics]
+    if gate.goodput is not None and bundle is not None:
+        checks.append(judge_goodput(gate.goodput, bundle, results))
     return checks
 
 
@@ -180,13 +188,15 @@ def _judge_release(
     gate: GateFile, release: str | None, base: Path, prefix: str, codes: dict[str, int], console: ConsoleListener
 ) -> ReleaseVerdict:
     candidate = load_results(base / "candidate" / "results.json")
-    comparison = None
+    comparison, baseline = None, None
     if "baseline" in codes:
-        comparison = compare.compare(load_results(base / "baseline" / "results.json"), candidate)
+        baseline = load_results(base / "baseline" / "results.json")
+        comparison = compare.compare(baseline, candidate)
         (base / "comparison.md").write_text(compare.to_markdown(comparison))
         (base / "comparison.html").write_text(compare.to_html(comparison))
         console.table(compare.to_table(comparison))
-    return ReleaseVerdict(release, prefix, codes, candidate, judge(gate, candidate), comparison)
+    checks = judge(gate, candidate, base / "candidate", baseline)
+    return ReleaseVerdict(release, prefix, codes, candidate, checks, comparison)
 
 
 def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListener, sign_key: Path | None) -> int:
@@ -296,6 +306,9 @@ def resolve_suts(gate: GateFile, cli_suts: list[str]) -> list[str]:
     suts = cli_suts or list(gate.gate.suts)
     if len(suts) > 2:
         raise UsageError("gate takes one --sut (the candidate) or two (baseline, then candidate)")
+    compared = [f"metrics.{d.scenario}.{d.metric}" for d in gate.metrics if d.vs_baseline is not None]
+    if compared and len(suts) != 2:
+        raise UsageError(f"{compared[0]} sets vs_baseline: the gate needs two SUTs (baseline, candidate)")
     for sut in suts:
         SutSpec.parse(sut)  # a path that is not there, or not a wheel: said before anything starts
     return suts

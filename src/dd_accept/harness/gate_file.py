@@ -24,6 +24,7 @@ from dd_accept.base.options import (
     user_options,
 )
 from dd_accept.base.toml_tables import build_table, parse_toml
+from dd_accept.harness.gate_metrics import GoodputSection, MetricDemand, parse_metric_demands
 from dd_accept.sut.spec import DEFAULT_SUT
 
 
@@ -77,6 +78,8 @@ class GateFile:
     thresholds: Thresholds = field(default_factory=Thresholds)
     cluster: ClusterSection = field(default_factory=ClusterSection)
     backend: BackendSection = field(default_factory=BackendSection)
+    goodput: GoodputSection | None = None
+    metrics: tuple[MetricDemand, ...] = ()  # [metrics.SCENARIO] METRIC = {...}: parsed apart (gate_metrics)
 
     def scenarios(self) -> list[str]:
         return list(CHECKS) if "all" in self.gate.scenarios else list(self.gate.scenarios)
@@ -150,6 +153,16 @@ def _validate(gate: GateFile, source: str) -> GateFile:
         raise _fail(source, "options.seed must be >= 0 and options.parallel >= 1")
     if gate.cluster.mode == "existing" and not gate.cluster.run_dir:
         raise _fail(source, "cluster.mode = existing needs cluster.run_dir (a directory every node shares)")
+    for demand in gate.metrics:
+        if demand.scenario not in chosen:
+            raise _fail(source, f"metrics.{demand.scenario}: the gate does not run scenario {demand.scenario!r}")
+    if gate.goodput is not None:
+        if gate.goodput.scenario not in chosen:
+            raise _fail(source, f"goodput.scenario: the gate does not run scenario {gate.goodput.scenario!r}")
+        if not gate.goodput.slos:
+            raise _fail(source, "goodput needs at least one SLO: ttft_ms, tpot_ms or e2el_ms")
+        if not 0 < gate.goodput.min_fraction <= 1 or any(v <= 0 for v in gate.goodput.slos.values()):
+            raise _fail(source, "goodput: SLOs must be positive and min_fraction from above 0 to 1")
     if gate.backend.kind == "vllm" and chosen != ["overload"]:
         raise _fail(source, 'backend.kind = vllm runs the overload scenario only; set gate.scenarios = ["overload"]')
     return gate
@@ -160,7 +173,9 @@ def parse_gate(text: str, source: str) -> GateFile:
     cluster = data.get("cluster")
     if isinstance(cluster, dict) and isinstance(cluster.get("slurm"), str):
         cluster["slurm"] = [cluster["slurm"]]  # one release is a matrix of one
+    metrics = data.pop("metrics", {})
     gate = build_table(GateFile, data, "", "gate file", source)
+    gate = replace(gate, metrics=parse_metric_demands(metrics, source))
     return _validate(gate, source)
 
 

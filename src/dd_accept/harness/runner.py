@@ -29,6 +29,7 @@ from dd_accept.acceptance.scenarios import SCENARIOS as DECLARED
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
 from dd_accept.base.options import BackendOptions, ClusterOptions, DrainOptions, OverloadOptions, to_argv
 from dd_accept.base.results import load_results
+from dd_accept.base.serving_names import SUMMARY_COLUMNS, serving_rows, shown
 from dd_accept.base.slurm_releases import RELEASES
 from dd_accept.base.state import state_root
 from dd_accept.harness.console import ConsoleListener
@@ -320,6 +321,7 @@ def _report(out: Path, console: ConsoleListener, seconds: float) -> int:
             colour = {"pass": "green", "fail": "red"}.get(check["verdict"], "yellow")
             table.add_row(check["id"], f"[{colour}]{check['verdict']}[/{colour}]", check["expected"], check["observed"])
     console.table(table)
+    console.table(serving_table(results))
     for wheel in results["sut"].get("wheels", []):
         print(f"{wheel['sha256']}  {wheel['file']}")
     findings = audit([out])
@@ -338,6 +340,18 @@ def _report(out: Path, console: ConsoleListener, seconds: float) -> int:
         code = EXIT_PASS if results["verdict"] == "pass" else EXIT_CHECK_FAILED
     console.emit(run_summary(results, out, findings, seconds, code))
     return code
+
+
+def serving_table(results: dict[str, Any]) -> Table:
+    """Each scenario's and phase's serving metrics, as summary.md shows them (no rows when no
+    load client ran)."""
+    table = Table(title="serving metrics (vLLM bench serve's names; every one is in results.json)")
+    table.add_column("scenario / phase")
+    for _, header in SUMMARY_COLUMNS:
+        table.add_column(header, justify="right")
+    for label, metrics in serving_rows(results):
+        table.add_row(label, *(shown(name, metrics.get(name)) for name, _ in SUMMARY_COLUMNS))
+    return table
 
 
 def run_summary(results: dict[str, Any], out: Path, findings: list[Any], seconds: float, code: int) -> dict[str, Any]:

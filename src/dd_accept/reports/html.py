@@ -1,7 +1,8 @@
 """The HTML report: one self-contained file (inline CSS and SVG, no script, nothing fetched),
 rendered from a bundle alone, so anyone holding the bundle can re-render it.
 
-Charts: the client's admission limit over time; per-replica outcomes; a request timeline
+Charts: each scenario's latency percentiles (TTFT, ITL, TPOT, E2EL); the client's
+admission limit over time; per-replica outcomes; a request timeline
 with the Slurm steps' start, signal and end marks on the same axis (for drain runs this
 is the drain timeline: streams, TERM, KILL).
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections import Counter, defaultdict
 from datetime import datetime
 from html import escape
@@ -29,6 +31,7 @@ from dd_accept.base.events import (
     readable_events,
 )
 from dd_accept.base.results import load_results, where_judged
+from dd_accept.base.serving_names import LATENCIES, SUMMARY_COLUMNS, serving_rows, shown
 
 WIDTH, ROW = 860, 14
 COLOURS = {"ok": "#2e7d32", "rate_limited": "#f9a825", "truncated": "#c62828", "error": "#c62828"}
@@ -298,6 +301,14 @@ code{font-size:.85em}
 {% for c in scenario.checks %}<tr class="{{ c.verdict }}"><td><code>{{ c.id }}</code></td><td>{{ c.verdict }}</td>
 <td>{{ c.expected }}</td><td>{{ c.observed }}{% if c.detail %}<br><small>{{ c.detail }}</small>{% endif %}</td></tr>
 {% endfor %}</table>
+{% if scenario.serving %}
+<h3>Serving metrics</h3>
+<table><tr><th>scenario / phase</th>{% for _, header in columns %}<th>{{ header }}</th>{% endfor %}</tr>
+{% for label, metrics in serving_rows({"scenarios": [scenario]}) %}<tr><td>{{ label }}</td>
+{% for name, _ in columns %}<td>{{ shown(name, metrics.get(name)) }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{{ latency_charts[scenario.name] }}
+{% endif %}
 {% endfor %}
 <h2>Charts</h2>
 {% for chart in charts %}{{ chart }}{% endfor %}
@@ -305,6 +316,45 @@ code{font-size:.85em}
 """,
     autoescape=True,
 )
+
+
+def latency_chart(metrics: dict[str, float], title: str) -> str:
+    """Each latency's distribution as its percentiles on a log scale: a bar from p50 to p99,
+    p90 marked, the mean a tick (ms, vLLM's definitions; acceptance.serving)."""
+    rows = [name for name in LATENCIES if f"p50_{name}_ms" in metrics]
+    values = [metrics[f"{key}_{name}_ms"] for name in rows for key in ("mean", "p50", "p90", "p99")]
+    positive = [v for v in values if v > 0]
+    if not positive:
+        return ""
+    low, high = math.log10(min(positive)) - 0.1, math.log10(max(positive)) + 0.1
+    left, width, height = 60, WIDTH - 80, 28 * len(rows)
+
+    def x(ms: float) -> float:
+        return left + width * (math.log10(max(ms, 10**low)) - low) / max(high - low, 1e-6)
+
+    ticks = "".join(
+        f'<line x1="{x(10**e):.1f}" y1="0" x2="{x(10**e):.1f}" y2="{height}" class="grid"/>'
+        f'<text x="{x(10**e):.1f}" y="{height + 12}" class="tick">{10**e:g} ms</text>'
+        for e in range(math.floor(low), math.ceil(high) + 1)
+        if low <= e <= high
+    )
+    marks = []
+    for i, name in enumerate(rows):
+        y = 14 + 28 * i
+        p50, p90, p99, mean = (metrics[f"{key}_{name}_ms"] for key in ("p50", "p90", "p99", "mean"))
+        marks.append(
+            f'<text x="4" y="{y + 4}" class="tick">{name.upper()}</text>'
+            f'<line x1="{x(p50):.1f}" y1="{y}" x2="{x(p99):.1f}" y2="{y}" class="span" stroke="#1565c0"/>'
+            f'<circle cx="{x(p90):.1f}" cy="{y}" r="4" fill="#f9a825"/>'
+            f'<line x1="{x(mean):.1f}" y1="{y - 7}" x2="{x(mean):.1f}" y2="{y + 7}" class="term"/>'
+            f'<text x="{x(p99) + 6:.1f}" y="{y + 4}" class="tick">'
+            f"p50 {p50:.3g} · p90 {p90:.3g} · p99 {p99:.3g} ms</text>"
+        )
+    return (
+        f"<figure><figcaption>Latency percentiles — {escape(title)} (bar p50 to p99, dot p90, tick mean; log scale)"
+        f'</figcaption><svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="latency percentiles">'
+        f"{ticks}{''.join(marks)}</svg></figure>"
+    )
 
 
 def render_bundle(bundle: Path) -> str:
@@ -329,4 +379,17 @@ def render_bundle(bundle: Path) -> str:
             charts += [admission_chart(rows, title), timeline_chart(rows, commands, title)]
         charts += [queue_chart(per_replica), replica_chart(replica_events)]
     where = where_judged(results)
-    return TEMPLATE.render(results=results, where=where, charts=[jinja2.filters.Markup(c) for c in charts if c])
+    latency_charts = {
+        s["name"]: jinja2.filters.Markup(latency_chart(s["serving"]["metrics"], s["name"]))
+        for s in results["scenarios"]
+        if s.get("serving")
+    }
+    return TEMPLATE.render(
+        results=results,
+        where=where,
+        charts=[jinja2.filters.Markup(c) for c in charts if c],
+        columns=SUMMARY_COLUMNS,
+        serving_rows=serving_rows,
+        shown=shown,
+        latency_charts=latency_charts,
+    )

@@ -9,6 +9,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from dd_accept.base.results import all_checks
+from dd_accept.base.serving_names import SUMMARY_COLUMNS, serving_rows, shown
 
 # Characters XML 1.0 does not allow at all (most C0 controls, lone surrogates, U+FFFE/F):
 # ElementTree writes them as they are, and the file is then not well-formed.
@@ -51,7 +52,21 @@ def markdown(results: dict[str, Any]) -> str:
             mark = {"pass": "pass", "fail": "**fail**"}.get(check["verdict"], f"*{md_text(check['verdict'])}*")
             cells = f"{md_text(check['expected'])} | {md_text(check['observed'])}"
             lines.append(f"| {md_code(check['id'])} | {mark} | {cells} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + serving_markdown(results)) + "\n"
+
+
+def serving_markdown(results: dict[str, Any]) -> list[str]:
+    """The serving metrics of each scenario and phase (vLLM bench serve's names, units in the
+    headers; every metric is in results.json)."""
+    rows = serving_rows(results)
+    if not rows:
+        return []
+    lines = ["", "### Serving metrics", "", "| scenario / phase | " + " | ".join(h for _, h in SUMMARY_COLUMNS) + " |"]
+    lines.append("|---|" + "---:|" * len(SUMMARY_COLUMNS))
+    for label, metrics in rows:
+        cells = " | ".join(shown(name, metrics.get(name)) for name, _ in SUMMARY_COLUMNS)
+        lines.append(f"| {md_text(label)} | {cells} |")
+    return lines
 
 
 def junit_properties(results: dict[str, Any]) -> list[tuple[str, str]]:

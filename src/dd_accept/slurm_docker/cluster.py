@@ -32,8 +32,7 @@ from dd_accept.slurm_docker import engine, step_exit
 from dd_accept.slurm_docker.images import ensure_images
 from dd_accept.slurm_docker.interface import Cluster
 from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
-from dd_accept.slurm_docker.ownership import LABEL_OWNER, Owner, orphaned, ownership_labels
-from dd_accept.slurm_docker.reaper import Reaper
+from dd_accept.slurm_docker.ownership import LABEL_OWNER, Owner, Reaper, orphaned, ownership_labels
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit
 

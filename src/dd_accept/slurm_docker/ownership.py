@@ -8,12 +8,15 @@ either) — or, for a cluster made to be kept (`cluster up`, `--keep-cluster`), 
 instead. A cluster whose every object names an owner that is gone is an orphan: the reaper
 that watches the owner removes it at once, and any later `run` or `up` sweeps what a reaper
 could not (a reaper killed too, a machine that rebooted). Objects without either label were
-made by an older dd-accept and are never touched.
+made by an older dd-accept and are never touched. `Reaper` is the creator's end of the
+reaper's pipe; the reaper itself is `dd_accept.slurm_docker.reaper`.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,3 +83,39 @@ def orphaned(labels_of_objects: list[dict[str, str]]) -> bool:
     if any(labels.get(LABEL_KEEP) for labels in labels_of_objects) or any(o is None for o in owners):
         return False
     return not any(owner.alive() for owner in owners if owner is not None)
+
+
+RELEASED = b"released\n"
+
+
+@dataclass
+class Reaper:
+    """The owner's end: keep it until the cluster is down (or handed over to be kept)."""
+
+    process: subprocess.Popen[bytes]
+
+    @classmethod
+    def watch(cls, cluster: str, owner_label: str) -> Reaper:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dd_accept.slurm_docker.reaper", cluster, owner_label],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # not in the owner's process group: a group kill spares it
+        )
+        return cls(process)
+
+    def release(self) -> None:
+        """The cluster is down (or kept): the reaper leaves it alone and exits."""
+        stdin = self.process.stdin
+        if stdin is not None and not stdin.closed:
+            try:
+                stdin.write(RELEASED)
+                stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -16,56 +16,17 @@ from __future__ import annotations
 
 import os
 import select
-import subprocess
 import sys
 import time
-from dataclasses import dataclass
 
-from dd_accept.slurm_docker.ownership import Owner
-
-RELEASED = b"released\n"
-
-
-@dataclass
-class Reaper:
-    """The owner's end: keep it until the cluster is down (or handed over to be kept)."""
-
-    process: subprocess.Popen[bytes]
-
-    @classmethod
-    def watch(cls, cluster: str, owner_label: str) -> Reaper:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "dd_accept.slurm_docker.reaper", cluster, owner_label],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # not in the owner's process group: a group kill spares it
-        )
-        return cls(process)
-
-    def release(self) -> None:
-        """The cluster is down (or kept): the reaper leaves it alone and exits."""
-        stdin = self.process.stdin
-        if stdin is not None and not stdin.closed:
-            try:
-                stdin.write(RELEASED)
-                stdin.close()
-            except (BrokenPipeError, OSError):
-                pass
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+from dd_accept.slurm_docker import engine
+from dd_accept.slurm_docker.cluster import remove_cluster
+from dd_accept.slurm_docker.ownership import LABEL_OWNER, RELEASED, Owner
 
 
 def reap(cluster: str, owner_label: str) -> list[str]:
     """Remove the cluster's objects that carry this owner's label, and then, if nothing of
     the cluster is left, its run directory."""
-    from dd_accept.slurm_docker import engine
-    from dd_accept.slurm_docker.cluster import remove_cluster
-    from dd_accept.slurm_docker.ownership import LABEL_OWNER
-
     client = engine.connect(timeout=30)
     objects = engine.find_labelled(client, cluster)
     owners = {engine.labels_of(o).get(LABEL_OWNER) for o in (*objects.containers, *objects.networks, *objects.volumes)}
@@ -103,9 +64,6 @@ LOOK_S = 10.0
 
 
 def _owned_objects(cluster: str, owner_label: str) -> bool:
-    from dd_accept.slurm_docker import engine
-    from dd_accept.slurm_docker.ownership import LABEL_OWNER
-
     try:
         objects = engine.find_labelled(engine.connect(timeout=30), cluster)
     except Exception:  # the engine stopped: nothing left to reap on it

@@ -1,0 +1,190 @@
+"""What a gate file demands of the serving metrics: limits, references with tolerances, a
+baseline, and goodput under SLOs, each judged as a gate check of its own.
+
+ReFrame states performance as a reference with tolerances; vLLM's `bench serve` judges
+goodput as the requests that meet every SLO. A gate file says both, per scenario:
+
+    [metrics.streaming]
+    p99_ttft_ms = { max = 250 }                      # gate.metric.streaming.p99_ttft_ms
+    request_throughput = { ref = 40, lower = 0.2 }   # at least 32 req/s
+    p50_itl_ms = { vs_baseline = 1.10 }              # at most 10% above the baseline's
+
+    [goodput]                                        # gate.goodput.streaming
+    scenario = "streaming"
+    ttft_ms = 500
+    tpot_ms = 50
+    min_fraction = 0.99
+
+Whether lower or higher is better comes from the metric (throughputs: higher), so
+`vs_baseline = 1.10` is "at most 10% worse" for each. Goodput is computed from the bundle's
+own client events (each attempt's TTFT, TPOT and E2EL), so anyone holding the bundle can
+recompute it; the SLOs are the gate's, never the run's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dd_accept.acceptance.serving import client_attempts
+from dd_accept.base.errors import UsageError
+from dd_accept.base.events import ClientRequest
+from dd_accept.base.results import CheckResult
+from dd_accept.base.serving_names import HIGHER_IS_BETTER, METRIC_NAME, unit_of
+from dd_accept.base.toml_tables import build_table
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDemand:
+    """One metric's demand (any of the bounds may be combined)."""
+
+    scenario: str = ""
+    metric: str = ""
+    max: float | None = None
+    min: float | None = None
+    ref: float | None = None
+    upper: float | None = None  # with ref: at most ref * (1 + upper)
+    lower: float | None = None  # with ref: at least ref * (1 - lower)
+    vs_baseline: float | None = None  # at most this many times worse than the baseline's
+
+    @property
+    def check_id(self) -> str:
+        return f"gate.metric.{self.scenario}.{self.metric}"
+
+    def bounds(self, baseline: float | None) -> list[tuple[str, float]]:
+        """("<=" or ">=", value) for every bound this demand sets, given the baseline's value."""
+        found = []
+        if self.max is not None:
+            found.append(("<=", self.max))
+        if self.min is not None:
+            found.append((">=", self.min))
+        if self.ref is not None and self.upper is not None:
+            found.append(("<=", self.ref * (1 + self.upper)))
+        if self.ref is not None and self.lower is not None:
+            found.append((">=", self.ref * (1 - self.lower)))
+        if self.vs_baseline is not None and baseline is not None:
+            higher = self.metric in HIGHER_IS_BETTER
+            found.append((">=", baseline / self.vs_baseline) if higher else ("<=", baseline * self.vs_baseline))
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class GoodputSection:
+    scenario: str = "streaming"
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+    min_fraction: float = 1.0
+
+    @property
+    def slos(self) -> dict[str, float]:
+        return {k: v for k, v in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms), ("e2el", self.e2el_ms)) if v}
+
+
+def parse_metric_demands(table: Any, source: str) -> tuple[MetricDemand, ...]:
+    """`[metrics.SCENARIO]` tables of `METRIC = { bound = value, ... }`, each validated."""
+    if not isinstance(table, dict):
+        raise UsageError(f"gate file {source}: [metrics] must be a table of scenarios")
+    demands = []
+    for scenario, metrics in table.items():
+        if not isinstance(metrics, dict):
+            raise UsageError(f"gate file {source}: [metrics.{scenario}] must be a table of metrics")
+        for metric, bounds in metrics.items():
+            where = f"metrics.{scenario}.{metric}"
+            if not METRIC_NAME.match(metric):
+                raise UsageError(f"gate file {source}: {where}: unknown serving metric (see results-v3.json)")
+            unknown = sorted(set(bounds) - set(_BOUNDS)) if isinstance(bounds, dict) else []
+            if unknown:
+                raise UsageError(f"gate file {source}: unknown key {where}.{unknown[0]} (known: {', '.join(_BOUNDS)})")
+            demand = build_table(MetricDemand, bounds, where, "gate file", source)
+            demand = MetricDemand(scenario, metric, *(getattr(demand, f) for f in _BOUNDS))
+            _check_bounds(demand, where, source)
+            demands.append(demand)
+    return tuple(demands)
+
+
+_BOUNDS = ("max", "min", "ref", "upper", "lower", "vs_baseline")
+
+
+def _check_bounds(demand: MetricDemand, where: str, source: str) -> None:
+    def fail(message: str) -> UsageError:
+        return UsageError(f"gate file {source}: {where}: {message}")
+
+    if all(getattr(demand, name) is None for name in _BOUNDS):
+        raise fail("give at least one of max, min, ref with upper or lower, vs_baseline")
+    if demand.ref is not None and demand.upper is None and demand.lower is None:
+        raise fail("ref needs a tolerance: upper (a fraction above it) or lower (below it)")
+    if (demand.upper is not None or demand.lower is not None) and demand.ref is None:
+        raise fail("upper and lower are tolerances around ref, which is missing")
+    for name in ("upper", "lower"):
+        value = getattr(demand, name)
+        if value is not None and not 0 <= value < (math.inf if name == "upper" else 1):
+            raise fail(f"{name} is a fraction of ref ({'>= 0' if name == 'upper' else 'from 0 to below 1'})")
+    if demand.vs_baseline is not None and demand.vs_baseline < 1:
+        raise fail("vs_baseline is how many times worse than the baseline is allowed, at least 1")
+
+
+def _metric_of(results: dict[str, Any], scenario: str, metric: str) -> float | None:
+    for entry in results.get("scenarios", []):
+        if entry["name"] == scenario and entry.get("serving"):
+            value = entry["serving"]["metrics"].get(metric)
+            return float(value) if value is not None else None
+    return None
+
+
+def judge_metric(demand: MetricDemand, candidate: dict[str, Any], baseline: dict[str, Any] | None) -> CheckResult:
+    value = _metric_of(candidate, demand.scenario, demand.metric)
+    before = _metric_of(baseline, demand.scenario, demand.metric) if baseline is not None else None
+    unit = f" {unit_of(demand.metric)}".rstrip()
+    bounds = demand.bounds(before)
+    expected = " and ".join(f"{demand.metric} {'≤' if op == '<=' else '≥'} {limit:.4g}{unit}" for op, limit in bounds)
+    if demand.vs_baseline is not None:
+        expected += f" (the baseline's {before:.4g}{unit} x {demand.vs_baseline:g})" if before is not None else ""
+        if before is None:
+            observed = "the baseline did not measure it" if baseline is not None else "the gate has no baseline"
+            return CheckResult.judge(demand.check_id, False, expected or f"within {demand.vs_baseline:g} x", observed)
+    if value is None:
+        return CheckResult.judge(
+            demand.check_id, False, expected, f"{demand.metric} was not measured in {demand.scenario}"
+        )
+    ok = all(value <= limit if op == "<=" else value >= limit for op, limit in bounds)
+    metrics = {demand.metric: value} | ({f"baseline_{demand.metric}": before} if before is not None else {})
+    return CheckResult.judge(demand.check_id, ok, expected, f"{value:.4g}{unit}", metrics=metrics)
+
+
+def goodput(attempts: list[ClientRequest], slos: dict[str, float]) -> dict[str, float]:
+    """vLLM's goodput: the completed attempts that meet every SLO (ms), per second of the
+    span, and as a share of the completed ones."""
+    ok = [a for a in attempts if a.outcome == "ok"]
+    if not ok:
+        return {"good": 0.0, "completed": 0.0}
+
+    def meets(a: ClientRequest) -> bool:
+        values = {"ttft": a.ttft_s, "e2el": a.latency_s}
+        if a.latency_s is not None and a.ttft_s is not None and a.chunks and a.chunks > 1:
+            values["tpot"] = (a.latency_s - a.ttft_s) / (a.chunks - 1)
+        return all(values.get(name) is not None and values[name] * 1000 <= slo for name, slo in slos.items())
+
+    good = sum(meets(a) for a in ok)
+    span = max(a.t for a in attempts) - min(a.began for a in attempts)
+    measured = {"good": float(good), "completed": float(len(ok)), "goodput_fraction": good / len(ok)}
+    return measured | ({"request_goodput": good / span} if span > 0 else {})
+
+
+def judge_goodput(section: GoodputSection, bundle: Path, results: dict[str, Any]) -> CheckResult:
+    check_id = f"gate.goodput.{section.scenario}"
+    slos = ", ".join(f"{name.upper()} ≤ {value:g} ms" for name, value in section.slos.items())
+    expected = f"at least {section.min_fraction:.0%} of completed requests meet every SLO ({slos})"
+    entry = next((s for s in results.get("scenarios", []) if s["name"] == section.scenario), None)
+    events = (entry or {}).get("serving", {}).get("events") if entry else None
+    if events is None or not (bundle / "events" / events).is_dir():
+        return CheckResult.judge(check_id, False, expected, f"no client events of {section.scenario} in the bundle")
+    measured = goodput(client_attempts(bundle / "events" / events), section.slos)
+    if not measured["completed"]:
+        return CheckResult.judge(check_id, False, expected, "no request completed", metrics=measured)
+    fraction = measured["goodput_fraction"]
+    rate = f", {measured['request_goodput']:.3g} req/s" if "request_goodput" in measured else ""
+    observed = f"{measured['good']:.0f} of {measured['completed']:.0f} ({fraction:.1%}){rate}"
+    return CheckResult.judge(check_id, fraction >= section.min_fraction, expected, observed, metrics=measured)

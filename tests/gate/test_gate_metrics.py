@@ -1,0 +1,128 @@
+"""A gate file's demands on the serving metrics (limits, references with tolerances, the
+baseline) and goodput under SLOs: each is a gate check with the observed number and the
+bound it was held to; every mistake in the file is exit 2 naming the key."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from dd_accept.base.errors import UsageError
+from dd_accept.base.events import ClientRequest, EventWriter
+from dd_accept.harness.gate import judge, resolve_suts
+from dd_accept.harness.gate_file import parse_gate
+from dd_accept.harness.gate_metrics import GoodputSection, goodput, judge_goodput
+
+HEAD = '[gate]\nname = "g"\nscenarios = ["streaming"]\n'
+TWO = '[gate]\nname = "g"\nscenarios = ["streaming"]\nsuts = ["a==1", "a==2"]\n'
+
+
+def _results(**metrics):
+    serving = {"metrics": {"requests": 10.0, "completed": 10.0, "error_rate": 0.0, "rate_limited_rate": 0.0, **metrics},
+               "phases": [], "events": "run-1"}  # fmt: skip
+    checks = [{"id": "streaming.integrity", "verdict": "pass", "expected": "", "observed": "", "detail": "",
+               "metrics": {}}]  # fmt: skip
+    scenario = {"name": "streaming", "verdict": "pass", "error": None, "checks": checks, "serving": serving}
+    return {"verdict": "pass", "scenarios": [scenario]}
+
+
+def _by_id(checks):
+    return {c.id: c for c in checks}
+
+
+def test_limits_and_references_pass_or_fail_with_the_number_and_the_bound():
+    gate = parse_gate(
+        HEAD + "[metrics.streaming]\n"
+        "p99_ttft_ms = { max = 250 }\n"
+        "request_throughput = { ref = 40, lower = 0.2 }\n"  # at least 32
+        "p50_itl_ms = { ref = 10, upper = 0.10 }\n",  # at most 11
+        "g.toml",
+    )
+    good = _by_id(judge(gate, _results(p99_ttft_ms=120.0, request_throughput=35.0, p50_itl_ms=10.9)))
+    assert all(good[f"gate.metric.streaming.{m}"].verdict == "pass" for m in ("p99_ttft_ms", "request_throughput"))
+    assert good["gate.metric.streaming.p50_itl_ms"].verdict == "pass"
+    bad = _by_id(judge(gate, _results(p99_ttft_ms=251.0, request_throughput=31.0, p50_itl_ms=11.2)))
+    ttft = bad["gate.metric.streaming.p99_ttft_ms"]
+    assert ttft.verdict == "fail" and ttft.expected == "p99_ttft_ms ≤ 250 ms" and ttft.observed == "251 ms"
+    throughput = bad["gate.metric.streaming.request_throughput"]
+    assert throughput.verdict == "fail" and throughput.expected == "request_throughput ≥ 32 req/s"
+    assert bad["gate.metric.streaming.p50_itl_ms"].expected == "p50_itl_ms ≤ 11 ms"
+    missing = _by_id(judge(gate, _results()))["gate.metric.streaming.p99_ttft_ms"]
+    assert missing.verdict == "fail" and missing.observed == "p99_ttft_ms was not measured in streaming"
+
+
+def test_vs_baseline_holds_the_candidate_to_the_baselines_value_in_the_metrics_direction():
+    gate = parse_gate(TWO + "[metrics.streaming]\np99_ttft_ms = { vs_baseline = 1.1 }\n"
+                      "output_throughput = { vs_baseline = 1.25 }\n", "g.toml")  # fmt: skip
+    baseline = _results(p99_ttft_ms=100.0, output_throughput=1000.0)
+    fine = _by_id(judge(gate, _results(p99_ttft_ms=109.0, output_throughput=801.0), baseline=baseline))
+    assert {c.verdict for i, c in fine.items() if i.startswith("gate.metric")} == {"pass"}
+    worse = _by_id(judge(gate, _results(p99_ttft_ms=111.0, output_throughput=799.0), baseline=baseline))
+    ttft = worse["gate.metric.streaming.p99_ttft_ms"]
+    assert ttft.verdict == "fail" and "≤ 110 ms" in ttft.expected and ttft.metrics["baseline_p99_ttft_ms"] == 100
+    assert worse["gate.metric.streaming.output_throughput"].expected.startswith("output_throughput ≥ 800 tok/s")
+    with pytest.raises(UsageError, match="sets vs_baseline: the gate needs two SUTs"):
+        resolve_suts(gate, ["a==2"])  # `--sut` once replaces the file's two
+    alone = _by_id(judge(gate, _results(p99_ttft_ms=1.0)))["gate.metric.streaming.p99_ttft_ms"]
+    assert alone.verdict == "fail" and alone.observed == "the gate has no baseline"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (HEAD + "[metrics.streaming]\np99_ttft = { max = 1 }\n", "metrics.streaming.p99_ttft: unknown serving metric"),
+        (HEAD + "[metrics.streaming]\np99_ttft_ms = { maxi = 1 }\n", "unknown key metrics.streaming.p99_ttft_ms.max"),
+        (HEAD + "[metrics.streaming]\np99_ttft_ms = { ref = 1 }\n", "ref needs a tolerance"),
+        (HEAD + "[metrics.streaming]\np99_ttft_ms = { upper = 0.1 }\n", "tolerances around ref, which is missing"),
+        (HEAD + "[metrics.streaming]\np99_ttft_ms = {}\n", "give at least one of"),
+        (HEAD + "[metrics.streaming]\np99_ttft_ms = { max = \"1\" }\n", "p99_ttft_ms.max must be a number"),
+        (HEAD + "[metrics.drain]\np99_ttft_ms = { max = 1 }\n", "the gate does not run scenario 'drain'"),
+        (TWO + "[metrics.streaming]\np99_ttft_ms = { vs_baseline = 0.9 }\n", "at least 1"),
+        (HEAD + "[goodput]\nscenario = \"streaming\"\n", "goodput needs at least one SLO"),
+        (HEAD + "[goodput]\nttft_ms = 100\nmin_fraction = 1.5\n", "min_fraction from above 0 to 1"),
+        (HEAD + "[goodput]\nscenario = \"overload\"\nttft_ms = 100\n", "the gate does not run scenario 'overload'"),
+    ],
+)  # fmt: skip
+def test_a_wrong_demand_is_refused_naming_the_key(text, message):
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_gate(text, "g.toml")
+
+
+def _attempt(ttft_s, latency_s, chunks=11, outcome="ok", started=100.0):
+    return ClientRequest(t=started + latency_s, mode="raw", record=0, attempt=1, outcome=outcome, started=started,
+                         ttft_s=ttft_s, latency_s=latency_s, chunks=chunks)  # fmt: skip
+
+
+def test_goodput_counts_the_completed_requests_that_meet_every_slo():
+    attempts = [_attempt(0.1, 1.1), _attempt(0.3, 1.3), _attempt(0.1, 3.1), _attempt(None, 0.5, outcome="error")]
+    measured = goodput(attempts, {"ttft": 200, "tpot": 150})  # TPOT: 100, 100, 300 ms
+    assert (measured["good"], measured["completed"]) == (1, 3) and measured["goodput_fraction"] == pytest.approx(1 / 3)
+    assert measured["request_goodput"] == pytest.approx(1 / 3.1)
+
+
+def test_goodput_is_judged_from_the_bundles_own_client_events(tmp_path):
+    writer = EventWriter(tmp_path / "events" / "run-1" / "client.jsonl", "client")
+    for attempt in (_attempt(0.1, 1.1), _attempt(0.1, 1.1), _attempt(0.9, 1.9)):
+        writer.write(attempt)
+    writer.close()
+    section = GoodputSection(scenario="streaming", ttft_ms=500, min_fraction=0.6)
+    check = judge_goodput(section, tmp_path, _results())
+    assert check.verdict == "pass" and check.observed.startswith("2 of 3 (66.7%)"), check
+    strict = judge_goodput(GoodputSection(scenario="streaming", ttft_ms=500, min_fraction=0.9), tmp_path, _results())
+    assert strict.verdict == "fail" and strict.metrics["goodput_fraction"] == pytest.approx(2 / 3)
+    assert "TTFT ≤ 500 ms" in strict.expected
+    gone = judge_goodput(section, tmp_path / "elsewhere", _results())
+    assert gone.verdict == "fail" and gone.observed == "no client events of streaming in the bundle"
+
+
+def test_the_examples_commented_in_the_shipped_gate_file_are_valid():
+    text = (Path(__file__).parents[2] / "docs" / "gate.example.toml").read_text()
+    keys = r"\[metrics\.overload\]|p99_e2el_ms|request_throughput|\[goodput\]|scenario |ttft_ms|tpot_ms|min_fraction"
+    text = re.sub(rf"^# ({keys})", r"\1", text, flags=re.M).replace('["overload"]', '["overload", "streaming"]')
+    gate = parse_gate(text, "gate.example.toml")
+    assert [d.check_id for d in gate.metrics] == [
+        "gate.metric.overload.p99_e2el_ms", "gate.metric.overload.request_throughput",
+    ]  # fmt: skip
+    assert gate.goodput is not None and gate.goodput.slos == {"ttft": 500, "tpot": 50}
