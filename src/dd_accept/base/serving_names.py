@@ -70,8 +70,19 @@ def serving_rows(results: dict) -> list[tuple[str, dict]]:
     return rows
 
 
-# Higher is better for these; lower for every other (latencies, error and 429 rates).
-HIGHER_IS_BETTER = frozenset({"requests", "completed", "request_throughput", "output_throughput"})
+# Higher is better for these; lower for every other (latencies, error and 429 rates), except
+# the counts and the span, which describe the run and have no better direction.
+HIGHER_IS_BETTER = frozenset({"request_throughput", "output_throughput"})
+WITHOUT_DIRECTION = frozenset({"requests", "completed", "duration_s"})
+
+
+def better(name: str) -> str | None:
+    """ "higher" or "lower": which way a metric improves; None for a count or the span."""
+    if name in WITHOUT_DIRECTION or name.endswith("_count"):
+        return None
+    return "higher" if name in HIGHER_IS_BETTER else "lower"
+
+
 METRIC_NAME = re.compile(
     r"^(requests|completed|duration_s|request_throughput|output_throughput|error_rate|rate_limited_rate"
     r"|(mean|p50|p90|p99)_(ttft|itl|tpot|e2el)_ms|(ttft|itl|tpot|e2el)_count)$"

@@ -40,7 +40,7 @@ from dd_accept.harness.gate import resolve_suts, run_gate
 from dd_accept.harness.gate_file import load_gate
 from dd_accept.harness.runner import SCENARIOS, RunRequest, default_out, run
 from dd_accept.node.loadclient.workload import parse_header
-from dd_accept.reports import compare, render
+from dd_accept.reports import compare, history, render
 from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
 from dd_accept.reports.html import render_bundle
@@ -262,6 +262,40 @@ def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
     if regressed:
         print(f"dd-accept compare: {len(comparison.regressions)} check(s) regressed", file=sys.stderr)
     return code
+
+
+def _cmd_history(args: argparse.Namespace, console: ConsoleListener) -> int:
+
+    points = history.load_points(history.find_bundles([Path(p) for p in args.paths]))
+    trail = history.build_history(points, args.tolerance)
+    for target, text in ((args.html, history.to_html), (args.csv, history.to_csv)):
+        if target:
+            Path(target).write_text(text(trail))
+    table = Table(title=f"dd-accept history: {len(points)} bundles, oldest first")
+    for column in ("series", "unit", "values", "first", "last", "min", "max", "flagged"):
+        table.add_column(column)
+    for entry in trail.series:
+        known = [v for v in entry.values if v is not None]
+        flags = "; ".join(f"{points[i].name}: {why}" for i, why in enumerate(entry.flags) if why)
+        numbers = (f"{v:.4g}" for v in (known[0], known[-1], min(known), max(known)))
+        table.add_row(entry.key, entry.unit, str(len(known)), *numbers, f"[red]{flags}[/red]" if flags else "")
+    console.table(table)
+    for point, name, why in trail.flagged:
+        print(f"flagged: {name} in {point}: {why}", file=sys.stderr)
+    if args.fail_on_change and trail.flagged:
+        print(f"dd-accept history: {len(trail.flagged)} change(s) beyond the tolerance", file=sys.stderr)
+        return EXIT_CHECK_FAILED
+    return EXIT_PASS
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.10, got {text!r}") from None
+    if not 0 <= value < 10:
+        raise argparse.ArgumentTypeError(f"expected a fraction from 0 (such as 0.10 for 10%), got {text!r}")
+    return value
 
 
 def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
@@ -526,6 +560,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a passing check now fails")
     compare.set_defaults(handler=_cmd_compare)
+
+    trail = commands.add_parser(
+        "history",
+        help="each metric and verdict of many bundles over time, changes beyond a tolerance flagged",
+        description="Follow every serving metric, check metric and verdict across bundles, oldest first; flag "
+        "a value that moved in its worse direction by more than the tolerance, or a check that stopped passing.",
+    )
+    trail.add_argument(
+        "paths", nargs="+", metavar="BUNDLE_OR_DIR", help="bundles (directory or .tar.gz), or directories of them"
+    )
+    trail.add_argument(
+        "--tolerance",
+        type=_fraction,
+        default=0.10,
+        metavar="FRACTION",
+        help="flag a change worse than this against the bundle before (default: %(default)g)",
+    )
+    trail.add_argument("--html", metavar="FILE.html", help="write one self-contained page of charts (default: none)")
+    trail.add_argument("--csv", metavar="FILE.csv", help="write every value in long form (default: none)")
+    trail.add_argument("--fail-on-change", action="store_true", help="exit 1 when a change is flagged")
+    trail.set_defaults(handler=_cmd_history)
 
     audit = commands.add_parser("audit", help="scan files, directories and archives for secrets and host details")
     audit.add_argument("paths", nargs="+", metavar="PATH", help="files, directories, .tar.gz, .whl or .zip")

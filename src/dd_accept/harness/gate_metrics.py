@@ -32,7 +32,7 @@ from dd_accept.acceptance.serving import client_attempts
 from dd_accept.base.errors import UsageError
 from dd_accept.base.events import ClientRequest
 from dd_accept.base.results import CheckResult
-from dd_accept.base.serving_names import HIGHER_IS_BETTER, METRIC_NAME, unit_of
+from dd_accept.base.serving_names import METRIC_NAME, better, unit_of
 from dd_accept.base.toml_tables import build_table
 
 
@@ -65,7 +65,7 @@ class MetricDemand:
         if self.ref is not None and self.lower is not None:
             found.append((">=", self.ref * (1 - self.lower)))
         if self.vs_baseline is not None and baseline is not None:
-            higher = self.metric in HIGHER_IS_BETTER
+            higher = better(self.metric) == "higher"
             found.append((">=", baseline / self.vs_baseline) if higher else ("<=", baseline * self.vs_baseline))
         return found
 

@@ -1,0 +1,240 @@
+"""History: each metric and verdict of many bundles over time, with the changes that went
+beyond a tolerance flagged.
+
+ReFrame keeps a performance log and judges each run against references; a release team
+asks the same of dd-accept over weeks of bundles: did TTFT p99 creep up, did a check start
+failing, on which run. `history` reads the bundles' `results.json` (each held to its schema,
+as every reader does), orders them by when they ran, and follows every serving metric of
+every scenario, every check's key numbers and every check's verdict. A change is flagged when
+a value moved in its worse direction by more than the tolerance against the run before it,
+or a verdict went from pass to anything else. It prints a table, writes one self-contained
+HTML page (a chart per metric, a verdict grid; no script, nothing fetched) and a CSV in long
+form for spreadsheets.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from dd_accept.base.errors import UsageError
+from dd_accept.base.results import all_checks, where_judged
+from dd_accept.base.serving_names import better, unit_of
+from dd_accept.reports.archive import opened_bundle
+from dd_accept.reports.compare import results_in
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One bundle, as history shows it."""
+
+    name: str  # the bundle's name (directory or archive), as given
+    time: float  # when its first scenario started (Unix time)
+    sut: str
+    where: str
+    results: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Series:
+    key: str  # "serving streaming p99_ttft_ms" or "check overload.recovery latency_p99_s"
+    unit: str
+    better: str | None  # "higher", "lower", or None: not flagged (counts, check metrics)
+    values: list[float | None] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # per point: "" or why it is flagged
+
+
+@dataclass(slots=True)
+class History:
+    points: list[Point]
+    series: list[Series]
+    verdicts: dict[str, list[str | None]]  # check id -> verdict per point
+    verdict_flags: dict[str, list[str]]
+    tolerance: float
+
+    @property
+    def flagged(self) -> list[tuple[str, str, str]]:
+        """(point, series or check, why) for every flagged change."""
+        found = [(self.points[i].name, s.key, why) for s in self.series for i, why in enumerate(s.flags) if why]
+        for check_id, flags in self.verdict_flags.items():
+            found += [(self.points[i].name, f"check {check_id}", why) for i, why in enumerate(flags) if why]
+        return found
+
+
+def find_bundles(paths: list[Path]) -> list[Path]:
+    """Bundles named, and every bundle under a directory named (a gate's candidate/ and
+    baseline/, an evidence/ directory of many runs), in a stable order."""
+    found: list[Path] = []
+    for path in paths:
+        if not path.exists():
+            raise UsageError(f"history: {path.name}: no such file or directory")
+        if path.is_dir() and not (path / "results.json").is_file():
+            found += sorted(p.parent for p in path.rglob("results.json"))
+            found += sorted(p for p in path.rglob("*.tar.gz") if not p.with_suffix("").with_suffix("").is_dir())
+        else:
+            found.append(path)
+    if not found:
+        raise UsageError("history: no bundle found (a bundle holds results.json)")
+    return list(dict.fromkeys(found))
+
+
+def load_points(bundles: list[Path]) -> list[Point]:
+    points = []
+    for bundle in bundles:
+        with opened_bundle(bundle, "history") as directory:
+            results = results_in(directory, bundle.name, "history")
+        starts = [s["started"] for s in results["scenarios"] if isinstance(s.get("started"), int | float)]
+        if not starts:
+            raise UsageError(f"history: {bundle.name} says no time its scenarios started")
+        sut = results.get("sut", {}).get("spec", "?")
+        points.append(Point(bundle.name, min(starts), sut, where_judged(results), results))
+    return sorted(points, key=lambda p: p.time)
+
+
+def _numbers(results: dict[str, Any]) -> dict[str, tuple[float, str, str | None]]:
+    """series key -> (value, unit, which way is better) for one bundle. A check's key numbers
+    are shown, never flagged: which way is better is the check's to say, not history's."""
+    numbers: dict[str, tuple[float, str, str | None]] = {}
+    for scenario in results["scenarios"]:
+        for name, value in ((scenario.get("serving") or {}).get("metrics") or {}).items():
+            numbers[f"serving {scenario['name']} {name}"] = (value, unit_of(name), better(name))
+    for check in all_checks(results):
+        for name, value in check.get("metrics", {}).items():
+            numbers[f"check {check['id']} {name}"] = (value, "s" if name.endswith("_s") else "", None)
+    return numbers
+
+
+def build_history(points: list[Point], tolerance: float) -> History:
+    per_point = [_numbers(p.results) for p in points]
+    keys = list(dict.fromkeys(key for numbers in per_point for key in numbers))
+    series = []
+    for key in keys:
+        unit, higher = next((n[key][1], n[key][2]) for n in per_point if key in n)
+        entry = Series(key, unit, higher, [n[key][0] if key in n else None for n in per_point])
+        entry.flags = [_flag(entry, i, tolerance) for i in range(len(points))]
+        series.append(entry)
+    check_ids = list(dict.fromkeys(c["id"] for p in points for c in all_checks(p.results)))
+    verdicts = {cid: [_verdict(p.results, cid) for p in points] for cid in check_ids}
+    flags = {
+        cid: [
+            f"{values[i - 1]} → {values[i] or 'not run'}"
+            if i and values[i - 1] == "pass" and values[i] != "pass"
+            else ""
+            for i in range(len(values))
+        ]
+        for cid, values in verdicts.items()
+    }
+    return History(points, series, verdicts, flags, tolerance)
+
+
+def _verdict(results: dict[str, Any], check_id: str) -> str | None:
+    return next((c["verdict"] for c in all_checks(results) if c["id"] == check_id), None)
+
+
+def _flag(series: Series, index: int, tolerance: float) -> str:
+    """Why the value at `index` is flagged against the one before it, or ""."""
+    if index == 0:
+        return ""
+    before, now = series.values[index - 1], series.values[index]
+    if before is None or now is None or series.better is None:
+        return ""
+    if before == 0:  # from none at all: any error (lower is better) is a change beyond every tolerance
+        return f"{before:.4g} → {now:.4g}" if series.better == "lower" and now > 0 else ""
+    change = (now - before) / abs(before)
+    worse = -change if series.better == "higher" else change
+    return f"{before:.4g} → {now:.4g} ({change:+.0%})" if worse > tolerance else ""
+
+
+def to_csv(history: History) -> str:
+    """Long form, one row per bundle and value: what a spreadsheet pivots."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["bundle", "time_utc", "sut", "where", "kind", "name", "value", "unit", "verdict", "flag"])
+    for i, point in enumerate(history.points):
+        stamp = _iso(point.time)
+        for entry in history.series:
+            value = entry.values[i]
+            if value is not None:
+                kind, name = entry.key.split(" ", 1)
+                writer.writerow([point.name, stamp, point.sut, point.where, kind, name, f"{value:.6g}", entry.unit, "",
+                                 entry.flags[i]])  # fmt: skip
+        for check_id, verdicts in history.verdicts.items():
+            if verdicts[i] is not None:
+                flag = history.verdict_flags[check_id][i]
+                writer.writerow([point.name, stamp, point.sut, point.where, "verdict", check_id, "", "", verdicts[i],
+                                 flag])  # fmt: skip
+    return out.getvalue()
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+CHART_W, CHART_H = 420, 120
+
+
+def _chart(entry: Series) -> str:
+    known = [(i, v) for i, v in enumerate(entry.values) if v is not None]
+    low, high = min(v for _, v in known), max(v for _, v in known)
+    span = (high - low) or abs(high) or 1.0
+    count = max(len(entry.values) - 1, 1)
+
+    def xy(i: int, v: float) -> tuple[float, float]:
+        return 30 + (CHART_W - 40) * i / count, CHART_H - 18 - (CHART_H - 30) * (v - low) / span
+
+    path = " ".join(f"{'M' if n == 0 else 'L'}{x:.1f},{y:.1f}" for n, (x, y) in enumerate(xy(i, v) for i, v in known))
+    dots = "".join(
+        f'<circle cx="{xy(i, v)[0]:.1f}" cy="{xy(i, v)[1]:.1f}" r="{5 if entry.flags[i] else 3}" '
+        f'class="{"flag" if entry.flags[i] else "dot"}"><title>{v:.4g} {escape(entry.unit)}</title></circle>'
+        for i, v in known
+    )
+    labels = (
+        f'<text x="2" y="12" class="tick">{high:.4g}</text><text x="2" y="{CHART_H - 20}" class="tick">{low:.4g}</text>'
+    )
+    return (
+        f"<figure><figcaption>{escape(entry.key)} ({escape(entry.unit or 'value')}, "
+        f"{entry.better + ' is better' if entry.better else 'not flagged'})</figcaption>"
+        f'<svg viewBox="0 0 {CHART_W} {CHART_H}" role="img" aria-label="{escape(entry.key)}">'
+        f'{labels}<path d="{path}" class="line"/>{dots}</svg></figure>'
+    )
+
+
+def to_html(history: History) -> str:
+    head = "".join(f"<th title='{escape(p.sut)}'>{escape(p.name)}<br><small>{_iso(p.time)}</small></th>"
+                   for p in history.points)  # fmt: skip
+    rows = []
+    for check_id, verdicts in history.verdicts.items():
+        cells = "".join(
+            f'<td class="{v or "none"}{" flagged" if history.verdict_flags[check_id][i] else ""}">{v or "-"}</td>'
+            for i, v in enumerate(verdicts)
+        )
+        rows.append(f"<tr><td><code>{escape(check_id)}</code></td>{cells}</tr>")
+    flagged = "".join(
+        f"<li><code>{escape(name)}</code> in {escape(point)}: {escape(why)}</li>"
+        for point, name, why in history.flagged
+    )
+    charts = "".join(_chart(s) for s in history.series if sum(v is not None for v in s.values) >= 1)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>dd-accept history</title>
+<style>
+body{{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}}
+table{{border-collapse:collapse;font-size:.85em}} td,th{{border:1px solid #ddd;padding:3px 6px}}
+td.pass{{color:#2e7d32}} td.fail{{color:#c62828;font-weight:bold}} td.flagged{{background:#ffebee}}
+.charts{{display:flex;flex-wrap:wrap;gap:8px}} figure{{margin:0;width:430px}}
+figcaption{{font-size:.75em;color:#555}} svg{{width:100%;background:#fafafa;border:1px solid #eee}}
+.line{{fill:none;stroke:#1565c0;stroke-width:1.5}} .dot{{fill:#1565c0}} .flag{{fill:#c62828}}
+.tick{{font-size:9px;fill:#666}}
+</style></head><body>
+<h1>dd-accept history</h1>
+<p>{len(history.points)} bundles, oldest first; a change is flagged when a value moved in its worse
+direction by more than {history.tolerance:.0%} against the bundle before it, or a check stopped passing.</p>
+<h2>Flagged changes</h2><ul>{flagged or "<li>none</li>"}</ul>
+<h2>Verdicts</h2><table><tr><th>check</th>{head}</tr>{"".join(rows)}</table>
+<h2>Metrics</h2><div class="charts">{charts}</div>
+</body></html>
+"""
