@@ -1,5 +1,6 @@
 """Canaries through a live run: secrets in the harness's environment and in a header the
-client sends (which also lands in the recorded srun command line) never reach the bundle.
+client sends (which also lands in the recorded srun command line) never reach the bundle, nor
+the run's output; and the run, piped as in CI, prints what a CI log needs.
 
 The run is on Slurm 26.05 (Debian sid, Python 3.14): the positive control of rc1 on the
 newest release dd-accept builds, with its own wheelhouse and node image."""
@@ -22,7 +23,6 @@ HEADER_CANARY = "nvapi-ddlivecanary0123456789abcdefgh"
 def test_live_canaries_never_reach_the_bundle(tmp_path):
     out = tmp_path / "evidence"
     result = run_cli(
-        "--quiet",
         "run",
         "streaming",
         "--json",
@@ -43,6 +43,13 @@ def test_live_canaries_never_reach_the_bundle(tmp_path):
     verdicts = {c["id"]: c["verdict"] for s in summary["scenarios"] for c in s["checks"]}
     assert set(verdicts.values()) == {"pass"} and "streaming.integrity" in verdicts, verdicts
     assert summary["sut"]["wheels"][0]["sha256"] in result.stderr  # the person's digests, on stderr with --json
+    # What a CI log shows of a run piped to a file: progress one step a line, then the tables
+    # as plain lines (headers, then a row a line), no terminal escapes, nothing folded.
+    log = result.stderr.splitlines()
+    assert "\x1b[" not in result.stderr and sum(line.startswith("• streaming: ") for line in log) >= 4, log[:20]
+    assert "check | verdict | expected | observed" in log
+    assert any(line.startswith("streaming.connection_accounting | pass | ") for line in log)
+    assert any(line.startswith("streaming | ") and line.endswith(" | 0.0% | 0.0%") for line in log), log[-12:]
     versions = json.loads((out / "provenance.json").read_text())["predicate"]["invocation"]["versions"]
     assert versions["slurm"].startswith("slurm-wlm 26.05.") and versions["slurm_release"] == "26.05", versions
     assert versions["node_python"].startswith("Python 3.14.") and versions["wheelhouse_python"] == "3.14", versions

@@ -321,7 +321,11 @@ def _report(out: Path, console: ConsoleListener, seconds: float) -> int:
             colour = {"pass": "green", "fail": "red"}.get(check["verdict"], "yellow")
             table.add_row(check["id"], f"[{colour}]{check['verdict']}[/{colour}]", check["expected"], check["observed"])
     console.table(table)
-    console.table(serving_table(results))
+    if console.out.is_terminal:  # a person: metrics down the side, a few scenarios or phases across
+        for part in serving_tables_for(results, console.out.width):
+            console.table(part)
+    else:  # a CI log: one line per scenario and phase, every metric on it
+        console.table(serving_table(results))
     for wheel in results["sut"].get("wheels", []):
         print(f"{wheel['sha256']}  {wheel['file']}")
     findings = audit([out])
@@ -352,6 +356,24 @@ def serving_table(results: dict[str, Any]) -> Table:
     for label, metrics in serving_rows(results):
         table.add_row(label, *(shown(name, metrics.get(name)) for name, _ in SUMMARY_COLUMNS))
     return table
+
+
+def serving_tables_for(results: dict[str, Any], width: int) -> list[Table]:
+    """The serving metrics turned on their side for a terminal `width` columns wide: one row
+    per metric and as many scenarios or phases across as fit, in as many tables as it takes."""
+    rows = serving_rows(results)
+    across = max(1, (width - 18) // 15)
+    tables = []
+    for start in range(0, len(rows), across):
+        part = rows[start : start + across]
+        table = Table(title="serving metrics (vLLM bench serve's names; every one is in results.json)")
+        table.add_column("metric")
+        for label, _ in part:
+            table.add_column(label, justify="right")
+        for name, header in SUMMARY_COLUMNS:
+            table.add_row(header, *(shown(name, metrics.get(name)) for _, metrics in part))
+        tables.append(table)
+    return tables
 
 
 def run_summary(results: dict[str, Any], out: Path, findings: list[Any], seconds: float, code: int) -> dict[str, Any]:
