@@ -2,6 +2,7 @@
 check ids are never folded."""
 
 import json
+import re
 from io import StringIO
 
 import pytest
@@ -63,3 +64,19 @@ def test_a_piped_compare_prints_whole_check_ids(tmp_path):
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if line.startswith("overload.partial.failover | "))
     assert "| pass | fail | regressed |" in row, row
+
+
+def test_no_color_before_or_after_the_command_removes_colour_even_where_it_is_forced(tmp_path):
+    """FORCE_COLOR makes rich draw colour into a pipe: what a terminal would get. `--no-color`
+    (or NO_COLOR) takes it away, wherever it is given; the drawn table stays."""
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(_results(failover="fail" if name == "b" else "pass")))
+    argv = ["compare", str(tmp_path / "a"), str(tmp_path / "b")]
+    colour = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-8]|9[0-7]|4[0-8])(?:;[0-9;]*)?m")  # bold stays: not a colour
+    coloured = run_cli(*argv, env={"FORCE_COLOR": "1", "TERM": "xterm-256color"})
+    assert coloured.returncode == 0 and colour.search(coloured.stdout), coloured.stdout[:300]
+    for flags in (["--no-color", *argv], [*argv, "--no-color"]):
+        plain = run_cli(*flags, env={"FORCE_COLOR": "1", "TERM": "xterm-256color"})
+        assert plain.returncode == 0 and not colour.search(plain.stdout) and "regressed" in plain.stdout, plain.stdout
+    assert not colour.search(run_cli(*argv, env={"FORCE_COLOR": "1", "NO_COLOR": "1"}).stdout)

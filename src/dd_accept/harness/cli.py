@@ -421,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dd-accept {__version__}")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    parser.add_argument("--no-color", action="store_true", help=_NO_COLOR_HELP)
     parser.add_argument("--json", action="store_true", help=_JSON_HELP)
     commands = parser.add_subparsers(dest="subcommand", metavar="COMMAND", parser_class=_Parser)
 
@@ -651,11 +652,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 # Commands with a machine-readable result: `--json` prints it (its schema under docs/schema/).
 JSON_COMMANDS = ("run", "verify", "audit", "compare", "gate", "doctor", "cluster status")
+_NO_COLOR_HELP = "no colour, even on a terminal (as the NO_COLOR environment variable)"
 _JSON_HELP = "print one JSON document on stdout (schema in docs/schema/); the human output goes to stderr"
 
 
 def _global_options_everywhere(parser: argparse.ArgumentParser) -> None:
-    """`-q` and `--json` mean the same on every command, so they are accepted after it too
+    """`-q`, `--json` and `--no-color` mean the same on every command, so they are accepted after it too
     (`dd-accept run overload -q`). SUPPRESS keeps a command's parser from resetting what
     was given before the command."""
     for action in parser._actions:
@@ -665,6 +667,7 @@ def _global_options_everywhere(parser: argparse.ArgumentParser) -> None:
                     "-q", "--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress display"
                 )
                 command.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help=_JSON_HELP)
+                command.add_argument("--no-color", action="store_true", default=argparse.SUPPRESS, help=_NO_COLOR_HELP)
                 _global_options_everywhere(command)
 
 
@@ -684,7 +687,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = "--dry-run" if command == "run" else f"`{command}`"
         parser.error(f"--json is not available for {where}; it is for: {', '.join(JSON_COMMANDS)}")
     _interrupt_on_term()
-    console = ConsoleListener(quiet=args.quiet)
+    console = ConsoleListener(quiet=args.quiet, no_color=args.no_color)
     stdout = sys.stdout
     try:
         # With --json, stdout carries the one document: everything a person reads goes to stderr.

@@ -22,10 +22,13 @@ from dd_accept.base import documents
 class ConsoleListener:
     """Shows build and lifecycle progress as a live status line (or nothing when quiet)."""
 
-    def __init__(self, quiet: bool = False, out: Console | None = None, err: Console | None = None) -> None:
+    def __init__(
+        self, quiet: bool = False, out: Console | None = None, err: Console | None = None, no_color: bool = False
+    ) -> None:
         self.quiet = quiet
-        self.err = err or Console(stderr=True, highlight=False)
-        self.out = out or Console(highlight=False)
+        # no_color: `--no-color`; rich itself honours NO_COLOR (and FORCE_COLOR) from the environment.
+        self.err = err or Console(stderr=True, highlight=False, no_color=no_color or None)
+        self.out = out or Console(highlight=False, no_color=no_color or None)
         self._status: Status | None = None
         self._step = ""
         self.document: dict[str, Any] | None = None  # what `--json` prints, once the command is done
