@@ -5,6 +5,7 @@ bound it was held to; every mistake in the file is exit 2 naming the key."""
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,8 @@ def test_vs_baseline_holds_the_candidate_to_the_baselines_value_in_the_metrics_d
     worse = _by_id(judge(gate, _results(p99_ttft_ms=111.0, output_throughput=799.0), baseline=baseline))
     ttft = worse["gate.metric.streaming.p99_ttft_ms"]
     assert ttft.verdict == "fail" and "≤ 110 ms" in ttft.expected and ttft.metrics["baseline_p99_ttft_ms"] == 100
-    assert worse["gate.metric.streaming.output_throughput"].expected.startswith("output_throughput ≥ 800 tok/s")
+    throughput = worse["gate.metric.streaming.output_throughput"]
+    assert throughput.expected == "output_throughput ≥ 800 tok/s (the baseline's 1000 tok/s / 1.25)", throughput
     with pytest.raises(UsageError, match="sets vs_baseline: the gate needs two SUTs"):
         resolve_suts(gate, ["a==2"])  # `--sut` once replaces the file's two
     alone = _by_id(judge(gate, _results(p99_ttft_ms=1.0)))["gate.metric.streaming.p99_ttft_ms"]
@@ -73,7 +75,7 @@ def test_vs_baseline_holds_the_candidate_to_the_baselines_value_in_the_metrics_d
     ("text", "message"),
     [
         (HEAD + "[metrics.streaming]\np99_ttft = { max = 1 }\n", "metrics.streaming.p99_ttft: unknown serving metric"),
-        (HEAD + "[metrics.streaming]\np99_ttft_ms = { maxi = 1 }\n", "unknown key metrics.streaming.p99_ttft_ms.max"),
+        (HEAD + "[metrics.streaming]\np99_ttft_ms = { maxi = 1 }\n", "unknown key metrics.streaming.p99_ttft_ms.maxi "),
         (HEAD + "[metrics.streaming]\np99_ttft_ms = { ref = 1 }\n", "ref needs a tolerance"),
         (HEAD + "[metrics.streaming]\np99_ttft_ms = { upper = 0.1 }\n", "tolerances around ref, which is missing"),
         (HEAD + "[metrics.streaming]\np99_ttft_ms = {}\n", "give at least one of"),
@@ -81,40 +83,66 @@ def test_vs_baseline_holds_the_candidate_to_the_baselines_value_in_the_metrics_d
         (HEAD + "[metrics.drain]\np99_ttft_ms = { max = 1 }\n", "the gate does not run scenario 'drain'"),
         (TWO + "[metrics.streaming]\np99_ttft_ms = { vs_baseline = 0.9 }\n", "at least 1"),
         (HEAD + "[goodput]\nscenario = \"streaming\"\n", "goodput needs at least one SLO"),
-        (HEAD + "[goodput]\nttft_ms = 100\nmin_fraction = 1.5\n", "min_fraction from above 0 to 1"),
+        (HEAD + "[goodput]\nttft_ms = 100\nmin_fraction = 1.5\n", "min_fraction from 0 to 1"),
+        (HEAD + "[goodput]\nttft_ms = 100\ntpot_ms = 0\n", "SLOs must be positive"),
+        (HEAD + "[goodput]\nttft_ms = 100\nmin_request_goodput = 0\n", "min_request_goodput must be positive"),
         (HEAD + "[goodput]\nscenario = \"overload\"\nttft_ms = 100\n", "the gate does not run scenario 'overload'"),
     ],
 )  # fmt: skip
 def test_a_wrong_demand_is_refused_naming_the_key(text, message):
-    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UsageError, match=re.escape(message)):
         parse_gate(text, "g.toml")
 
 
-def _attempt(ttft_s, latency_s, chunks=11, outcome="ok", started=100.0):
+def _attempt(ttft_s, latency_s, chunks=11, outcome="ok", started=None):
+    started = time.time() - 10 if started is None else started
     return ClientRequest(t=started + latency_s, mode="raw", record=0, attempt=1, outcome=outcome, started=started,
                          ttft_s=ttft_s, latency_s=latency_s, chunks=chunks)  # fmt: skip
 
 
-def test_goodput_counts_the_completed_requests_that_meet_every_slo():
-    attempts = [_attempt(0.1, 1.1), _attempt(0.3, 1.3), _attempt(0.1, 3.1), _attempt(None, 0.5, outcome="error")]
-    measured = goodput(attempts, {"ttft": 200, "tpot": 150})  # TPOT: 100, 100, 300 ms
-    assert (measured["good"], measured["completed"]) == (1, 3) and measured["goodput_fraction"] == pytest.approx(1 / 3)
-    assert measured["request_goodput"] == pytest.approx(1 / 3.1)
+def test_goodput_counts_the_attempts_that_completed_within_every_slo():
+    attempts = [
+        _attempt(0.1, 1.1, started=100.0),  # TPOT 100 ms: good
+        _attempt(0.3, 1.3, started=100.0),  # TTFT 300 ms: not good
+        _attempt(0.1, 3.1, started=100.0),  # TPOT 300 ms: not good
+        _attempt(0.1, 0.1, chunks=1, started=100.0),  # one token: TPOT 0, as vLLM counts it: good
+        _attempt(None, 0.5, outcome="error", started=100.0),  # failed: counts against the fraction
+    ]
+    measured = goodput(attempts, {"ttft": 200, "tpot": 150})
+    assert (measured["good"], measured["attempts"]) == (2, 5) and measured["goodput_fraction"] == pytest.approx(0.4)
+    assert measured["request_goodput"] == pytest.approx(2 / 3.1)  # good ones per second of the span
+
+
+def _bundle_with(tmp_path, attempts):
+    writer = EventWriter(tmp_path / "events" / "run-1" / "client.jsonl", "client")
+    for attempt in attempts:
+        writer.write(attempt)
+    writer.close()
+    return tmp_path
 
 
 def test_goodput_is_judged_from_the_bundles_own_client_events(tmp_path):
-    writer = EventWriter(tmp_path / "events" / "run-1" / "client.jsonl", "client")
-    for attempt in (_attempt(0.1, 1.1), _attempt(0.1, 1.1), _attempt(0.9, 1.9)):
-        writer.write(attempt)
-    writer.close()
+    bundle = _bundle_with(tmp_path, [_attempt(0.1, 1.1), _attempt(0.1, 1.1), _attempt(0.9, 1.9)])
     section = GoodputSection(scenario="streaming", ttft_ms=500, min_fraction=0.6)
-    check = judge_goodput(section, tmp_path, _results())
-    assert check.verdict == "pass" and check.observed.startswith("2 of 3 (66.7%)"), check
-    strict = judge_goodput(GoodputSection(scenario="streaming", ttft_ms=500, min_fraction=0.9), tmp_path, _results())
+    check = judge_goodput(section, bundle, _results())
+    assert check.verdict == "pass" and check.observed.startswith("2 of 3 attempts (66.7%)"), check
+    strict = judge_goodput(GoodputSection(scenario="streaming", ttft_ms=500, min_fraction=0.9), bundle, _results())
     assert strict.verdict == "fail" and strict.metrics["goodput_fraction"] == pytest.approx(2 / 3)
     assert "TTFT ≤ 500 ms" in strict.expected
+    rate = GoodputSection(scenario="streaming", ttft_ms=500, min_fraction=0.5, min_request_goodput=100)
+    slow = judge_goodput(rate, bundle, _results())
+    assert slow.verdict == "fail" and slow.metrics["request_goodput"] < 100 and "100 such requests/s" in slow.expected
     gone = judge_goodput(section, tmp_path / "elsewhere", _results())
     assert gone.verdict == "fail" and gone.observed == "no client events of streaming in the bundle"
+
+
+def test_an_slo_the_client_cannot_measure_fails_saying_so(tmp_path):
+    """The SUT's own client measures no TTFT: a TTFT SLO cannot be met, and the check says
+    why instead of counting every request as too slow."""
+    sut = [ClientRequest(t=time.time(), mode="sut", record=0, attempt=1, outcome="ok", started=time.time() - 1,
+                         latency_s=1.0, tokens=8)]  # fmt: skip
+    check = judge_goodput(GoodputSection(scenario="streaming", ttft_ms=500), _bundle_with(tmp_path, sut), _results())
+    assert check.verdict == "fail" and check.observed == "the client measured no TTFT in streaming"
 
 
 def test_the_examples_commented_in_the_shipped_gate_file_are_valid():

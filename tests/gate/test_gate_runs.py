@@ -124,7 +124,7 @@ def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_
         assert run_cli("verify", str(out / role)).returncode == 0
     compared = run_cli("compare", str(out / "baseline"), str(out / "candidate"), "--format", "json")
     assert document_of(compared, "dd-accept/compare/v1")["regressed"] == []
-    trail = run_cli("history", str(out), "--csv", str(tmp_path / "history.csv"), "--tolerance", "10")
+    trail = run_cli("history", str(out), "--csv", str(tmp_path / "history.csv"), "--tolerance", "5")
     assert trail.returncode == 0 and "history: 2 bundles" in trail.stdout, trail.stderr
     assert "serving,streaming p99_ttft_ms" in (tmp_path / "history.csv").read_text()
 

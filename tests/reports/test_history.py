@@ -70,3 +70,30 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     ):
         result = run_cli("history", *argv)
         assert result.returncode == 2 and result.stderr.count("\n") == 1 and needle in result.stderr, result.stderr
+
+
+def _place(directory, started, ttft_p99, slurm):
+    _bundle(directory, started, ttft_p99, 40.0)
+    results = json.loads((directory / "results.json").read_text())
+    results["cluster"] = {"kind": "docker", "slurm_release": slurm, "proctrack": "linuxproc"}
+    (directory / "results.json").write_text(json.dumps(results))
+
+
+def test_an_improvement_is_never_flagged_and_a_creep_of_small_steps_is(tmp_path):
+    runs = tmp_path / "evidence"
+    for i, ttft in enumerate((100.0, 60.0, 64.0, 68.0, 72.0)):  # -40% (better), then +6% a run
+        _bundle(runs / f"r{i}", 1_000.0 * (i + 1), ttft, 40.0 + 20 * i)  # throughput rises every run
+    result = run_cli("history", str(runs))
+    flagged = [line for line in result.stderr.splitlines() if line.startswith("flagged: ")]
+    assert flagged == ["flagged: serving streaming p99_ttft_ms in r3: 60 → 68 (+13%) since the best"], flagged
+
+
+def test_bundles_from_different_places_are_series_of_their_own(tmp_path):
+    runs = tmp_path / "evidence"
+    _place(runs / "a", 1_000.0, 100.0, "22.05")
+    _place(runs / "b", 2_000.0, 300.0, "26.05")  # another release: not a change of the 22.05 series
+    _place(runs / "c", 3_000.0, 104.0, "22.05")
+    result = run_cli("history", str(runs), "--csv", str(tmp_path / "h.csv"))
+    assert result.returncode == 0 and "flagged: " not in result.stderr, result.stderr
+    names = {row["name"] for row in csv.DictReader(io.StringIO((tmp_path / "h.csv").read_text()))}
+    assert {"streaming p99_ttft_ms @ Slurm 22.05, linuxproc", "streaming p99_ttft_ms @ Slurm 26.05, linuxproc"} <= names

@@ -29,18 +29,37 @@ ATTEMPTS = [
 
 
 def test_each_metric_follows_its_definition():
+    """vLLM's calculate_metrics: numpy's linear-interpolation percentiles, population std."""
     m = serving_metrics(ATTEMPTS)
     assert (m["requests"], m["completed"]) == (4, 2)
     assert (m["error_rate"], m["rate_limited_rate"]) == (0.25, 0.25)
     assert m["duration_s"] == pytest.approx(4.0)  # first start 100.0, last end 104.0
     assert m["request_throughput"] == pytest.approx(0.5) and m["output_throughput"] == pytest.approx(5 / 4)
-    assert m["mean_ttft_ms"] == pytest.approx(200) and m["p50_ttft_ms"] == pytest.approx(100)
-    assert m["p99_ttft_ms"] == pytest.approx(300) and m["ttft_count"] == 2
-    assert sorted(m[f"p{p}_itl_ms"] for p in (50, 90, 99)) == pytest.approx([20, 40, 40])
-    assert m["mean_itl_ms"] == pytest.approx(70 / 3) and m["itl_count"] == 3
-    assert m["mean_tpot_ms"] == pytest.approx(125) and m["p99_tpot_ms"] == pytest.approx(200)
-    assert m["p50_e2el_ms"] == pytest.approx(200) and m["p99_e2el_ms"] == pytest.approx(500)
+    ttft = {key: m[f"{key}_ttft_ms"] for key in ("mean", "median", "std", "p50", "p90", "p99")}
+    assert ttft == pytest.approx({"mean": 200, "median": 200, "std": 100, "p50": 200, "p90": 280, "p99": 298})
+    assert m["ttft_count"] == 2
+    itl = {key: m[f"{key}_itl_ms"] for key in ("median", "p90", "p99")}
+    assert itl == pytest.approx({"median": 20, "p90": 36, "p99": 39.6})  # ITL 10, 20, 40 ms
+    assert m["mean_itl_ms"] == pytest.approx(70 / 3) and m["std_itl_ms"] == pytest.approx(12.472, abs=1e-3)
+    assert m["itl_count"] == 3
+    assert m["mean_tpot_ms"] == pytest.approx(125) and m["p99_tpot_ms"] == pytest.approx(198.5)
+    assert m["median_e2el_ms"] == pytest.approx(350) and m["p99_e2el_ms"] == pytest.approx(497)
     assert all(unit_of(name) for name in m), [n for n in m if not unit_of(n)]
+
+
+def test_the_suts_own_client_reports_tokens_and_no_stream_timing():
+    """`mode: sut` attempts: the output tokens the client reported count; TTFT, ITL and TPOT
+    are absent, never 0; without tokens or chunks there is no output throughput at all."""
+    sut = [
+        ClientRequest(t=11.0, mode="sut", record=0, attempt=1, outcome="ok", started=10.0, latency_s=1.0, tokens=64),
+        ClientRequest(t=12.0, mode="sut", record=1, attempt=1, outcome="ok", started=10.5, latency_s=1.5, tokens=32),
+    ]
+    m = serving_metrics(sut)
+    assert m["duration_s"] == pytest.approx(2.0) and m["request_throughput"] == pytest.approx(1.0)
+    assert m["output_throughput"] == pytest.approx(48.0) and m["median_e2el_ms"] == pytest.approx(1250)
+    assert not any(key.endswith(("_ttft_ms", "_itl_ms", "_tpot_ms")) for key in m)
+    silent = [ClientRequest(t=11.0, mode="sut", record=0, attempt=1, outcome="ok", started=10.0, latency_s=1.0)]
+    assert "output_throughput" not in serving_metrics(silent)
 
 
 def test_no_completed_attempt_gives_rates_and_no_latencies():
@@ -88,8 +107,8 @@ def test_summary_md_and_the_report_show_each_scenario_and_phase_with_units(tmp_p
     text = markdown(results)
     assert "### Serving metrics" in text and "| TTFT p99 ms |" in text
     row = next(line for line in text.splitlines() if line.startswith("| streaming | "))
-    assert "| 4 | 2 | 0.5 | 1.25 | 100 | 300 | 300 |" in row and "| 25.0% | 25.0% |" in row
+    assert "| 4 | 2 | 0.5 | 1.25 | 200 | 280 | 298 |" in row and "| 25.0% | 25.0% |" in row
     assert any(line.startswith("| streaming / drive | 2 | 2 |") for line in text.splitlines())
     page = render_bundle(tmp_path)
-    assert "latency percentiles" in page and "p50 100 · p90 300 · p99 300 ms" in page
+    assert "latency percentiles" in page.lower() and "p50 200 · p90 280 · p99 298 ms" in page
     assert "<th>TTFT p99 ms</th>" in page and "<script" not in page

@@ -1,18 +1,27 @@
 """Serving metrics, as the people who release serving stacks read them.
 
 vLLM's `bench serve`, AIPerf and guidellm report time to first token (TTFT), inter-token
-latency (ITL), time per output token (TPOT) and end-to-end latency (E2EL) as mean and
-percentiles in milliseconds, with request and output-token throughput; dd-accept reports the
-same, under vLLM's names (`p99_ttft_ms`, `request_throughput`, ...), for each scenario and each
-of its phases, from what its load clients measured on every attempt. They describe a run; a
-gate file turns any of them into a check (a limit, a reference with a tolerance, a baseline).
+latency (ITL), time per output token (TPOT) and end-to-end latency (E2EL) in milliseconds as
+mean, median, standard deviation and percentiles, with request and output-token throughput;
+dd-accept reports them for each scenario and each of its phases, from what its load clients
+measured on every attempt, under vLLM's names where vLLM has one (`mean_ttft_ms`,
+`median_ttft_ms`, `std_ttft_ms`, `p99_ttft_ms`, `request_throughput`, `output_throughput`) and
+its own otherwise (`requests`, `completed`, `duration_s`, `error_rate`, `rate_limited_rate`,
+`*_count`). They describe a run; a gate file turns any of them into a check (a limit, a
+reference with a tolerance, a baseline) and judges goodput under its SLOs.
 
-Definitions (vLLM's): TTFT from the attempt's start to its first chunk; ITL the gaps between
-consecutive chunks of a stream, pooled over streams; TPOT per stream (E2EL - TTFT) / (chunks
-- 1); throughput over the span from the first attempt's start to the last one's end. One SSE
-chunk counts as one output token (the synthetic replicas send one token per chunk; vLLM
-streams one per chunk unless it batches). Only attempts that completed count towards
-latencies; `error_rate` and `rate_limited_rate` are shares of all attempts.
+Definitions, as vLLM's `calculate_metrics`: percentiles interpolate linearly between the
+ordered values (numpy's default), the standard deviation is the population one; TTFT from
+the attempt's start to its first chunk; ITL the gaps between consecutive chunks of a stream,
+pooled over streams (the first 2048 chunks of each, timed to 0.1 ms); TPOT per stream
+(E2EL - TTFT) / (output tokens - 1); throughput over the span from the first attempt's start
+to the last one's end. Output tokens are what the client reported from the response's usage
+(the SUT's client) or else the SSE chunks it counted (the raw client: one token per chunk
+from the synthetic replicas; vLLM sends a role-only first chunk, so slightly more chunks than
+tokens). With the SUT's own client (`mode: sut`) E2EL includes the time a request waited in
+its admission controller (vLLM reports that as `e2el_including_client_queue`), and TTFT, ITL
+and TPOT are not measured. Only attempts that completed count towards latencies;
+`error_rate` and `rate_limited_rate` are shares of all attempts.
 """
 
 from __future__ import annotations
@@ -28,17 +37,38 @@ from dd_accept.base.serving_names import PERCENTILES
 
 
 def _percentile(ordered: list[float], percent: float) -> float:
-    """Nearest-rank percentile of sorted values."""
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(percent / 100 * len(ordered)) - 1))]
+    """numpy's default percentile (linear interpolation between the closest ranks)."""
+    position = (len(ordered) - 1) * percent / 100
+    below = math.floor(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
 
 
 def _summary(name: str, values: list[float]) -> dict[str, float]:
     if not values:
         return {}
     ordered = sorted(values)
-    numbers = {f"mean_{name}_ms": sum(ordered) / len(ordered) * 1000}
+    mean = sum(ordered) / len(ordered)
+    numbers = {
+        f"mean_{name}_ms": mean * 1000,
+        f"median_{name}_ms": _percentile(ordered, 50) * 1000,
+        f"std_{name}_ms": math.sqrt(sum((v - mean) ** 2 for v in ordered) / len(ordered)) * 1000,
+    }
     numbers |= {f"p{p}_{name}_ms": _percentile(ordered, p) * 1000 for p in PERCENTILES}
     return numbers | {f"{name}_count": float(len(ordered))}
+
+
+def output_tokens(attempt: ClientRequest) -> int | None:
+    """The tokens the client reported (usage), else the SSE chunks it counted."""
+    return attempt.tokens if attempt.tokens is not None else attempt.chunks
+
+
+def tpot_s(attempt: ClientRequest) -> float | None:
+    """(E2EL - TTFT) / (output tokens - 1), for a stream of more than one token."""
+    tokens = output_tokens(attempt)
+    if attempt.latency_s is None or attempt.ttft_s is None or tokens is None or tokens <= 1:
+        return None
+    return (attempt.latency_s - attempt.ttft_s) / (tokens - 1)
 
 
 def serving_metrics(attempts: list[ClientRequest]) -> dict[str, float]:
@@ -53,18 +83,16 @@ def serving_metrics(attempts: list[ClientRequest]) -> dict[str, float]:
         for a in ok
         for earlier, later in zip(a.chunk_offsets_s or [], (a.chunk_offsets_s or [])[1:], strict=False)
     ]
-    tpot = [
-        (a.latency_s - a.ttft_s) / (a.chunks - 1)
-        for a in ok
-        if a.latency_s is not None and a.ttft_s is not None and a.chunks is not None and a.chunks > 1
-    ]
+    tpot = [t for t in map(tpot_s, ok) if t is not None]
     start = min(a.began for a in attempts)
     duration = max(a.t for a in attempts) - start
     metrics: dict[str, float] = {"requests": float(len(attempts)), "completed": float(len(ok))}
     if duration > 0:
         metrics["duration_s"] = duration
         metrics["request_throughput"] = len(ok) / duration
-        metrics["output_throughput"] = sum(a.chunks or 0 for a in ok) / duration
+        tokens = [t for t in map(output_tokens, ok) if t is not None]
+        if tokens:  # absent, never 0, when the client counted none (a client that cannot see them)
+            metrics["output_throughput"] = sum(tokens) / duration
     metrics["error_rate"] = sum(a.outcome not in ("ok", "rate_limited") for a in attempts) / len(attempts)
     metrics["rate_limited_rate"] = sum(a.outcome == "rate_limited" for a in attempts) / len(attempts)
     for name, values in (("ttft", ttft), ("itl", itl), ("tpot", tpot), ("e2el", e2el)):

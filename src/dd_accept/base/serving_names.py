@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 PERCENTILES = (50, 90, 99)
-LATENCIES = ("ttft", "itl", "tpot", "e2el")  # each reported in ms: mean_*, p50_*, p90_*, p99_*, *_count
+LATENCIES = ("ttft", "itl", "tpot", "e2el")  # each in ms: mean_*, median_*, std_*, p50_*, p90_*, p99_*; *_count
 # Every metric's unit, for the report, summary.md and history: names ending in _ms are ms.
 UNITS = {
     "requests": "attempts",
@@ -73,17 +73,17 @@ def serving_rows(results: dict) -> list[tuple[str, dict]]:
 # Higher is better for these; lower for every other (latencies, error and 429 rates), except
 # the counts and the span, which describe the run and have no better direction.
 HIGHER_IS_BETTER = frozenset({"request_throughput", "output_throughput"})
-WITHOUT_DIRECTION = frozenset({"requests", "completed", "duration_s"})
+WITHOUT_DIRECTION = frozenset({"requests", "completed", "duration_s"})  # and *_count, std_*: the spread
 
 
 def better(name: str) -> str | None:
     """ "higher" or "lower": which way a metric improves; None for a count or the span."""
-    if name in WITHOUT_DIRECTION or name.endswith("_count"):
+    if name in WITHOUT_DIRECTION or name.endswith("_count") or name.startswith("std_"):
         return None
     return "higher" if name in HIGHER_IS_BETTER else "lower"
 
 
 METRIC_NAME = re.compile(
     r"^(requests|completed|duration_s|request_throughput|output_throughput|error_rate|rate_limited_rate"
-    r"|(mean|p50|p90|p99)_(ttft|itl|tpot|e2el)_ms|(ttft|itl|tpot|e2el)_count)$"
+    r"|(mean|median|std|p50|p90|p99)_(ttft|itl|tpot|e2el)_ms|(ttft|itl|tpot|e2el)_count)$"
 )

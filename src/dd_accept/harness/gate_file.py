@@ -161,8 +161,10 @@ def _validate(gate: GateFile, source: str) -> GateFile:
             raise _fail(source, f"goodput.scenario: the gate does not run scenario {gate.goodput.scenario!r}")
         if not gate.goodput.slos:
             raise _fail(source, "goodput needs at least one SLO: ttft_ms, tpot_ms or e2el_ms")
-        if not 0 < gate.goodput.min_fraction <= 1 or any(v <= 0 for v in gate.goodput.slos.values()):
-            raise _fail(source, "goodput: SLOs must be positive and min_fraction from above 0 to 1")
+        if not 0 <= gate.goodput.min_fraction <= 1 or any(v <= 0 for v in gate.goodput.slos.values()):
+            raise _fail(source, "goodput: SLOs must be positive and min_fraction from 0 to 1")
+        if gate.goodput.min_request_goodput is not None and gate.goodput.min_request_goodput <= 0:
+            raise _fail(source, "goodput.min_request_goodput must be positive (requests per second)")
     if gate.backend.kind == "vllm" and chosen != ["overload"]:
         raise _fail(source, 'backend.kind = vllm runs the overload scenario only; set gate.scenarios = ["overload"]')
     return gate

@@ -7,18 +7,24 @@ goodput as the requests that meet every SLO. A gate file says both, per scenario
     [metrics.streaming]
     p99_ttft_ms = { max = 250 }                      # gate.metric.streaming.p99_ttft_ms
     request_throughput = { ref = 40, lower = 0.2 }   # at least 32 req/s
-    p50_itl_ms = { vs_baseline = 1.10 }              # at most 10% above the baseline's
+    p50_itl_ms = { vs_baseline = 1.10 }              # at most 1.10 x the baseline's
 
     [goodput]                                        # gate.goodput.streaming
     scenario = "streaming"
     ttft_ms = 500
     tpot_ms = 50
-    min_fraction = 0.99
+    min_fraction = 0.99                              # of all attempts
+    min_request_goodput = 20                         # good requests per second (vLLM's request_goodput)
 
-Whether lower or higher is better comes from the metric (throughputs: higher), so
-`vs_baseline = 1.10` is "at most 10% worse" for each. Goodput is computed from the bundle's
-own client events (each attempt's TTFT, TPOT and E2EL), so anyone holding the bundle can
-recompute it; the SLOs are the gate's, never the run's.
+Whether lower or higher is better comes from the metric: `vs_baseline = k` holds a latency
+or a rate to at most k x the baseline's and a throughput to at least the baseline's / k.
+Goodput is vLLM's: a request is good when it completed and meets every SLO (a request of one
+token has TPOT 0), `request_goodput` is the good ones per second of the span, and
+`goodput_fraction` the good ones among all attempts, so a failed request counts against it.
+It is computed from the bundle's own client events (each attempt's TTFT, TPOT and E2EL), so
+anyone holding the bundle can recompute it; the SLOs are the gate's, never the run's. A
+client that does not measure an SLO's metric (the SUT's own client measures no TTFT) fails
+the check saying so, rather than counting every request as bad.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dd_accept.acceptance.serving import client_attempts
+from dd_accept.acceptance.serving import client_attempts, output_tokens, tpot_s
 from dd_accept.base.errors import UsageError
 from dd_accept.base.events import ClientRequest
 from dd_accept.base.results import CheckResult
@@ -77,10 +83,12 @@ class GoodputSection:
     tpot_ms: float | None = None
     e2el_ms: float | None = None
     min_fraction: float = 1.0
+    min_request_goodput: float | None = None
 
     @property
     def slos(self) -> dict[str, float]:
-        return {k: v for k, v in (("ttft", self.ttft_ms), ("tpot", self.tpot_ms), ("e2el", self.e2el_ms)) if v}
+        pairs = (("ttft", self.ttft_ms), ("tpot", self.tpot_ms), ("e2el", self.e2el_ms))
+        return {name: value for name, value in pairs if value is not None}
 
 
 def parse_metric_demands(table: Any, source: str) -> tuple[MetricDemand, ...]:
@@ -141,7 +149,8 @@ def judge_metric(demand: MetricDemand, candidate: dict[str, Any], baseline: dict
     bounds = demand.bounds(before)
     expected = " and ".join(f"{demand.metric} {'≤' if op == '<=' else '≥'} {limit:.4g}{unit}" for op, limit in bounds)
     if demand.vs_baseline is not None:
-        expected += f" (the baseline's {before:.4g}{unit} x {demand.vs_baseline:g})" if before is not None else ""
+        how = "/" if better(demand.metric) == "higher" else "x"
+        expected += f" (the baseline's {before:.4g}{unit} {how} {demand.vs_baseline:g})" if before is not None else ""
         if before is None:
             observed = "the baseline did not measure it" if baseline is not None else "the gate has no baseline"
             return CheckResult.judge(demand.check_id, False, expected or f"within {demand.vs_baseline:g} x", observed)
@@ -155,36 +164,58 @@ def judge_metric(demand: MetricDemand, candidate: dict[str, Any], baseline: dict
 
 
 def goodput(attempts: list[ClientRequest], slos: dict[str, float]) -> dict[str, float]:
-    """vLLM's goodput: the completed attempts that meet every SLO (ms), per second of the
-    span, and as a share of the completed ones."""
-    ok = [a for a in attempts if a.outcome == "ok"]
-    if not ok:
-        return {"good": 0.0, "completed": 0.0}
+    """vLLM's goodput: the attempts that completed and meet every SLO (ms); per second of the
+    span (`request_goodput`) and as a share of all attempts (`goodput_fraction`)."""
+    if not attempts:
+        return {"good": 0.0, "attempts": 0.0}
 
     def meets(a: ClientRequest) -> bool:
-        values = {"ttft": a.ttft_s, "e2el": a.latency_s}
-        if a.latency_s is not None and a.ttft_s is not None and a.chunks and a.chunks > 1:
-            values["tpot"] = (a.latency_s - a.ttft_s) / (a.chunks - 1)
-        return all(values.get(name) is not None and values[name] * 1000 <= slo for name, slo in slos.items())
+        if a.outcome != "ok":
+            return False
+        tokens = output_tokens(a)
+        values = {
+            "ttft": a.ttft_s,
+            "e2el": a.latency_s,
+            "tpot": 0.0 if tokens is not None and tokens <= 1 else tpot_s(a),
+        }
+        return all(values[name] is not None and values[name] * 1000 <= slo for name, slo in slos.items())
 
-    good = sum(meets(a) for a in ok)
+    good = sum(meets(a) for a in attempts)
     span = max(a.t for a in attempts) - min(a.began for a in attempts)
-    measured = {"good": float(good), "completed": float(len(ok)), "goodput_fraction": good / len(ok)}
+    measured = {"good": float(good), "attempts": float(len(attempts)), "goodput_fraction": good / len(attempts)}
     return measured | ({"request_goodput": good / span} if span > 0 else {})
+
+
+def _unmeasured(attempts: list[ClientRequest], slos: dict[str, float]) -> list[str]:
+    """The SLOs whose metric the client measured on no completed attempt."""
+    ok = [a for a in attempts if a.outcome == "ok"]
+    measured = {"ttft": any(a.ttft_s is not None for a in ok), "e2el": any(a.latency_s is not None for a in ok)}
+    measured["tpot"] = measured["ttft"] and measured["e2el"] and any(output_tokens(a) is not None for a in ok)
+    return [name for name in slos if ok and not measured[name]]
 
 
 def judge_goodput(section: GoodputSection, bundle: Path, results: dict[str, Any]) -> CheckResult:
     check_id = f"gate.goodput.{section.scenario}"
     slos = ", ".join(f"{name.upper()} ≤ {value:g} ms" for name, value in section.slos.items())
-    expected = f"at least {section.min_fraction:.0%} of completed requests meet every SLO ({slos})"
+    expected = f"at least {section.min_fraction:.0%} of all attempts complete within every SLO ({slos})"
+    if section.min_request_goodput is not None:
+        expected += f" and at least {section.min_request_goodput:g} such requests/s"
     entry = next((s for s in results.get("scenarios", []) if s["name"] == section.scenario), None)
     events = (entry or {}).get("serving", {}).get("events") if entry else None
     if events is None or not (bundle / "events" / events).is_dir():
         return CheckResult.judge(check_id, False, expected, f"no client events of {section.scenario} in the bundle")
-    measured = goodput(client_attempts(bundle / "events" / events), section.slos)
-    if not measured["completed"]:
-        return CheckResult.judge(check_id, False, expected, "no request completed", metrics=measured)
-    fraction = measured["goodput_fraction"]
-    rate = f", {measured['request_goodput']:.3g} req/s" if "request_goodput" in measured else ""
-    observed = f"{measured['good']:.0f} of {measured['completed']:.0f} ({fraction:.1%}){rate}"
-    return CheckResult.judge(check_id, fraction >= section.min_fraction, expected, observed, metrics=measured)
+    attempts = client_attempts(bundle / "events" / events)
+    missing = _unmeasured(attempts, section.slos)
+    if missing:
+        names = ", ".join(name.upper() for name in missing)
+        return CheckResult.judge(check_id, False, expected, f"the client measured no {names} in {section.scenario}")
+    measured = goodput(attempts, section.slos)
+    if not measured["attempts"]:
+        return CheckResult.judge(check_id, False, expected, "no request was sent", metrics=measured)
+    fraction, rate = measured["goodput_fraction"], measured.get("request_goodput")
+    ok = fraction >= section.min_fraction and (
+        section.min_request_goodput is None or (rate is not None and rate >= section.min_request_goodput)
+    )
+    shown_rate = f", {rate:.3g} req/s" if rate is not None else ""
+    observed = f"{measured['good']:.0f} of {measured['attempts']:.0f} attempts ({fraction:.1%}){shown_rate}"
+    return CheckResult.judge(check_id, ok, expected, observed, metrics=measured)

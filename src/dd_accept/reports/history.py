@@ -6,9 +6,11 @@ asks the same of dd-accept over weeks of bundles: did TTFT p99 creep up, did a c
 failing, on which run. `history` reads the bundles' `results.json` (each held to its schema,
 as every reader does), orders them by when they ran, and follows every serving metric of
 every scenario, every check's key numbers and every check's verdict. A change is flagged when
-a value moved in its worse direction by more than the tolerance against the run before it,
-or a verdict went from pass to anything else. It prints a table, writes one self-contained
-HTML page (a chart per metric, a verdict grid; no script, nothing fetched) and a CSV in long
+a value moved in its worse direction by more than the tolerance against the run before it or
+against the best earlier run (a creep of small steps), or a verdict went from pass to anything else;
+bundles judged in different places (Slurm releases, process tracking, a site's cluster) have
+series of their own. It prints a table, writes one self-contained HTML page (a chart per
+metric, a verdict grid; no script, nothing fetched) and a CSV in long
 form for spreadsheets.
 """
 
@@ -96,21 +98,25 @@ def load_points(bundles: list[Path]) -> list[Point]:
     return sorted(points, key=lambda p: p.time)
 
 
-def _numbers(results: dict[str, Any]) -> dict[str, tuple[float, str, str | None]]:
+def _numbers(results: dict[str, Any], place: str) -> dict[str, tuple[float, str, str | None]]:
     """series key -> (value, unit, which way is better) for one bundle. A check's key numbers
-    are shown, never flagged: which way is better is the check's to say, not history's."""
+    are shown, never flagged: which way is better is the check's to say, not history's. With
+    bundles from several places (Slurm releases, process tracking, a site's cluster), each
+    place has series of its own: numbers from different clusters are not one trend."""
+    at = f" @ {place}" if place else ""
     numbers: dict[str, tuple[float, str, str | None]] = {}
     for scenario in results["scenarios"]:
         for name, value in ((scenario.get("serving") or {}).get("metrics") or {}).items():
-            numbers[f"serving {scenario['name']} {name}"] = (value, unit_of(name), better(name))
+            numbers[f"serving {scenario['name']} {name}{at}"] = (value, unit_of(name), better(name))
     for check in all_checks(results):
         for name, value in check.get("metrics", {}).items():
-            numbers[f"check {check['id']} {name}"] = (value, "s" if name.endswith("_s") else "", None)
+            numbers[f"check {check['id']} {name}{at}"] = (value, "s" if name.endswith("_s") else "", None)
     return numbers
 
 
 def build_history(points: list[Point], tolerance: float) -> History:
-    per_point = [_numbers(p.results) for p in points]
+    several = len({p.where for p in points}) > 1
+    per_point = [_numbers(p.results, p.where if several else "") for p in points]
     keys = list(dict.fromkeys(key for numbers in per_point for key in numbers))
     series = []
     for key in keys:
@@ -137,16 +143,27 @@ def _verdict(results: dict[str, Any], check_id: str) -> str | None:
 
 
 def _flag(series: Series, index: int, tolerance: float) -> str:
-    """Why the value at `index` is flagged against the one before it, or ""."""
-    if index == 0:
+    """Why the value at `index` is flagged, or "": worse than the bundle before it by more
+    than the tolerance (a step), or — where it first crosses — worse than the best earlier
+    value by more than it (a creep of small steps that each stayed within it)."""
+    now = series.values[index]
+    earlier = [v for v in series.values[:index] if v is not None]
+    if now is None or not earlier or series.better is None:
         return ""
-    before, now = series.values[index - 1], series.values[index]
-    if before is None or now is None or series.better is None:
-        return ""
+    step = _worse(earlier[-1], now, series.better, tolerance)
+    if step:
+        return step
+    best = max(earlier) if series.better == "higher" else min(earlier)
+    drift = _worse(best, now, series.better, tolerance)
+    # A creep is flagged where it crosses the tolerance, not again on every run that stays past it.
+    return drift + " since the best" if drift and not _worse(best, earlier[-1], series.better, tolerance) else ""
+
+
+def _worse(before: float, now: float, better: str, tolerance: float) -> str:
     if before == 0:  # from none at all: any error (lower is better) is a change beyond every tolerance
-        return f"{before:.4g} → {now:.4g}" if series.better == "lower" and now > 0 else ""
+        return f"{before:.4g} → {now:.4g}" if better == "lower" and now > 0 else ""
     change = (now - before) / abs(before)
-    worse = -change if series.better == "higher" else change
+    worse = -change if better == "higher" else change
     return f"{before:.4g} → {now:.4g} ({change:+.0%})" if worse > tolerance else ""
 
 

@@ -7,6 +7,7 @@ munge key is generated in memory and exists only inside the cluster's containers
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 import secrets
@@ -32,7 +33,7 @@ from dd_accept.slurm_docker import engine, step_exit
 from dd_accept.slurm_docker.images import ensure_images
 from dd_accept.slurm_docker.interface import Cluster
 from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
-from dd_accept.slurm_docker.ownership import LABEL_OWNER, Owner, Reaper, orphaned, ownership_labels
+from dd_accept.slurm_docker.ownership import LABEL_KEEP, LABEL_OWNER, Owner, Reaper, orphaned, ownership_labels
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit
 
@@ -317,9 +318,9 @@ class SlurmCluster:
         """Start the cluster and return once every node is idle; on any failure, tear down."""
         if self.image is None:
             self.image = ensure_images(self.engine, version=self.spec.slurm)
+        sweep_orphans(self.engine)
+        self._remove_stale()  # before anything is created: refusing a name in use tears nothing down
         try:
-            sweep_orphans(self.engine)
-            self._remove_stale()
             self._ownership = ownership_labels(self.keep, self.owner)
             if LABEL_OWNER in self._ownership:
                 self._reaper = Reaper.watch(self.name, self._ownership[LABEL_OWNER])
@@ -331,7 +332,16 @@ class SlurmCluster:
         return self
 
     def _remove_stale(self) -> None:
-        """A killed earlier run may have left a cluster of this name: remove it first."""
+        """A killed earlier run may have left a cluster of this name: remove it first. A
+        cluster of this name that is kept, or whose owner still runs, is someone's: refused."""
+        objects = engine.find_labelled(self.engine, self.name)
+        views = _views(objects)
+        legacy = all(LABEL_OWNER not in labels and LABEL_KEEP not in labels for labels, _ in views)
+        if views and not legacy and not orphaned(views):
+            raise UsageError(
+                f"a cluster named {self.name} is in use (kept, or its owner still runs): "
+                f"`dd-accept cluster down --name {self.name}`, or choose another --name"
+            )
         remove_cluster(self.engine, self.name)
 
     def _start(self) -> None:
@@ -601,32 +611,71 @@ def list_clusters(client: docker.DockerClient) -> dict[str, list[str]]:
     return result
 
 
+def _views(objects: engine.LabelledObjects) -> list[tuple[dict[str, str], bool | None]]:
+    """(labels, running) of each object: running is None for a network or a volume."""
+    views: list[tuple[dict[str, str], bool | None]] = [
+        (container.labels or {}, container.status == "running") for container in objects.containers
+    ]
+    return views + [(engine.labels_of(item), None) for item in (*objects.networks, *objects.volumes)]
+
+
 def sweep_orphans(client: docker.DockerClient) -> list[str]:
     """Remove every cluster whose owner is gone and whose reaper did not remove it (a reaper
     killed too, a machine rebooted): never a kept cluster, a live owner's, or an older
-    dd-accept's without an owner label."""
-    objects = engine.find_labelled(client)
-    by_cluster: dict[str, list[dict[str, str]]] = {}
-    for item in (*objects.containers, *objects.networks, *objects.volumes):
-        labels = engine.labels_of(item)
-        by_cluster.setdefault(labels.get(engine.LABEL_CLUSTER, ""), []).append(labels)
+    dd-accept's without an owner label. Best effort: a cluster another reaper or sweep is
+    removing at the same moment is left to it."""
+    by_cluster: dict[str, list[tuple[dict[str, str], bool | None]]] = {}
+    for view in _views(engine.find_labelled(client)):
+        by_cluster.setdefault(view[0].get(engine.LABEL_CLUSTER, ""), []).append(view)
     removed: list[str] = []
-    for name, labels in by_cluster.items():
-        if name and orphaned(labels):
-            removed += remove_cluster(client, name)
+    for name, views in by_cluster.items():
+        if name and orphaned(views):
+            owners = {labels[LABEL_OWNER] for labels, _ in views}
+            with contextlib.suppress(docker.errors.APIError):
+                removed += remove_owned(client, name, owners)
     return removed
+
+
+def remove_owned(client: docker.DockerClient, name: str, owners: set[str]) -> list[str]:
+    """Remove the objects of cluster `name` that carry one of `owners` — listed now, so an
+    object another owner created under the same name since is never touched — and the run
+    directory a removed container mounted (or, once nothing of the name is left, its own)."""
+    found = engine.find_labelled(client, name)
+
+    def mine(item: object) -> bool:
+        return engine.labels_of(item).get(LABEL_OWNER) in owners
+
+    objects = engine.LabelledObjects(
+        tuple(c for c in found.containers if mine(c)),
+        tuple(n for n in found.networks if mine(n)),
+        tuple(v for v in found.volumes if mine(v)),
+    )
+    run_dirs = _run_directories(objects.containers, name)
+    removed = engine.remove_labelled(client, objects)
+    left = engine.find_labelled(client, name)
+    if not (left.containers or left.networks or left.volumes):
+        run_dirs.add(cluster_dir(name))
+    for directory in run_dirs:
+        shutil.rmtree(directory, ignore_errors=True)
+    return removed
+
+
+def _run_directories(containers: tuple[Container, ...], name: str) -> set[Path]:
+    """The run directories these containers mount: only ever one of the exact shape
+    dd-accept creates for this name."""
+    directories = set()
+    for container in containers:
+        for mount in container.attrs.get("Mounts", []):
+            source = Path(mount.get("Source", ""))
+            if mount.get("Destination") == SHARED_PATH and source.match(f"clusters/{name}/shared"):
+                directories.add(source.parent)
+    return directories
 
 
 def remove_cluster(client: docker.DockerClient, name: str) -> list[str]:
     """Remove a cluster's labelled objects and its host run directory, whoever created them."""
     objects = engine.find_labelled(client, name)
-    run_dirs = {cluster_dir(name)}
-    for container in objects.containers:
-        for mount in container.attrs.get("Mounts", []):
-            source = Path(mount.get("Source", ""))
-            # Only ever delete a directory of the exact shape dd-accept creates for this name.
-            if mount.get("Destination") == SHARED_PATH and source.match(f"clusters/{name}/shared"):
-                run_dirs.add(source.parent)
+    run_dirs = {cluster_dir(name), *_run_directories(objects.containers, name)}
     removed = engine.remove_labelled(client, objects)
     for directory in run_dirs:
         shutil.rmtree(directory, ignore_errors=True)

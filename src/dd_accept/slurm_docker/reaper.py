@@ -8,8 +8,10 @@ its whole process group — the reaper sees it within a second (at once, by end-
 the owner is the creator) and removes the cluster. A creator that removed the cluster itself
 (or keeps it) says so first (`release`), and the reaper exits touching nothing; so does a
 reaper whose cluster someone else removed. It runs in a session of its own, so the signal
-that kills the owner's group does not reach it, and it removes only a cluster whose every
-object carries its owner's label: a later cluster that reuses the name is never touched.
+that kills the owner's group does not reach it, and it removes only the objects that carry
+its owner's label: a later cluster that reuses the name is never touched. A cancel that kills
+a whole process tree or cgroup (systemd's KillMode=control-group) takes the reaper too; the
+next `run` or `up` on the engine sweeps that cluster.
 """
 
 from __future__ import annotations
@@ -20,19 +22,34 @@ import sys
 import time
 
 from dd_accept.slurm_docker import engine
-from dd_accept.slurm_docker.cluster import remove_cluster
+from dd_accept.slurm_docker.cluster import remove_owned
 from dd_accept.slurm_docker.ownership import LABEL_OWNER, RELEASED, Owner
 
 
 def reap(cluster: str, owner_label: str) -> list[str]:
-    """Remove the cluster's objects that carry this owner's label, and then, if nothing of
-    the cluster is left, its run directory."""
-    client = engine.connect(timeout=30)
-    objects = engine.find_labelled(client, cluster)
-    owners = {engine.labels_of(o).get(LABEL_OWNER) for o in (*objects.containers, *objects.networks, *objects.volumes)}
-    if owners != {owner_label}:
-        return []  # nothing left, or another owner's cluster of the same name: never this reaper's
-    return remove_cluster(client, cluster)
+    """Remove the cluster's objects that carry this owner's label (never another owner's of
+    the same name), then look again until two listings a few seconds apart find none: an
+    object the engine was still creating when the owner died appears after the first."""
+    removed: list[str] = []
+    empty_in_a_row, deadline = 0, time.monotonic() + REAP_FOR_S
+    while empty_in_a_row < 2 and time.monotonic() < deadline:
+        try:
+            client = engine.connect(timeout=30)
+            if _owned(client, cluster, owner_label):
+                removed += remove_owned(client, cluster, {owner_label})
+                empty_in_a_row = 0
+            else:
+                empty_in_a_row += 1
+        except Exception:  # a busy or restarting engine: try again, the cluster is still there
+            empty_in_a_row = 0
+        time.sleep(RELOOK_S)
+    return removed
+
+
+def _owned(client: object, cluster: str, owner_label: str) -> bool:
+    objects = engine.find_labelled(client, cluster)  # type: ignore[arg-type]
+    everything = (*objects.containers, *objects.networks, *objects.volumes)
+    return any(engine.labels_of(item).get(LABEL_OWNER) == owner_label for item in everything)
 
 
 def main(argv: list[str]) -> int:
@@ -41,7 +58,7 @@ def main(argv: list[str]) -> int:
     if owner is None:
         return 2
     stdin = sys.stdin.buffer.fileno()
-    watching_pipe, last_look = True, time.monotonic()
+    watching_pipe, seen, last_look = True, False, time.monotonic()
     while True:
         if watching_pipe and select.select([stdin], [], [], POLL_S)[0]:
             data = os.read(stdin, 64)
@@ -50,26 +67,25 @@ def main(argv: list[str]) -> int:
             watching_pipe = bool(data)  # end of file: the creator is gone (the owner may not be)
         elif not watching_pipe:
             time.sleep(POLL_S)
-        if not owner.alive():
+        if owner.gone():
             reap(cluster, owner_label)
             return 0
         if time.monotonic() - last_look > LOOK_S:  # removed by someone else (the last xdist worker out)
             last_look = time.monotonic()
-            if not _owned_objects(cluster, owner_label):
+            try:
+                owned = _owned(engine.connect(timeout=30), cluster, owner_label)
+            except Exception:  # cannot tell now: keep watching
+                continue
+            if owned:
+                seen = True
+            elif seen:
                 return 0
 
 
-POLL_S = 0.5
-LOOK_S = 10.0
-
-
-def _owned_objects(cluster: str, owner_label: str) -> bool:
-    try:
-        objects = engine.find_labelled(engine.connect(timeout=30), cluster)
-    except Exception:  # the engine stopped: nothing left to reap on it
-        return False
-    everything = (*objects.containers, *objects.networks, *objects.volumes)
-    return any(engine.labels_of(o).get(LABEL_OWNER) == owner_label for o in everything)
+POLL_S = 0.5  # how often the owner is looked up
+LOOK_S = 10.0  # how often the cluster is looked for, to stop once someone else removed it
+RELOOK_S = 2.0
+REAP_FOR_S = 120.0
 
 
 if __name__ == "__main__":

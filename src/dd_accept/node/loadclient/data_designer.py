@@ -89,15 +89,16 @@ async def run_sut(workload: Workload, events: EventWriter) -> dict[str, int]:
             max_tokens=workload.max_tokens,
             extra_headers={**dict(workload.headers), "x-dd-request-id": request_id},
         )
-        started = time.monotonic()
+        started, started_wall = time.monotonic(), round(time.time(), 6)
 
         def emit(**outcome: Any) -> None:
             latency = round(time.monotonic() - started, 6)
             events.write(
                 ClientRequest(
-                    mode="sut", request_id=request_id, record=record, attempt=attempt, latency_s=latency, **outcome
+                    mode="sut", request_id=request_id, record=record, attempt=attempt, started=started_wall,
+                    latency_s=latency, **outcome,
                 )
-            )
+            )  # fmt: skip
 
         try:
             response = await executor.acompletion(request)
