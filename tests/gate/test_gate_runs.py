@@ -160,6 +160,6 @@ def test_drain_thresholds_of_a_gate_file_replace_the_profiles(tmp_path):
     assert demand["verdict"] == "fail" and demand["expected"] == "p99_ttft_ms ≤ 0.001 ms"
     assert demand["metrics"]["p99_ttft_ms"] > 0.001 and demand["observed"].endswith(" ms")
     good = next(c for c in gate["checks"] if c["id"] == "gate.goodput.streaming")
-    assert good["verdict"] == "fail" and good["metrics"]["good"] == 0 and good["metrics"]["completed"] > 0, good
+    assert good["verdict"] == "fail" and good["metrics"]["good"] == 0 and good["metrics"]["attempts"] > 0, good
     summary = (out / "candidate" / "summary.md").read_text()
     assert "### Serving metrics" in summary and "| streaming |" in summary
