@@ -54,8 +54,7 @@ def login_node(tmp_path_factory, sut_wheelhouse):
     client = engine.connect()
     image = images.ensure_images(client)
     spec = ClusterSpec(name=f"ddtest-login-{uuid.uuid4().hex[:8]}", nodes=2, cpus_per_node=64)
-    with SlurmCluster(spec, image=image, client=client) as cluster:
-        cluster.up()
+    with SlurmCluster(spec, image=image, client=client) as cluster:  # entering starts it
         login = cluster.host_shared_dir / "login"
         shutil.copytree(kit, login / "kit")
         shutil.copytree(sut_wheelhouse.path, login / "sut-wheels")

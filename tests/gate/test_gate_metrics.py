@@ -74,7 +74,7 @@ def test_vs_baseline_holds_the_candidate_to_the_baselines_value_in_the_metrics_d
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (HEAD + "[metrics.streaming]\np99_ttft = { max = 1 }\n", "metrics.streaming.p99_ttft: unknown serving metric"),
+        (HEAD + "[metrics.streaming]\np99_ttft = { max = 1 }\n", "streaming.'p99_ttft': unknown serving metric"),
         (HEAD + "[metrics.streaming]\np99_ttft_ms = { maxi = 1 }\n", "unknown key metrics.streaming.p99_ttft_ms.maxi "),
         (HEAD + "[metrics.streaming]\np99_ttft_ms = { ref = 1 }\n", "ref needs a tolerance"),
         (HEAD + "[metrics.streaming]\np99_ttft_ms = { upper = 0.1 }\n", "tolerances around ref, which is missing"),
@@ -87,6 +87,15 @@ def test_vs_baseline_holds_the_candidate_to_the_baselines_value_in_the_metrics_d
         (HEAD + "[goodput]\nttft_ms = 100\ntpot_ms = 0\n", "SLOs must be positive"),
         (HEAD + "[goodput]\nttft_ms = 100\nmin_request_goodput = 0\n", "min_request_goodput must be positive"),
         (HEAD + "[goodput]\nscenario = \"overload\"\nttft_ms = 100\n", "the gate does not run scenario 'overload'"),
+        (HEAD + "[metrics.streaming]\np99_ttft_ms = { max = nan }\n", "p99_ttft_ms.max must be a finite number"),
+        (HEAD + "[metrics.streaming]\np99_ttft_ms = { vs_baseline = inf }\n", "must be a finite number"),
+        (HEAD + "[goodput]\nttft_ms = nan\n", "goodput.ttft_ms must be a finite number"),
+        (HEAD + "[metrics.streaming]\np99_ttft_ms = { max = -1 }\n", "max must be 0 or more"),
+        (HEAD + "[metrics.streaming]\np99_ttft_ms = { min = 10, max = 1 }\n", "min 10 is above max 1"),
+        (HEAD + "[metrics.streaming]\np99_ttft_ms = { ref = 0, upper = 0.1 }\n", "ref must be above 0"),
+        (HEAD + '[metrics.streaming]\n"p99_ttft_ms\\n" = { max = 1 }\n', "unknown serving metric"),
+        (HEAD + '[metrics."str\\neaming"]\np99_ttft_ms = { max = 1 }\n', "not a scenario's name"),
+        (HEAD + "[metrics.streaming]\n", "must be a table of metrics, not empty"),
     ],
 )  # fmt: skip
 def test_a_wrong_demand_is_refused_naming_the_key(text, message):

@@ -62,14 +62,22 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "empty").mkdir()
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "results.json").write_text(json.dumps({"schema": "dd-accept/results/v3"}))
+    _bundle(tmp_path / "ok", 1_000.0, 100.0, 40.0)
+    (tmp_path / "plain.tar.gz").write_text("not an archive\n")
     for argv, needle in (
         ([str(tmp_path / "empty")], "no bundle found"),
         ([str(tmp_path / "nothing")], "nothing: no such file or directory"),
         ([str(tmp_path / "broken")], "does not follow dd-accept/results/v3"),
         ([str(tmp_path / "empty"), "--tolerance", "ten"], "expected a fraction"),
+        ([str(tmp_path / "ok"), "--html", str(tmp_path / "no-such-dir" / "h.html")], "cannot write h.html"),
+        ([str(tmp_path / "ok"), "--csv", str(tmp_path / "ok" / "results.json")], "inside a bundle it reads"),
+        ([str(tmp_path / "ok"), "--csv", str(tmp_path / "h"), "--html", str(tmp_path / "h")], "name the same file"),
+        ([str(tmp_path / "plain.tar.gz")], "is not a readable bundle directory or .tar.gz"),
     ):
         result = run_cli("history", *argv)
         assert result.returncode == 2 and result.stderr.count("\n") == 1 and needle in result.stderr, result.stderr
+    assert json.loads((tmp_path / "ok" / "results.json").read_text())["verdict"] == "pass"  # the input is intact
+    assert not list(tmp_path.glob("h*")) and not list(tmp_path.glob(".*.tmp"))  # nothing half-written
 
 
 def _place(directory, started, ttft_p99, slurm):

@@ -80,7 +80,7 @@ def test_a_key_that_is_not_a_key_is_a_usage_error(tmp_path):
     out, _ = _signed(tmp_path)
     bogus = tmp_path / "bogus.pub"
     bogus.write_text("not a key")
-    with pytest.raises(UsageError, match="not a readable PEM public key"):
+    with pytest.raises(UsageError, match=r"--key bogus\.pub: not a PEM public key"):
         verify(out, [], bogus)
 
 
@@ -119,17 +119,17 @@ def test_unsigned_verification_proves_integrity_only_and_says_so(tmp_path):
     assert verify(out, []).signature == "absent"
     _rewrite_consistently(out, provenance_too=True)  # anyone can do this to an unsigned bundle
     assert verify(out, []).problems == []
-    with pytest.raises(UsageError, match="--require-signature needs --pubkey"):
+    with pytest.raises(UsageError, match="--require-signature needs --key"):
         verify(out, [], require_signature=True)
     _, _, public = _keys(tmp_path, "k")
     problems = verify(out, [], public, require_signature=True).problems
-    assert "signature absent: --require-signature needs one verified with --pubkey" in problems
+    assert "signature absent: --require-signature needs one verified with --key" in problems
 
 
 def test_a_signed_bundle_checked_without_a_key_is_not_called_verified(tmp_path):
     out, _ = _signed(tmp_path)
     verification = verify(out, [])
-    assert verification.problems == [] and verification.signature == "not checked (no --pubkey given)"
+    assert verification.problems == [] and verification.signature == "not checked (no --key given)"
 
 
 def test_the_provenance_must_list_the_same_passed_and_failed_checks(tmp_path):

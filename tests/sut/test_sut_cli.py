@@ -79,7 +79,9 @@ def test_a_wheel_that_does_not_install_in_the_node_image(tmp_path, profile_file)
 
 
 def test_an_unreadable_profile(tmp_path):
-    _one_line_exit_2(run_cli("sut", "prepare", "--profile", str(tmp_path / "nope.toml")), "cannot read the file")
+    _one_line_exit_2(
+        run_cli("sut", "prepare", "--profile", str(tmp_path / "nope.toml")), "--profile nope.toml: no such file"
+    )
 
 
 def test_a_source_directory_is_built_into_the_wheelhouse_with_its_digest(tmp_path, monkeypatch):

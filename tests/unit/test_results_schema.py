@@ -114,3 +114,12 @@ def test_report_and_compare_refuse_a_forged_results_file_in_one_line(tmp_path):
         assert result.returncode == 2, result.stderr
         assert result.stderr.count("\n") == 1 and f"does not follow {SCHEMA}" in result.stderr
         assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1" + "0" * 400])
+def test_a_number_no_measurement_can_be_is_refused(tmp_path, number):
+    """Python's JSON reader takes NaN, Infinity and integers no float holds; a results.json
+    carrying one would break every reader after verify passed it."""
+    text = json.dumps(_document(tmp_path)).replace('"records": 40', f'"records": {number}')
+    with pytest.raises(UsageError, match=r"not JSON|too large to be a measurement"):
+        parse_results(text)

@@ -8,6 +8,7 @@ it lacks; the run still fails on it unless the user allows unsupported checks.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -155,14 +156,34 @@ def schema_problem(document: Any) -> str | None:
     return documents.problem(document, schema_of(document))
 
 
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
+
+
+def _finite(value: Any) -> bool:
+    """Every number in a document is one a float holds (an integer like 10**400 is not)."""
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return math.isfinite(float(value))
+        except OverflowError:
+            return False
+    return True
+
+
 def parse_results(text: str, name: str = "results.json") -> dict[str, Any]:
     """A results document a reader can trust the shape of: every reader (verify, compare,
     report, gates) goes through here, so a hand-edited or truncated file is one clear usage
     error, never a KeyError deep in a report."""
     try:
-        document = json.loads(text)
+        document = json.loads(text, parse_constant=_not_json)
     except (ValueError, RecursionError):
-        raise UsageError(f"{name} is not JSON") from None
+        raise UsageError(f"{name} is not JSON (NaN and Infinity are not JSON either)") from None
+    if not _finite(document):
+        raise UsageError(f"{name} holds a number too large to be a measurement")
     problem = schema_problem(document)
     if problem:
         raise UsageError(f"{name} does not follow {schema_of(document)} ({problem})")

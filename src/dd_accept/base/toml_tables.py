@@ -8,6 +8,7 @@ what a run checks. Fields with a default are optional; nested dataclasses are su
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 import types
 import typing
@@ -52,6 +53,8 @@ def _value(hint: Any, value: Any, key: str, kind: str, source: str) -> Any:
     accepted = {str: str, int: int, float: (int, float), bool: bool}[hint]
     if not isinstance(value, accepted) or (hint is not bool and isinstance(value, bool)):
         raise UsageError(f"{kind} {source}: {key} must be {_describe(hint)}, got {type(value).__name__}")
+    if hint is float and not math.isfinite(value):
+        raise UsageError(f"{kind} {source}: {key} must be a finite number, got {value}")
     return float(value) if hint is float else value
 
 

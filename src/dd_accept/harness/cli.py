@@ -45,6 +45,7 @@ from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
 from dd_accept.reports.html import render_bundle
 from dd_accept.reports.share import sanitize_paths
+from dd_accept.reports.signing import load_private_key
 from dd_accept.reports.verify import Policy, verify
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
 from dd_accept.slurm_docker.cluster import list_clusters
@@ -242,6 +243,8 @@ def _cmd_gate(args: argparse.Namespace, console: ConsoleListener) -> int:
     suts = resolve_suts(gate, args.sut)
     out = Path(args.out or gate.gate.out or default_out(f"gate-{gate.gate.name}"))
     sign_key = args.key or gate.gate.sign_key
+    if sign_key:
+        load_private_key(Path(sign_key))  # a bad key is said once, before any release runs
     return run_gate(gate, suts, out, console, Path(sign_key) if sign_key else None)
 
 
@@ -266,11 +269,14 @@ def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 def _cmd_history(args: argparse.Namespace, console: ConsoleListener) -> int:
 
-    points = history.load_points(history.find_bundles([Path(p) for p in args.paths]))
+    bundles = history.find_bundles([Path(p) for p in args.paths])
+    chosen = [(Path(target), render) for target, render in ((args.html, history.to_html), (args.csv, history.to_csv))
+              if target]  # fmt: skip
+    _check_outputs([target for target, _ in chosen], bundles)
+    outputs = dict(chosen)
+    points = history.load_points(bundles)
     trail = history.build_history(points, args.tolerance)
-    for target, text in ((args.html, history.to_html), (args.csv, history.to_csv)):
-        if target:
-            Path(target).write_text(text(trail))
+    write_all({target: render(trail) for target, render in outputs.items()}, "history")
     table = Table(title=f"dd-accept history: {len(points)} bundles, oldest first")
     for column in ("series", "unit", "values", "first", "last", "min", "max", "flagged"):
         table.add_column(column)
@@ -288,13 +294,41 @@ def _cmd_history(args: argparse.Namespace, console: ConsoleListener) -> int:
     return EXIT_PASS
 
 
+def _check_outputs(targets: list[Path], inputs: list[Path]) -> None:
+    """Output files that are new or plain files, each named once, and never inside an input."""
+    resolved = [target.resolve() for target in targets]
+    if len(set(resolved)) != len(resolved):
+        raise UsageError("history: --html and --csv name the same file")
+    for target, where in zip(targets, resolved, strict=True):
+        if any(where == bundle.resolve() or bundle.resolve() in where.parents for bundle in inputs):
+            raise UsageError(f"history: {target.name} is inside a bundle it reads; write it elsewhere")
+        if not where.parent.is_dir():
+            raise UsageError(f"history: cannot write {target.name}: its directory does not exist")
+
+
+def write_all(files: dict[Path, str], what: str) -> None:
+    """Each file whole or not at all: written beside its target, then renamed over it."""
+    written: list[Path] = []
+    try:
+        for target, text in files.items():
+            temporary = target.with_name(f".{target.name}.tmp")
+            temporary.write_text(text)
+            written.append(temporary)
+        for temporary, target in zip(written, files, strict=True):
+            temporary.replace(target)
+    except OSError as error:
+        for temporary in written:
+            temporary.unlink(missing_ok=True)
+        raise UsageError(f"{what}: cannot write its output: {error.strerror}") from None
+
+
 def _fraction(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a fraction such as 0.10, got {text!r}") from None
     if not 0 <= value < 10:
-        raise argparse.ArgumentTypeError(f"expected a fraction from 0 (such as 0.10 for 10%), got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a fraction from 0 to below 10 (such as 0.10 for 10%), got {text!r}")
     return value
 
 
@@ -680,7 +714,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "handler", None):
-        parser.print_help()
+        parser.print_help(sys.stderr if args.json else sys.stdout)  # --json: stdout is for documents only
         return EXIT_USAGE
     command = _command_name(args)
     if args.json and (command not in JSON_COMMANDS or getattr(args, "dry_run", False)):

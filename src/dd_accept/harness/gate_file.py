@@ -24,6 +24,7 @@ from dd_accept.base.options import (
     user_options,
 )
 from dd_accept.base.toml_tables import build_table, parse_toml
+from dd_accept.base.user_files import read_user_text
 from dd_accept.harness.gate_metrics import GoodputSection, MetricDemand, parse_metric_demands
 from dd_accept.sut.spec import DEFAULT_SUT
 
@@ -182,8 +183,4 @@ def parse_gate(text: str, source: str) -> GateFile:
 
 
 def load_gate(path: Path) -> GateFile:
-    try:
-        text = path.read_text()
-    except OSError:
-        raise UsageError(f"--config {path.name}: cannot read the gate file") from None
-    return parse_gate(text, path.name)
+    return parse_gate(read_user_text(path, "--config"), path.name)

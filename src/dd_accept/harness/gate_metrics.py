@@ -30,6 +30,7 @@ the check saying so, rather than counting every request as bad.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,12 +98,15 @@ def parse_metric_demands(table: Any, source: str) -> tuple[MetricDemand, ...]:
         raise UsageError(f"gate file {source}: [metrics] must be a table of scenarios")
     demands = []
     for scenario, metrics in table.items():
-        if not isinstance(metrics, dict):
-            raise UsageError(f"gate file {source}: [metrics.{scenario}] must be a table of metrics")
+        if not SCENARIO_NAME.fullmatch(scenario):
+            raise UsageError(f"gate file {source}: [metrics.{scenario!r}]: not a scenario's name")
+        if not isinstance(metrics, dict) or not metrics:
+            raise UsageError(f"gate file {source}: [metrics.{scenario}] must be a table of metrics, not empty")
         for metric, bounds in metrics.items():
-            where = f"metrics.{scenario}.{metric}"
-            if not METRIC_NAME.match(metric):
+            where = f"metrics.{scenario}.{metric!r}"
+            if not METRIC_NAME.fullmatch(metric):
                 raise UsageError(f"gate file {source}: {where}: unknown serving metric (see results-v3.json)")
+            where = f"metrics.{scenario}.{metric}"
             unknown = sorted(set(bounds) - set(_BOUNDS)) if isinstance(bounds, dict) else []
             if unknown:
                 raise UsageError(f"gate file {source}: unknown key {where}.{unknown[0]} (known: {', '.join(_BOUNDS)})")
@@ -114,6 +118,7 @@ def parse_metric_demands(table: Any, source: str) -> tuple[MetricDemand, ...]:
 
 
 _BOUNDS = ("max", "min", "ref", "upper", "lower", "vs_baseline")
+SCENARIO_NAME = re.compile(r"[a-z_]+")
 
 
 def _check_bounds(demand: MetricDemand, where: str, source: str) -> None:
@@ -122,6 +127,14 @@ def _check_bounds(demand: MetricDemand, where: str, source: str) -> None:
 
     if all(getattr(demand, name) is None for name in _BOUNDS):
         raise fail("give at least one of max, min, ref with upper or lower, vs_baseline")
+    for name in ("max", "min"):
+        value = getattr(demand, name)
+        if value is not None and value < 0:
+            raise fail(f"{name} must be 0 or more: no serving metric is negative")
+    if demand.max is not None and demand.min is not None and demand.min > demand.max:
+        raise fail(f"min {demand.min:g} is above max {demand.max:g}: no value could pass")
+    if demand.ref is not None and demand.ref <= 0:
+        raise fail("ref must be above 0 (a tolerance is a fraction of it)")
     if demand.ref is not None and demand.upper is None and demand.lower is None:
         raise fail("ref needs a tolerance: upper (a fraction above it) or lower (below it)")
     if (demand.upper is not None or demand.lower is not None) and demand.ref is None:

@@ -247,7 +247,8 @@ def opened_bundle(path: Path, what: str) -> Iterator[Path]:
                 top = {info.name.split("/", 1)[0] for info in infos}
                 yield Path(scratch) / top.pop()
     except (tarfile.TarError, EOFError, OSError, zipfile.BadZipFile, lzma.LZMAError) as error:
-        raise UsageError(f"{what}: {path.name} is not a readable bundle directory or .tar.gz ({error})") from None
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]  # tarfile's can span lines
+        raise UsageError(f"{what}: {path.name} is not a readable bundle directory or .tar.gz ({reason})") from None
 
 
 def _strict_bundle_members(archive: tarfile.TarFile, name: str, what: str) -> list[tarfile.TarInfo]:

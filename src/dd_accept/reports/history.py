@@ -82,7 +82,7 @@ def find_bundles(paths: list[Path]) -> list[Path]:
             found.append(path)
     if not found:
         raise UsageError("history: no bundle found (a bundle holds results.json)")
-    return list(dict.fromkeys(found))
+    return list({path.resolve(): path for path in reversed(found)}.values())[::-1]  # each bundle once
 
 
 def load_points(bundles: list[Path]) -> list[Point]:
@@ -91,11 +91,19 @@ def load_points(bundles: list[Path]) -> list[Point]:
         with opened_bundle(bundle, "history") as directory:
             results = results_in(directory, bundle.name, "history")
         starts = [s["started"] for s in results["scenarios"] if isinstance(s.get("started"), int | float)]
-        if not starts:
-            raise UsageError(f"history: {bundle.name} says no time its scenarios started")
+        if not starts or not _a_date(min(starts)):
+            raise UsageError(f"history: {bundle.name} says no time its scenarios started that a calendar holds")
         sut = results.get("sut", {}).get("spec", "?")
         points.append(Point(bundle.name, min(starts), sut, where_judged(results), results))
     return sorted(points, key=lambda p: p.time)
+
+
+def _a_date(timestamp: float) -> bool:
+    try:
+        datetime.fromtimestamp(timestamp, UTC)
+    except (OverflowError, OSError, ValueError):
+        return False
+    return timestamp > 0
 
 
 def _numbers(results: dict[str, Any], place: str) -> dict[str, tuple[float, str, str | None]]:

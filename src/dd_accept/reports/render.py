@@ -85,7 +85,10 @@ def _timing(scenario: dict[str, Any]) -> dict[str, str]:
     started, ended = scenario.get("started"), scenario.get("ended")
     if not isinstance(started, int | float):
         return {}
-    stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    try:
+        stamp = datetime.fromtimestamp(started, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds: said by omission
+        return {}
     timing = {"timestamp": stamp}
     if isinstance(ended, int | float) and ended >= started:
         timing["time"] = f"{ended - started:.3f}"

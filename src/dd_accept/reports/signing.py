@@ -1,7 +1,7 @@
 """Optional signature: a DSSE envelope over the provenance statement, with an Ed25519 key.
 
 The envelope (`provenance.dsse.json`) carries the exact bytes of `provenance.json` as its
-payload, so `verify --pubkey` checks both that the signature is good and that it signs the
+payload, so `verify --key` checks both that the signature is good and that it signs the
 statement in the bundle. Keys are PEM files; the private key is read, used and dropped.
 """
 
@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.user_files import read_user_file
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
 ENVELOPE = "provenance.dsse.json"
@@ -35,21 +36,21 @@ def _key_id(public: Ed25519PublicKey) -> str:
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:
     try:
-        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError):
-        raise UsageError(f"--sign-key {path.name}: not a readable unencrypted PEM private key") from None
+        key = serialization.load_pem_private_key(read_user_file(path, "--key"), password=None)
+    except (ValueError, TypeError):
+        raise UsageError(f"--key {path.name}: not an unencrypted PEM private key") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise UsageError(f"--sign-key {path.name}: not an Ed25519 key")
+        raise UsageError(f"--key {path.name}: not an Ed25519 key")
     return key
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
     try:
-        key = serialization.load_pem_public_key(path.read_bytes())
-    except (OSError, ValueError):
-        raise UsageError(f"--pubkey {path.name}: not a readable PEM public key") from None
+        key = serialization.load_pem_public_key(read_user_file(path, "--key"))
+    except ValueError:
+        raise UsageError(f"--key {path.name}: not a PEM public key") from None
     if not isinstance(key, Ed25519PublicKey):
-        raise UsageError(f"--pubkey {path.name}: not an Ed25519 key")
+        raise UsageError(f"--key {path.name}: not an Ed25519 key")
     return key
 
 
@@ -82,7 +83,7 @@ def check_signature(bundle: Path, public: Ed25519PublicKey | None) -> tuple[str,
     if payload != (bundle / "provenance.json").read_bytes():
         problems.append(f"{ENVELOPE}: its payload is not this bundle's provenance.json")
     if public is None:
-        return "not checked (no --pubkey given)", problems
+        return "not checked (no --key given)", problems
     message = pae(payload_type, payload)
     for signature in signatures:
         try:

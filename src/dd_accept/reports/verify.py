@@ -1,11 +1,11 @@
-"""`dd-accept verify BUNDLE [--wheel W...] [--pubkey K] [--require-signature]`: check a bundle
+"""`dd-accept verify BUNDLE [--wheel W...] [--key PUBLIC.pem] [--require-signature]`: check a bundle
 without rerunning anything.
 
 What it proves. Unsigned, integrity only: every file matches the manifest, the manifest is
 the one the provenance names, the provenance agrees with `results.json` (verdict, subjects,
 and each check's passed/failed), the wheels given are the ones tested, and the audit finds
 nothing. Anyone who can write the bundle can rewrite all of that consistently, so it shows
-the bundle is whole, not who made it. Signed and checked with `--pubkey`, the chain
+the bundle is whole, not who made it. Signed and checked with `--key`, the chain
 signature → provenance → manifest digest → every file also shows the key holder made it.
 """
 
@@ -223,7 +223,7 @@ def verify_directory(
     verification.signature, signature_problems = check_signature(bundle, public_key)
     problems += signature_problems
     if require_signature and not verification.signature.startswith("verified"):
-        problems.append(f"signature {verification.signature}: --require-signature needs one verified with --pubkey")
+        problems.append(f"signature {verification.signature}: --require-signature needs one verified with --key")
     problems += [f"audit: {finding}" for finding in audit([bundle])]
     if policy is not None:
         verification.unmet = policy_problems(results, policy)
@@ -241,7 +241,7 @@ def verify(
         if not wheel.is_file():
             raise UsageError(f"verify: --wheel {wheel.name}: no such file")
     if require_signature and pubkey is None:
-        raise UsageError("verify: --require-signature needs --pubkey KEY (the signer's public key)")
+        raise UsageError("verify: --require-signature needs --key PUBLIC.pem (the signer's public key)")
     public_key = load_public_key(pubkey) if pubkey is not None else None
     with opened_bundle(bundle, "verify") as directory:
         return verify_directory(directory, wheels, public_key, require_signature, policy)

@@ -17,6 +17,7 @@ from packaging.utils import canonicalize_name
 
 from dd_accept.base.errors import UsageError
 from dd_accept.base.toml_tables import build_table, parse_toml
+from dd_accept.base.user_files import read_user_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +161,7 @@ def builtin_profiles() -> list[SutProfile]:
 
 
 def load_profile(path: Path) -> SutProfile:
-    try:
-        text = path.read_text()
-    except OSError:
-        raise UsageError(f"--profile {path.name}: cannot read the file") from None
-    return parse_profile(text, path.name)
+    return parse_profile(read_user_text(path, "--profile"), path.name)
 
 
 def profile_for(distribution: str, version: str) -> SutProfile:
