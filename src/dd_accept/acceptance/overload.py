@@ -405,10 +405,13 @@ def _default_threshold(
         port_base=DEFAULT_THRESHOLD_PORT_BASE,
         prime=False,
     )
+    # Down from the cold start's deeper queue: rc1 may still judge by that reading for its
+    # staleness bound (1 s), so the depth it must admit at is watched once that has passed.
+    settle_s = profile.queue_admission.stale_after_seconds + 0.5
     try:
         cold = replica.cold_start(0, depth=default + 1, threshold=default)
         return cold, [
-            replica.hold_at(None, depth=default, threshold=default),
+            replica.hold_at(None, depth=default, threshold=default, settle_s=settle_s),
             replica.overload(None, depth=default + 1, threshold=default),
         ]
     finally:
