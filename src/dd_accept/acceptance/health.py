@@ -206,19 +206,24 @@ class _StepWatch:
 
     def until_ended(self, timeout: float) -> float | None:
         """When the last step ended (epoch seconds); None if one still ran after `timeout`."""
-        deadline = time.time() + timeout
-        while self.running:
-            gone = self.running - set(self.job.steps())
-            if gone:
-                job_state = self.job.job_state()
-                for step in sorted(gone):
-                    self.events.write(StepChange(step=step, state="ended", job_state=job_state))
-                self.running -= gone
-            if self.running and time.time() >= deadline:
-                return None
-            if self.running:
-                time.sleep(0.5)
+        try:
+            wait_until(
+                self._note_ends, lambda running: not running, timeout=timeout, what="the lost node's steps to end",
+                interval=0.5, max_interval=0.5,
+            )  # fmt: skip
+        except WaitTimeout:
+            return None
         return time.time()
+
+    def _note_ends(self) -> set[str]:
+        """The steps still running; each that left the list since the last reading is an event."""
+        gone = self.running - set(self.job.steps())
+        if gone:
+            job_state = self.job.job_state()
+            for step in sorted(gone):
+                self.events.write(StepChange(step=step, state="ended", job_state=job_state))
+            self.running -= gone
+        return self.running
 
 
 def _wait_back(cluster: Cluster, node: str, events: EventWriter) -> None:

@@ -71,6 +71,11 @@ def tpot_s(attempt: ClientRequest) -> float | None:
     return (attempt.latency_s - attempt.ttft_s) / (tokens - 1)
 
 
+def span_s(attempts: list[ClientRequest]) -> float:
+    """From the first attempt's start to the last one's end: what throughputs are per second of."""
+    return max(a.t for a in attempts) - min(a.began for a in attempts)
+
+
 def serving_metrics(attempts: list[ClientRequest]) -> dict[str, float]:
     """The metrics of these attempts (empty when there are none)."""
     if not attempts:
@@ -84,8 +89,7 @@ def serving_metrics(attempts: list[ClientRequest]) -> dict[str, float]:
         for earlier, later in zip(a.chunk_offsets_s or [], (a.chunk_offsets_s or [])[1:], strict=False)
     ]
     tpot = [t for t in map(tpot_s, ok) if t is not None]
-    start = min(a.began for a in attempts)
-    duration = max(a.t for a in attempts) - start
+    duration = span_s(attempts)
     metrics: dict[str, float] = {"requests": float(len(attempts)), "completed": float(len(ok))}
     if duration > 0:
         metrics["duration_s"] = duration

@@ -24,7 +24,7 @@ def unit_of(name: str) -> str:
         return "ms"
     if name.endswith("_count"):
         return "values"
-    return UNITS.get(name, "")
+    return UNITS.get(name) or ("s" if name.endswith("_s") else "")  # a check's key numbers name theirs so
 
 
 # The columns a summary shows (summary.md, the run's table, the report), in order: the

@@ -389,7 +389,7 @@ def _cmd_report(args: argparse.Namespace, console: ConsoleListener) -> int:
         results = compare.results_in(directory, bundle.name, "report")
         if args.format == "html":
             sys.stdout.write(render_bundle(directory))
-        elif args.format == "json":  # results.json itself, as it verified: schema dd-accept/results/v2 (or v1)
+        elif args.format == "json":  # results.json itself, as it verified against the schema it names
             print(json.dumps(results, indent=2))
         else:
             sys.stdout.write(render.markdown(results) if args.format == "md" else render.junit(results))

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dd_accept.acceptance.serving import client_attempts, output_tokens, tpot_s
+from dd_accept.acceptance.serving import client_attempts, output_tokens, span_s, tpot_s
 from dd_accept.base.errors import UsageError
 from dd_accept.base.events import ClientRequest
 from dd_accept.base.results import CheckResult
@@ -194,7 +194,7 @@ def goodput(attempts: list[ClientRequest], slos: dict[str, float]) -> dict[str, 
         return all(values[name] is not None and values[name] * 1000 <= slo for name, slo in slos.items())
 
     good = sum(meets(a) for a in attempts)
-    span = max(a.t for a in attempts) - min(a.began for a in attempts)
+    span = span_s(attempts)
     measured = {"good": float(good), "attempts": float(len(attempts)), "goodput_fraction": good / len(attempts)}
     return measured | ({"request_goodput": good / span} if span > 0 else {})
 

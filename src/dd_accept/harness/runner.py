@@ -346,10 +346,13 @@ def _report(out: Path, console: ConsoleListener, seconds: float) -> int:
     return code
 
 
+SERVING_TITLE = "serving metrics (vLLM bench serve's names; every one is in results.json)"
+
+
 def serving_table(results: dict[str, Any]) -> Table:
     """Each scenario's and phase's serving metrics, as summary.md shows them (no rows when no
     load client ran)."""
-    table = Table(title="serving metrics (vLLM bench serve's names; every one is in results.json)")
+    table = Table(title=SERVING_TITLE)
     table.add_column("scenario / phase")
     for _, header in SUMMARY_COLUMNS:
         table.add_column(header, justify="right")
@@ -366,7 +369,7 @@ def serving_tables_for(results: dict[str, Any], width: int) -> list[Table]:
     tables = []
     for start in range(0, len(rows), across):
         part = rows[start : start + across]
-        table = Table(title="serving metrics (vLLM bench serve's names; every one is in results.json)")
+        table = Table(title=SERVING_TITLE)
         table.add_column("metric")
         for label, _ in part:
             table.add_column(label, justify="right")

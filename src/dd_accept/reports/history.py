@@ -118,7 +118,7 @@ def _numbers(results: dict[str, Any], place: str) -> dict[str, tuple[float, str,
             numbers[f"serving {scenario['name']} {name}{at}"] = (value, unit_of(name), better(name))
     for check in all_checks(results):
         for name, value in check.get("metrics", {}).items():
-            numbers[f"check {check['id']} {name}{at}"] = (value, "s" if name.endswith("_s") else "", None)
+            numbers[f"check {check['id']} {name}{at}"] = (value, unit_of(name), None)
     return numbers
 
 
@@ -128,12 +128,13 @@ def build_history(points: list[Point], tolerance: float) -> History:
     keys = list(dict.fromkeys(key for numbers in per_point for key in numbers))
     series = []
     for key in keys:
-        unit, higher = next((n[key][1], n[key][2]) for n in per_point if key in n)
-        entry = Series(key, unit, higher, [n[key][0] if key in n else None for n in per_point])
+        unit, direction = next((n[key][1], n[key][2]) for n in per_point if key in n)
+        entry = Series(key, unit, direction, [n[key][0] if key in n else None for n in per_point])
         entry.flags = [_flag(entry, i, tolerance) for i in range(len(points))]
         series.append(entry)
-    check_ids = list(dict.fromkeys(c["id"] for p in points for c in all_checks(p.results)))
-    verdicts = {cid: [_verdict(p.results, cid) for p in points] for cid in check_ids}
+    by_point = [{c["id"]: c["verdict"] for c in all_checks(p.results)} for p in points]
+    check_ids = list(dict.fromkeys(cid for verdicts_of in by_point for cid in verdicts_of))
+    verdicts = {cid: [verdicts_of.get(cid) for verdicts_of in by_point] for cid in check_ids}
     flags = {
         cid: [
             f"{values[i - 1]} → {values[i] or 'not run'}"
@@ -144,10 +145,6 @@ def build_history(points: list[Point], tolerance: float) -> History:
         for cid, values in verdicts.items()
     }
     return History(points, series, verdicts, flags, tolerance)
-
-
-def _verdict(results: dict[str, Any], check_id: str) -> str | None:
-    return next((c["verdict"] for c in all_checks(results) if c["id"] == check_id), None)
 
 
 def _flag(series: Series, index: int, tolerance: float) -> str:

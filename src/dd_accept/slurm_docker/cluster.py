@@ -640,20 +640,10 @@ def remove_owned(client: docker.DockerClient, name: str, owners: set[str]) -> li
     """Remove the objects of cluster `name` that carry one of `owners` — listed now, so an
     object another owner created under the same name since is never touched — and the run
     directory a removed container mounted (or, once nothing of the name is left, its own)."""
-    found = engine.find_labelled(client, name)
-
-    def mine(item: object) -> bool:
-        return engine.labels_of(item).get(LABEL_OWNER) in owners
-
-    objects = engine.LabelledObjects(
-        tuple(c for c in found.containers if mine(c)),
-        tuple(n for n in found.networks if mine(n)),
-        tuple(v for v in found.volumes if mine(v)),
-    )
+    objects = engine.find_labelled(client, name).where(LABEL_OWNER, owners)
     run_dirs = _run_directories(objects.containers, name)
     removed = engine.remove_labelled(client, objects)
-    left = engine.find_labelled(client, name)
-    if not (left.containers or left.networks or left.volumes):
+    if not engine.find_labelled(client, name):
         run_dirs.add(cluster_dir(name))
     for directory in run_dirs:
         shutil.rmtree(directory, ignore_errors=True)

@@ -11,6 +11,7 @@ import tarfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import docker
 import docker.errors
@@ -67,6 +68,17 @@ class LabelledObjects:
     containers: tuple[Container, ...]
     networks: tuple[object, ...]
     volumes: tuple[object, ...]
+
+    def __bool__(self) -> bool:
+        return bool(self.containers or self.networks or self.volumes)
+
+    def where(self, label: str, values: set[str]) -> LabelledObjects:
+        """The objects whose `label` has one of `values` (e.g. the ones one owner created)."""
+
+        def chosen(items: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(item for item in items if labels_of(item).get(label) in values)
+
+        return LabelledObjects(chosen(self.containers), chosen(self.networks), chosen(self.volumes))
 
 
 def find_labelled(client: docker.DockerClient, cluster: str | None = None) -> LabelledObjects:

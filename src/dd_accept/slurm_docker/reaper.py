@@ -21,6 +21,8 @@ import select
 import sys
 import time
 
+import docker
+
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.cluster import remove_owned
 from dd_accept.slurm_docker.ownership import LABEL_OWNER, RELEASED, Owner
@@ -46,10 +48,8 @@ def reap(cluster: str, owner_label: str) -> list[str]:
     return removed
 
 
-def _owned(client: object, cluster: str, owner_label: str) -> bool:
-    objects = engine.find_labelled(client, cluster)  # type: ignore[arg-type]
-    everything = (*objects.containers, *objects.networks, *objects.volumes)
-    return any(engine.labels_of(item).get(LABEL_OWNER) == owner_label for item in everything)
+def _owned(client: docker.DockerClient, cluster: str, owner_label: str) -> bool:
+    return bool(engine.find_labelled(client, cluster).where(LABEL_OWNER, {owner_label}))
 
 
 def main(argv: list[str]) -> int:
