@@ -42,6 +42,16 @@ def readme_examples() -> list[str]:
 # The examples that start a cluster, and where each runs: verbatim in another test, or an
 # equivalent run that differs only where it must (named), with the words its source holds.
 RUN_ELSEWHERE = {
+    "dd-accept run capacity": (
+        "tests/controls/test_capacity_controls.py::rc1",
+        "equivalent: 2 s levels instead of 3, with --out in the test's directory",
+        ('"run", "capacity"',),
+    ),
+    "dd-accept run capacity --load-mode poisson --load-start 40": (
+        "tests/controls/test_capacity_controls.py::test_a_poisson_ladder_sends_each_level_at_its_rate",
+        "equivalent: two 2 s levels of the same ladder",
+        ('"--load-mode", "poisson", "--load-start", "40"',),
+    ),
     "make accept": (
         "tests/gate/test_gate_runs.py::test_the_readme_gate_section_works_as_written",
         "equivalent: `make accept GATE=…` through the same target; its default command runs in the test below",

@@ -30,6 +30,12 @@ def _assert_one_line_usage_error(result, needle):
         (["nosuchcommand"], "invalid choice"),
         (["cluster", "exec", "--"], "needs a command"),
         (["run", "streaming", "--client-header", "Bearer ddcanary-secret"], "--header must be NAME: VALUE"),
+        (["run", "capacity,overload"], "capacity measures the machine, so it runs alone"),
+        (["run", "capacity", "--load-start", "2.5"], "--load-start must be a whole number of streams"),
+        (["run", "capacity", "--load-factor", "1"], "--load-factor must be a number of times > 1"),
+        (["run", "capacity", "--load-mode", "burst"], "--load-mode"),
+        (["run", "capacity", "--slo-chunk-delay-ms", "0"], "--slo-chunk-delay-ms must be a number of milliseconds"),
+        (["compare", "a", "b", "--tolerance", "-1"], "--tolerance"),
     ],
 )
 def test_bad_arguments(args, needle):

@@ -14,7 +14,14 @@ import pytest
 from _pytest.config.argparsing import Parser
 
 from dd_accept.base import options as opts
-from dd_accept.base.options import MODELS, BackendOptions, ClusterOptions, DrainOptions, OverloadOptions
+from dd_accept.base.options import (
+    MODELS,
+    BackendOptions,
+    CapacityOptions,
+    ClusterOptions,
+    DrainOptions,
+    OverloadOptions,
+)
 from dd_accept.fixtures import plugin
 from dd_accept.harness.cli import build_parser
 from dd_accept.harness.gate_file import parse_gate
@@ -24,6 +31,7 @@ GATE_SECTION = {
     DrainOptions: "thresholds",
     ClusterOptions: "cluster",
     BackendOptions: "backend",
+    CapacityOptions: "options",
 }
 
 
@@ -108,6 +116,7 @@ def test_every_option_reaches_the_model_from_a_gate_file(model):
             DrainOptions: gate.drain,
             ClusterOptions: gate.cluster_options,
             BackendOptions: gate.backend_options,
+            CapacityOptions: gate.capacity,
         }[model]()
         assert built == instance
 

@@ -20,6 +20,10 @@ def test_to_argv_is_read_back_as_the_same_workload():
         max_record_attempts=2,
         run_tag="x-",
         headers=(("Authorization", "Bearer abc"),),
+        arrival="poisson",
+        rate=12.5,
+        duration_s=3.0,
+        seed=4,
     )
     parsed = workload_from_args(build_parser().parse_args(workload.to_argv()))
     assert parsed == workload
@@ -31,3 +35,12 @@ def test_a_header_without_a_name_is_rejected_without_echoing_the_value():
     assert "secret-value" not in str(caught.value)
     with pytest.raises(ValueError):
         parse_header(": value")
+
+
+def test_a_rate_goes_with_a_rate_arrival_only():
+    with pytest.raises(ValueError, match="rate"):
+        Workload(endpoint="x", arrival="constant")
+    with pytest.raises(ValueError, match="rate"):
+        Workload(endpoint="x", rate=5)
+    with pytest.raises(ValueError, match="arrival"):
+        Workload(endpoint="x", arrival="burst", rate=5)

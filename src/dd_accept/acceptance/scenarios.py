@@ -17,6 +17,9 @@ class Scenario:
     # Compute nodes it takes down beyond its allocation's (a node it loses on purpose): a run
     # starts its cluster with one node per worker plus the most any chosen scenario needs.
     spare_nodes: int = 0
+    # Whether `all` runs it. A scenario that measures the machine (capacity) needs it to
+    # itself: run beside others, it would measure them.
+    in_all: bool = True
 
     @property
     def test_module(self) -> str:
@@ -39,5 +42,12 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("drain", "graceful drain with real srun and scancel, and the SUT's own cleanup"),
     Scenario("health", "backend and node loss, unresponsive backends: detected and failing the attempt", spare_nodes=1),
     Scenario("streaming", "streams passed through whole, unbuffered, with honest connection accounting"),
+    Scenario(
+        "capacity",
+        "rising load through the proxy until its SLO breaks: the knee, CPU per chunk, headroom",
+        in_all=False,
+    ),
 )
 SCENARIO_NAMES: tuple[str, ...] = tuple(scenario.name for scenario in SCENARIOS)
+ALL_SCENARIOS: tuple[str, ...] = tuple(scenario.name for scenario in SCENARIOS if scenario.in_all)
+ALONE = tuple(scenario.name for scenario in SCENARIOS if not scenario.in_all)

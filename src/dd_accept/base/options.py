@@ -38,6 +38,7 @@ def option(
     gate_key: str | None = None,
     pytest_flag: str | None = None,
     metavar: str | None = None,
+    unit: str = "seconds",
 ) -> Any:
     """A user option: a dataclass field whose metadata the front ends read.
 
@@ -55,6 +56,7 @@ def option(
         "gate_key": gate_key,
         "pytest_flag": pytest_flag,
         "metavar": metavar,
+        "unit": unit,
     }
     if isinstance(default, tuple):
         return field(default_factory=lambda: default, metadata=metadata)
@@ -104,7 +106,7 @@ def _describe(option_field: Field[Any], kind: type) -> str:
         return "a whole number" + (f" >= {meta['minimum']:g}" if meta["minimum"] is not None else "")
     if kind is float:
         bound = f" > {meta['above']:g}" if meta["above"] is not None else ""
-        return "a number of seconds" + bound
+        return f"a number of {meta.get('unit', 'seconds')}" + bound
     return "a string"
 
 
@@ -422,7 +424,87 @@ class BackendOptions:
             raise ValueError("--backend vllm needs --model MODEL (what `vllm serve` loads)")
 
 
-MODELS: tuple[type, ...] = (OverloadOptions, DrainOptions, ClusterOptions, BackendOptions)
+LOAD_MODES = ("concurrency", "constant", "poisson")
+
+
+@dataclass(frozen=True, slots=True)
+class CapacityOptions:
+    """How the capacity scenario raises the load: a ladder of levels, each `--load-factor`
+    times the one before, every level held `--level-seconds`, until the SLO breaks."""
+
+    load_mode: str = option(
+        "concurrency",
+        "capacity: streams held in flight (concurrency), or requests arriving at a rate, evenly (constant) "
+        "or as a seeded Poisson process (poisson), as vLLM's bench serve and guidellm send them",
+        choices=LOAD_MODES,
+    )
+    load_start: float | None = option(
+        None,
+        "capacity: the first level, streams in flight or requests/s (default: 8 streams; 40 requests/s)",
+        above=0,
+        unit="streams or requests/s",
+        metavar="N",
+    )
+    load_factor: float = option(1.5, "capacity: each level's load over the one before", above=1, unit="times")
+    load_levels: int = option(9, "capacity: the most levels the ladder climbs", minimum=2)
+    level_seconds: float = option(3.0, "capacity: seconds each level sends new requests", above=0)
+    slo_added_ttft_ms: float = option(
+        150.0,
+        "capacity SLO: the proxy's added time to first token, p95 (ms)",
+        above=0,
+        unit="milliseconds",
+        metavar="MS",
+    )
+    slo_chunk_delay_ms: float = option(
+        25.0,
+        "capacity SLO: each chunk's delay from the replica's write to the client's read, p95 (ms)",
+        above=0,
+        unit="milliseconds",
+        metavar="MS",
+    )
+
+    knee_floor: float | None = option(
+        None,
+        "capacity: output tokens/s the knee must reach (default: the SUT profile's)",
+        above=0,
+        unit="tokens/s",
+        metavar="TOK_S",
+    )
+    max_cpu_per_chunk_us: float | None = option(
+        None,
+        "capacity: the most proxy CPU per forwarded chunk, microseconds (default: the SUT profile's)",
+        above=0,
+        unit="microseconds",
+        metavar="US",
+    )
+
+    def __post_init__(self) -> None:
+        if self.load_mode == "concurrency" and self.load_start is not None and self.load_start != int(self.load_start):
+            raise ValueError("--load-start must be a whole number of streams with --load-mode concurrency")
+
+    @property
+    def start(self) -> float:
+        return self.load_start if self.load_start is not None else (8 if self.load_mode == "concurrency" else 40)
+
+    def levels(self) -> list[float]:
+        """The ladder: whole streams in concurrency mode (each level above the one before),
+        requests/s rounded to 0.1 at a rate."""
+        found: list[float] = []
+        value = self.start
+        for _ in range(self.load_levels):
+            if self.load_mode == "concurrency":
+                level = float(max(round(value), int(found[-1]) + 1 if found else 1))
+            else:
+                level = round(value, 1)
+            found.append(level)
+            value = level * self.load_factor
+        return found
+
+    def unit(self) -> str:
+        return "streams in flight" if self.load_mode == "concurrency" else "requests/s"
+
+
+MODELS: tuple[type, ...] = (OverloadOptions, DrainOptions, ClusterOptions, BackendOptions, CapacityOptions)
 
 
 def parse_argv_values(parser_values: argparse.Namespace, model: type, prefix: str = "--") -> dict[str, Any]:

@@ -23,6 +23,7 @@ from dd_accept.base.documents import checked
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, DDAcceptError, UsageError
 from dd_accept.base.options import (
     BackendOptions,
+    CapacityOptions,
     ClusterOptions,
     DrainOptions,
     OverloadOptions,
@@ -31,6 +32,7 @@ from dd_accept.base.options import (
     given,
     parse_argv_values,
 )
+from dd_accept.base.regressions import REGRESSION_METRICS
 from dd_accept.base.state import state_root
 from dd_accept.harness.console import ConsoleListener, fail_line
 from dd_accept.harness.doctor import run_checks
@@ -196,6 +198,7 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
     try:
         overload = build(OverloadOptions, parse_argv_values(args, OverloadOptions), seed=args.seed)
         drain = build(DrainOptions, parse_argv_values(args, DrainOptions))
+        capacity = build(CapacityOptions, parse_argv_values(args, CapacityOptions))
         cluster = build(ClusterOptions, parse_argv_values(args, ClusterOptions))
         backend = build(BackendOptions, parse_argv_values(args, BackendOptions))
         for header in args.client_header:
@@ -212,6 +215,7 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         out=Path(args.out) if args.out else None,
         overload=overload,
         drain=drain,
+        capacity=capacity,
         cluster=cluster,
         backend=backend,
         allow_unsupported=args.allow_unsupported,
@@ -250,8 +254,10 @@ def _cmd_gate(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
 
-    comparison = compare.compare(compare.load_results(Path(args.baseline)), compare.load_results(Path(args.candidate)))
-    regressed = args.fail_on_regression and bool(comparison.regressions)
+    comparison = compare.compare(
+        compare.load_results(Path(args.baseline)), compare.load_results(Path(args.candidate)), args.tolerance
+    )
+    regressed = args.fail_on_regression and comparison.regressed
     code = EXIT_CHECK_FAILED if regressed else EXIT_PASS
     console.emit(compare.to_json(comparison, code))
     if args.format == "md":
@@ -263,7 +269,10 @@ def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
     else:
         console.table(compare.to_table(comparison))
     if regressed:
-        print(f"dd-accept compare: {len(comparison.regressions)} check(s) regressed", file=sys.stderr)
+        if comparison.regressions:
+            print(f"dd-accept compare: {len(comparison.regressions)} check(s) regressed", file=sys.stderr)
+        for worse in comparison.metric_regressions:
+            print(f"dd-accept compare: worse than the baseline: {worse.describe()}", file=sys.stderr)
     return code
 
 
@@ -548,6 +557,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
     add_arguments(run.add_argument, DrainOptions)
+    capacity = run.add_argument_group("capacity scenario: the load ladder and its SLO")
+    add_arguments(capacity.add_argument, CapacityOptions)
     where = run.add_argument_group("where to run (default: a dockerized Slurm cluster on this machine)")
     add_arguments(where.add_argument, ClusterOptions)
     replicas = run.add_argument_group("replicas (default: synthetic vLLM stand-ins)")
@@ -593,7 +604,22 @@ def build_parser() -> argparse.ArgumentParser:
         default="table",
         help="table (plain lines in a pipe), md, html, or json: dd-accept/compare/v1 (default: %(default)s)",
     )
-    compare.add_argument("--fail-on-regression", action="store_true", help="exit 1 when a passing check now fails")
+    compare.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="exit 1 when a passing check now fails, or a capacity number (knee, proxy CPU per chunk) is worse "
+        "than the baseline's beyond its tolerance",
+    )
+    compare.add_argument(
+        "--tolerance",
+        type=_fraction,
+        default=None,
+        metavar="FRACTION",
+        help="how much worse a capacity number may get, as a fraction of the baseline's (default: each metric's "
+        "own, from measured noise: "
+        + ", ".join(f"{m.metric} {m.tolerance:g}" for m in REGRESSION_METRICS).replace("%", "%%")
+        + ")",
+    )
     compare.set_defaults(handler=_cmd_compare)
 
     trail = commands.add_parser(

@@ -35,6 +35,7 @@ from dd_accept.base.errors import (
     EnvironmentProblem,
     UsageError,
 )
+from dd_accept.base.regressions import REGRESSION_METRICS
 from dd_accept.base.results import CheckResult, all_checks, load_results
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import GateFile
@@ -87,9 +88,40 @@ def judge(
     if limits.max_ttft_p99_s is not None:
         checks.append(_threshold("gate.max_ttft_p99", results, "ttft_p99_s", limits.max_ttft_p99_s, " s"))
     checks += [judge_metric(demand, results, baseline) for demand in gate.metrics]
+    if baseline is not None:
+        checks += judge_regressions(baseline, results)
     if gate.goodput is not None and bundle is not None:
         checks.append(judge_goodput(gate.goodput, bundle, results))
     return checks
+
+
+def judge_regressions(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[CheckResult]:
+    """With a baseline: each declared number both measured (base.regressions: the capacity
+    knee, the proxy's CPU per chunk) is a gate check of its own, `gate.regression.CHECK`,
+    failed when the candidate is worse beyond the tolerance measured noise allows, even when
+    each release passed its own run."""
+    before, after = compare.checks_by_id(baseline), compare.checks_by_id(candidate)
+    worse = {(r.declared.check, r.declared.metric): r for r in compare.metric_regressions(before, after)}
+    found = []
+    for declared in REGRESSION_METRICS:
+        was = before.get(declared.check, {}).get("metrics", {}).get(declared.metric)
+        now = after.get(declared.check, {}).get("metrics", {}).get(declared.metric)
+        if was is None or now is None:
+            continue
+        regression = worse.get((declared.check, declared.metric))
+        bound = "at least" if declared.worse == "lower" else "at most"
+        found.append(
+            CheckResult.judge(
+                f"gate.regression.{declared.check}",
+                regression is None,
+                f"{declared.metric} {bound} {declared.bound(was):.4g} {declared.unit} (the baseline's {was:.4g}, "
+                f"tolerance {declared.tolerance:.0%})",
+                f"candidate {now:.4g} {declared.unit}",
+                regression.describe() if regression is not None else "",
+                {"baseline": was, "candidate": now},
+            )
+        )
+    return found
 
 
 def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None, release: str | None = None):
@@ -101,6 +133,7 @@ def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None, release
         out=out,
         overload=gate.overload(),
         drain=gate.drain(),
+        capacity=gate.capacity(),
         cluster=gate.cluster_options(release),
         backend=gate.backend_options(),
         # Bundles keep the strict verdict; the gate itself allows only the checks its file names.

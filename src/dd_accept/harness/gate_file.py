@@ -12,9 +12,11 @@ from dataclasses import dataclass, field, make_dataclass, replace
 from pathlib import Path
 
 from dd_accept.acceptance.catalog import CHECKS
+from dd_accept.acceptance.scenarios import ALL_SCENARIOS
 from dd_accept.base.errors import UsageError
 from dd_accept.base.options import (
     BackendOptions,
+    CapacityOptions,
     ClusterOptions,
     DrainOptions,
     OverloadOptions,
@@ -45,7 +47,10 @@ class GateSection:
 # accepts exactly what `dd-accept run` accepts, under the same bounds.
 # [options]: the overload options, plus seed and parallel.
 GateOptions = make_dataclass(
-    "GateOptions", [*gate_fields(OverloadOptions), ("seed", int, 0), ("parallel", int, 2)], frozen=True, slots=True
+    "GateOptions",
+    [*gate_fields(OverloadOptions), *gate_fields(CapacityOptions), ("seed", int, 0), ("parallel", int, 2)],
+    frozen=True,
+    slots=True,
 )
 # [thresholds]: what the gate demands, plus the drain timing it replaces.
 Thresholds = make_dataclass(
@@ -83,11 +88,14 @@ class GateFile:
     metrics: tuple[MetricDemand, ...] = ()  # [metrics.SCENARIO] METRIC = {...}: parsed apart (gate_metrics)
 
     def scenarios(self) -> list[str]:
-        return list(CHECKS) if "all" in self.gate.scenarios else list(self.gate.scenarios)
+        return list(ALL_SCENARIOS) if "all" in self.gate.scenarios else list(self.gate.scenarios)
 
     # The option models the run takes, built from the sections (validated when the file is read).
     def overload(self) -> OverloadOptions:
         return from_gate(OverloadOptions, self.options, "options", seed=self.options.seed)
+
+    def capacity(self) -> CapacityOptions:
+        return from_gate(CapacityOptions, self.options, "options")
 
     def drain(self) -> DrainOptions:
         return from_gate(DrainOptions, self.thresholds, "thresholds")
@@ -143,6 +151,7 @@ def _validate(gate: GateFile, source: str) -> GateFile:
     try:
         gate.overload()
         gate.drain()
+        gate.capacity()
         gate.backend_options()
         for release in gate.releases():
             gate.cluster_options(release)

@@ -24,10 +24,17 @@ from typing import Any
 
 from rich.table import Table
 
-from dd_accept.acceptance.scenarios import SCENARIO_NAMES
+from dd_accept.acceptance.scenarios import ALL_SCENARIOS, ALONE, SCENARIO_NAMES
 from dd_accept.acceptance.scenarios import SCENARIOS as DECLARED
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
-from dd_accept.base.options import BackendOptions, ClusterOptions, DrainOptions, OverloadOptions, to_argv
+from dd_accept.base.options import (
+    BackendOptions,
+    CapacityOptions,
+    ClusterOptions,
+    DrainOptions,
+    OverloadOptions,
+    to_argv,
+)
 from dd_accept.base.results import load_results
 from dd_accept.base.serving_names import SUMMARY_COLUMNS, serving_rows, shown
 from dd_accept.base.slurm_releases import RELEASES
@@ -46,7 +53,7 @@ from dd_accept.sut.profile import load_profile, profile_for
 from dd_accept.sut.spec import SutSpec
 from dd_accept.sut.wheelhouse import DEFAULT_NODE, build_wheelhouse
 
-SCENARIOS = SCENARIO_NAMES  # declared in acceptance.scenarios; `all` runs every one of them
+SCENARIOS = SCENARIO_NAMES  # declared in acceptance.scenarios; `all` runs those not run alone
 MODULES = {scenario.name: scenario.test_module for scenario in DECLARED}
 
 
@@ -58,6 +65,7 @@ class RunRequest:
     out: Path | None
     overload: OverloadOptions = field(default_factory=OverloadOptions)
     drain: DrainOptions = field(default_factory=DrainOptions)  # replaces the profile's drain window/allowance
+    capacity: CapacityOptions = field(default_factory=CapacityOptions)  # the capacity scenario's ladder and SLO
     cluster: ClusterOptions = field(default_factory=ClusterOptions)  # docker, or this machine's Slurm cluster
     backend: BackendOptions = field(default_factory=BackendOptions)  # synthetic, or vLLM (overload only)
     allow_unsupported: bool = False
@@ -74,10 +82,15 @@ class RunRequest:
                 f"--backend vllm runs the overload scenario only, got {self.scenario!r}: the other scenarios steer "
                 "replicas through the synthetic replica's control plane, which vLLM does not have"
             )
-        names = list(SCENARIOS) if self.scenario == "all" else [name.strip() for name in self.scenario.split(",")]
+        names = list(ALL_SCENARIOS) if self.scenario == "all" else [name.strip() for name in self.scenario.split(",")]
         for name in names:
             if name not in SCENARIOS:
                 raise UsageError(f"unknown scenario {name!r}; valid: {', '.join((*SCENARIOS, 'all'))}")
+        alone = [name for name in names if name in ALONE]
+        if alone and len(set(names)) > 1 and self.parallel > 1:
+            raise UsageError(
+                f"{alone[0]} measures the machine, so it runs alone: run it by itself, or with --parallel 1"
+            )
         if "overload" in names:  # an option only the overload scenario uses never fails another one
             try:
                 self.overload.check_partial_overload()
@@ -117,7 +130,7 @@ def _pytest_argv(request: RunRequest, out: Path) -> list[str]:
     cluster = request.cluster
     if cluster.run_dir:
         cluster = replace(cluster, run_dir=str(Path(cluster.run_dir).resolve()))
-    for options in (request.overload, request.drain, cluster, request.backend):
+    for options in (request.overload, request.drain, request.capacity, cluster, request.backend):
         argv += to_argv(options, "--dd-")
     # One node per worker, and a node to lose for a scenario that loses one (health).
     spare = max(scenario.spare_nodes for scenario in DECLARED if scenario.name in names)

@@ -15,6 +15,7 @@ from typing import Any
 from rich.table import Table
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.regressions import REGRESSION_METRICS, RegressionMetric
 from dd_accept.base.results import load_results as read_results
 from dd_accept.base.results import where_judged
 from dd_accept.reports.archive import opened_bundle
@@ -65,6 +66,36 @@ class CheckChange:
 
 
 @dataclass(frozen=True, slots=True)
+class MetricRegression:
+    """A number that got worse than the baseline's beyond its tolerance (base.regressions)."""
+
+    declared: RegressionMetric
+    baseline: float
+    candidate: float
+    tolerance: float
+
+    def describe(self) -> str:
+        d = self.declared
+        bound = "at least" if d.worse == "lower" else "at most"
+        return (
+            f"{d.check} {d.metric}: baseline {self.baseline:.4g} {d.unit}, candidate {self.candidate:.4g} {d.unit} "
+            f"({bound} {d.bound(self.baseline, self.tolerance):.4g} allowed, tolerance {self.tolerance:.0%})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.declared
+        return {
+            "check": d.check,
+            "metric": d.metric,
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "tolerance": self.tolerance,
+            "worse": d.worse,
+            "description": self.describe(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Comparison:
     baseline: str  # the SUT as the bundle names it
     candidate: str
@@ -74,6 +105,12 @@ class Comparison:
     # Where each ran ("Slurm 24.11, cgroup"), when its results say; "" for older bundles.
     baseline_cluster: str = ""
     candidate_cluster: str = ""
+    # Numbers worse than the baseline's beyond their tolerance, even where both runs passed.
+    metric_regressions: tuple[MetricRegression, ...] = ()
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.regressions or self.metric_regressions)
 
     def count(self, change: str) -> int:
         return sum(1 for check in self.checks if check.change == change)
@@ -84,6 +121,8 @@ class Comparison:
 
     def headline(self) -> str:
         counts = ", ".join(f"{self.count(c)} {c}" for c in CHANGES if self.count(c))
+        if self.metric_regressions:
+            counts += f"; {len(self.metric_regressions)} number(s) worse beyond their tolerance"
         before = f" on {self.baseline_cluster}" if self.baseline_cluster else ""
         after = f" on {self.candidate_cluster}" if self.candidate_cluster else ""
         return (
@@ -117,6 +156,7 @@ def to_json(comparison: Comparison, exit_status: int) -> dict[str, Any]:
             for check in comparison.checks
         ],
         "regressed": [check.id for check in comparison.regressions],
+        "metric_regressions": [regression.to_json() for regression in comparison.metric_regressions],
         "exit_status": exit_status,
     }
 
@@ -136,12 +176,29 @@ def results_in(directory: Path, name: str, what: str) -> dict[str, Any]:
     return read_results(path, f"{what}: {name}/results.json")
 
 
-def _checks(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def checks_by_id(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {check["id"]: check for scenario in results.get("scenarios", []) for check in scenario.get("checks", [])}
 
 
-def compare(baseline: dict[str, Any], candidate: dict[str, Any]) -> Comparison:
-    before, after = _checks(baseline), _checks(candidate)
+def metric_regressions(
+    before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], tolerance: float | None = None
+) -> tuple[MetricRegression, ...]:
+    """Each declared number that both bundles measured and the candidate worsened beyond the
+    tolerance (the metric's own, grounded in measured noise, unless one is given)."""
+    found = []
+    for declared in REGRESSION_METRICS:
+        was = before.get(declared.check, {}).get("metrics", {}).get(declared.metric)
+        now = after.get(declared.check, {}).get("metrics", {}).get(declared.metric)
+        if was is None or now is None:
+            continue
+        if declared.regressed(was, now, tolerance):
+            allowed = declared.tolerance if tolerance is None else tolerance
+            found.append(MetricRegression(declared, was, now, allowed))
+    return tuple(found)
+
+
+def compare(baseline: dict[str, Any], candidate: dict[str, Any], tolerance: float | None = None) -> Comparison:
+    before, after = checks_by_id(baseline), checks_by_id(candidate)
     rows = []
     for check_id in sorted(set(before) | set(after)):
         a, b = before.get(check_id, {}), after.get(check_id, {})
@@ -156,6 +213,7 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any]) -> Comparison:
         checks=tuple(rows),
         baseline_cluster=where_judged(baseline),
         candidate_cluster=where_judged(candidate),
+        metric_regressions=metric_regressions(before, after, tolerance),
     )
 
 
@@ -192,6 +250,9 @@ def to_markdown(comparison: Comparison) -> str:
         change = f"**{check.change}**" if check.change in ("regressed", "fixed", "changed") else check.change
         numbers = "<br>".join(_metric_lines(check)).replace("|", "\\|")
         lines.append(f"| `{check.id}` | {check.baseline or '-'} | {check.candidate or '-'} | {change} | {numbers} |")
+    if comparison.metric_regressions:
+        lines += ["", "**Worse than the baseline beyond its tolerance:**", ""]
+        lines += [f"- {regression.describe()}" for regression in comparison.metric_regressions]
     return "\n".join(lines) + "\n"
 
 
@@ -220,5 +281,13 @@ tr.changed td, tr.added td, tr.removed td {{ background: #fff6d6; }}
 <tbody>
 {chr(10).join(rows)}
 </tbody></table>
+{_worse_html(comparison)}
 </body></html>
 """
+
+
+def _worse_html(comparison: Comparison) -> str:
+    if not comparison.metric_regressions:
+        return ""
+    items = "".join(f"<li>{html.escape(r.describe())}</li>" for r in comparison.metric_regressions)
+    return f'<h2>Worse than the baseline beyond its tolerance</h2><ul id="metric-regressions">{items}</ul>'

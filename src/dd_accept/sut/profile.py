@@ -8,7 +8,7 @@ types are rejected with the file and key named, so a typo cannot silently change
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -80,6 +80,16 @@ class DrainProfile:
     allowance_seconds: float  # when the controller forces what is left (KILL)
 
 
+@dataclass(frozen=True, slots=True)
+class CapacityProfile:
+    """What the capacity scenario holds the proxy to on dd-accept's reference machine (2 cores):
+    the knee's floor in output tokens/s and the most CPU per forwarded chunk. Both are the
+    SUT's measured numbers less their spread (docs/benchmarks.md); a run or gate may set its own."""
+
+    knee_floor: float = 2000.0
+    max_proxy_cpu_us_per_chunk: float = 150.0
+
+
 NODE_LOSS_OUTCOMES = ("fail", "recover")
 
 
@@ -111,6 +121,7 @@ class SutProfile:
     cleanup: CleanupProfile
     drain: DrainProfile
     capabilities: Capabilities
+    capacity: CapacityProfile = field(default_factory=CapacityProfile)
 
     @property
     def name(self) -> str:

@@ -363,6 +363,35 @@ FAULTS = {
             ),
         ),
         Fault(
+            "cpu-per-chunk",
+            "data-designer-slurm",
+            "the proxy spends 200 us of CPU on every SSE event it forwards (per-token accounting or a content "
+            "filter written in Python)",
+            (
+                (
+                    PROXY,
+                    "                await downstream.write(chunk)\n",
+                    '                _until = time.process_time() + 0.0002 * chunk.count(b"data: ")\n'
+                    "                while time.process_time() < _until:\n"
+                    "                    pass\n"
+                    "                await downstream.write(chunk)\n",
+                ),
+            ),
+        ),
+        Fault(
+            "blocking-per-chunk",
+            "data-designer-slurm",
+            "the proxy blocks its event loop for 2 ms on every chunk it forwards (a synchronous write or flush), "
+            "which costs no CPU but delays every stream it serves",
+            (
+                (
+                    PROXY,
+                    "                await downstream.write(chunk)\n",
+                    "                time.sleep(0.002)\n                await downstream.write(chunk)\n",
+                ),
+            ),
+        ),
+        Fault(
             "hold-after-first",
             "data-designer-slurm",
             "the proxy forwards the first chunk at once and holds the rest of the stream until it ends",

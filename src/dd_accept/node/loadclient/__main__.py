@@ -15,7 +15,7 @@ from pathlib import Path
 
 from dd_accept.base.events import EventWriter
 from dd_accept.node.loadclient.raw import run_raw
-from dd_accept.node.loadclient.workload import Workload, parse_header
+from dd_accept.node.loadclient.workload import ARRIVALS, Workload, parse_header
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -39,6 +39,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--events", type=Path)
     parser.add_argument("--run-tag", default="", help="prefix of request ids (x-dd-request-id)")
     parser.add_argument("--header", action="append", default=[], help="extra request header, NAME: VALUE")
+    parser.add_argument("--arrival", choices=ARRIVALS, default="concurrency", help="how raw requests are sent")
+    parser.add_argument("--rate", type=float, default=0.0, help="requests per second (constant, poisson)")
+    parser.add_argument("--duration-s", type=float, default=0.0, help="stop sending new requests after this")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals")
     return parser
 
 
@@ -57,6 +61,10 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         max_record_attempts=args.max_record_attempts,
         run_tag=args.run_tag,
         headers=tuple(parse_header(text) for text in args.header),
+        arrival=args.arrival,
+        rate=args.rate,
+        duration_s=args.duration_s,
+        seed=args.seed,
     )
 
 

@@ -8,7 +8,11 @@ Retry-After (the caller's job, as in the generation engine).
 from __future__ import annotations
 
 import asyncio
+import random
 import time
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
 
 import aiohttp
 
@@ -44,22 +48,32 @@ async def _one(
         async with session.post(f"{workload.endpoint}/v1/chat/completions", json=body, headers=headers) as response:
             status = response.status
             retry_after = response.headers.get("Retry-After")
-            async for line in response.content:
-                size += len(line)
-                if not line.startswith(b"data: "):
-                    continue
+            # Read what the socket holds and split it into events here: a readline per SSE
+            # line costs the client more than the proxy's forwarding of it, and a harness
+            # that pays more per chunk than the SUT measures itself (the capacity scenario).
+            # Events that arrive in one read arrived together: they share its time.
+            pending = b""
+            async for data in response.content.iter_any():
+                size += len(data)
                 now = time.monotonic()
-                if line.strip() == b"data: [DONE]":
-                    done = True
-                    continue
+                *whole, pending = (pending + data).split(b"\n")
+                for line in whole:
+                    if line.startswith(b"data: "):
+                        if line.strip() == b"data: [DONE]":
+                            done = True
+                            continue
+                        chunks += 1
+                        if first is None:
+                            first = now
+                        elif last is not None:
+                            gaps.append(now - last)
+                        if chunks <= MAX_CHUNK_OFFSETS:
+                            offsets.append(round(now - first, 4))
+                        last = now
+            if pending.strip() == b"data: [DONE]":  # a body that ends without its newline
+                done = True
+            elif pending.startswith(b"data: "):
                 chunks += 1
-                if first is None:
-                    first = now
-                elif last is not None:
-                    gaps.append(now - last)
-                if chunks <= MAX_CHUNK_OFFSETS:
-                    offsets.append(round(now - first, 4))
-                last = now
             if status != 200:
                 outcome = "rate_limited" if status == 429 else "http_error"
             elif workload.stream and not done:
@@ -91,27 +105,62 @@ async def _one(
     return (1 if outcome == "ok" else 0), wait
 
 
-async def run_raw(workload: Workload, events: EventWriter) -> dict[str, int]:
-    deadline = time.monotonic() + workload.deadline_s
-    pending = list(range(workload.records))
+async def run_raw(workload: Workload, events: EventWriter) -> dict[str, Any]:
+    """Send the workload's records: `concurrency` at a time, or arriving at `rate` per second
+    (constant or Poisson, seeded), for `duration_s` when it is set. The summary carries the
+    client's own CPU seconds and the window it spent them in, so a capacity run can show what
+    the harness cost at each load."""
+    started = time.monotonic()
+    cpu_started = time.process_time()
+    window = workload.duration_s or workload.deadline_s
+    deadline = started + min(window, workload.deadline_s)
+    pending = deque(range(workload.records))
     completed = 0
     timeout = aiohttp.ClientTimeout(total=None, sock_read=workload.deadline_s)
     # aiohttp's default pool holds 100 connections: a saturation run needs one per stream.
-    connector = aiohttp.TCPConnector(limit=workload.concurrency)
+    connector = aiohttp.TCPConnector(limit=workload.connections)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
 
-        async def worker() -> None:
+        async def send(record: int) -> None:
             nonlocal completed
-            while pending and time.monotonic() < deadline:
-                record = pending.pop(0)
-                for attempt in range(workload.max_record_attempts):
-                    ok, wait = await _one(session, workload, record, attempt, events)
-                    if ok:
-                        completed += 1
-                        break
-                    if time.monotonic() >= deadline:
-                        break
-                    await asyncio.sleep(wait if wait is not None else 0.1)
+            for attempt in range(workload.max_record_attempts):
+                ok, wait = await _one(session, workload, record, attempt, events)
+                if ok:
+                    completed += 1
+                    return
+                if time.monotonic() >= deadline:
+                    return
+                await asyncio.sleep(wait if wait is not None else 0.1)
 
-        await asyncio.gather(*(worker() for _ in range(workload.concurrency)))
-    return {"records": workload.records, "completed": completed, "incomplete": workload.records - completed}
+        async def worker() -> None:
+            while pending and time.monotonic() < deadline:
+                await send(pending.popleft())
+
+        if workload.arrival == "concurrency":
+            await asyncio.gather(*(worker() for _ in range(workload.concurrency)))
+        else:
+            sent = []
+            for at in arrivals(workload):
+                if not pending or started + at >= deadline:
+                    break
+                await asyncio.sleep(max(0.0, started + at - time.monotonic()))
+                sent.append(asyncio.ensure_future(send(pending.popleft())))
+            await asyncio.gather(*sent)
+    return {
+        "records": workload.records,
+        "completed": completed,
+        "incomplete": workload.records - completed,
+        "cpu_s": round(time.process_time() - cpu_started, 4),
+        "window_s": round(time.monotonic() - started, 4),
+    }
+
+
+def arrivals(workload: Workload) -> Iterator[float]:
+    """Seconds after the start at which each request is sent: every 1/rate (constant), or
+    exponential gaps of mean 1/rate (Poisson), from the workload's seed, as vLLM's
+    `bench serve --request-rate` (with burstiness 1) and guidellm's profiles send them."""
+    chooser = random.Random(workload.seed)
+    at = 0.0
+    while True:
+        yield at
+        at += chooser.expovariate(workload.rate) if workload.arrival == "poisson" else 1.0 / workload.rate

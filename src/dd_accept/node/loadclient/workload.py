@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+ARRIVALS = ("concurrency", "constant", "poisson")
+
 
 @dataclass(frozen=True, slots=True)
 class Workload:
@@ -19,6 +21,12 @@ class Workload:
     max_record_attempts: int = 50
     run_tag: str = ""  # prefix of request ids, so several client runs never share an id
     headers: tuple[tuple[str, str], ...] = ()  # extra request headers (e.g. an API key a user sends)
+    # How requests are sent (raw mode): `concurrency` at a time, or arriving at `rate` per
+    # second, evenly ("constant") or as a Poisson process ("poisson", from `seed`).
+    arrival: str = "concurrency"
+    rate: float = 0.0
+    duration_s: float = 0.0  # > 0: stop sending new requests after this long (records is a cap)
+    seed: int = 0
 
     def __post_init__(self) -> None:
         for name in ("records", "concurrency", "max_tokens", "admission_limit", "max_record_attempts"):
@@ -26,6 +34,18 @@ class Workload:
                 raise ValueError(f"{name} must be at least 1")
         if self.prompt_chars < 0 or self.deadline_s <= 0:
             raise ValueError("prompt_chars must be >= 0 and deadline_s > 0")
+        if self.arrival not in ARRIVALS:
+            raise ValueError(f"arrival must be one of {', '.join(ARRIVALS)}")
+        if (self.arrival != "concurrency") != (self.rate > 0):
+            raise ValueError("a rate (> 0) is given with, and only with, a constant or poisson arrival")
+        if self.duration_s < 0:
+            raise ValueError("duration_s must be >= 0")
+
+    @property
+    def connections(self) -> int:
+        """The connection pool's size: one per stream in flight (at a rate, the most that can
+        be in flight is bounded by the records)."""
+        return self.concurrency if self.arrival == "concurrency" else min(self.records, 4096)
 
     def prompt(self) -> str:
         return "x" * self.prompt_chars
@@ -46,6 +66,12 @@ class Workload:
         ]  # fmt: skip
         if not self.stream:
             argv.append("--no-stream")
+        if self.arrival != "concurrency":
+            argv += ["--arrival", self.arrival, "--rate", str(self.rate)]
+        if self.duration_s:
+            argv += ["--duration-s", str(self.duration_s)]
+        if self.seed:
+            argv += ["--seed", str(self.seed)]
         for name, value in self.headers:
             argv += ["--header", f"{name}: {value}"]
         return argv

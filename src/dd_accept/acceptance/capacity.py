@@ -1,0 +1,198 @@
+"""The capacity scenario: raise the load through the SUT's proxy level by level until its SLO
+breaks, and report the knee, what the proxy cost per chunk there, and the harness's share.
+
+Each level is one run of the raw load client (streams held in flight, or requests arriving
+at a constant or Poisson rate, seeded), sent for `level_seconds`; around it the steps' CPU
+is read from the nodes' kernel counters. Each level is a phase of its own in the result, so
+its serving metrics (vLLM's names) are in results.json beside every other scenario's, and a
+capacity bundle compares and trends like any other. The curve is kept as evidence
+(`capacity-curve.jsonl`): one line per level. The ladder stops once two levels in a row
+break the SLO: past the knee, more load only costs time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+
+from dd_accept.acceptance import capacity_checks as checks
+from dd_accept.acceptance.analysis import requests, with_prefix
+from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
+from dd_accept.base.options import CapacityOptions
+from dd_accept.base.results import PhaseRecord
+from dd_accept.fixtures import deployment
+from dd_accept.fixtures.deployment.step_usage import sample_usage
+
+CURVE_FILE = "capacity-curve.jsonl"
+MEASURED_STEPS = ("proxy", "replicas")
+
+
+@dataclass(frozen=True, slots=True)
+class CapacitySettings:
+    """The user's ladder and SLO, and what the scenario fixes: replicas that pace tokens like
+    a fast decoder (20 ms to the first, 5 ms apart), 32 tokens per stream."""
+
+    load: CapacityOptions = field(default_factory=CapacityOptions)
+    replicas: int = 4
+    tokens: int = 32
+    ttft_ms: int = 20
+    itl_ms: int = 5
+    seed: int = 0
+
+    @property
+    def slo(self) -> checks.Slo:
+        return checks.Slo(added_ttft_ms=self.load.slo_added_ttft_ms, chunk_delay_ms=self.load.slo_chunk_delay_ms)
+
+
+IDLE_SECONDS = 2.0
+
+
+@dataclass
+class CapacityRun(DeployedRun):
+    options: CapacitySettings
+    levels: list[checks.LoadLevel] = field(default_factory=list)
+    # CPU seconds per second each measured step spends with no load (health probes, the
+    # replicas' queue samplers): taken off each level, so a level's cost is what its load added.
+    idle_rate: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def curve(self) -> checks.Curve:
+        load = self.options.load
+        return checks.Curve(tuple(self.levels), self.options.slo, load.unit(), load.levels()[-1])
+
+
+def _deploy_replicas(s: CapacityRun) -> None:
+    o = s.options
+    most = max(o.load.levels())
+    in_flight = math.ceil(most if o.load.load_mode == "concurrency" else most * 2)  # at a rate: ~0.2 s per stream
+    s.replicas = deployment.start_replicas(
+        s.allocation, o.replicas, run=s.run, profile=s.profile, seed=o.seed,
+        options=(
+            "--ttft-ms", str(o.ttft_ms), "--itl-ms", str(o.itl_ms),
+            "--max-num-seqs", str(max(64, math.ceil(in_flight / o.replicas) * 2)),
+        ),
+    )  # fmt: skip
+
+
+def _measure_idle(s: CapacityRun) -> None:
+    before = sample_usage(s.allocation, MEASURED_STEPS)
+    started = time.monotonic()
+    time.sleep(IDLE_SECONDS)
+    after = sample_usage(s.allocation, MEASURED_STEPS)
+    elapsed = time.monotonic() - started
+    s.idle_rate = {name: after.cpu_since(before, name) / elapsed for name in MEASURED_STEPS}
+
+
+def _client_load(s: CapacityRun, index: int, load: float) -> dict[str, object]:
+    o = s.options
+    seconds = o.load.level_seconds
+    common = {"max_tokens": o.tokens, "max_record_attempts": 1, "duration_s": seconds, "deadline_s": seconds + 60}
+    if o.load.load_mode == "concurrency":
+        return common | {"concurrency": int(load), "records": 1_000_000}
+    return common | {
+        "arrival": o.load.load_mode,
+        "rate": load,
+        "records": math.ceil(load * seconds) + 1,
+        "seed": o.seed * 1000 + index,
+    }
+
+
+def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
+    """One level: read the steps' CPU, send for `level_seconds`, read it again, judge."""
+    replicas, proxy = s.deployed
+    name = f"capacity-{index}"
+    before = sample_usage(s.allocation, MEASURED_STEPS)
+    started = time.monotonic()
+    client = deployment.run_client(
+        s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, **_client_load(s, index, load)
+    )
+    record = client.wait(timeout=s.options.load.level_seconds + 120)
+    after = sample_usage(s.allocation, MEASURED_STEPS)
+    elapsed = time.monotonic() - started
+
+    def added(name: str) -> float:
+        """What the load added to a step's CPU: its use less its idle rate over the level."""
+        return max(0.0, after.cpu_since(before, name) - s.idle_rate.get(name, 0.0) * elapsed)
+
+    # A background step keeps its output's tail; the client's summary is its one last line.
+    summary = json.loads(record.stdout_tail.strip().splitlines()[-1]) if record.stdout_tail.strip() else {}
+    if not record.ok or "cpu_s" not in summary:
+        raise RuntimeError(f"load client failed: {record.describe()}")
+    return checks.measure_level(
+        index,
+        load,
+        requests(deployment.read_events(s.run, name)),
+        with_prefix(replicas.events(), f"{name}-"),
+        window_s=float(summary["window_s"]),
+        proxy_cpu_s=added("proxy"),
+        replicas_cpu_s=added("replicas"),
+        client_cpu_s=float(summary["cpu_s"]),
+        proxy_rss_kb=after.rss_kb.get("proxy", 0),
+        machine_busy=after.busy_since(before),
+    )
+
+
+def _climb(s: CapacityRun) -> None:
+    """Every level of the ladder, each a phase of its own, until the SLO breaks twice in a row."""
+    slo, unit = s.options.slo, s.options.load.unit()
+    _, curve_host = s.run.path(CURVE_FILE)
+    broken_run = 0
+    for index, load in enumerate(s.options.load.levels()):
+        title = f"load level {index + 1}: {load:g} {unit}"
+        s.progress.emit(title, load=load)
+        record = PhaseRecord("drive", title, started=time.time())
+        s.result.phases.append(record)
+        try:
+            level = _level(s, index, load)
+        except BaseException:
+            record.outcome = "interrupted"
+            raise
+        finally:
+            record.ended = time.time()
+        s.levels.append(level)
+        with curve_host.open("a") as curve:
+            curve.write(json.dumps({"kind": "capacity_level", **level.to_json(), "unit": unit}) + "\n")
+        broken = slo.broken_by(level)
+        s.progress.emit(
+            title,
+            output_tokens_per_s=round(level.output_throughput),
+            chunk_delay_p95_ms=level.chunk_delay_p95_ms,
+            slo="broken" if broken else "met",
+        )
+        broken_run = broken_run + 1 if broken else 0
+        if broken_run >= 2:
+            break
+
+
+def _judge(s: CapacityRun) -> None:
+    curve = s.curve
+    bounds = s.profile.capacity
+    floor = s.options.load.knee_floor if s.options.load.knee_floor is not None else bounds.knee_floor
+    limit = (
+        s.options.load.max_cpu_per_chunk_us
+        if s.options.load.max_cpu_per_chunk_us is not None
+        else bounds.max_proxy_cpu_us_per_chunk
+    )
+    s.result.add(checks.knee(curve, floor))
+    s.result.add(checks.proxy_cpu_per_chunk(curve, limit))
+    s.result.add(checks.harness_headroom(curve))
+
+
+PHASES: tuple[Phase[CapacityRun], ...] = (
+    Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
+    Phase("deploy", "deploying the SUT's proxy", deploy_proxy),
+    Phase("hold", "measuring the steps' idle CPU", _measure_idle, numbers=lambda s: {"seconds": IDLE_SECONDS}),
+    Phase(
+        "drive",
+        "climbing the load ladder",
+        _climb,
+        numbers=lambda s: {"levels": len(s.options.load.levels()), "mode": s.options.load.load_mode},
+    ),
+    Phase("judge", "knee, cost per chunk, harness headroom", _judge),
+    Phase("stop", "stopping the proxy", stop_if_started("proxy"), teardown=True),
+    Phase("stop", "stopping the replicas", stop_if_started("replicas"), teardown=True),
+)
+
+run_capacity = scenario_runner("capacity", PHASES, CapacityRun)

@@ -1,0 +1,72 @@
+"""`python -m dd_accept.node.step_usage JOB.STEP [JOB.STEP...]`: CPU seconds and resident
+memory of each step's processes on this node, and the machine's busy CPU, as one JSON line.
+
+Runs on a compute node (stdlib only). Slurm names a step's processes (`scontrol listpids`,
+which every process-tracking plugin answers), and the kernel's own counters say what they
+cost (`/proc/PID/stat` utime + stime, `/proc/PID/status` VmRSS). Nothing is estimated from
+the outside: the proxy's cost per chunk is the kernel's count of its CPU time, divided by
+the chunks its replicas sent. `/proc/stat` is the machine's (containers share one kernel),
+so the share of the machine a load level used is read once, here, too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def step_pids(step: str) -> list[int]:
+    """The step's processes on this node, as `scontrol listpids` names them."""
+    done = subprocess.run(["scontrol", "listpids", step], capture_output=True, text=True, timeout=10, check=False)
+    pids = []
+    for line in done.stdout.splitlines()[1:]:
+        first = line.split()[:1]
+        if first and first[0].isdigit():
+            pids.append(int(first[0]))
+    return pids
+
+
+def process_usage(pid: int) -> tuple[float, int] | None:
+    """(CPU seconds, resident kB) of one process; None once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces; what follows it does not
+    cpu_s = (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
+    rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    return cpu_s, rss
+
+
+def machine_cpu() -> dict[str, float]:
+    """The machine's busy and total CPU seconds since boot (first line of /proc/stat)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    return {"busy_s": (sum(values[:8]) - idle) / TICKS, "total_s": sum(values[:8]) / TICKS}
+
+
+def usage(steps: list[str]) -> dict[str, object]:
+    found: dict[str, dict[str, float]] = {}
+    for step in steps:
+        cpu_s, rss_kb, alive = 0.0, 0, 0
+        for pid in step_pids(step):
+            read = process_usage(pid)
+            if read is not None:
+                cpu_s, rss_kb, alive = cpu_s + read[0], rss_kb + read[1], alive + 1
+        found[step] = {"cpu_s": round(cpu_s, 3), "rss_kb": rss_kb, "processes": alive}
+    return {"steps": found, "machine": machine_cpu(), "cpus": os.cpu_count() or 1}
+
+
+def main() -> int:
+    print(json.dumps(usage(sys.argv[1:])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The capacity checks as pure functions: where the knee is, what a chunk costs, whose CPU it was."""
+
+import pytest
+
+from dd_accept.acceptance import capacity_checks as checks
+from dd_accept.base.events import ClientRequest, UpstreamAttempt
+from dd_accept.base.options import CapacityOptions
+
+SLO = checks.Slo(added_ttft_ms=150, chunk_delay_ms=25)
+
+
+def level(index, load, *, delay_p95=2.0, failed=0, tokens=1000.0, proxy=1.0, harness=1.0, chunks=20_000):
+    return checks.LoadLevel(
+        index=index, load=load, requests=100, failed=failed, chunks=chunks, window_s=3.0,
+        output_throughput=tokens, added_ttft_p95_ms=10.0, chunk_delay_p50_ms=delay_p95 / 2,
+        chunk_delay_p95_ms=delay_p95, proxy_cpu_s=proxy, replicas_cpu_s=harness / 2, client_cpu_s=harness / 2,
+        proxy_rss_kb=40_960, machine_busy=0.5,
+    )  # fmt: skip
+
+
+def curve(*levels):
+    return checks.Curve(tuple(levels), SLO, "streams in flight", 202)
+
+
+def test_the_knee_is_the_last_level_before_two_broken_in_a_row():
+    found = curve(
+        level(0, 8, tokens=1200),
+        level(1, 12, delay_p95=30, tokens=1800),  # one broken level between served ones: noise
+        level(2, 18, tokens=2700),
+        level(3, 27, delay_p95=40, tokens=4000),
+        level(4, 40, failed=3, tokens=5000),
+        level(5, 60, tokens=8000),  # after two broken levels: never reached by a real run, never the knee
+    )
+    assert found.knee.index == 2
+    result = checks.knee(found, floor=2000)
+    assert result.verdict == "pass" and result.metrics["knee_output_throughput"] == 2700
+    assert "broke at level 4 (27 streams in flight): chunk delay p95 40.0 ms > 25 ms" in result.observed
+    below = checks.knee(found, floor=3000)
+    assert below.verdict == "fail" and "2700 output tokens/s" in below.observed
+
+
+def test_no_level_meeting_the_slo_is_a_failed_knee_named_after_it():
+    result = checks.knee(curve(level(0, 8, delay_p95=80), level(1, 12, delay_p95=90)), floor=1)
+    assert result.verdict == "fail" and result.metrics["knee_output_throughput"] == 0
+    assert result.observed.startswith("no load level met the SLO; level 1 (8 streams in flight): chunk delay p95 80.0")
+
+
+def test_a_failed_request_breaks_the_slo_before_any_latency():
+    assert SLO.broken_by(level(0, 8, failed=1, delay_p95=99)) == "1 of 100 requests failed"
+    assert SLO.broken_by(level(0, 8)) == ""
+
+
+def test_cpu_per_chunk_is_read_where_forwarding_is_cheapest():
+    # Light load pays for idle wake-ups (rc1: 170 us at 8 streams): the cheapest level is the proxy's own cost.
+    found = curve(level(0, 8, proxy=3.4, chunks=20_000), level(1, 60, proxy=1.0, chunks=25_000))
+    result = checks.proxy_cpu_per_chunk(found, limit_us=150)
+    assert result.verdict == "pass" and result.metrics["proxy_cpu_us_per_chunk"] == 40.0
+    assert "at level 2 (60 streams in flight), its cheapest" in result.observed
+    costly = curve(level(0, 8, proxy=5.0, chunks=20_000), level(1, 60, proxy=6.0, chunks=25_000))
+    assert checks.proxy_cpu_per_chunk(costly, limit_us=150).metrics["proxy_cpu_us_per_chunk"] == 240.0
+    assert checks.proxy_cpu_per_chunk(costly, limit_us=150).verdict == "fail"
+    assert checks.proxy_cpu_per_chunk(curve(), limit_us=150).verdict == "fail"
+
+
+def test_harness_headroom_fails_as_not_judged_when_the_harness_takes_the_cpu():
+    fine = checks.harness_headroom(curve(level(0, 8, proxy=2.0, harness=1.0)))
+    assert fine.verdict == "pass" and fine.metrics["harness_share"] == pytest.approx(0.333, abs=0.001)
+    bound = checks.harness_headroom(curve(level(0, 8, proxy=1.0, harness=2.0)))
+    assert bound.verdict == "fail" and bound.detail.startswith("not judged")
+    assert "harness 67% of the run's CPU" in bound.observed
+
+
+def test_chunk_delays_line_up_the_replica_write_and_the_client_read_on_one_clock():
+    stream = ClientRequest(
+        mode="raw", record=0, attempt=0, outcome="ok", request_id="a", started=100.0, ttft_s=0.030,
+        chunk_offsets_s=[0.0, 0.005, 0.012],
+    )  # fmt: skip
+    sent = UpstreamAttempt(
+        replica=0, path="/v1/chat/completions", outcome="ok", started=100.002, duration_s=0.1, request_id="a",
+        status=200, first_byte_s=0.025, chunk_offsets_s=[0.0, 0.005, 0.010], data_events=3,
+    )  # fmt: skip
+    assert [round(d * 1000, 3) for d in checks.chunk_delays(stream, sent)] == [3.0, 3.0, 5.0]
+    measured = checks.measure_level(
+        0, 8, [stream], [sent], window_s=1.0, proxy_cpu_s=0.1, replicas_cpu_s=0.1, client_cpu_s=0.1,
+        proxy_rss_kb=1, machine_busy=0.2,
+    )  # fmt: skip
+    assert measured.chunks == 3 and measured.chunk_delay_p95_ms == 5.0 and measured.added_ttft_p95_ms == 5.0
+
+
+def test_the_ladder_climbs_by_its_factor_in_whole_streams_or_rates():
+    assert CapacityOptions().levels() == [8, 12, 18, 27, 40, 60, 90, 135, 202]
+    assert CapacityOptions(load_mode="poisson", load_levels=3).levels() == [40, 60, 90]
+    assert CapacityOptions(load_start=1, load_factor=1.1, load_levels=3).levels() == [1, 2, 3], "always climbs"
+    with pytest.raises(ValueError, match="whole number of streams"):
+        CapacityOptions(load_start=2.5)

@@ -1,0 +1,71 @@
+"""Numbers that got worse between two releases beyond measured noise are regressions, even
+when each release passed its own run."""
+
+from dd_accept.base.regressions import KNEE_THROUGHPUT, PROXY_CPU_PER_CHUNK, REGRESSION_METRICS
+from dd_accept.harness.gate import judge_regressions
+from dd_accept.reports import compare
+
+
+def results(knee: float, cost: float, verdict: str = "pass") -> dict:
+    checks = [
+        {"id": "capacity.knee", "verdict": verdict, "metrics": {KNEE_THROUGHPUT: knee}},
+        {"id": "capacity.proxy_cpu_per_chunk", "verdict": "pass", "metrics": {PROXY_CPU_PER_CHUNK: cost}},
+    ]
+    return {"sut": {"spec": "x"}, "verdict": verdict, "scenarios": [{"name": "capacity", "checks": checks}]}
+
+
+def test_a_knee_a_third_lower_is_noise_more_than_forty_percent_is_a_regression():
+    assert compare.compare(results(8000, 40), results(5400, 40)).metric_regressions == ()
+    found = compare.compare(results(8000, 40), results(4700, 40))
+    (worse,) = found.metric_regressions
+    assert found.regressed and not found.regressions, "both passed: only the number regressed"
+    assert worse.describe() == (
+        "capacity.knee knee_output_throughput: baseline 8000 output tokens/s, candidate 4700 output tokens/s "
+        "(at least 4800 allowed, tolerance 40%)"
+    )
+
+
+def test_cpu_per_chunk_regresses_upwards_and_an_improvement_never_does():
+    (worse,) = compare.compare(results(8000, 40), results(8000, 61)).metric_regressions
+    assert worse.declared.metric == PROXY_CPU_PER_CHUNK and worse.candidate == 61
+    assert compare.compare(results(8000, 40), results(20000, 10)).metric_regressions == ()
+
+
+def test_a_given_tolerance_replaces_every_metrics_own():
+    assert len(compare.compare(results(8000, 40), results(7000, 44), tolerance=0.05).metric_regressions) == 2
+    assert compare.compare(results(8000, 40), results(3000, 100), tolerance=2.0).metric_regressions == ()
+
+
+def test_the_json_document_names_the_metric_both_values_and_the_tolerance():
+    document = compare.to_json(compare.compare(results(8000, 40), results(4000, 40)), 1)
+    (worse,) = document["metric_regressions"]
+    assert (worse["metric"], worse["baseline"], worse["candidate"], worse["tolerance"]) == (
+        KNEE_THROUGHPUT,
+        8000,
+        4000,
+        0.4,
+    )
+    assert "knee_output_throughput" in compare.to_markdown(compare.compare(results(8000, 40), results(4000, 40)))
+
+
+def test_a_gate_with_a_baseline_judges_each_declared_number():
+    checks = {c.id: c for c in judge_regressions(results(8000, 40), results(4000, 41))}
+    assert set(checks) == {f"gate.regression.{m.check}" for m in REGRESSION_METRICS}
+    knee = checks["gate.regression.capacity.knee"]
+    assert knee.verdict == "fail" and knee.metrics == {"baseline": 8000, "candidate": 4000}
+    assert "at least 4800 output tokens/s" in knee.expected
+    assert checks["gate.regression.capacity.proxy_cpu_per_chunk"].verdict == "pass"
+    assert judge_regressions({"scenarios": []}, results(1, 1)) == [], "nothing to compare: no check"
+
+
+def test_each_declared_metric_is_one_its_check_writes():
+    from dd_accept.acceptance import capacity_checks
+    from tests.unit.test_capacity_checks import curve, level
+
+    measured = curve(level(0, 8), level(1, 12))
+    written = {
+        "capacity.knee": capacity_checks.knee(measured, floor=1).metrics,
+        "capacity.proxy_cpu_per_chunk": capacity_checks.proxy_cpu_per_chunk(measured, limit_us=1000).metrics,
+    }
+    for declared in REGRESSION_METRICS:
+        assert declared.metric in written[declared.check], declared
