@@ -24,13 +24,14 @@ from rich.console import Console
 from rich.table import Table
 
 from dd_accept.base.options import LOAD_MODES
-from dd_accept.base.regressions import KNEE_THROUGHPUT, PROXY_CPU_PER_CHUNK
+from dd_accept.base.regressions import KNEE_THROUGHPUT, LIGHT_CHUNK_DELAY, PROXY_CPU_PER_CHUNK
 from dd_accept.sut.spec import DEFAULT_SUT
 
 NUMBERS = (
     ("knee load", "capacity.knee", "knee_load"),
     ("knee output tok/s", "capacity.knee", KNEE_THROUGHPUT),
     ("chunk delay p95 at knee ms", "capacity.knee", "knee_chunk_delay_p95_ms"),
+    ("chunk delay p50 at the lightest level ms", "capacity.knee", LIGHT_CHUNK_DELAY),
     ("proxy CPU us/chunk", "capacity.proxy_cpu_per_chunk", PROXY_CPU_PER_CHUNK),
     ("harness CPU share at knee", "capacity.harness_headroom", "harness_share"),
     ("machine busy at knee", "capacity.harness_headroom", "machine_busy"),

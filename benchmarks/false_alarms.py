@@ -24,8 +24,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from dd_accept.acceptance.scenarios import ALL_SCENARIOS as SCENARIOS  # `all`: capacity runs alone
 from dd_accept.base.options import ClusterOptions, add_arguments, build, given, to_argv
-from dd_accept.harness.runner import SCENARIOS
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
 from dd_accept.sut.variants import FAULTS, RC1_FAILS, make_variant
 from dd_accept.sut.wheelhouse import build_wheelhouse

@@ -23,8 +23,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from dd_accept.acceptance.scenarios import ALL_SCENARIOS as SCENARIOS  # `all`: capacity runs alone
 from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
-from dd_accept.harness.runner import SCENARIOS
 
 GOALS = {"overload --replicas 8": 60.0, "all (parallel)": 180.0}
 

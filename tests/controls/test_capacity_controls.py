@@ -14,27 +14,34 @@ import pytest
 
 from dd_accept.acceptance.capacity import CapacitySettings, run_capacity
 from dd_accept.base.options import CapacityOptions
-from dd_accept.base.regressions import KNEE_THROUGHPUT, PROXY_CPU_PER_CHUNK
+from dd_accept.base.regressions import KNEE_THROUGHPUT, LIGHT_CHUNK_DELAY, PROXY_CPU_PER_CHUNK
 from tests.controls.controls import run_with_fault
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.cluster
 
-# Shorter levels than a release run's 3 s: the controls judge what a fault does to the knee,
-# not its third significant digit.
-LEVEL_SECONDS = 2.0
-SETTINGS = CapacitySettings(load=CapacityOptions(level_seconds=LEVEL_SECONDS))
+# Shorter levels than a release run's 3 s, from 18 streams: the controls judge what a fault
+# does to the knee, not its third significant digit (and make test has a time budget).
+LEVEL_SECONDS, START = 2.0, 18
+SETTINGS = CapacitySettings(load=CapacityOptions(level_seconds=LEVEL_SECONDS, load_start=START))
+# Only the two lightest levels: where a chunk's delay is the proxy's own.
+LIGHT = CapacitySettings(load=CapacityOptions(level_seconds=LEVEL_SECONDS, load_start=START, load_levels=2))
 
 
-def _capacity(allocation, run, profile, progress):
-    return run_capacity(allocation, run, profile, SETTINGS, progress)
+def _capacity(allocation, run, profile, progress, settings=SETTINGS):
+    return run_capacity(allocation, run, profile, settings, progress)
+
+
+def _with(settings):
+    return lambda allocation, run, profile, progress: _capacity(allocation, run, profile, progress, settings)
 
 
 @pytest.fixture(scope="module")
 def rc1(tmp_path_factory):
     """rc1's capacity run through the CLI: the "before" every fault is compared with."""
     out = tmp_path_factory.mktemp("capacity") / "rc1"
-    done = run_cli("--quiet", "run", "capacity", "--level-seconds", str(LEVEL_SECONDS), "--out", str(out), timeout=900)
+    ladder = ("--level-seconds", str(LEVEL_SECONDS), "--load-start", str(START))
+    done = run_cli("--quiet", "run", "capacity", *ladder, "--out", str(out), timeout=900)
     results = json.loads((out / "results.json").read_text())
     (scenario,) = results["scenarios"]
     assert scenario["error"] is None, scenario["error"]
@@ -64,6 +71,8 @@ def test_rc1_meets_the_knee_floor_and_the_cost_bound(rc1, sut_profile):
     assert len(levels) == knee["metrics"]["levels_run"] >= 3
     throughputs = [p["metrics"]["output_throughput"] for p in levels]
     assert throughputs[1] > throughputs[0], "more streams in flight carry more tokens below the knee"
+    report = (rc1[0] / "report.html").read_text()
+    assert report.count('aria-label="capacity curve"') == 1 and report.count("<rect ") >= len(levels)
 
 
 def test_a_proxy_that_burns_cpu_per_event_is_caught_by_proxy_cpu_per_chunk(
@@ -86,12 +95,16 @@ def test_a_proxy_that_burns_cpu_per_event_is_caught_by_proxy_cpu_per_chunk(
     worse = {r["metric"]: r for r in document["metric_regressions"]}
     assert worse[PROXY_CPU_PER_CHUNK]["baseline"] == was and worse[PROXY_CPU_PER_CHUNK]["tolerance"] == 0.5
     assert f"worse than the baseline: capacity.proxy_cpu_per_chunk {PROXY_CPU_PER_CHUNK}: baseline" in compared.stderr
+    assert worse[KNEE_THROUGHPUT]["candidate"] < worse[KNEE_THROUGHPUT]["baseline"] and not document["not_compared"]
 
 
 def test_a_proxy_that_blocks_per_event_is_caught_by_knee(rc1, sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    """It costs no CPU: only the knee shows it."""
+    """It costs no CPU: only the knee shows it. Run on the README's rate ladder (requests
+    arriving as a seeded Poisson process, 40, 60, 90 ... per second): the knees of two
+    ladders are not compared, and the comparison says so; the verdict that flipped is."""
     bundle, _, before = rc1
-    checks = run_with_fault(_capacity, "blocking-per-chunk", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    poisson = CapacitySettings(load=CapacityOptions(load_mode="poisson", load_start=40, level_seconds=LEVEL_SECONDS))
+    checks = run_with_fault(_with(poisson), "blocking-per-chunk", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     knee = checks["capacity.knee"]
     knee_before = before["capacity.knee"]["metrics"][KNEE_THROUGHPUT]
     print("blocking-per-chunk:", knee.observed, "|", checks["capacity.proxy_cpu_per_chunk"].observed)
@@ -100,28 +113,36 @@ def test_a_proxy_that_blocks_per_event_is_caught_by_knee(rc1, sut_wheelhouse, su
     assert "chunk delay p95" in knee.observed, "broken for its delay, not for a failed request"
     assert knee.metrics[KNEE_THROUGHPUT] < knee_before / 2, (knee_before, knee)
     assert checks["capacity.proxy_cpu_per_chunk"].verdict == "pass", checks["capacity.proxy_cpu_per_chunk"]
-    compared = run_cli("compare", str(bundle), str(tmp_path), "--fail-on-regression")
-    assert compared.returncode == 1 and f"capacity.knee {KNEE_THROUGHPUT}: baseline" in compared.stderr
-    assert "tolerance 40%" in compared.stderr
-
-
-def test_a_poisson_ladder_sends_each_level_at_its_rate(tmp_path, sut_profile):
-    """The README's rate example, two short levels: each level's requests arrive at its rate
-    (seeded Poisson), and each is a phase with its serving metrics."""
-    out = tmp_path / "poisson"
-    argv = ["--quiet", "run", "capacity", "--load-mode", "poisson", "--load-start", "40"]
-    done = run_cli(*argv, "--load-levels", "2", "--level-seconds", "2", "--out", str(out), timeout=900)
-    results = json.loads((out / "results.json").read_text())
-    (scenario,) = results["scenarios"]
-    assert scenario["error"] is None and done.returncode in (0, 1), done.stderr
-    levels = {p["title"]: p["metrics"] for p in scenario["serving"]["phases"] if p["title"].startswith("load level")}
-    assert list(levels) == ["load level 1: 40 requests/s", "load level 2: 60 requests/s"]
-    for rate, metrics in zip((40, 60), levels.values(), strict=True):
-        assert 0.6 * rate * 2 <= metrics["requests"] <= 1.5 * rate * 2 + 1, (rate, metrics)
-    knee = next(c for c in scenario["checks"] if c["id"] == "capacity.knee")
-    # 60 requests/s of 32 tokens is below the floor: a ladder that stops early cannot show the
-    # knee the profile asks for, and says so, with the top it held.
+    compared = run_cli("compare", str(bundle), str(tmp_path), "--fail-on-regression", "--format", "json")
+    document = json.loads(compared.stdout)
+    assert compared.returncode == 1 and "capacity.knee" in document["regressed"], compared.stderr
     assert (
-        knee["metrics"]["knee_load"] == 60 and "the SLO held up to the ladder's top (60 requests/s)" in knee["observed"]
-    ), knee
-    assert knee["verdict"] == "fail" and knee["metrics"][KNEE_THROUGHPUT] < sut_profile.capacity.knee_floor
+        f"capacity.knee {KNEE_THROUGHPUT}: the runs' ladders differ (ladder_mode, ladder_start)"
+        in (document["not_compared"])
+    )
+    # each level a phase; the first one's requests sent at its rate
+    (scenario,) = json.loads((tmp_path / "results.json").read_text())["scenarios"]
+    levels = [p for p in scenario["serving"]["phases"] if p["title"].startswith("load level")]
+    assert levels[0]["title"] == "load level 1: 40 requests/s", levels
+    assert 0.6 * 40 * LEVEL_SECONDS <= levels[0]["metrics"]["requests"] <= 1.5 * 40 * LEVEL_SECONDS + 1, levels
+
+
+def test_a_proxy_that_holds_every_chunk_is_caught_by_the_comparison_with_rc1(
+    rc1, sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """2 ms more per token, no CPU, no blocking: every single-run bound still holds (the SLO
+    allows 25 ms), so only the release before it shows the change."""
+    bundle, _, before = rc1
+    checks = run_with_fault(_with(LIGHT), "latency-per-chunk", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    was = before["capacity.knee"]["metrics"][LIGHT_CHUNK_DELAY]
+    now = checks["capacity.knee"].metrics[LIGHT_CHUNK_DELAY]
+    print("latency-per-chunk:", checks["capacity.knee"].observed, "| light chunk delay p50", was, "->", now)
+    assert now >= was + 1.5, (was, now)
+    assert checks["capacity.proxy_cpu_per_chunk"].verdict == "pass"
+    compared = run_cli("compare", str(bundle), str(tmp_path), "--fail-on-regression", "--format", "json")
+    assert compared.returncode == 1, compared.stderr
+    worse = {r["metric"]: r for r in json.loads(compared.stdout)["metric_regressions"]}
+    assert worse[LIGHT_CHUNK_DELAY]["baseline"] == was and worse[LIGHT_CHUNK_DELAY]["candidate"] == now
+    # Two levels only: the knee and the cost at the cheapest levels are not compared with rc1's nine.
+    notes = json.loads(compared.stdout)["not_compared"]
+    assert PROXY_CPU_PER_CHUNK not in worse and any(n.startswith("capacity.proxy_cpu_per_chunk") for n in notes)

@@ -44,13 +44,13 @@ def readme_examples() -> list[str]:
 RUN_ELSEWHERE = {
     "dd-accept run capacity": (
         "tests/controls/test_capacity_controls.py::rc1",
-        "equivalent: 2 s levels instead of 3, with --out in the test's directory",
+        "equivalent: 2 s levels from 18 streams instead of 3 s from 8, with --out in the test's directory",
         ('"run", "capacity"',),
     ),
     "dd-accept run capacity --load-mode poisson --load-start 40": (
-        "tests/controls/test_capacity_controls.py::test_a_poisson_ladder_sends_each_level_at_its_rate",
-        "equivalent: two 2 s levels of the same ladder",
-        ('"--load-mode", "poisson", "--load-start", "40"',),
+        "tests/controls/test_capacity_controls.py::test_a_proxy_that_blocks_per_event_is_caught_by_knee",
+        "equivalent: the same ladder in 2 s levels, run as the scenario (the blocking-per-chunk control)",
+        ('load_mode="poisson", load_start=40',),
     ),
     "make accept": (
         "tests/gate/test_gate_runs.py::test_the_readme_gate_section_works_as_written",

@@ -9,12 +9,25 @@ from dd_accept.base.options import CapacityOptions
 SLO = checks.Slo(added_ttft_ms=150, chunk_delay_ms=25)
 
 
-def level(index, load, *, delay_p95=2.0, failed=0, tokens=1000.0, proxy=1.0, harness=1.0, chunks=20_000):
+def level(
+    index,
+    load,
+    *,
+    delay_p95=2.0,
+    failed=0,
+    tokens=1000.0,
+    proxy=1.0,
+    harness=1.0,
+    chunks=20_000,
+    error="",
+    client=None,
+):
+    client = harness / 2 if client is None else client
     return checks.LoadLevel(
         index=index, load=load, requests=100, failed=failed, chunks=chunks, window_s=3.0,
         output_throughput=tokens, added_ttft_p95_ms=10.0, chunk_delay_p50_ms=delay_p95 / 2,
-        chunk_delay_p95_ms=delay_p95, proxy_cpu_s=proxy, replicas_cpu_s=harness / 2, client_cpu_s=harness / 2,
-        proxy_rss_kb=40_960, machine_busy=0.5,
+        chunk_delay_p95_ms=delay_p95, proxy_cpu_s=proxy, replicas_cpu_s=harness - client, client_cpu_s=client,
+        proxy_rss_kb=40_960, machine_busy=0.5, client_error=error,
     )  # fmt: skip
 
 
@@ -39,6 +52,14 @@ def test_the_knee_is_the_last_level_before_two_broken_in_a_row():
     assert below.verdict == "fail" and "2700 output tokens/s" in below.observed
 
 
+def test_a_failed_request_is_never_noise_the_knee_is_below_it():
+    found = curve(level(0, 8, tokens=1200), level(1, 12, failed=1, tokens=1800), level(2, 18, tokens=2700))
+    assert found.knee.index == 0, "a level with a failure ends the climb; the served level after it does not count"
+    assert "broke at level 2 (12 streams in flight): 1 of 100 requests failed" in checks.knee(found, 1).observed
+    crashed = curve(level(0, 8), level(1, 12, error="exit 1"))
+    assert crashed.knee.index == 0 and SLO.broken_by(crashed.levels[1]) == "the load client failed: exit 1"
+
+
 def test_no_level_meeting_the_slo_is_a_failed_knee_named_after_it():
     result = checks.knee(curve(level(0, 8, delay_p95=80), level(1, 12, delay_p95=90)), floor=1)
     assert result.verdict == "fail" and result.metrics["knee_output_throughput"] == 0
@@ -51,15 +72,26 @@ def test_a_failed_request_breaks_the_slo_before_any_latency():
 
 
 def test_cpu_per_chunk_is_read_where_forwarding_is_cheapest():
-    # Light load pays for idle wake-ups (rc1: 170 us at 8 streams): the cheapest level is the proxy's own cost.
-    found = curve(level(0, 8, proxy=3.4, chunks=20_000), level(1, 60, proxy=1.0, chunks=25_000))
+    # Light load pays for idle wake-ups (rc1: 170 us at 8 streams): the cheapest levels are the
+    # proxy's own cost, and the median of the three cheapest keeps one misread level from deciding.
+    found = curve(
+        level(0, 8, proxy=3.4, chunks=20_000), level(1, 60, proxy=1.0, chunks=25_000),
+        level(2, 90, proxy=0.1, chunks=25_000), level(3, 135, proxy=1.1, chunks=25_000),
+    )  # fmt: skip
     result = checks.proxy_cpu_per_chunk(found, limit_us=150)
     assert result.verdict == "pass" and result.metrics["proxy_cpu_us_per_chunk"] == 40.0
-    assert "at level 2 (60 streams in flight), its cheapest" in result.observed
+    assert "at level 2 (60 streams in flight) (median of its cheapest)" in result.observed
     costly = curve(level(0, 8, proxy=5.0, chunks=20_000), level(1, 60, proxy=6.0, chunks=25_000))
     assert checks.proxy_cpu_per_chunk(costly, limit_us=150).metrics["proxy_cpu_us_per_chunk"] == 240.0
     assert checks.proxy_cpu_per_chunk(costly, limit_us=150).verdict == "fail"
     assert checks.proxy_cpu_per_chunk(curve(), limit_us=150).verdict == "fail"
+
+
+def test_a_cpu_reading_too_small_to_measure_is_never_a_cost_of_zero():
+    unmeasured = curve(level(0, 8, proxy=0.0), level(1, 12, proxy=0.01))
+    result = checks.proxy_cpu_per_chunk(unmeasured, limit_us=150)
+    assert result.verdict == "fail" and result.observed.startswith("no level measured the proxy's CPU")
+    assert "8: not measured" in result.detail
 
 
 def test_harness_headroom_fails_as_not_judged_when_the_harness_takes_the_cpu():
@@ -68,6 +100,13 @@ def test_harness_headroom_fails_as_not_judged_when_the_harness_takes_the_cpu():
     bound = checks.harness_headroom(curve(level(0, 8, proxy=1.0, harness=2.0)))
     assert bound.verdict == "fail" and bound.detail.startswith("not judged")
     assert "harness 67% of the run's CPU" in bound.observed
+
+
+def test_a_load_client_near_a_full_core_is_harness_bound_whatever_its_share():
+    # a proxy with many workers makes the harness's share small while one client loop is saturated
+    saturated = checks.harness_headroom(curve(level(0, 8, proxy=20.0, harness=3.0, client=2.7)))
+    assert saturated.verdict == "fail" and saturated.metrics["client_core_share"] == 0.9
+    assert "load client at 90% of a core" in saturated.observed
 
 
 def test_chunk_delays_line_up_the_replica_write_and_the_client_read_on_one_clock():
@@ -93,3 +132,20 @@ def test_the_ladder_climbs_by_its_factor_in_whole_streams_or_rates():
     assert CapacityOptions(load_start=1, load_factor=1.1, load_levels=3).levels() == [1, 2, 3], "always climbs"
     with pytest.raises(ValueError, match="whole number of streams"):
         CapacityOptions(load_start=2.5)
+    assert CapacityOptions(load_mode="constant", load_start=5, load_factor=1.01, load_levels=3).levels() == [
+        5,
+        5.1,
+        5.2,
+    ], "a rate ladder climbs too"
+    with pytest.raises(ValueError, match=r"at least 0\.1"):
+        CapacityOptions(load_mode="poisson", load_start=0.04)
+    with pytest.raises(ValueError, match="would climb to"):
+        CapacityOptions(load_factor=100.0, load_levels=30)
+
+
+def test_the_ladder_the_knee_carries_is_the_one_regressions_compare():
+    from dd_accept.base.regressions import LADDER
+
+    assert tuple(name for name, _ in CapacityOptions().ladder()) == LADDER
+    knee = checks.knee(checks.Curve((level(0, 8),), SLO, "x", 8, CapacityOptions().ladder()), floor=1)
+    assert all(name in knee.metrics for name in LADDER) and knee.metrics["light_chunk_delay_p50_ms"] == 1.0

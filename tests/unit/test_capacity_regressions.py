@@ -1,14 +1,18 @@
 """Numbers that got worse between two releases beyond measured noise are regressions, even
 when each release passed its own run."""
 
-from dd_accept.base.regressions import KNEE_THROUGHPUT, PROXY_CPU_PER_CHUNK, REGRESSION_METRICS
+from dd_accept.base.options import CapacityOptions
+from dd_accept.base.regressions import KNEE_THROUGHPUT, LIGHT_CHUNK_DELAY, PROXY_CPU_PER_CHUNK, REGRESSION_METRICS
 from dd_accept.harness.gate import judge_regressions
 from dd_accept.reports import compare
 
+LADDER_METRICS = dict(CapacityOptions().ladder())
 
-def results(knee: float, cost: float, verdict: str = "pass") -> dict:
+
+def results(knee: float, cost: float, verdict: str = "pass", delay: float = 0.4, **ladder: float) -> dict:
+    knee_metrics = {KNEE_THROUGHPUT: knee, LIGHT_CHUNK_DELAY: delay, **LADDER_METRICS, **ladder}
     checks = [
-        {"id": "capacity.knee", "verdict": verdict, "metrics": {KNEE_THROUGHPUT: knee}},
+        {"id": "capacity.knee", "verdict": verdict, "metrics": knee_metrics},
         {"id": "capacity.proxy_cpu_per_chunk", "verdict": "pass", "metrics": {PROXY_CPU_PER_CHUNK: cost}},
     ]
     return {"sut": {"spec": "x"}, "verdict": verdict, "scenarios": [{"name": "capacity", "checks": checks}]}
@@ -33,6 +37,34 @@ def test_cpu_per_chunk_regresses_upwards_and_an_improvement_never_does():
 
 def test_a_given_tolerance_replaces_every_metrics_own():
     assert len(compare.compare(results(8000, 40), results(7000, 44), tolerance=0.05).metric_regressions) == 2
+
+
+def test_every_token_held_a_millisecond_longer_is_a_regression_a_fraction_of_one_is_not():
+    assert compare.compare(results(8000, 40, delay=0.4), results(8000, 40, delay=1.0)).metric_regressions == ()
+    (worse,) = compare.compare(results(8000, 40, delay=0.4), results(8000, 40, delay=1.4)).metric_regressions
+    assert worse.declared.metric == LIGHT_CHUNK_DELAY and "at most 1.1 allowed" in worse.describe()
+
+
+def test_knees_from_different_ladders_are_not_compared_and_the_reason_is_said():
+    found = compare.compare(results(8000, 40), results(2000, 40, ladder_mode=2.0, ladder_start=40.0))
+    assert [r.declared.metric for r in found.metric_regressions] == []
+    assert found.not_compared == (
+        "capacity.knee knee_output_throughput: the runs' ladders differ (ladder_mode, ladder_start)",
+        "capacity.proxy_cpu_per_chunk proxy_cpu_us_per_chunk: the runs' ladders differ (ladder_mode, ladder_start)",
+        "capacity.knee light_chunk_delay_p50_ms: the runs' ladders differ (ladder_mode, ladder_start)",
+    )
+    # a shorter ladder: its knee and cheapest levels say nothing against nine levels; its first level does
+    shorter = compare.compare(results(8000, 40), results(2000, 90, delay=2.0, ladder_levels=2.0))
+    assert [r.declared.metric for r in shorter.metric_regressions] == [LIGHT_CHUNK_DELAY]
+    assert len(shorter.not_compared) == 2
+
+
+def test_a_candidate_that_measured_nothing_regressed_a_baseline_of_nothing_never_counts():
+    crashed = {"sut": {"spec": "x"}, "verdict": "fail", "scenarios": [{"name": "capacity", "checks": []}]}
+    found = compare.compare(results(8000, 40), crashed)
+    assert len(found.metric_regressions) == 3 and found.regressed
+    assert "not measured in the candidate" in found.metric_regressions[0].describe()
+    assert compare.compare(results(8000, 0.0), results(8000, 40)).metric_regressions == ()
     assert compare.compare(results(8000, 40), results(3000, 100), tolerance=2.0).metric_regressions == ()
 
 
@@ -50,11 +82,11 @@ def test_the_json_document_names_the_metric_both_values_and_the_tolerance():
 
 def test_a_gate_with_a_baseline_judges_each_declared_number():
     checks = {c.id: c for c in judge_regressions(results(8000, 40), results(4000, 41))}
-    assert set(checks) == {f"gate.regression.{m.check}" for m in REGRESSION_METRICS}
-    knee = checks["gate.regression.capacity.knee"]
+    assert set(checks) == {f"gate.regression.{m.check}.{m.metric}" for m in REGRESSION_METRICS}
+    knee = checks[f"gate.regression.capacity.knee.{KNEE_THROUGHPUT}"]
     assert knee.verdict == "fail" and knee.metrics == {"baseline": 8000, "candidate": 4000}
     assert "at least 4800 output tokens/s" in knee.expected
-    assert checks["gate.regression.capacity.proxy_cpu_per_chunk"].verdict == "pass"
+    assert checks[f"gate.regression.capacity.proxy_cpu_per_chunk.{PROXY_CPU_PER_CHUNK}"].verdict == "pass"
     assert judge_regressions({"scenarios": []}, results(1, 1)) == [], "nothing to compare: no check"
 
 

@@ -103,3 +103,24 @@ def test_a_rate_run_sends_its_requests_at_that_rate_for_its_duration(tmp_path):
     events.close()
     assert 19 <= summary["completed"] <= 21, summary  # 40/s for 0.5 s, the first at 0
     assert elapsed < 2
+
+
+def test_data_lines_without_their_space_cr_endings_and_a_last_line_without_newline_count(tmp_path):
+    body = b'data:{"a":1}\r\rdata: {"a":2}\r\n\r\ndata:[DONE]'
+
+    async def handler(request):
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(body)
+        return response
+
+    events = EventWriter(tmp_path / "e.jsonl", source="client")
+
+    async def run(url):
+        return await run_raw(Workload(endpoint=url, records=1, concurrency=1, max_record_attempts=1), events)
+
+    asyncio.run(_serve(handler, run))
+    events.close()
+    (attempt,) = of_type(read_event_file(tmp_path / "e.jsonl"), ClientRequest)
+    assert (attempt.chunks, attempt.done, attempt.outcome, attempt.bytes) == (2, True, "ok", len(body))
+    assert attempt.ttft_s is not None

@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 from dd_accept.acceptance import capacity_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
 from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
+from dd_accept.base.capacity_curve import CURVE_FILE, CURVE_KIND
 from dd_accept.base.options import CapacityOptions
 from dd_accept.base.results import PhaseRecord
+from dd_accept.base.waiting import WaitTimeout
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.deployment.step_usage import sample_usage
+from dd_accept.slurm_docker.records import CommandRecord
 
-CURVE_FILE = "capacity-curve.jsonl"
 MEASURED_STEPS = ("proxy", "replicas")
 
 
@@ -60,7 +62,7 @@ class CapacityRun(DeployedRun):
     @property
     def curve(self) -> checks.Curve:
         load = self.options.load
-        return checks.Curve(tuple(self.levels), self.options.slo, load.unit(), load.levels()[-1])
+        return checks.Curve(tuple(self.levels), self.options.slo, load.unit(), load.levels()[-1], load.ladder())
 
 
 def _deploy_replicas(s: CapacityRun) -> None:
@@ -91,10 +93,13 @@ def _client_load(s: CapacityRun, index: int, load: float) -> dict[str, object]:
     common = {"max_tokens": o.tokens, "max_record_attempts": 1, "duration_s": seconds, "deadline_s": seconds + 60}
     if o.load.load_mode == "concurrency":
         return common | {"concurrency": int(load), "records": 1_000_000}
+    # Poisson arrivals in the window are 1 + Poisson(rate x seconds): the cap sits six standard
+    # deviations above, so the duration, not the cap, ends the level.
+    expected = load * seconds
     return common | {
         "arrival": o.load.load_mode,
         "rate": load,
-        "records": math.ceil(load * seconds) + 1,
+        "records": math.ceil(expected + 6 * math.sqrt(expected)) + 10,
         "seed": o.seed * 1000 + index,
     }
 
@@ -108,7 +113,10 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
     client = deployment.run_client(
         s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, **_client_load(s, index, load)
     )
-    record = client.wait(timeout=s.options.load.level_seconds + 120)
+    try:
+        record = client.wait(timeout=s.options.load.level_seconds + 120)
+    except WaitTimeout:  # its own deadline did not end it: the SUT holds its streams
+        record = client.stop()
     after = sample_usage(s.allocation, MEASURED_STEPS)
     elapsed = time.monotonic() - started
 
@@ -117,21 +125,35 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
         return max(0.0, after.cpu_since(before, name) - s.idle_rate.get(name, 0.0) * elapsed)
 
     # A background step keeps its output's tail; the client's summary is its one last line.
-    summary = json.loads(record.stdout_tail.strip().splitlines()[-1]) if record.stdout_tail.strip() else {}
-    if not record.ok or "cpu_s" not in summary:
-        raise RuntimeError(f"load client failed: {record.describe()}")
+    # A client that did not end well breaks its level (the curve below it stands).
+    summary, error = _summary(record)
     return checks.measure_level(
         index,
         load,
         requests(deployment.read_events(s.run, name)),
         with_prefix(replicas.events(), f"{name}-"),
-        window_s=float(summary["window_s"]),
+        window_s=float(summary.get("window_s", s.options.load.level_seconds)),
         proxy_cpu_s=added("proxy"),
         replicas_cpu_s=added("replicas"),
-        client_cpu_s=float(summary["cpu_s"]),
+        client_cpu_s=float(summary.get("cpu_s", 0.0)),
         proxy_rss_kb=after.rss_kb.get("proxy", 0),
         machine_busy=after.busy_since(before),
+        client_error=error,
     )
+
+
+def _summary(record: CommandRecord) -> tuple[dict[str, object], str]:
+    """The load client's summary line, and "" or what went wrong."""
+    lines = record.stdout_tail.strip().splitlines()
+    try:
+        summary = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        summary = {}
+    if not isinstance(summary, dict) or "cpu_s" not in summary:
+        return {}, f"no summary ({record.describe()})"
+    if not record.ok:
+        return summary, f"exit {record.exit_code}" + (" (timed out)" if record.timed_out else "")
+    return summary, ""
 
 
 def _climb(s: CapacityRun) -> None:
@@ -152,9 +174,10 @@ def _climb(s: CapacityRun) -> None:
         finally:
             record.ended = time.time()
         s.levels.append(level)
-        with curve_host.open("a") as curve:
-            curve.write(json.dumps({"kind": "capacity_level", **level.to_json(), "unit": unit}) + "\n")
         broken = slo.broken_by(level)
+        with curve_host.open("a") as curve:
+            line = {"kind": CURVE_KIND, **level.to_json(), "unit": unit, "slo_broken": broken}
+            curve.write(json.dumps(line) + "\n")
         s.progress.emit(
             title,
             output_tokens_per_s=round(level.output_throughput),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -128,6 +129,8 @@ def convert(option_field: Field[Any], kind: type, value: Any, name: str) -> Any:
             converted = value
     except ValueError:
         converted = None
+    if isinstance(converted, float) and not math.isfinite(converted):
+        converted = None  # inf and nan are never a count, a rate or a time
     out_of_bounds = converted is None or (
         (meta["choices"] and converted not in meta["choices"])
         or (meta["minimum"] is not None and converted < meta["minimum"])
@@ -446,7 +449,7 @@ class CapacityOptions:
         metavar="N",
     )
     load_factor: float = option(1.5, "capacity: each level's load over the one before", above=1, unit="times")
-    load_levels: int = option(9, "capacity: the most levels the ladder climbs", minimum=2)
+    load_levels: int = option(9, "capacity: the most levels the ladder climbs, 2 to 30", minimum=2)
     level_seconds: float = option(3.0, "capacity: seconds each level sends new requests", above=0)
     slo_added_ttft_ms: float = option(
         150.0,
@@ -481,6 +484,17 @@ class CapacityOptions:
     def __post_init__(self) -> None:
         if self.load_mode == "concurrency" and self.load_start is not None and self.load_start != int(self.load_start):
             raise ValueError("--load-start must be a whole number of streams with --load-mode concurrency")
+        if self.load_start is not None and self.load_start < 0.1:
+            raise ValueError("--load-start must be at least 0.1 (requests/s) or 1 (stream)")
+        if self.load_levels > 30:
+            raise ValueError("--load-levels must be between 2 and 30")
+        if self.level_seconds > 3600:
+            raise ValueError("--level-seconds must be at most 3600")
+        top = self.levels()[-1]
+        if top > 100_000:
+            raise ValueError(
+                f"the ladder would climb to {top:g} {self.unit()}: lower --load-start, --load-factor or --load-levels"
+            )
 
     @property
     def start(self) -> float:
@@ -494,14 +508,27 @@ class CapacityOptions:
         for _ in range(self.load_levels):
             if self.load_mode == "concurrency":
                 level = float(max(round(value), int(found[-1]) + 1 if found else 1))
-            else:
-                level = round(value, 1)
+            else:  # always climbing, by at least 0.1 requests/s
+                level = max(round(value, 1), round(found[-1] + 0.1, 1) if found else 0.1)
             found.append(level)
             value = level * self.load_factor
         return found
 
     def unit(self) -> str:
         return "streams in flight" if self.load_mode == "concurrency" else "requests/s"
+
+    def ladder(self) -> tuple[tuple[str, float], ...]:
+        """How the ladder is built, as the knee's metrics carry it (regressions.LADDER): two
+        knees compare only when these are equal."""
+        return (
+            ("ladder_mode", float(LOAD_MODES.index(self.load_mode))),
+            ("ladder_start", float(self.start)),
+            ("ladder_factor", self.load_factor),
+            ("ladder_levels", float(self.load_levels)),
+            ("level_seconds", self.level_seconds),
+            ("slo_added_ttft_ms", self.slo_added_ttft_ms),
+            ("slo_chunk_delay_ms", self.slo_chunk_delay_ms),
+        )
 
 
 MODELS: tuple[type, ...] = (OverloadOptions, DrainOptions, ClusterOptions, BackendOptions, CapacityOptions)

@@ -1,18 +1,36 @@
 """The check numbers whose worsening between two releases is a regression by itself.
 
-A release whose proxy forwards a token at twice the CPU, or whose knee came down a third,
-passes every check of its own run when the floors leave room for a slower machine; only
-the comparison with the release before it shows the change. Each metric is declared once
-here, with the direction that is worse and the tolerance that measured noise allows
-(benchmarks/capacity.py: five runs of rc1 on the reference machine, docs/benchmarks.md);
-the capacity checks write the metrics under these names, and `compare`, `gate` and
-`history` read them from here.
+A release whose proxy forwards a token at twice the CPU, whose knee came down by more than
+a ladder step, or that holds every token a millisecond longer, passes every check of its
+own run when the floors leave room for a slower machine; only the comparison with the
+release before it shows the change. Each metric is declared once here, with the direction
+that is worse and the tolerance that measured noise allows (benchmarks/capacity.py: five
+runs of rc1 on the reference machine, docs/benchmarks.md); the capacity checks write the
+metrics under these names, and `compare` and `gate` read them from here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+KNEE_THROUGHPUT = "knee_output_throughput"
+PROXY_CPU_PER_CHUNK = "proxy_cpu_us_per_chunk"
+LIGHT_CHUNK_DELAY = "light_chunk_delay_p50_ms"  # a chunk's delay through the proxy at the lightest level
+# How a capacity run's ladder was built, in the knee's metrics: the mode (its index in
+# options.LOAD_MODES), the first level, the factor, the most levels, the seconds per level and
+# the SLO. A knee, and the CPU per chunk read at the cheapest levels it reached, compare only
+# between equal ladders; the lightest level's delay only needs an equal first level.
+LADDER = (
+    "ladder_mode",
+    "ladder_start",
+    "ladder_factor",
+    "ladder_levels",
+    "level_seconds",
+    "slo_added_ttft_ms",
+    "slo_chunk_delay_ms",
+)
+FIRST_LEVEL = ("ladder_mode", "ladder_start", "level_seconds")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,25 +40,35 @@ class RegressionMetric:
     worse: Literal["lower", "higher"]
     tolerance: float  # the fraction by which it may get worse before it is a regression
     unit: str
+    margin: float = 0.0  # and an absolute allowance on top, for numbers near the clock's resolution
+    # Metrics that must be equal in both bundles for the two to compare (knees measured on
+    # different ladders say nothing about each other), read from `ladder_in` (default: the
+    # metric's own check).
+    same: tuple[str, ...] = ()
+    ladder_in: str = ""
 
     def regressed(self, baseline: float, candidate: float, tolerance: float | None = None) -> bool:
-        """Worse than the baseline by more than the tolerance (a fraction of the baseline)."""
-        allowed = self.tolerance if tolerance is None else tolerance
-        if self.worse == "lower":
-            return candidate < baseline * (1 - allowed)
-        return candidate > baseline * (1 + allowed)
+        """Worse than the baseline by more than the tolerance (a fraction of the baseline) and
+        the margin. A baseline of 0 or less where higher is worse was not a measurement."""
+        if self.worse == "higher" and baseline <= 0:
+            return False
+        bound = self.bound(baseline, tolerance)
+        return candidate < bound if self.worse == "lower" else candidate > bound
 
     def bound(self, baseline: float, tolerance: float | None = None) -> float:
         allowed = self.tolerance if tolerance is None else tolerance
-        return baseline * (1 - allowed) if self.worse == "lower" else baseline * (1 + allowed)
+        if self.worse == "lower":
+            return baseline * (1 - allowed) - self.margin
+        return baseline * (1 + allowed) + self.margin
 
-
-KNEE_THROUGHPUT = "knee_output_throughput"
-PROXY_CPU_PER_CHUNK = "proxy_cpu_us_per_chunk"
 
 # Tolerances: the knee moves a whole ladder step (x1.5) between runs of one release, so a
-# regression is more than one step down; CPU per chunk spread by up to a third over five runs.
+# regression is more than one step down; CPU per chunk spread by 26% over five runs; a chunk's
+# delay at light load is a fraction of a millisecond, so half a millisecond more is allowed.
 REGRESSION_METRICS: tuple[RegressionMetric, ...] = (
-    RegressionMetric("capacity.knee", KNEE_THROUGHPUT, "lower", 0.4, "output tokens/s"),
-    RegressionMetric("capacity.proxy_cpu_per_chunk", PROXY_CPU_PER_CHUNK, "higher", 0.5, "us"),
+    RegressionMetric("capacity.knee", KNEE_THROUGHPUT, "lower", 0.4, "output tokens/s", same=LADDER),
+    RegressionMetric(
+        "capacity.proxy_cpu_per_chunk", PROXY_CPU_PER_CHUNK, "higher", 0.5, "us", same=LADDER, ladder_in="capacity.knee"
+    ),
+    RegressionMetric("capacity.knee", LIGHT_CHUNK_DELAY, "higher", 0.5, "ms", margin=0.5, same=FIRST_LEVEL),
 )

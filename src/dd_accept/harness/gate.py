@@ -96,29 +96,31 @@ def judge(
 
 
 def judge_regressions(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[CheckResult]:
-    """With a baseline: each declared number both measured (base.regressions: the capacity
-    knee, the proxy's CPU per chunk) is a gate check of its own, `gate.regression.CHECK`,
-    failed when the candidate is worse beyond the tolerance measured noise allows, even when
-    each release passed its own run."""
+    """With a baseline: each declared number the baseline measured (base.regressions: the
+    capacity knee, the proxy's CPU per chunk, a chunk's delay at light load) is a gate check of
+    its own, `gate.regression.CHECK.METRIC`, failed when the candidate is worse beyond the
+    tolerance measured noise allows, or did not measure it, even when each release passed
+    its own run. Numbers the two runs measured on different ladders are not judged."""
     before, after = compare.checks_by_id(baseline), compare.checks_by_id(candidate)
-    worse = {(r.declared.check, r.declared.metric): r for r in compare.metric_regressions(before, after)}
+    worse, skipped = compare.metric_regressions(before, after)
+    flagged = {(r.declared.check, r.declared.metric): r for r in worse}
     found = []
     for declared in REGRESSION_METRICS:
         was = before.get(declared.check, {}).get("metrics", {}).get(declared.metric)
-        now = after.get(declared.check, {}).get("metrics", {}).get(declared.metric)
-        if was is None or now is None:
+        if was is None or any(note.startswith(f"{declared.check} {declared.metric}:") for note in skipped):
             continue
-        regression = worse.get((declared.check, declared.metric))
+        now = after.get(declared.check, {}).get("metrics", {}).get(declared.metric)
+        regression = flagged.get((declared.check, declared.metric))
         bound = "at least" if declared.worse == "lower" else "at most"
         found.append(
             CheckResult.judge(
-                f"gate.regression.{declared.check}",
+                f"gate.regression.{declared.check}.{declared.metric}",
                 regression is None,
                 f"{declared.metric} {bound} {declared.bound(was):.4g} {declared.unit} (the baseline's {was:.4g}, "
-                f"tolerance {declared.tolerance:.0%})",
-                f"candidate {now:.4g} {declared.unit}",
+                f"tolerance {declared.tolerance:.0%}" + (f" + {declared.margin:g}" if declared.margin else "") + ")",
+                f"candidate {now:.4g} {declared.unit}" if now is not None else "not measured in the candidate",
                 regression.describe() if regression is not None else "",
-                {"baseline": was, "candidate": now},
+                {"baseline": was} | ({"candidate": now} if now is not None else {}),
             )
         )
     return found

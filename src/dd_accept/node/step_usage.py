@@ -32,14 +32,15 @@ def step_pids(step: str) -> list[int]:
 
 
 def process_usage(pid: int) -> tuple[float, int] | None:
-    """(CPU seconds, resident kB) of one process; None once it is gone."""
+    """(CPU seconds, resident kB) of one process; None once it is gone. The CPU includes the
+    children it has waited for (cutime, cstime), so work done in short-lived children counts."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
     fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces; what follows it does not
-    cpu_s = (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime (fields 14, 15)
+    cpu_s = sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICKS  # utime, stime, cutime, cstime (14-17)
     rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
     return cpu_s, rss
 
@@ -52,14 +53,19 @@ def machine_cpu() -> dict[str, float]:
 
 
 def usage(steps: list[str]) -> dict[str, object]:
-    found: dict[str, dict[str, float]] = {}
+    """Per step: each live process's CPU seconds (by PID, so a reader can take per-process
+    differences: a process that started between two readings counts whole, one that ended
+    is not mistaken for a fall), the resident kB summed."""
+    found: dict[str, dict[str, object]] = {}
     for step in steps:
-        cpu_s, rss_kb, alive = 0.0, 0, 0
+        cpu: dict[str, float] = {}
+        rss_kb = 0
         for pid in step_pids(step):
             read = process_usage(pid)
             if read is not None:
-                cpu_s, rss_kb, alive = cpu_s + read[0], rss_kb + read[1], alive + 1
-        found[step] = {"cpu_s": round(cpu_s, 3), "rss_kb": rss_kb, "processes": alive}
+                cpu[str(pid)] = round(read[0], 3)
+                rss_kb += read[1]
+        found[step] = {"cpu_s": cpu, "rss_kb": rss_kb, "processes": len(cpu)}
     return {"steps": found, "machine": machine_cpu(), "cpus": os.cpu_count() or 1}
 
 

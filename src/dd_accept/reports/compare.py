@@ -71,12 +71,14 @@ class MetricRegression:
 
     declared: RegressionMetric
     baseline: float
-    candidate: float
+    candidate: float | None  # None: the candidate did not measure it (its run ended without it)
     tolerance: float
 
     def describe(self) -> str:
         d = self.declared
         bound = "at least" if d.worse == "lower" else "at most"
+        if self.candidate is None:
+            return f"{d.check} {d.metric}: baseline {self.baseline:.4g} {d.unit}, not measured in the candidate"
         return (
             f"{d.check} {d.metric}: baseline {self.baseline:.4g} {d.unit}, candidate {self.candidate:.4g} {d.unit} "
             f"({bound} {d.bound(self.baseline, self.tolerance):.4g} allowed, tolerance {self.tolerance:.0%})"
@@ -107,6 +109,8 @@ class Comparison:
     candidate_cluster: str = ""
     # Numbers worse than the baseline's beyond their tolerance, even where both runs passed.
     metric_regressions: tuple[MetricRegression, ...] = ()
+    # Numbers not compared, and why (two knees measured on different ladders).
+    not_compared: tuple[str, ...] = ()
 
     @property
     def regressed(self) -> bool:
@@ -157,6 +161,7 @@ def to_json(comparison: Comparison, exit_status: int) -> dict[str, Any]:
         ],
         "regressed": [check.id for check in comparison.regressions],
         "metric_regressions": [regression.to_json() for regression in comparison.metric_regressions],
+        "not_compared": list(comparison.not_compared),
         "exit_status": exit_status,
     }
 
@@ -182,23 +187,35 @@ def checks_by_id(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def metric_regressions(
     before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], tolerance: float | None = None
-) -> tuple[MetricRegression, ...]:
-    """Each declared number that both bundles measured and the candidate worsened beyond the
-    tolerance (the metric's own, grounded in measured noise, unless one is given)."""
-    found = []
+) -> tuple[tuple[MetricRegression, ...], tuple[str, ...]]:
+    """Each declared number the baseline measured and the candidate worsened beyond the
+    tolerance (the metric's own, grounded in measured noise, unless one is given) or did not
+    measure at all; and the numbers left uncompared because the two runs were not alike."""
+    found, skipped = [], []
     for declared in REGRESSION_METRICS:
-        was = before.get(declared.check, {}).get("metrics", {}).get(declared.metric)
-        now = after.get(declared.check, {}).get("metrics", {}).get(declared.metric)
-        if was is None or now is None:
+        was_metrics = before.get(declared.check, {}).get("metrics", {})
+        now_metrics = after.get(declared.check, {}).get("metrics", {})
+        was, now = was_metrics.get(declared.metric), now_metrics.get(declared.metric)
+        allowed = declared.tolerance if tolerance is None else tolerance
+        if was is None:
             continue
-        if declared.regressed(was, now, tolerance):
-            allowed = declared.tolerance if tolerance is None else tolerance
+        if now is None:
+            found.append(MetricRegression(declared, was, None, allowed))
+            continue
+        ladder = declared.ladder_in or declared.check
+        was_ladder = before.get(ladder, {}).get("metrics", {})
+        now_ladder = after.get(ladder, {}).get("metrics", {})
+        differ = [key for key in declared.same if was_ladder.get(key) != now_ladder.get(key)]
+        if differ:
+            skipped.append(f"{declared.check} {declared.metric}: the runs' ladders differ ({', '.join(differ)})")
+        elif declared.regressed(was, now, tolerance):
             found.append(MetricRegression(declared, was, now, allowed))
-    return tuple(found)
+    return tuple(found), tuple(skipped)
 
 
 def compare(baseline: dict[str, Any], candidate: dict[str, Any], tolerance: float | None = None) -> Comparison:
     before, after = checks_by_id(baseline), checks_by_id(candidate)
+    worse, skipped = metric_regressions(before, after, tolerance)
     rows = []
     for check_id in sorted(set(before) | set(after)):
         a, b = before.get(check_id, {}), after.get(check_id, {})
@@ -213,7 +230,8 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any], tolerance: floa
         checks=tuple(rows),
         baseline_cluster=where_judged(baseline),
         candidate_cluster=where_judged(candidate),
-        metric_regressions=metric_regressions(before, after, tolerance),
+        metric_regressions=worse,
+        not_compared=skipped,
     )
 
 
@@ -253,6 +271,8 @@ def to_markdown(comparison: Comparison) -> str:
     if comparison.metric_regressions:
         lines += ["", "**Worse than the baseline beyond its tolerance:**", ""]
         lines += [f"- {regression.describe()}" for regression in comparison.metric_regressions]
+    if comparison.not_compared:
+        lines += ["", "**Not compared:**", ""] + [f"- {note}" for note in comparison.not_compared]
     return "\n".join(lines) + "\n"
 
 
@@ -287,7 +307,11 @@ tr.changed td, tr.added td, tr.removed td {{ background: #fff6d6; }}
 
 
 def _worse_html(comparison: Comparison) -> str:
-    if not comparison.metric_regressions:
-        return ""
-    items = "".join(f"<li>{html.escape(r.describe())}</li>" for r in comparison.metric_regressions)
-    return f'<h2>Worse than the baseline beyond its tolerance</h2><ul id="metric-regressions">{items}</ul>'
+    parts = []
+    if comparison.metric_regressions:
+        items = "".join(f"<li>{html.escape(r.describe())}</li>" for r in comparison.metric_regressions)
+        parts.append(f'<h2>Worse than the baseline beyond its tolerance</h2><ul id="metric-regressions">{items}</ul>')
+    if comparison.not_compared:
+        items = "".join(f"<li>{html.escape(note)}</li>" for note in comparison.not_compared)
+        parts.append(f'<h2>Not compared</h2><ul id="not-compared">{items}</ul>')
+    return "".join(parts)

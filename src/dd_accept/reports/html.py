@@ -4,7 +4,8 @@ rendered from a bundle alone, so anyone holding the bundle can re-render it.
 Charts: each scenario's latency percentiles (TTFT, ITL, TPOT, E2EL); the client's
 admission limit over time; per-replica outcomes; a request timeline
 with the Slurm steps' start, signal and end marks on the same axis (for drain runs this
-is the drain timeline: streams, TERM, KILL).
+is the drain timeline: streams, TERM, KILL); for a capacity run, the curve (tokens/s and chunk
+delay per load level, the knee marked).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import jinja2
 
+from dd_accept.base.capacity_curve import CURVE_FILE, CURVE_KIND
 from dd_accept.base.drain_outcomes import MARKS, classify
 from dd_accept.base.events import (
     AdmissionChange,
@@ -357,6 +359,43 @@ def latency_chart(metrics: dict[str, float], title: str) -> str:
     )
 
 
+def capacity_chart(rows: list[dict[str, Any]], title: str) -> str:
+    """The capacity curve: output tokens/s at each load level (bars; red where the level broke
+    the SLO) and each chunk's delay p95 (line, right-hand scale), the knee marked."""
+    levels = [r for r in rows if r.get("kind") == CURVE_KIND and isinstance(r.get("output_throughput"), int | float)]
+    if not levels:
+        return ""
+    left, height, right = 60, 160, WIDTH - 60
+    step = (right - left) / len(levels)
+    top_tokens = max(max(r["output_throughput"] for r in levels), 1.0)
+    delays = [r["chunk_delay_p95_ms"] for r in levels if isinstance(r.get("chunk_delay_p95_ms"), int | float)]
+    top_delay = max(max(delays, default=1.0), 1.0)
+    served = [i for i, r in enumerate(levels) if not r.get("slo_broken")]
+    knee = next((i for i in reversed(served) if i + 1 >= len(levels) or levels[i + 1].get("slo_broken")), None)
+    parts, points = [], []
+    for i, row in enumerate(levels):
+        x = left + i * step
+        bar = height * row["output_throughput"] / top_tokens
+        colour = "#c62828" if row.get("slo_broken") else ("#1565c0" if i == knee else "#90caf9")
+        reason = f": {row['slo_broken']}" if row.get("slo_broken") else ""
+        parts.append(
+            f'<rect x="{x + 4:.1f}" y="{height - bar:.1f}" width="{step - 8:.1f}" height="{bar:.1f}" fill="{colour}">'
+            f"<title>{row['load']:g} {escape(str(row.get('unit', '')))}: {row['output_throughput']:.0f} tok/s"
+            f"{escape(reason)}</title></rect>"
+            f'<text x="{x + step / 2:.1f}" y="{height + 12}" class="tick" text-anchor="middle">{row["load"]:g}</text>'
+        )
+        if isinstance(row.get("chunk_delay_p95_ms"), int | float):
+            points.append(f"{x + step / 2:.1f},{height - height * row['chunk_delay_p95_ms'] / top_delay:.1f}")
+    unit = escape(str(levels[0].get("unit", "")))
+    return (
+        f"<figure><figcaption>Capacity — {escape(title)}: output tokens/s per load level ({unit}; up to "
+        f"{top_tokens:.0f}), dark blue the knee, red a level that broke the SLO; line: chunk delay p95 "
+        f'(up to {top_delay:.1f} ms)</figcaption><svg viewBox="0 0 {WIDTH} {height + 18}" role="img" '
+        f'aria-label="capacity curve">{"".join(parts)}'
+        f'<polyline points="{" ".join(points)}" fill="none" stroke="#f9a825" stroke-width="2"/></svg></figure>'
+    )
+
+
 def render_bundle(bundle: Path) -> str:
     results = load_results(bundle / "results.json")
     commands = _read_jsonl(bundle / "commands.jsonl") if (bundle / "commands.jsonl").is_file() else []
@@ -370,6 +409,9 @@ def render_bundle(bundle: Path) -> str:
         replica_events = [e for rows in per_replica.values() for e in rows]
         marks = {m.get("phase"): m for m in _read_jsonl(run / MARKS)} if (run / MARKS).is_file() else {}
         for client in sorted(run.glob("*.jsonl")):
+            if client.name == CURVE_FILE:
+                charts.insert(0, capacity_chart(_read_jsonl(client), run.name))
+                continue
             if client.name == MARKS:
                 continue
             rows = _read_jsonl(client)

@@ -379,6 +379,19 @@ FAULTS = {
             ),
         ),
         Fault(
+            "latency-per-chunk",
+            "data-designer-slurm",
+            "the proxy holds every chunk 2 ms before it forwards it (an awaited hook per chunk), without "
+            "blocking other streams or spending CPU: every token reaches the client later",
+            (
+                (
+                    PROXY,
+                    "                await downstream.write(chunk)\n",
+                    "                await asyncio.sleep(0.002)\n                await downstream.write(chunk)\n",
+                ),
+            ),
+        ),
+        Fault(
             "blocking-per-chunk",
             "data-designer-slurm",
             "the proxy blocks its event loop for 2 ms on every chunk it forwards (a synchronous write or flush), "

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dd_accept.base.events import EventWriter
+from dd_accept.node import event_loop
+from dd_accept.node.event_loop import LOOPS
 from dd_accept.node.loadclient.raw import run_raw
 from dd_accept.node.loadclient.workload import ARRIVALS, Workload, parse_header
 
@@ -43,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", type=float, default=0.0, help="requests per second (constant, poisson)")
     parser.add_argument("--duration-s", type=float, default=0.0, help="stop sending new requests after this")
     parser.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals")
+    parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (auto: uvloop when installed)")
     return parser
 
 
@@ -78,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     events = EventWriter(args.events, source="client")
     try:
         if args.mode == "raw":
-            summary = asyncio.run(run_raw(workload, events))
-        else:
+            summary = event_loop.run(run_raw(workload, events), args.loop)
+        else:  # the SUT's own client runs on the loop asyncio gives it, as in the SUT
             summary = asyncio.run(importlib.import_module(args.adapter).run_sut(workload, events))
     finally:
         events.close()

@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from dd_accept.base.events import ClientRequest, EventWriter
+from dd_accept.node.event_loop import running_loop_name
 from dd_accept.node.loadclient.workload import Workload
 
 MAX_CHUNK_OFFSETS = 2048  # as the replica records them, so the two lists line up
@@ -51,29 +52,37 @@ async def _one(
             # Read what the socket holds and split it into events here: a readline per SSE
             # line costs the client more than the proxy's forwarding of it, and a harness
             # that pays more per chunk than the SUT measures itself (the capacity scenario).
-            # Events that arrive in one read arrived together: they share its time.
+            # Events that arrive in one read arrived together: they share its time. Lines end
+            # in LF, CRLF or CR; a data line is `data:` with or without its space (SSE).
+
+            def take(line: bytes, now: float) -> None:
+                nonlocal chunks, first, last, done
+                if not line.startswith(b"data:"):
+                    return
+                if line[5:].strip() == b"[DONE]":
+                    done = True
+                    return
+                chunks += 1
+                if first is None:
+                    first = now
+                elif last is not None:
+                    gaps.append(now - last)
+                if chunks <= MAX_CHUNK_OFFSETS:
+                    offsets.append(round(now - first, 4))
+                last = now
+
             pending = b""
+            now = time.monotonic()
             async for data in response.content.iter_any():
                 size += len(data)
                 now = time.monotonic()
-                *whole, pending = (pending + data).split(b"\n")
+                text = pending + data
+                if b"\r" in text:
+                    text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+                *whole, pending = text.split(b"\n")
                 for line in whole:
-                    if line.startswith(b"data: "):
-                        if line.strip() == b"data: [DONE]":
-                            done = True
-                            continue
-                        chunks += 1
-                        if first is None:
-                            first = now
-                        elif last is not None:
-                            gaps.append(now - last)
-                        if chunks <= MAX_CHUNK_OFFSETS:
-                            offsets.append(round(now - first, 4))
-                        last = now
-            if pending.strip() == b"data: [DONE]":  # a body that ends without its newline
-                done = True
-            elif pending.startswith(b"data: "):
-                chunks += 1
+                    take(line, now)
+            take(pending, now)  # a body that ends without its newline
             if status != 200:
                 outcome = "rate_limited" if status == 429 else "http_error"
             elif workload.stream and not done:
@@ -152,6 +161,7 @@ async def run_raw(workload: Workload, events: EventWriter) -> dict[str, Any]:
         "incomplete": workload.records - completed,
         "cpu_s": round(time.process_time() - cpu_started, 4),
         "window_s": round(time.monotonic() - started, 4),
+        "loop": running_loop_name(),
     }
 
 

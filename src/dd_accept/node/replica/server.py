@@ -24,7 +24,9 @@ from pathlib import Path
 import uvicorn
 
 from dd_accept.base.events import EventWriter, QueueGauge
+from dd_accept.node import event_loop
 from dd_accept.node.environment import TOKEN_ENV
+from dd_accept.node.event_loop import LOOPS
 from dd_accept.node.replica.app import StreamCut, build_app
 from dd_accept.node.replica.control_state import ControlState
 from dd_accept.node.replica.engine import Engine, EngineMetrics, EngineSettings
@@ -185,13 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ready-file", help="write readiness JSON here ({task} = SLURM_PROCID)")
     parser.add_argument("--events", help="write one JSONL event per request here ({task} = SLURM_PROCID)")
     parser.add_argument("--graceful-shutdown-s", type=float, default=30.0)
+    parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (auto: uvloop when installed)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return asyncio.run(serve(args))
+        return event_loop.run(serve(args), args.loop)
     except KeyboardInterrupt:
         return 130
 

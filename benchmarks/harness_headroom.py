@@ -1,0 +1,133 @@
+"""Harness headroom: what the harness's own processes cost per chunk, next to the SUT's proxy,
+with each event loop the harness can run on.
+
+The capacity scenario's knee is the proxy's only if the harness (replicas and load client)
+takes at most 35% of the CPU at the knee. This runs the capacity scenario's workload at
+rc1's knee (60 streams in flight, 4 replicas pacing 32 tokens 5 ms apart behind the SUT's
+queue admission middleware, the rc1 proxy, the raw load client) as local processes on
+127.0.0.1, once per combination of event loops for the replicas and the client (asyncio's
+own, uvloop), and reads each component's CPU from /proc. Prints a table and writes JSON.
+
+    python benchmarks/harness_headroom.py [--seconds 5] [--repeats 2] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from dd_accept.base.events import ClientRequest, of_type, read_event_file
+from dd_accept.base.waiting import wait_until
+from dd_accept.fixtures.backends.local import LocalReplica, free_port
+from dd_accept.sut.profile import profile_for
+from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
+from dd_accept.sut.wheelhouse import build_wheelhouse, install_local
+
+VARIANTS = (("asyncio", "asyncio"), ("uvloop", "asyncio"), ("asyncio", "uvloop"), ("uvloop", "uvloop"))
+STREAMS, TOKENS = 60, 32
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _up(url: str) -> bool:
+    import urllib.request
+
+    try:
+        return urllib.request.urlopen(f"{url}/health", timeout=1).status == 200
+    except OSError:
+        return False
+
+
+def measure(sut_path: Path, middleware: str, replica_loop: str, client_loop: str, seconds: float) -> dict:
+    options = ("--ttft-ms", "20", "--itl-ms", "5", "--max-num-seqs", "256", "--loop", replica_loop)
+    replicas = [LocalReplica(options=(*options, "--middleware", middleware), python_path=[sut_path]) for _ in range(4)]
+    for replica in replicas:
+        replica.start()
+    port = free_port()
+    argv = [sys.executable, str(sut_path / "data_designer/slurm/runtime/proxy.py"), "--listen-port", str(port)]
+    for replica in replicas:
+        argv += ["--backend", replica.url]
+    env = {**os.environ, "PYTHONPATH": str(sut_path)}
+    proxy = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _up(url), bool, timeout=30, what="proxy health")
+        with tempfile.TemporaryDirectory(prefix="dd-headroom-") as scratch:
+            events = Path(scratch) / "client.jsonl"
+            client = [
+                sys.executable, "-m", "dd_accept.node.loadclient", "--mode", "raw", "--endpoint", url,
+                "--records", "1000000", "--concurrency", str(STREAMS), "--max-tokens", str(TOKENS),
+                "--max-record-attempts", "1", "--duration-s", str(seconds), "--events", str(events),
+                "--loop", client_loop,
+            ]  # fmt: skip
+            pids = {"proxy": [proxy.pid], "replicas": [r.process.pid for r in replicas]}  # type: ignore[union-attr]
+            before = {name: sum(cpu_seconds(p) for p in group) for name, group in pids.items()}
+            started = time.monotonic()
+            done = subprocess.run(client, capture_output=True, text=True, check=True)
+            elapsed = time.monotonic() - started
+            used = {name: sum(cpu_seconds(p) for p in group) - before[name] for name, group in pids.items()}
+            summary = json.loads(done.stdout.strip().splitlines()[-1])
+            chunks = sum(a.chunks or 0 for a in of_type(read_event_file(events), ClientRequest) if a.outcome == "ok")
+    finally:
+        proxy.terminate()
+        proxy.wait()
+        for replica in replicas:
+            replica.stop()
+    used["client"] = summary["cpu_s"]  # its CPU while it sent (its start-up is not load)
+    harness = used["replicas"] + used["client"]
+    return {
+        "replica_loop": replica_loop,
+        "client_loop": summary.get("loop", client_loop),
+        "chunks_per_s": round(chunks / summary["window_s"]),
+        "us_per_chunk": {name: round(value / chunks * 1e6, 1) for name, value in used.items()},
+        "harness_share": round(harness / (harness + used["proxy"]), 3),
+        "elapsed_s": round(elapsed, 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "harness_headroom.json")
+    args = parser.parse_args()
+    spec = SutSpec.parse(DEFAULT_SUT)
+    wheelhouse = build_wheelhouse(spec)
+    sut_path = install_local(wheelhouse, Path(tempfile.mkdtemp(prefix="dd-bench-sut-")))
+    middleware = profile_for("data-designer-slurm", "1.0.0rc1").queue_admission.middleware
+    runs = [
+        measure(sut_path, middleware, replica_loop, client_loop, args.seconds)
+        for _ in range(args.repeats)
+        for replica_loop, client_loop in VARIANTS
+    ]
+    table = Table(title=f"harness headroom at {STREAMS} streams x {TOKENS} tokens (rc1 proxy, 2 cores)")
+    for column in ("replicas", "client", "chunks/s", "proxy us/chunk", "replicas us/chunk", "client us/chunk",
+                   "harness share"):  # fmt: skip
+        table.add_column(column)
+    for run in runs:
+        cost = run["us_per_chunk"]
+        table.add_row(
+            run["replica_loop"], run["client_loop"], f"{run['chunks_per_s']:,}", f"{cost['proxy']:.1f}",
+            f"{cost['replicas']:.1f}", f"{cost['client']:.1f}", f"{run['harness_share']:.0%}",
+        )  # fmt: skip
+    Console(width=160).print(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"benchmark": "harness_headroom", "runs": runs}, indent=2) + "\n")
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
