@@ -28,6 +28,8 @@ from rich.table import Table
 from dd_accept.base.events import ClientRequest, of_type, read_event_file
 from dd_accept.base.waiting import wait_until
 from dd_accept.fixtures.backends.local import LocalReplica, free_port
+from dd_accept.node.probe import probe
+from dd_accept.node.step_usage import process_usage
 from dd_accept.sut.profile import profile_for
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
 from dd_accept.sut.wheelhouse import build_wheelhouse, install_local
@@ -37,17 +39,13 @@ STREAMS, TOKENS = 60, 32
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The kernel's count, as the capacity scenario reads it on the nodes."""
+    usage = process_usage(pid)
+    return usage[0] if usage is not None else 0.0
 
 
 def _up(url: str) -> bool:
-    import urllib.request
-
-    try:
-        return urllib.request.urlopen(f"{url}/health", timeout=1).status == 200
-    except OSError:
-        return False
+    return probe(f"{url}/health", timeout=1).get("status") == 200
 
 
 def measure(sut_path: Path, middleware: str, replica_loop: str, client_loop: str, seconds: float) -> dict:

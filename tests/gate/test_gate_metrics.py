@@ -65,7 +65,7 @@ def test_vs_baseline_holds_the_candidate_to_the_baselines_value_in_the_metrics_d
     assert ttft.verdict == "fail" and "≤ 110 ms" in ttft.expected and ttft.metrics["baseline_p99_ttft_ms"] == 100
     throughput = worse["gate.metric.streaming.output_throughput"]
     assert throughput.expected == "output_throughput ≥ 800 tok/s (the baseline's 1000 tok/s / 1.25)", throughput
-    with pytest.raises(UsageError, match="sets vs_baseline: the gate needs two SUTs"):
+    with pytest.raises(UsageError, match="compares with a baseline: the gate needs two SUTs"):
         resolve_suts(gate, ["a==2"])  # `--sut` once replaces the file's two
     alone = _by_id(judge(gate, _results(p99_ttft_ms=1.0)))["gate.metric.streaming.p99_ttft_ms"]
     assert alone.verdict == "fail" and alone.observed == "the gate has no baseline"

@@ -146,6 +146,40 @@ def test_the_ladder_climbs_by_its_factor_in_whole_streams_or_rates():
 def test_the_ladder_the_knee_carries_is_the_one_regressions_compare():
     from dd_accept.base.regressions import LADDER
 
-    assert tuple(name for name, _ in CapacityOptions().ladder()) == LADDER
-    knee = checks.knee(checks.Curve((level(0, 8),), SLO, "x", 8, CapacityOptions().ladder()), floor=1)
+    options = tuple(name for name, _ in CapacityOptions().ladder())
+    assert options == LADDER[: len(options)], "the user's ladder, then what the run adds: workload and machine"
+    assert set(LADDER[len(options) :]) == {"replicas", "tokens_per_stream", "itl_ms", "machine_cpus"}
+    ladder = CapacityOptions().ladder() + tuple((name, 1.0) for name in LADDER[len(options) :])
+    knee = checks.knee(checks.Curve((level(0, 8),), SLO, "x", 8, ladder), floor=1)
     assert all(name in knee.metrics for name in LADDER) and knee.metrics["light_chunk_delay_p50_ms"] == 1.0
+
+
+def test_a_proxy_that_ended_under_load_is_the_suts_failure_any_other_reading_error_the_harness(monkeypatch):
+    from types import SimpleNamespace
+
+    from dd_accept.acceptance import capacity
+    from dd_accept.base.errors import ClusterError
+
+    def unreadable(allocation, names):
+        raise ClusterError("reading step usage: no running step named proxy")
+
+    monkeypatch.setattr(capacity, "sample_usage", unreadable)
+    ended = SimpleNamespace(allocation=None, deployed=(None, SimpleNamespace(step=SimpleNamespace(finished=True))))
+    assert capacity._usage(ended) is None
+    running = SimpleNamespace(allocation=None, deployed=(None, SimpleNamespace(step=SimpleNamespace(finished=False))))
+    with pytest.raises(ClusterError):
+        capacity._usage(running)
+
+
+def test_the_load_clients_summary_is_its_last_line_and_a_bad_end_breaks_the_level():
+    from dd_accept.acceptance.capacity import _summary
+    from dd_accept.slurm_docker.records import CommandRecord
+
+    def record(stdout, code=0, timed_out=False):
+        return CommandRecord(("x",), "ctl", "2026-12-01T00:00:00Z", 1.0, code, stdout, "", timed_out)
+
+    line = '{"records": 5, "cpu_s": 0.5, "window_s": 3.0}'
+    assert _summary(record("srun: noise\n" + line + "\n")) == ({"records": 5, "cpu_s": 0.5, "window_s": 3.0}, "")
+    assert _summary(record(line, code=1))[1] == "exit 1"
+    assert _summary(record(line, code=None, timed_out=True))[1] == "exit None (timed out)"
+    assert _summary(record("Traceback ..."))[1].startswith("no summary (")

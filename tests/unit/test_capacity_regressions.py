@@ -1,6 +1,8 @@
 """Numbers that got worse between two releases beyond measured noise are regressions, even
 when each release passed its own run."""
 
+import pytest
+
 from dd_accept.base.options import CapacityOptions
 from dd_accept.base.regressions import KNEE_THROUGHPUT, LIGHT_CHUNK_DELAY, PROXY_CPU_PER_CHUNK, REGRESSION_METRICS
 from dd_accept.harness.gate import judge_regressions
@@ -9,11 +11,16 @@ from dd_accept.reports import compare
 LADDER_METRICS = dict(CapacityOptions().ladder())
 
 
-def results(knee: float, cost: float, verdict: str = "pass", delay: float = 0.4, **ladder: float) -> dict:
+def results(
+    knee: float, cost: float, verdict: str = "pass", delay: float = 0.4, levels: dict | None = None, **ladder: float
+) -> dict:
     knee_metrics = {KNEE_THROUGHPUT: knee, LIGHT_CHUNK_DELAY: delay, **LADDER_METRICS, **ladder}
+    cost_metrics = {PROXY_CPU_PER_CHUNK: cost} | {
+        f"{PROXY_CPU_PER_CHUNK}_at_{k:g}": v for k, v in (levels or {}).items()
+    }
     checks = [
         {"id": "capacity.knee", "verdict": verdict, "metrics": knee_metrics},
-        {"id": "capacity.proxy_cpu_per_chunk", "verdict": "pass", "metrics": {PROXY_CPU_PER_CHUNK: cost}},
+        {"id": "capacity.proxy_cpu_per_chunk", "verdict": "pass", "metrics": cost_metrics},
     ]
     return {"sut": {"spec": "x"}, "verdict": verdict, "scenarios": [{"name": "capacity", "checks": checks}]}
 
@@ -59,12 +66,36 @@ def test_knees_from_different_ladders_are_not_compared_and_the_reason_is_said():
     assert len(shorter.not_compared) == 2
 
 
-def test_a_candidate_that_measured_nothing_regressed_a_baseline_of_nothing_never_counts():
-    crashed = {"sut": {"spec": "x"}, "verdict": "fail", "scenarios": [{"name": "capacity", "checks": []}]}
+def test_a_candidate_that_ran_the_check_and_measured_nothing_regressed():
+    crashed = results(8000, 40)
+    for check in crashed["scenarios"][0]["checks"]:
+        check["metrics"] = {}
     found = compare.compare(results(8000, 40), crashed)
     assert len(found.metric_regressions) == 3 and found.regressed
     assert "not measured in the candidate" in found.metric_regressions[0].describe()
     assert compare.compare(results(8000, 0.0), results(8000, 40)).metric_regressions == ()
+    # the delay has an absolute margin: a baseline of 0 still bounds it
+    assert len(compare.compare(results(8000, 40, delay=0.0), results(8000, 40, delay=0.9)).metric_regressions) == 1
+
+
+def test_a_candidate_that_never_ran_capacity_is_not_compared_and_says_so():
+    other = {"sut": {"spec": "x"}, "verdict": "pass", "scenarios": [{"name": "overload", "checks": []}]}
+    found = compare.compare(results(8000, 40), other)
+    assert found.metric_regressions == () and not found.regressed
+    assert "capacity.knee knee_output_throughput: the candidate did not run capacity.knee" in found.not_compared
+
+
+def test_cpu_per_chunk_compares_on_the_levels_both_runs_reached():
+    # the candidate's knee came early: it never reached the cheap levels; per level it costs the same
+    baseline = results(8000, 40, levels={8: 170, 12: 120, 18: 100, 27: 80, 40: 60, 60: 45, 90: 40, 135: 38})
+
+    def cost_regressions(candidate):
+        found = compare.compare(baseline, candidate).metric_regressions
+        return [r for r in found if r.declared.metric == PROXY_CPU_PER_CHUNK]
+
+    assert cost_regressions(results(4000, 80, levels={8: 172, 12: 118, 18: 101, 27: 82})) == [], "8-27 in both"
+    (worse,) = cost_regressions(results(4000, 300, levels={8: 400, 12: 350, 18: 320, 27: 300}))
+    assert (worse.baseline, worse.candidate) == (100, 320), "the median of the three cheapest shared levels"
     assert compare.compare(results(8000, 40), results(3000, 100), tolerance=2.0).metric_regressions == ()
 
 
@@ -101,3 +132,25 @@ def test_each_declared_metric_is_one_its_check_writes():
     }
     for declared in REGRESSION_METRICS:
         assert declared.metric in written[declared.check], declared
+
+
+def test_a_gate_tolerance_replaces_the_metrics_own_and_needs_capacity_and_two_suts():
+    from dd_accept.base.errors import UsageError
+    from dd_accept.harness.gate import resolve_suts
+    from dd_accept.harness.gate_file import parse_gate
+
+    text = (
+        '[gate]\nname = "g"\nscenarios = ["capacity"]\nsuts = ["a==1", "a==2"]\n'
+        "[thresholds]\ncapacity_tolerance = 0.1\n"
+    )
+    gate = parse_gate(text, "g.toml")
+    assert gate.thresholds.capacity_tolerance == 0.1
+    strict = {c.id: c for c in judge_regressions(results(8000, 40), results(7000, 40), 0.1)}
+    assert strict[f"gate.regression.capacity.knee.{KNEE_THROUGHPUT}"].verdict == "fail"
+    assert "tolerance 10%" in strict[f"gate.regression.capacity.knee.{KNEE_THROUGHPUT}"].expected
+    with pytest.raises(UsageError, match="does not run"):
+        parse_gate(text.replace('["capacity"]', '["overload"]'), "g.toml")
+    with pytest.raises(UsageError, match="a fraction above 0"):
+        parse_gate(text.replace("0.1", "-1.0"), "g.toml")
+    with pytest.raises(UsageError, match="compares with a baseline"):
+        resolve_suts(parse_gate(text.replace('"a==1", ', ""), "g.toml"), [])

@@ -16,6 +16,21 @@ from dd_accept.node.loadclient.workload import Workload
 EVENT = b'data: {"choices":[{"delta":{"content":"tok "}}]}\n\n'
 
 
+def _streaming(*writes, pause_s=0.0):
+    """A handler that answers every request with these writes, `pause_s` apart."""
+
+    async def handler(request):
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        for write in writes:
+            await response.write(write)
+            if pause_s:
+                await asyncio.sleep(pause_s)
+        return response
+
+    return handler
+
+
 async def _serve(handler, body):
     app = web.Application()
     app.router.add_post("/v1/chat/completions", handler)
@@ -32,14 +47,8 @@ async def _serve(handler, body):
 
 def test_events_split_across_reads_are_counted_whole_with_every_byte(tmp_path):
     stream = EVENT * 5 + b"data: [DONE]\n\n"
-
-    async def handler(request):
-        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-        await response.prepare(request)
-        for start in range(0, len(stream), 7):  # cut mid-line, mid-"data: ", mid-[DONE]
-            await response.write(stream[start : start + 7])
-            await asyncio.sleep(0.002)
-        return response
+    # cut mid-line, mid-"data: ", mid-[DONE]
+    handler = _streaming(*(stream[start : start + 7] for start in range(0, len(stream), 7)), pause_s=0.002)
 
     events = EventWriter(tmp_path / "e.jsonl", source="client")
 
@@ -55,11 +64,7 @@ def test_events_split_across_reads_are_counted_whole_with_every_byte(tmp_path):
 
 
 def test_a_stream_without_done_is_truncated(tmp_path):
-    async def handler(request):
-        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(EVENT * 3)
-        return response
+    handler = _streaming(EVENT * 3)
 
     events = EventWriter(tmp_path / "e.jsonl", source="client")
 
@@ -85,11 +90,7 @@ def test_constant_arrivals_are_even_and_poisson_ones_seeded_with_the_rate_as_mea
 
 
 def test_a_rate_run_sends_its_requests_at_that_rate_for_its_duration(tmp_path):
-    async def handler(request):
-        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(EVENT + b"data: [DONE]\n\n")
-        return response
+    handler = _streaming(EVENT + b"data: [DONE]\n\n")
 
     events = EventWriter(tmp_path / "e.jsonl", source="client")
     workload = Workload(endpoint="", records=1000, arrival="constant", rate=40, duration_s=0.5, max_record_attempts=1)
@@ -107,12 +108,7 @@ def test_a_rate_run_sends_its_requests_at_that_rate_for_its_duration(tmp_path):
 
 def test_data_lines_without_their_space_cr_endings_and_a_last_line_without_newline_count(tmp_path):
     body = b'data:{"a":1}\r\rdata: {"a":2}\r\n\r\ndata:[DONE]'
-
-    async def handler(request):
-        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
-        await response.prepare(request)
-        await response.write(body)
-        return response
+    handler = _streaming(body)
 
     events = EventWriter(tmp_path / "e.jsonl", source="client")
 

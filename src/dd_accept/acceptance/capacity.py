@@ -21,11 +21,12 @@ from dd_accept.acceptance import capacity_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
 from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
 from dd_accept.base.capacity_curve import CURVE_FILE, CURVE_KIND
+from dd_accept.base.errors import ClusterError
 from dd_accept.base.options import CapacityOptions
 from dd_accept.base.results import PhaseRecord
 from dd_accept.base.waiting import WaitTimeout
 from dd_accept.fixtures import deployment
-from dd_accept.fixtures.deployment.step_usage import sample_usage
+from dd_accept.fixtures.deployment.step_usage import UsageSample, sample_usage
 from dd_accept.slurm_docker.records import CommandRecord
 
 MEASURED_STEPS = ("proxy", "replicas")
@@ -58,11 +59,19 @@ class CapacityRun(DeployedRun):
     # CPU seconds per second each measured step spends with no load (health probes, the
     # replicas' queue samplers): taken off each level, so a level's cost is what its load added.
     idle_rate: dict[str, float] = field(default_factory=dict)
+    machine_cpus: int = 0
 
     @property
     def curve(self) -> checks.Curve:
         load = self.options.load
-        return checks.Curve(tuple(self.levels), self.options.slo, load.unit(), load.levels()[-1], load.ladder())
+        o = self.options
+        ran_on = (
+            ("replicas", float(o.replicas)),
+            ("tokens_per_stream", float(o.tokens)),
+            ("itl_ms", float(o.itl_ms)),
+            ("machine_cpus", float(self.machine_cpus)),
+        )
+        return checks.Curve(tuple(self.levels), o.slo, load.unit(), load.levels()[-1], load.ladder() + ran_on)
 
 
 def _deploy_replicas(s: CapacityRun) -> None:
@@ -85,6 +94,7 @@ def _measure_idle(s: CapacityRun) -> None:
     after = sample_usage(s.allocation, MEASURED_STEPS)
     elapsed = time.monotonic() - started
     s.idle_rate = {name: after.cpu_since(before, name) / elapsed for name in MEASURED_STEPS}
+    s.machine_cpus = after.cpus
 
 
 def _client_load(s: CapacityRun, index: int, load: float) -> dict[str, object]:
@@ -108,7 +118,7 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
     """One level: read the steps' CPU, send for `level_seconds`, read it again, judge."""
     replicas, proxy = s.deployed
     name = f"capacity-{index}"
-    before = sample_usage(s.allocation, MEASURED_STEPS)
+    before = _usage(s)
     started = time.monotonic()
     client = deployment.run_client(
         s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, **_client_load(s, index, load)
@@ -117,16 +127,21 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
         record = client.wait(timeout=s.options.load.level_seconds + 120)
     except WaitTimeout:  # its own deadline did not end it: the SUT holds its streams
         record = client.stop()
-    after = sample_usage(s.allocation, MEASURED_STEPS)
+    after = _usage(s)
     elapsed = time.monotonic() - started
 
     def added(name: str) -> float:
         """What the load added to a step's CPU: its use less its idle rate over the level."""
+        if before is None or after is None:
+            return 0.0  # the proxy is gone: not measured (below MEASURABLE_CPU_S), never a cost of 0
         return max(0.0, after.cpu_since(before, name) - s.idle_rate.get(name, 0.0) * elapsed)
 
     # A background step keeps its output's tail; the client's summary is its one last line.
-    # A client that did not end well breaks its level (the curve below it stands).
+    # A client that did not end well breaks its level (the curve below it stands); so does a
+    # proxy that ended under the load, the SUT's failure, not the harness's.
     summary, error = _summary(record)
+    if after is None or before is None:
+        error = f"the SUT's proxy step ended under load: {proxy.step.wait(1).describe()}"
     return checks.measure_level(
         index,
         load,
@@ -136,10 +151,21 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
         proxy_cpu_s=added("proxy"),
         replicas_cpu_s=added("replicas"),
         client_cpu_s=float(summary.get("cpu_s", 0.0)),
-        proxy_rss_kb=after.rss_kb.get("proxy", 0),
-        machine_busy=after.busy_since(before),
+        proxy_rss_kb=after.rss_kb.get("proxy", 0) if after is not None else 0,
+        machine_busy=after.busy_since(before) if after is not None and before is not None else 0.0,
         client_error=error,
     )
+
+
+def _usage(s: CapacityRun) -> UsageSample | None:
+    """The steps' usage; None when the SUT's proxy step has ended (its failure, judged as
+    such). Any other reading that fails is the harness's (exit 2)."""
+    try:
+        return sample_usage(s.allocation, MEASURED_STEPS)
+    except ClusterError:
+        if s.deployed[1].step.finished:
+            return None
+        raise
 
 
 def _summary(record: CommandRecord) -> tuple[dict[str, object], str]:
@@ -157,7 +183,8 @@ def _summary(record: CommandRecord) -> tuple[dict[str, object], str]:
 
 
 def _climb(s: CapacityRun) -> None:
-    """Every level of the ladder, each a phase of its own, until the SLO breaks twice in a row."""
+    """Every level of the ladder, each a phase of its own, until the SLO breaks twice in a row
+    or a request fails."""
     slo, unit = s.options.slo, s.options.load.unit()
     _, curve_host = s.run.path(CURVE_FILE)
     broken_run = 0
@@ -185,7 +212,7 @@ def _climb(s: CapacityRun) -> None:
             slo="broken" if broken else "met",
         )
         broken_run = broken_run + 1 if broken else 0
-        if broken_run >= 2:
+        if broken_run >= 2 or level.failed or level.client_error:  # a failure is never noise (Curve.knee)
             break
 
 

@@ -15,7 +15,13 @@ from dataclasses import asdict, dataclass
 from dd_accept.acceptance.analysis import attempts_by_request, percentile
 from dd_accept.acceptance.registry import check
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
-from dd_accept.base.regressions import KNEE_THROUGHPUT, LIGHT_CHUNK_DELAY, PROXY_CPU_PER_CHUNK
+from dd_accept.base.regressions import (
+    KNEE_THROUGHPUT,
+    LIGHT_CHUNK_DELAY,
+    PROXY_CPU_PER_CHUNK,
+    at_level,
+    cheapest_median,
+)
 from dd_accept.base.results import CheckResult
 
 # The harness's share of the CPU the run used, above which its numbers say more about the
@@ -284,10 +290,10 @@ def proxy_cpu_per_chunk(curve: Curve, limit_us: float) -> CheckResult:
     loop, and the wake-ups cost more than the forwarding (rc1: 170 us per chunk at 8 streams,
     40-65 us from 60 streams up); that cost is the machine's, and only adds. Per-event work a
     release adds is paid at every level, the busiest too."""
-    measured = [lvl for lvl in curve.levels if lvl.proxy_cpu_us_per_chunk is not None]
-    cheapest = sorted(measured, key=lambda lvl: lvl.proxy_cpu_us_per_chunk or 0.0)[:3]
-    level = cheapest[(len(cheapest) - 1) // 2] if cheapest else None  # the median of the three cheapest
-    cost = level.proxy_cpu_us_per_chunk if level is not None else None
+    costs = {lvl.load: c for lvl in curve.levels if (c := lvl.proxy_cpu_us_per_chunk) is not None}
+    read = cheapest_median(costs)
+    level = next((lvl for lvl in curve.levels if read is not None and lvl.load == read[0]), None)
+    cost = read[1] if read is not None else None
     ok = cost is not None and cost <= limit_us
     if level is None or cost is None:
         observed = "no level measured the proxy's CPU (no chunk went through it, or too little CPU to count)"
@@ -298,7 +304,12 @@ def proxy_cpu_per_chunk(curve: Curve, limit_us: float) -> CheckResult:
             f"{level.proxy_cpu_s:.2f} s "
             f"for {level.chunks} chunks; proxy RSS {level.proxy_rss_kb / 1024:.0f} MiB"
         )
-        metrics = {PROXY_CPU_PER_CHUNK: round(cost, 2), "proxy_rss_mib": round(level.proxy_rss_kb / 1024, 1)}
+        metrics = {
+            PROXY_CPU_PER_CHUNK: round(cost, 2),
+            "proxy_rss_mib": round(level.proxy_rss_kb / 1024, 1),
+            # each level's, so a comparison reads both runs on the levels both reached
+            **{at_level(PROXY_CPU_PER_CHUNK, load): round(value, 2) for load, value in costs.items()},
+        }
     return CheckResult.judge(
         proxy_cpu_per_chunk.check_id,
         ok,

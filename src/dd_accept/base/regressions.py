@@ -29,8 +29,21 @@ LADDER = (
     "level_seconds",
     "slo_added_ttft_ms",
     "slo_chunk_delay_ms",
+    # and what it ran on: the replicas' workload and the machine's cores
+    "replicas",
+    "tokens_per_stream",
+    "itl_ms",
+    "machine_cpus",
 )
-FIRST_LEVEL = ("ladder_mode", "ladder_start", "level_seconds")
+FIRST_LEVEL = (
+    "ladder_mode",
+    "ladder_start",
+    "level_seconds",
+    "replicas",
+    "tokens_per_stream",
+    "itl_ms",
+    "machine_cpus",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +59,14 @@ class RegressionMetric:
     # metric's own check).
     same: tuple[str, ...] = ()
     ladder_in: str = ""
+    # Also written per load level (`METRIC_at_LOAD`): two runs are then compared on the levels
+    # both reached (a candidate whose knee came early never reached the cheap levels).
+    per_level: bool = False
 
     def regressed(self, baseline: float, candidate: float, tolerance: float | None = None) -> bool:
         """Worse than the baseline by more than the tolerance (a fraction of the baseline) and
         the margin. A baseline of 0 or less where higher is worse was not a measurement."""
-        if self.worse == "higher" and baseline <= 0:
+        if self.worse == "higher" and baseline <= 0 and not self.margin:
             return False
         bound = self.bound(baseline, tolerance)
         return candidate < bound if self.worse == "lower" else candidate > bound
@@ -68,7 +84,32 @@ class RegressionMetric:
 REGRESSION_METRICS: tuple[RegressionMetric, ...] = (
     RegressionMetric("capacity.knee", KNEE_THROUGHPUT, "lower", 0.4, "output tokens/s", same=LADDER),
     RegressionMetric(
-        "capacity.proxy_cpu_per_chunk", PROXY_CPU_PER_CHUNK, "higher", 0.5, "us", same=LADDER, ladder_in="capacity.knee"
+        "capacity.proxy_cpu_per_chunk",
+        PROXY_CPU_PER_CHUNK,
+        "higher",
+        0.5,
+        "us",
+        same=LADDER,
+        ladder_in="capacity.knee",
+        per_level=True,
     ),
     RegressionMetric("capacity.knee", LIGHT_CHUNK_DELAY, "higher", 0.5, "ms", margin=0.5, same=FIRST_LEVEL),
 )
+
+
+def at_level(metric: str, load: float) -> str:
+    """The name of a metric's value at one load level: `proxy_cpu_us_per_chunk_at_60`."""
+    return f"{metric}_at_{load:g}"
+
+
+def cheapest_median(costs: dict[float, float]) -> tuple[float, float] | None:
+    """(load, cost) of the median of the three cheapest levels (the cheaper of two): where
+    forwarding is the proxy's own cost, not its idle wake-ups; one misread level never decides."""
+    cheapest = sorted(costs.items(), key=lambda item: item[1])[:3]
+    return cheapest[(len(cheapest) - 1) // 2] if cheapest else None
+
+
+def per_level(metrics: dict[str, float], metric: str) -> dict[float, float]:
+    """{load: value} of a metric written per level."""
+    prefix = f"{metric}_at_"
+    return {float(name.removeprefix(prefix)): value for name, value in metrics.items() if name.startswith(prefix)}

@@ -341,6 +341,14 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _below_one(text: str) -> float:
+    """A tolerance for a number where lower is worse: 1 or more would accept a knee of 0."""
+    value = _fraction(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction above 0 and below 1 (such as 0.4), got {text!r}")
+    return value
+
+
 def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
 
     findings = audit([Path(p) for p in args.paths], licences=args.licences)
@@ -612,7 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compare.add_argument(
         "--tolerance",
-        type=_fraction,
+        type=_below_one,
         default=None,
         metavar="FRACTION",
         help="how much worse a capacity number may get, as a fraction of the baseline's (default: each metric's "

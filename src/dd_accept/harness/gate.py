@@ -89,20 +89,23 @@ def judge(
         checks.append(_threshold("gate.max_ttft_p99", results, "ttft_p99_s", limits.max_ttft_p99_s, " s"))
     checks += [judge_metric(demand, results, baseline) for demand in gate.metrics]
     if baseline is not None:
-        checks += judge_regressions(baseline, results)
+        checks += judge_regressions(baseline, results, limits.capacity_tolerance)
     if gate.goodput is not None and bundle is not None:
         checks.append(judge_goodput(gate.goodput, bundle, results))
     return checks
 
 
-def judge_regressions(baseline: dict[str, Any], candidate: dict[str, Any]) -> list[CheckResult]:
+def judge_regressions(
+    baseline: dict[str, Any], candidate: dict[str, Any], tolerance: float | None = None
+) -> list[CheckResult]:
     """With a baseline: each declared number the baseline measured (base.regressions: the
     capacity knee, the proxy's CPU per chunk, a chunk's delay at light load) is a gate check of
     its own, `gate.regression.CHECK.METRIC`, failed when the candidate is worse beyond the
     tolerance measured noise allows, or did not measure it, even when each release passed
-    its own run. Numbers the two runs measured on different ladders are not judged."""
+    its own run. Numbers the two runs measured on different ladders are not judged. A gate's
+    `capacity_tolerance` replaces the metrics' own fractions."""
     before, after = compare.checks_by_id(baseline), compare.checks_by_id(candidate)
-    worse, skipped = compare.metric_regressions(before, after)
+    worse, skipped = compare.metric_regressions(before, after, tolerance)
     flagged = {(r.declared.check, r.declared.metric): r for r in worse}
     found = []
     for declared in REGRESSION_METRICS:
@@ -116,8 +119,10 @@ def judge_regressions(baseline: dict[str, Any], candidate: dict[str, Any]) -> li
             CheckResult.judge(
                 f"gate.regression.{declared.check}.{declared.metric}",
                 regression is None,
-                f"{declared.metric} {bound} {declared.bound(was):.4g} {declared.unit} (the baseline's {was:.4g}, "
-                f"tolerance {declared.tolerance:.0%}" + (f" + {declared.margin:g}" if declared.margin else "") + ")",
+                f"{declared.metric} {bound} {declared.bound(was, tolerance):.4g} {declared.unit} (the baseline's "
+                f"{was:.4g}, tolerance {declared.tolerance if tolerance is None else tolerance:.0%}"
+                + (f" + {declared.margin:g}" if declared.margin else "")
+                + ")",
                 f"candidate {now:.4g} {declared.unit}" if now is not None else "not measured in the candidate",
                 regression.describe() if regression is not None else "",
                 {"baseline": was} | ({"candidate": now} if now is not None else {}),
@@ -342,8 +347,10 @@ def resolve_suts(gate: GateFile, cli_suts: list[str]) -> list[str]:
     if len(suts) > 2:
         raise UsageError("gate takes one --sut (the candidate) or two (baseline, then candidate)")
     compared = [f"metrics.{d.scenario}.{d.metric}" for d in gate.metrics if d.vs_baseline is not None]
+    if gate.thresholds.capacity_tolerance is not None:
+        compared.append("thresholds.capacity_tolerance")
     if compared and len(suts) != 2:
-        raise UsageError(f"{compared[0]} sets vs_baseline: the gate needs two SUTs (baseline, candidate)")
+        raise UsageError(f"{compared[0]} compares with a baseline: the gate needs two SUTs (baseline, candidate)")
     for sut in suts:
         SutSpec.parse(sut)  # a path that is not there, or not a wheel: said before anything starts
     return suts

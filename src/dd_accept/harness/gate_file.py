@@ -58,6 +58,9 @@ Thresholds = make_dataclass(
     [
         ("max_error_rate", float | None, None),  # client-visible errors / requests where none are intended
         ("max_ttft_p99_s", float | None, None),  # time to first token through the proxy, p99
+        # With two SUTs: how much worse the candidate's capacity numbers may be than the
+        # baseline's, a fraction (default: each metric's own, base.regressions).
+        ("capacity_tolerance", float | None, None),
         *gate_fields(DrainOptions),
     ],
     frozen=True,
@@ -146,6 +149,14 @@ def _validate(gate: GateFile, source: str) -> GateFile:
             raise _fail(source, f"thresholds.{key} must be positive, got {value:g}")
         if scenario not in chosen:
             raise _fail(source, f"thresholds.{key} is measured by scenario {scenario}, which the gate does not run")
+    if limits.capacity_tolerance is not None:
+        if not 0 < limits.capacity_tolerance < 1:
+            raise _fail(source, f"thresholds.capacity_tolerance is a fraction above 0 and below 1, got "
+                        f"{limits.capacity_tolerance:g}")  # fmt: skip
+        if "capacity" not in chosen:
+            raise _fail(
+                source, "thresholds.capacity_tolerance is judged on scenario capacity, which the gate does not run"
+            )
     if limits.max_error_rate is not None and limits.max_error_rate > 1:
         raise _fail(source, f"thresholds.max_error_rate is a fraction from 0 to 1, got {limits.max_error_rate:g}")
     try:

@@ -2,8 +2,11 @@
 
 The harness must cost less than what it measures (the capacity scenario's headroom), and
 the event loop is most of what a Python SSE server or client spends per chunk: uvloop
-(libuv) where it is installed, asyncio's own loop otherwise or when asked. The SUT's
-programs are never touched: they choose their own loop.
+(libuv) where it is installed, asyncio's own loop otherwise or when asked. The SUT's own
+programs (its proxy, its client) choose their own loop; the SUT's queue admission
+middleware, which runs inside the synthetic replica, runs on the replica's loop, as it does
+inside vLLM's server (uvicorn on uvloop). uvloop rounds timers to whole milliseconds, so the
+replicas' token gaps are paced to the millisecond, as vLLM's are.
 """
 
 from __future__ import annotations

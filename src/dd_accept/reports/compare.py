@@ -15,7 +15,7 @@ from typing import Any
 from rich.table import Table
 
 from dd_accept.base.errors import UsageError
-from dd_accept.base.regressions import REGRESSION_METRICS, RegressionMetric
+from dd_accept.base.regressions import REGRESSION_METRICS, RegressionMetric, cheapest_median, per_level
 from dd_accept.base.results import load_results as read_results
 from dd_accept.base.results import where_judged
 from dd_accept.reports.archive import opened_bundle
@@ -189,8 +189,9 @@ def metric_regressions(
     before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]], tolerance: float | None = None
 ) -> tuple[tuple[MetricRegression, ...], tuple[str, ...]]:
     """Each declared number the baseline measured and the candidate worsened beyond the
-    tolerance (the metric's own, grounded in measured noise, unless one is given) or did not
-    measure at all; and the numbers left uncompared because the two runs were not alike."""
+    tolerance (the metric's own, grounded in measured noise, unless one is given) or, having
+    run the check, did not measure; and the numbers left uncompared, with why (the candidate
+    did not run the check; the two ran on different ladders or machines)."""
     found, skipped = [], []
     for declared in REGRESSION_METRICS:
         was_metrics = before.get(declared.check, {}).get("metrics", {})
@@ -199,18 +200,37 @@ def metric_regressions(
         allowed = declared.tolerance if tolerance is None else tolerance
         if was is None:
             continue
-        if now is None:
-            found.append(MetricRegression(declared, was, None, allowed))
+        if declared.check not in after:
+            skipped.append(f"{declared.check} {declared.metric}: the candidate did not run {declared.check}")
             continue
         ladder = declared.ladder_in or declared.check
         was_ladder = before.get(ladder, {}).get("metrics", {})
         now_ladder = after.get(ladder, {}).get("metrics", {})
         differ = [key for key in declared.same if was_ladder.get(key) != now_ladder.get(key)]
-        if differ:
+        if now is None:  # it ran the check and measured nothing: its run ended without it
+            found.append(MetricRegression(declared, was, None, allowed))
+        elif differ:
             skipped.append(f"{declared.check} {declared.metric}: the runs' ladders differ ({', '.join(differ)})")
-        elif declared.regressed(was, now, tolerance):
-            found.append(MetricRegression(declared, was, now, allowed))
+        else:
+            was, now = _on_shared_levels(declared, was_metrics, now_metrics, was, now)
+            if declared.regressed(was, now, tolerance):
+                found.append(MetricRegression(declared, was, now, allowed))
     return tuple(found), tuple(skipped)
+
+
+def _on_shared_levels(
+    declared: RegressionMetric, was_metrics: dict[str, float], now_metrics: dict[str, float], was: float, now: float
+) -> tuple[float, float]:
+    """A per-level metric, read on the levels both runs reached (as its check reads it)."""
+    if not declared.per_level:
+        return was, now
+    before, after = per_level(was_metrics, declared.metric), per_level(now_metrics, declared.metric)
+    shared = set(before) & set(after)
+    was_read = cheapest_median({load: before[load] for load in shared})
+    now_read = cheapest_median({load: after[load] for load in shared})
+    if was_read is None or now_read is None:
+        return was, now
+    return was_read[1], now_read[1]
 
 
 def compare(baseline: dict[str, Any], candidate: dict[str, Any], tolerance: float | None = None) -> Comparison:
