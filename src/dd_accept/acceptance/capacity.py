@@ -19,11 +19,17 @@ from dataclasses import dataclass, field
 
 from dd_accept.acceptance import capacity_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
-from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
+from dd_accept.acceptance.phases import (
+    DeployedRun,
+    Phase,
+    deploy_proxy,
+    recorded,
+    scenario_runner,
+    stop_if_started,
+)
 from dd_accept.base.capacity_curve import CURVE_FILE, CURVE_KIND
 from dd_accept.base.errors import ClusterError
 from dd_accept.base.options import CapacityOptions
-from dd_accept.base.results import PhaseRecord
 from dd_accept.base.waiting import WaitTimeout
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.deployment.step_usage import UsageSample, sample_usage
@@ -63,8 +69,8 @@ class CapacityRun(DeployedRun):
 
     @property
     def curve(self) -> checks.Curve:
-        load = self.options.load
         o = self.options
+        load = o.load
         ran_on = (
             ("replicas", float(o.replicas)),
             ("tokens_per_stream", float(o.tokens)),
@@ -191,15 +197,8 @@ def _climb(s: CapacityRun) -> None:
     for index, load in enumerate(s.options.load.levels()):
         title = f"load level {index + 1}: {load:g} {unit}"
         s.progress.emit(title, load=load)
-        record = PhaseRecord("drive", title, started=time.time())
-        s.result.phases.append(record)
-        try:
+        with recorded(s.result, "drive", title):
             level = _level(s, index, load)
-        except BaseException:
-            record.outcome = "interrupted"
-            raise
-        finally:
-            record.ended = time.time()
         s.levels.append(level)
         broken = slo.broken_by(level)
         with curve_host.open("a") as curve:

@@ -16,8 +16,9 @@ scenario's result, so the evidence shows when each one ran.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -166,10 +167,19 @@ def run_phases(phases: Sequence[Phase[S]], state: S) -> ScenarioResult:
 
 def _run(phase: Phase[S], state: S) -> None:
     state.progress.emit(phase.title, **phase.numbers(state))
-    record = PhaseRecord(phase.kind, phase.title, started=time.time())
-    state.result.phases.append(record)
-    try:
+    with recorded(state.result, phase.kind, phase.title):
         phase.act(state)
+
+
+@contextlib.contextmanager
+def recorded(result: ScenarioResult, kind: PhaseKind, title: str) -> Iterator[PhaseRecord]:
+    """A phase's start and end on the scenario's timeline, and "interrupted" if it raised:
+    for each declared phase, and for the phases a scenario opens as it goes (a capacity
+    run's load levels, one per level reached)."""
+    record = PhaseRecord(kind, title, started=time.time())
+    result.phases.append(record)
+    try:
+        yield record
     except BaseException:
         record.outcome = "interrupted"
         raise
