@@ -35,6 +35,7 @@ NUMBERS = (
     ("proxy CPU us/chunk", "capacity.proxy_cpu_per_chunk", PROXY_CPU_PER_CHUNK),
     ("harness CPU share at knee", "capacity.harness_headroom", "harness_share"),
     ("machine busy at knee", "capacity.harness_headroom", "machine_busy"),
+    ("proxy core share at knee", "capacity.harness_headroom", "proxy_core_share"),
 )
 
 
@@ -49,6 +50,8 @@ def run_once(sut: str, mode: str) -> dict[str, float] | str:
             return (done.stderr.strip().splitlines() or ["no results"])[-1]
         document = json.loads(path.read_text())
     checks = {c["id"]: c for s in document["scenarios"] for c in s["checks"]}
+    knee = checks.get("capacity.knee", {}).get("observed", "")
+    print(f"  {knee}", file=sys.stderr)  # where it broke, and why
     found = {}
     for label, check, metric in NUMBERS:
         value = checks.get(check, {}).get("metrics", {}).get(metric)

@@ -1,12 +1,16 @@
 """Harness headroom: what the harness's own processes cost per chunk, next to the SUT's proxy,
-with each event loop the harness can run on.
+for each way the harness can be built.
 
 The capacity scenario's knee is the proxy's only if the harness (replicas and load client)
 takes at most 35% of the CPU at the knee. This runs the capacity scenario's workload at
-rc1's knee (60 streams in flight, 4 replicas pacing 32 tokens 5 ms apart behind the SUT's
-queue admission middleware, the rc1 proxy, the raw load client) as local processes on
-127.0.0.1, once per combination of event loops for the replicas and the client (asyncio's
-own, uvloop), and reads each component's CPU from /proc. Prints a table and writes JSON.
+rc1's knee (60 streams in flight, 4 replicas pacing 32 tokens 5 ms apart, the rc1 proxy, a
+load client) as local processes on 127.0.0.1, once per variant, and reads each component's
+CPU from /proc. Variants, side by side:
+  - the event loop of the harness's programs: asyncio's own, or uvloop;
+  - the replica: the ASGI one (uvicorn, behind the SUT's queue admission middleware, a timer
+    per token per stream) or the paced one (one timer for every stream, bare protocol);
+  - the client: raw (aiohttp) or wire (bare protocol, httptools).
+Prints a table and writes JSON.
 
     python benchmarks/harness_headroom.py [--seconds 5] [--repeats 2] [--out FILE]
 """
@@ -28,13 +32,21 @@ from rich.table import Table
 from dd_accept.base.events import ClientRequest, of_type, read_event_file
 from dd_accept.base.waiting import wait_until
 from dd_accept.fixtures.backends.local import LocalReplica, free_port
+from dd_accept.fixtures.deployment.synthetic_replicas import ASGI_REPLICA, PACED_REPLICA
 from dd_accept.node.probe import probe
 from dd_accept.node.step_usage import process_usage
 from dd_accept.sut.profile import profile_for
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
 from dd_accept.sut.wheelhouse import build_wheelhouse, install_local
 
-VARIANTS = (("asyncio", "asyncio"), ("uvloop", "asyncio"), ("asyncio", "uvloop"), ("uvloop", "uvloop"))
+VARIANTS = (  # (event loop, replica, client)
+    ("asyncio", "asgi", "raw"),
+    ("uvloop", "asgi", "raw"),
+    ("uvloop", "paced", "raw"),
+    ("uvloop", "asgi", "wire"),
+    ("uvloop", "paced", "wire"),
+)
+PROGRAMS = {"asgi": ASGI_REPLICA, "paced": PACED_REPLICA}
 STREAMS, TOKENS = 60, 32
 
 
@@ -48,15 +60,17 @@ def _up(url: str) -> bool:
     return probe(f"{url}/health", timeout=1).get("status") == 200
 
 
-def measure(sut_path: Path, middleware: str, replica_loop: str, client_loop: str, seconds: float) -> dict:
-    options = ("--ttft-ms", "20", "--itl-ms", "5", "--max-num-seqs", "256", "--loop", replica_loop)
-    replicas = [LocalReplica(options=(*options, "--middleware", middleware), python_path=[sut_path]) for _ in range(4)]
-    for replica in replicas:
-        replica.start()
+def measure(sut_path: Path, middleware: str, loop: str, replica: str, client_mode: str, seconds: float) -> dict:
+    options = ("--ttft-ms", "20", "--itl-ms", "5", "--loop", loop)
+    if replica == "asgi":
+        options += ("--max-num-seqs", "256", "--middleware", middleware)
+    replicas = [LocalReplica(options=options, python_path=[sut_path], program=PROGRAMS[replica]) for _ in range(4)]
+    for each in replicas:
+        each.start()
     port = free_port()
     argv = [sys.executable, str(sut_path / "data_designer/slurm/runtime/proxy.py"), "--listen-port", str(port)]
-    for replica in replicas:
-        argv += ["--backend", replica.url]
+    for each in replicas:
+        argv += ["--backend", each.url]
     env = {**os.environ, "PYTHONPATH": str(sut_path)}
     proxy = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -65,10 +79,10 @@ def measure(sut_path: Path, middleware: str, replica_loop: str, client_loop: str
         with tempfile.TemporaryDirectory(prefix="dd-headroom-") as scratch:
             events = Path(scratch) / "client.jsonl"
             client = [
-                sys.executable, "-m", "dd_accept.node.loadclient", "--mode", "raw", "--endpoint", url,
+                sys.executable, "-m", "dd_accept.node.loadclient", "--mode", client_mode, "--endpoint", url,
                 "--records", "1000000", "--concurrency", str(STREAMS), "--max-tokens", str(TOKENS),
                 "--max-record-attempts", "1", "--duration-s", str(seconds), "--events", str(events),
-                "--loop", client_loop,
+                "--loop", loop,
             ]  # fmt: skip
             pids = {"proxy": [proxy.pid], "replicas": [r.process.pid for r in replicas]}  # type: ignore[union-attr]
             before = {name: sum(cpu_seconds(p) for p in group) for name, group in pids.items()}
@@ -81,13 +95,14 @@ def measure(sut_path: Path, middleware: str, replica_loop: str, client_loop: str
     finally:
         proxy.terminate()
         proxy.wait()
-        for replica in replicas:
-            replica.stop()
+        for each in replicas:
+            each.stop()
     used["client"] = summary["cpu_s"]  # its CPU while it sent (its start-up is not load)
     harness = used["replicas"] + used["client"]
     return {
-        "replica_loop": replica_loop,
-        "client_loop": summary.get("loop", client_loop),
+        "loop": summary.get("loop", loop),
+        "replica": replica,
+        "client": client_mode,
         "chunks_per_s": round(chunks / summary["window_s"]),
         "us_per_chunk": {name: round(value / chunks * 1e6, 1) for name, value in used.items()},
         "harness_share": round(harness / (harness + used["proxy"]), 3),
@@ -106,18 +121,18 @@ def main() -> int:
     sut_path = install_local(wheelhouse, Path(tempfile.mkdtemp(prefix="dd-bench-sut-")))
     middleware = profile_for("data-designer-slurm", "1.0.0rc1").queue_admission.middleware
     runs = [
-        measure(sut_path, middleware, replica_loop, client_loop, args.seconds)
+        measure(sut_path, middleware, loop, replica, client, args.seconds)
         for _ in range(args.repeats)
-        for replica_loop, client_loop in VARIANTS
+        for loop, replica, client in VARIANTS
     ]
     table = Table(title=f"harness headroom at {STREAMS} streams x {TOKENS} tokens (rc1 proxy, 2 cores)")
-    for column in ("replicas", "client", "chunks/s", "proxy us/chunk", "replicas us/chunk", "client us/chunk",
+    for column in ("loop", "replica", "client", "chunks/s", "proxy us/chunk", "replicas us/chunk", "client us/chunk",
                    "harness share"):  # fmt: skip
         table.add_column(column)
     for run in runs:
         cost = run["us_per_chunk"]
         table.add_row(
-            run["replica_loop"], run["client_loop"], f"{run['chunks_per_s']:,}", f"{cost['proxy']:.1f}",
+            run["loop"], run["replica"], run["client"], f"{run['chunks_per_s']:,}", f"{cost['proxy']:.1f}",
             f"{cost['replicas']:.1f}", f"{cost['client']:.1f}", f"{run['harness_share']:.0%}",
         )  # fmt: skip
     Console(width=160).print(table)

@@ -65,13 +65,22 @@ def test_rc1_meets_the_knee_floor_and_the_cost_bound(rc1, sut_profile):
     assert knee["metrics"][KNEE_THROUGHPUT] >= sut_profile.capacity.knee_floor, knee
     assert knee["metrics"]["knee_chunk_delay_p95_ms"] <= SETTINGS.load.slo_chunk_delay_ms
     assert cost["verdict"] == "pass" and 10 < cost["metrics"][PROXY_CPU_PER_CHUNK] <= 100, cost
-    # The harness's share is reported, and the verdict follows it (the 35% bound is the goal
-    # the harness must reach; docs/benchmarks.md has where it stands).
+    # The proxy, not the harness, ran out: near a full core at the knee. The harness's share
+    # is reported, and bounds the knee only where the machine had no CPU to spare; the
+    # verdict follows that rule on the numbers the check reports (make test runs this beside
+    # another test, which may saturate the machine).
     headroom = checks["capacity.harness_headroom"]
-    share = headroom["metrics"]["harness_share"]
-    assert 0 < share < 1 and (headroom["verdict"] == "pass") == (share <= 0.35), headroom
-    if headroom["verdict"] == "fail":
-        assert headroom["detail"].startswith("not judged"), headroom
+    numbers = headroom["metrics"]
+    assert numbers["proxy_core_share"] >= 0.5, headroom
+    assert 0.15 < numbers["harness_share"] < 0.7, headroom
+    bound_at_knee = numbers["client_core_share"] >= 0.85 or (
+        numbers["machine_busy"] >= 0.9 and numbers["harness_share"] > 0.35
+    )
+    if headroom["verdict"] == "pass":
+        assert not bound_at_knee, headroom
+    else:
+        assert headroom["detail"].startswith("not judged: the knee is bounded by the harness"), headroom
+        assert "saturated" in headroom["detail"] or "load client used" in headroom["detail"], headroom
     # Each level is a phase with vLLM's serving metrics, so a capacity bundle trends like any other.
     levels = [p for p in scenario["serving"]["phases"] if p["title"].startswith("load level ")]
     assert len(levels) == knee["metrics"]["levels_run"] >= 3
@@ -155,6 +164,6 @@ def test_a_proxy_that_holds_every_chunk_is_caught_by_the_comparison_with_rc1(
     assert compared.returncode == 1, compared.stderr
     worse = {r["metric"]: r for r in json.loads(compared.stdout)["metric_regressions"]}
     assert worse[LIGHT_CHUNK_DELAY]["baseline"] == was and worse[LIGHT_CHUNK_DELAY]["candidate"] == now
-    # Two levels only: the knee and the cost at the cheapest levels are not compared with rc1's nine.
+    # Two levels only: the knee and the cost at the cheapest levels are not compared with rc1's ladder.
     notes = json.loads(compared.stdout)["not_compared"]
     assert PROXY_CPU_PER_CHUNK not in worse and any(n.startswith("capacity.proxy_cpu_per_chunk") for n in notes)

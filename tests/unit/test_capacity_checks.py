@@ -21,13 +21,14 @@ def level(
     chunks=20_000,
     error="",
     client=None,
+    busy=0.5,
 ):
     client = harness / 2 if client is None else client
     return checks.LoadLevel(
         index=index, load=load, requests=100, failed=failed, chunks=chunks, window_s=3.0,
         output_throughput=tokens, added_ttft_p95_ms=10.0, chunk_delay_p50_ms=delay_p95 / 2,
         chunk_delay_p95_ms=delay_p95, proxy_cpu_s=proxy, replicas_cpu_s=harness - client, client_cpu_s=client,
-        proxy_rss_kb=40_960, machine_busy=0.5, client_error=error,
+        proxy_rss_kb=40_960, machine_busy=busy, client_error=error,
     )  # fmt: skip
 
 
@@ -94,12 +95,31 @@ def test_a_cpu_reading_too_small_to_measure_is_never_a_cost_of_zero():
     assert "8: not measured" in result.detail
 
 
-def test_harness_headroom_fails_as_not_judged_when_the_harness_takes_the_cpu():
-    fine = checks.harness_headroom(curve(level(0, 8, proxy=2.0, harness=1.0)))
-    assert fine.verdict == "pass" and fine.metrics["harness_share"] == pytest.approx(0.333, abs=0.001)
-    bound = checks.harness_headroom(curve(level(0, 8, proxy=1.0, harness=2.0)))
-    assert bound.verdict == "fail" and bound.detail.startswith("not judged")
-    assert "harness 67% of the run's CPU" in bound.observed
+def test_the_harness_share_bounds_the_knee_only_on_a_saturated_machine():
+    # 67% of the CPU to the harness while cores sat idle: the proxy ran out of itself
+    idle = checks.harness_headroom(curve(level(0, 8, proxy=1.0, harness=2.0, busy=0.65)))
+    assert idle.verdict == "pass" and idle.metrics["harness_share"] == pytest.approx(0.667, abs=0.001)
+    assert "harness 67% of the run's CPU" in idle.observed and "machine busy 65%" in idle.observed
+    assert "proxy 1.00 s = 33% of a core" in idle.observed
+    # the same share with no CPU to spare: the proxy could not have the harness's share
+    bound = checks.harness_headroom(curve(level(0, 8, proxy=1.0, harness=2.0, busy=0.95)))
+    assert bound.verdict == "fail" and bound.detail.startswith("not judged: the knee is bounded by the harness")
+    assert "the machine was saturated (95% busy) at level 1 (8 streams in flight) and the harness took 67%" in (
+        bound.detail
+    )
+    cheap = checks.harness_headroom(curve(level(0, 8, proxy=2.0, harness=1.0, busy=0.95)))
+    assert cheap.verdict == "pass" and cheap.metrics["harness_share"] == pytest.approx(0.333, abs=0.001)
+
+
+def test_the_level_where_the_slo_first_broke_is_watched_as_well_as_the_knee():
+    found = curve(
+        level(0, 8, proxy=2.0, harness=1.0, busy=0.5),
+        level(1, 12, delay_p95=30, proxy=1.0, harness=2.0, busy=0.97),
+        level(2, 18, delay_p95=40),
+    )
+    result = checks.harness_headroom(found)
+    assert result.verdict == "fail" and "at level 2 (12 streams in flight)" in result.detail
+    assert checks.harness_headroom(curve()).verdict == "fail"
 
 
 def test_a_load_client_near_a_full_core_is_harness_bound_whatever_its_share():
@@ -107,6 +127,7 @@ def test_a_load_client_near_a_full_core_is_harness_bound_whatever_its_share():
     saturated = checks.harness_headroom(curve(level(0, 8, proxy=20.0, harness=3.0, client=2.7)))
     assert saturated.verdict == "fail" and saturated.metrics["client_core_share"] == 0.9
     assert "load client at 90% of a core" in saturated.observed
+    assert "the load client used 90% of a core at level 1" in saturated.detail
 
 
 def test_chunk_delays_line_up_the_replica_write_and_the_client_read_on_one_clock():
@@ -127,7 +148,7 @@ def test_chunk_delays_line_up_the_replica_write_and_the_client_read_on_one_clock
 
 
 def test_the_ladder_climbs_by_its_factor_in_whole_streams_or_rates():
-    assert CapacityOptions().levels() == [8, 12, 18, 27, 40, 60, 90, 135, 202]
+    assert CapacityOptions().levels() == [8, 12, 18, 27, 40, 60, 90, 135, 202, 303, 454, 681]
     assert CapacityOptions(load_mode="poisson", load_levels=3).levels() == [40, 60, 90]
     assert CapacityOptions(load_start=1, load_factor=1.1, load_levels=3).levels() == [1, 2, 3], "always climbs"
     with pytest.raises(ValueError, match="whole number of streams"):

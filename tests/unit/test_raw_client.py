@@ -1,5 +1,6 @@
-"""The raw load client against a local SSE server: events split across reads are counted
-whole, and requests are sent at the rate and arrival process the workload asks for."""
+"""Both raw load clients (aiohttp's and the wire client) against a local SSE server: events
+split across reads are counted whole, and requests are sent at the rate and arrival process
+the workload asks for. Each test runs on both: they must count alike."""
 
 import asyncio
 import itertools
@@ -7,12 +8,16 @@ import statistics
 import time
 from dataclasses import replace
 
+import pytest
 from aiohttp import web
 
 from dd_accept.base.events import ClientRequest, EventWriter, of_type, read_event_file
-from dd_accept.node.loadclient.raw import arrivals, run_raw
+from dd_accept.node.loadclient.raw import run_raw
+from dd_accept.node.loadclient.schedule import arrivals
+from dd_accept.node.loadclient.wire import run_wire
 from dd_accept.node.loadclient.workload import Workload
 
+CLIENTS = pytest.mark.parametrize("run_client", [run_raw, run_wire], ids=["raw", "wire"])
 EVENT = b'data: {"choices":[{"delta":{"content":"tok "}}]}\n\n'
 
 
@@ -45,7 +50,8 @@ async def _serve(handler, body):
         await runner.cleanup()
 
 
-def test_events_split_across_reads_are_counted_whole_with_every_byte(tmp_path):
+@CLIENTS
+def test_events_split_across_reads_are_counted_whole_with_every_byte(tmp_path, run_client):
     stream = EVENT * 5 + b"data: [DONE]\n\n"
     # cut mid-line, mid-"data: ", mid-[DONE]
     handler = _streaming(*(stream[start : start + 7] for start in range(0, len(stream), 7)), pause_s=0.002)
@@ -53,7 +59,7 @@ def test_events_split_across_reads_are_counted_whole_with_every_byte(tmp_path):
     events = EventWriter(tmp_path / "e.jsonl", source="client")
 
     async def body(url):
-        return await run_raw(Workload(endpoint=url, records=2, concurrency=2, max_tokens=5), events)
+        return await run_client(Workload(endpoint=url, records=2, concurrency=2, max_tokens=5), events)
 
     summary = asyncio.run(_serve(handler, body))
     events.close()
@@ -63,13 +69,14 @@ def test_events_split_across_reads_are_counted_whole_with_every_byte(tmp_path):
     assert len(attempts[0].chunk_offsets_s) == 5 and attempts[0].chunk_offsets_s == sorted(attempts[0].chunk_offsets_s)
 
 
-def test_a_stream_without_done_is_truncated(tmp_path):
+@CLIENTS
+def test_a_stream_without_done_is_truncated(tmp_path, run_client):
     handler = _streaming(EVENT * 3)
 
     events = EventWriter(tmp_path / "e.jsonl", source="client")
 
     async def body(url):
-        return await run_raw(Workload(endpoint=url, records=1, concurrency=1, max_record_attempts=1), events)
+        return await run_client(Workload(endpoint=url, records=1, concurrency=1, max_record_attempts=1), events)
 
     asyncio.run(_serve(handler, body))
     events.close()
@@ -89,7 +96,8 @@ def test_constant_arrivals_are_even_and_poisson_ones_seeded_with_the_rate_as_mea
     assert other != first[:5]
 
 
-def test_a_rate_run_sends_its_requests_at_that_rate_for_its_duration(tmp_path):
+@CLIENTS
+def test_a_rate_run_sends_its_requests_at_that_rate_for_its_duration(tmp_path, run_client):
     handler = _streaming(EVENT + b"data: [DONE]\n\n")
 
     events = EventWriter(tmp_path / "e.jsonl", source="client")
@@ -97,7 +105,7 @@ def test_a_rate_run_sends_its_requests_at_that_rate_for_its_duration(tmp_path):
 
     async def body(url):
         started = time.monotonic()
-        summary = await run_raw(replace(workload, endpoint=url), events)
+        summary = await run_client(replace(workload, endpoint=url), events)
         return summary, time.monotonic() - started
 
     summary, elapsed = asyncio.run(_serve(handler, body))
@@ -106,17 +114,45 @@ def test_a_rate_run_sends_its_requests_at_that_rate_for_its_duration(tmp_path):
     assert elapsed < 2
 
 
-def test_data_lines_without_their_space_cr_endings_and_a_last_line_without_newline_count(tmp_path):
+@CLIENTS
+def test_data_lines_without_their_space_cr_endings_and_a_last_line_without_newline_count(tmp_path, run_client):
     body = b'data:{"a":1}\r\rdata: {"a":2}\r\n\r\ndata:[DONE]'
     handler = _streaming(body)
 
     events = EventWriter(tmp_path / "e.jsonl", source="client")
 
     async def run(url):
-        return await run_raw(Workload(endpoint=url, records=1, concurrency=1, max_record_attempts=1), events)
+        return await run_client(Workload(endpoint=url, records=1, concurrency=1, max_record_attempts=1), events)
 
     asyncio.run(_serve(handler, run))
     events.close()
     (attempt,) = of_type(read_event_file(tmp_path / "e.jsonl"), ClientRequest)
     assert (attempt.chunks, attempt.done, attempt.outcome, attempt.bytes) == (2, True, "ok", len(body))
     assert attempt.ttft_s is not None
+
+
+@CLIENTS
+def test_a_refused_connection_is_an_error_attempt_and_a_429_keeps_its_retry_after(tmp_path, run_client):
+    async def too_many(request):
+        return web.json_response({"error": "busy"}, status=429, headers={"Retry-After": "0"})
+
+    events = EventWriter(tmp_path / "e.jsonl", source="client")
+
+    async def run(url):
+        return await run_client(Workload(endpoint=url, records=1, concurrency=1, max_record_attempts=2), events)
+
+    summary = asyncio.run(_serve(too_many, run))
+    refused = asyncio.run(run_client(Workload(endpoint="http://127.0.0.1:9", records=1, max_record_attempts=1), events))
+    events.close()
+    first, second, failed = of_type(read_event_file(tmp_path / "e.jsonl"), ClientRequest)
+    assert summary["completed"] == 0 and refused["completed"] == 0
+    assert [(a.attempt, a.status, a.outcome, a.retry_after) for a in (first, second)] == [
+        (0, 429, "rate_limited", "0"),
+        (1, 429, "rate_limited", "0"),
+    ]
+    assert (failed.outcome, failed.status) == ("error", 0) and failed.error
+
+
+def test_the_wire_client_refuses_an_endpoint_it_cannot_speak_to(tmp_path):
+    with pytest.raises(ValueError, match="plain HTTP"):
+        asyncio.run(run_wire(Workload(endpoint="https://127.0.0.1:1"), EventWriter(None, source="client")))

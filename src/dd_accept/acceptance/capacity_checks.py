@@ -30,6 +30,9 @@ HARNESS_SHARE_LIMIT = 0.35
 # The load client is one event loop: at this share of a core it is what limits the load,
 # whatever its share of the whole (a proxy with many workers makes the share small).
 CLIENT_CORE_LIMIT = 0.85
+# The machine's busy share from which it has no CPU to spare: the harness's share then is
+# CPU the proxy could not have (2 cores: 0.2 of a core left).
+SATURATED_BUSY = 0.9
 # Below this the kernel's count (10 ms ticks) cannot tell a proxy's cost from none.
 MEASURABLE_CPU_S = 0.05
 
@@ -68,6 +71,11 @@ class LoadLevel:
     def client_core_share(self) -> float:
         """How much of one core the load client used while it sent."""
         return self.client_cpu_s / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def proxy_core_share(self) -> float:
+        """How much of one core the proxy used while the client sent."""
+        return self.proxy_cpu_s / self.window_s if self.window_s > 0 else 0.0
 
     @property
     def harness_cpu_s(self) -> float:
@@ -326,39 +334,71 @@ def proxy_cpu_per_chunk(curve: Curve, limit_us: float) -> CheckResult:
 
 @check("capacity.harness_headroom")
 def harness_headroom(
-    curve: Curve, limit: float = HARNESS_SHARE_LIMIT, client_limit: float = CLIENT_CORE_LIMIT
+    curve: Curve,
+    limit: float = HARNESS_SHARE_LIMIT,
+    client_limit: float = CLIENT_CORE_LIMIT,
+    saturated: float = SATURATED_BUSY,
 ) -> CheckResult:
-    """The harness (replicas and load client) used at most `limit` of the CPU the run used
-    at the knee, and the load client (one event loop) less than `client_limit` of a core
-    there or where the SLO first broke; otherwise the knee is the harness's, and the run
-    says so: this check fails as "not judged" and the knee is not the proxy's."""
-    level = curve.judged
-    share = level.harness_share if level is not None else None
-    watched = [lvl for lvl in (level, curve.first_broken) if lvl is not None]
-    busiest = max(watched, key=lambda lvl: lvl.client_core_share, default=None)
-    client = busiest.client_core_share if busiest is not None else 0.0
-    ok = share is not None and share <= limit and client < client_limit
-    if level is None or share is None:
-        observed = "no CPU was measured"
-        metrics: dict[str, float] = {}
-    else:
-        observed = (
-            f"harness {share:.0%} of the run's CPU at {curve.show(level)} "
-            f"(replicas {level.replicas_cpu_s:.2f} s, load client {level.client_cpu_s:.2f} s, "
-            f"proxy {level.proxy_cpu_s:.2f} s; machine busy {level.machine_busy:.0%}); "
-            f"load client at {client:.0%} of a core"
+    """The harness did not bound the knee: at the knee and where the SLO first broke (the two
+    levels that place it), the load client (one event loop) used less than `client_limit` of a
+    core, and the harness (replicas and load client) took at most `limit` of the CPU the run
+    used unless the machine had CPU to spare (busy under `saturated`).
+
+    Why the share counts only on a saturated machine: the harness can only slow the proxy by
+    taking CPU the proxy would have used. While cores sit idle, a proxy that stops meeting its
+    SLO ran out of itself (rc1's one event loop, near a full core at its knee), whatever the
+    harness spent beside it. On a saturated machine every CPU second the harness takes is one
+    the proxy could not have, and past `limit` the knee says more about the harness. Then, or
+    with the client at a full core, this check fails as "not judged": the knee is not the
+    proxy's."""
+    watched = [lvl for lvl in (curve.judged, curve.first_broken) if lvl is not None]
+    measured = [lvl for lvl in watched if lvl.harness_share is not None]
+    if not measured:
+        return CheckResult.judge(
+            harness_headroom.check_id,
+            False,
+            _headroom_expected(limit, client_limit, saturated),
+            "no CPU was measured",
+            "not judged: the harness's cost is unknown",
+            {},
         )
-        metrics = {
-            "harness_share": round(share, 3),
-            "machine_busy": round(level.machine_busy, 3),
-            "client_core_share": round(client, 3),
-        }
+
+    def bound_by_harness(level: LoadLevel) -> str:
+        if level.client_core_share >= client_limit:
+            return f"the load client used {level.client_core_share:.0%} of a core at {curve.show(level)}"
+        share = level.harness_share or 0.0
+        if level.machine_busy >= saturated and share > limit:
+            return (
+                f"the machine was saturated ({level.machine_busy:.0%} busy) at {curve.show(level)} "
+                f"and the harness took {share:.0%} of the CPU"
+            )
+        return ""
+
+    reasons = [reason for lvl in measured if (reason := bound_by_harness(lvl))]
+    level = measured[0]
+    observed = "; ".join(
+        f"{curve.show(lvl)}: harness {lvl.harness_share:.0%} of the run's CPU (replicas {lvl.replicas_cpu_s:.2f} s, "
+        f"load client {lvl.client_cpu_s:.2f} s, proxy {lvl.proxy_cpu_s:.2f} s = {lvl.proxy_core_share:.0%} of a "
+        f"core), machine busy {lvl.machine_busy:.0%}, load client at {lvl.client_core_share:.0%} of a core"
+        for lvl in measured
+    )
     return CheckResult.judge(
         harness_headroom.check_id,
-        ok,
-        f"the harness takes at most {limit:.0%} of the CPU at the knee, the load client under "
-        f"{client_limit:.0%} of a core",
+        not reasons,
+        _headroom_expected(limit, client_limit, saturated),
         observed,
-        "" if ok else "not judged: the knee is bounded by the harness, not by the proxy",
-        metrics,
+        f"not judged: the knee is bounded by the harness, not by the proxy ({'; '.join(reasons)})" if reasons else "",
+        {
+            "harness_share": round(level.harness_share or 0.0, 3),
+            "machine_busy": round(level.machine_busy, 3),
+            "client_core_share": round(max(lvl.client_core_share for lvl in measured), 3),
+            "proxy_core_share": round(level.proxy_core_share, 3),
+        },
+    )
+
+
+def _headroom_expected(limit: float, client_limit: float, saturated: float) -> str:
+    return (
+        f"at the knee and where the SLO first broke, the load client under {client_limit:.0%} of a core, and the "
+        f"harness at most {limit:.0%} of the CPU whenever the machine was saturated (busy {saturated:.0%} or more)"
     )

@@ -46,7 +46,7 @@ class ClientRequest(EventBase):
     """One attempt of one record, as the load client saw it (raw HTTP or the SUT's client)."""
 
     KIND: ClassVar[str] = "request"
-    mode: str  # "raw" or "sut"
+    mode: str  # "raw", "wire" (the raw client on bare connections) or "sut"
     record: int
     attempt: int
     outcome: str  # ok, rate_limited, http_error, truncated, error, deadline

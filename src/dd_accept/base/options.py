@@ -448,8 +448,10 @@ class CapacityOptions:
         unit="streams or requests/s",
         metavar="N",
     )
-    load_factor: float = option(1.5, "capacity: each level's load over the one before", above=1, unit="times")
-    load_levels: int = option(9, "capacity: the most levels the ladder climbs, 2 to 30", minimum=2)
+    load_factor: float = option(
+        1.5, "capacity: each level's load over the one before", above=1, unit="times", metavar="FACTOR"
+    )
+    load_levels: int = option(12, "capacity: the most levels the ladder climbs, 2 to 30", minimum=2)
     level_seconds: float = option(3.0, "capacity: seconds each level sends new requests", above=0)
     slo_added_ttft_ms: float = option(
         150.0,

@@ -17,13 +17,23 @@ from dd_accept.base.events import EventWriter
 from dd_accept.node import event_loop
 from dd_accept.node.event_loop import LOOPS
 from dd_accept.node.loadclient.raw import run_raw
+from dd_accept.node.loadclient.wire import run_wire
 from dd_accept.node.loadclient.workload import ARRIVALS, Workload, parse_header
+
+# Clients of the harness's own, on its event loop: aiohttp's, and the wire client that the
+# capacity scenario drives so that the harness costs less per chunk than the proxy it measures.
+RAW_CLIENTS = {"raw": run_raw, "wire": run_wire}
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dd-accept-loadclient")
     parser.add_argument("--endpoint", required=True, help="base URL, e.g. http://127.0.0.1:9000")
-    parser.add_argument("--mode", choices=("sut", "raw"), default="sut")
+    parser.add_argument(
+        "--mode",
+        choices=("sut", *RAW_CLIENTS),
+        default="sut",
+        help="sut: the SUT's own client; raw: aiohttp, no admission control; wire: raw on bare connections",
+    )
     parser.add_argument(
         "--adapter",
         default="dd_accept.node.loadclient.data_designer",
@@ -80,10 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     events = EventWriter(args.events, source="client")
     try:
-        if args.mode == "raw":
-            summary = event_loop.run(run_raw(workload, events), args.loop)
+        if args.mode in RAW_CLIENTS:
+            summary = event_loop.run(RAW_CLIENTS[args.mode](workload, events), args.loop)
         else:  # the SUT's own client runs on the loop asyncio gives it, as in the SUT
             summary = asyncio.run(importlib.import_module(args.adapter).run_sut(workload, events))
+    except ValueError as error:  # a workload this client cannot send (wire: an https endpoint)
+        print(f"loadclient: {error}", file=sys.stderr)
+        return 2
     finally:
         events.close()
     print(json.dumps({**summary, "mode": args.mode, "events": events.counts}))

@@ -50,6 +50,15 @@ class Workload:
     def prompt(self) -> str:
         return "x" * self.prompt_chars
 
+    def body(self) -> dict[str, object]:
+        """The chat completion request every raw attempt sends."""
+        return {
+            "model": self.model,
+            "messages": [{"role": "user", "content": self.prompt()}],
+            "max_tokens": self.max_tokens,
+            "stream": self.stream,
+        }
+
     def to_argv(self) -> list[str]:
         """The load client's command-line flags for this workload (parsed back in __main__)."""
         argv = [

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import socket
@@ -30,6 +29,7 @@ from dd_accept.node.event_loop import LOOPS
 from dd_accept.node.replica.app import StreamCut, build_app
 from dd_accept.node.replica.control_state import ControlState
 from dd_accept.node.replica.engine import Engine, EngineMetrics, EngineSettings
+from dd_accept.node.replica.readiness import add_location_arguments, listen_port, per_task, task_index, write_ready
 
 
 def _protocol_base() -> type[asyncio.Protocol]:
@@ -69,28 +69,6 @@ class _QuietStreamCuts(logging.Filter):
         return True
 
 
-def _port(args: argparse.Namespace) -> int:
-    if args.port is not None:
-        return args.port
-    return args.port_base + int(os.environ.get("SLURM_PROCID", "0"))
-
-
-def _write_ready(path: Path, host: str, port: int) -> None:
-    info = {
-        "host": host,
-        "port": port,
-        "pid": os.getpid(),
-        "job_id": os.environ.get("SLURM_JOB_ID"),
-        "step_id": os.environ.get("SLURM_STEP_ID"),
-        "task_id": int(os.environ.get("SLURM_PROCID", "0")),
-        "node": socket.gethostname(),
-    }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(info))
-    os.replace(temporary, path)
-
-
 async def serve(args: argparse.Namespace) -> int:
     settings = EngineSettings(
         model=args.model,
@@ -98,7 +76,7 @@ async def serve(args: argparse.Namespace) -> int:
         ttft_s=args.ttft_ms / 1000,
         itl_s=args.itl_ms / 1000,
         jitter=args.jitter,
-        seed=args.seed + int(os.environ.get("SLURM_PROCID", "0")),
+        seed=args.seed + task_index(),
         latency=args.latency,
         sigma=args.sigma,
         step_s=args.scheduler_step_ms / 1000,
@@ -115,10 +93,8 @@ async def serve(args: argparse.Namespace) -> int:
         if server is not None:
             server.should_exit = True
 
-    task = int(os.environ.get("SLURM_PROCID", "0"))
-    events = (
-        EventWriter(Path(args.events.replace("{task}", str(task))), source=f"replica-{task}") if args.events else None
-    )
+    task = task_index()
+    events = EventWriter(Path(per_task(args.events)), source=f"replica-{task}") if args.events else None
     if events is not None:
         engine.on_change = lambda waiting, running: events.write(QueueGauge(waiting=waiting, running=running))
         engine.on_change(engine.waiting, engine.running)
@@ -132,7 +108,7 @@ async def serve(args: argparse.Namespace) -> int:
         task=task,
     )
     host = "127.0.0.1" if args.local else "0.0.0.0"
-    port = _port(args)
+    port = listen_port(args)
     config = uvicorn.Config(
         app,
         host=host,
@@ -154,7 +130,7 @@ async def serve(args: argparse.Namespace) -> int:
         await asyncio.sleep(0.02)
     if args.ready_file:
         ready_host = "127.0.0.1" if args.local else socket.gethostname()
-        _write_ready(Path(args.ready_file.replace("{task}", os.environ.get("SLURM_PROCID", "0"))), ready_host, port)
+        write_ready(Path(per_task(args.ready_file)), ready_host, port)
     await serving
     if scheduler is not None:
         scheduler.cancel()
@@ -165,10 +141,7 @@ async def serve(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dd-accept-replica", description="Synthetic vLLM replica.")
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument("--port", type=int, help="fixed port")
-    where.add_argument("--port-base", type=int, help="port = base + SLURM_PROCID (one task per replica)")
-    parser.add_argument("--local", action="store_true", help="bind 127.0.0.1 only (local-process mode)")
+    add_location_arguments(parser)
     parser.add_argument("--model", default="dd-accept-synthetic")
     parser.add_argument("--max-num-seqs", type=int, default=16)
     parser.add_argument("--ttft-ms", type=float, default=50.0)
@@ -184,8 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--middleware", action="append", default=[], help="ASGI middleware, module:Class")
-    parser.add_argument("--ready-file", help="write readiness JSON here ({task} = SLURM_PROCID)")
-    parser.add_argument("--events", help="write one JSONL event per request here ({task} = SLURM_PROCID)")
     parser.add_argument("--graceful-shutdown-s", type=float, default=30.0)
     parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (auto: uvloop when installed)")
     return parser

@@ -1,0 +1,82 @@
+"""What a load client keeps of one streamed response: its SSE events counted and timed, never
+their text. Shared by both raw clients (aiohttp's and the wire client), so they count alike.
+
+Bytes are read as the socket delivers them and split into lines here: a readline per SSE
+line costs the client more than the proxy's forwarding of it. Events that arrive in one
+read arrived together and share its time. Lines end in LF, CRLF or CR; a data line is
+`data:` with or without its space (the SSE format).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from dd_accept.base.events import ClientRequest
+
+MAX_CHUNK_OFFSETS = 2048  # as the replica records them, so the two lists line up
+
+
+class SseTally:
+    __slots__ = ("chunks", "done", "first", "gaps", "last", "offsets", "pending", "size")
+
+    def __init__(self) -> None:
+        self.chunks = self.size = 0
+        self.done = False
+        self.first: float | None = None
+        self.last: float | None = None
+        self.gaps: list[float] = []
+        self.offsets: list[float] = []  # per data event: when it arrived, after the first
+        self.pending = b""
+
+    def feed(self, data: bytes, now: float) -> None:
+        """Body bytes as read at `now` (monotonic)."""
+        self.size += len(data)
+        text = self.pending + data
+        if b"\r" in text:
+            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        *whole, self.pending = text.split(b"\n")
+        for line in whole:
+            if line:
+                self._line(line, now)
+
+    def end(self, now: float) -> None:
+        """The body ended: a last line without its newline still counts."""
+        if self.pending:
+            self._line(self.pending, now)
+            self.pending = b""
+
+    def _line(self, line: bytes, now: float) -> None:
+        if not line.startswith(b"data:"):
+            return
+        if line[5:].strip() == b"[DONE]":
+            self.done = True
+            return
+        self.chunks += 1
+        if self.first is None:
+            self.first = now
+        elif self.last is not None:
+            self.gaps.append(now - self.last)
+        if self.chunks <= MAX_CHUNK_OFFSETS:
+            self.offsets.append(round(now - self.first, 4))
+        self.last = now
+
+    def request(self, started: float, **attempt: Any) -> ClientRequest:
+        """The attempt's `ClientRequest`: `attempt` holds who sent it and how it ended (mode,
+        request_id, record, attempt, status, retry_after, outcome, error); it began at
+        `started` (monotonic) and ends now."""
+        ended = time.monotonic()
+        began = round(time.time() - (ended - started), 6)
+        return ClientRequest(started=began, latency_s=round(ended - started, 6), **attempt, **self._fields(started))
+
+    def _fields(self, started: float) -> dict[str, Any]:
+        gaps = self.gaps
+        return {
+            "ttft_s": None if self.first is None else round(self.first - started, 6),
+            "chunks": self.chunks,
+            "bytes": self.size,
+            "done": self.done,
+            "gap_max_s": round(max(gaps), 6) if gaps else None,
+            "gap_mean_s": round(sum(gaps) / len(gaps), 6) if gaps else None,
+            "chunk_offsets_s": self.offsets if len(self.offsets) > 1 else None,
+        }
