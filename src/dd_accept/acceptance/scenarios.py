@@ -42,6 +42,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("drain", "graceful drain with real srun and scancel, and the SUT's own cleanup"),
     Scenario("health", "backend and node loss, unresponsive backends: detected and failing the attempt", spare_nodes=1),
     Scenario("streaming", "streams passed through whole, unbuffered, with honest connection accounting"),
+    Scenario("telemetry", "the proxy's request records, attempt and retry counters against what replicas saw"),
     Scenario(
         "capacity",
         "rising load through the proxy until its SLO breaks: the knee, CPU per chunk, headroom",

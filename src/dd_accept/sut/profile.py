@@ -90,6 +90,42 @@ class CapacityProfile:
     max_proxy_cpu_us_per_chunk: float = 150.0
 
 
+# What a SUT can claim to report about its routing, connections and timeouts (the seed pull
+# request's telemetry theme); each is one telemetry.* check.
+TELEMETRY_CLAIMS = ("request_log", "attempt_counters", "incomplete_streams", "connection_lifecycle", "timeouts")
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryProfile:
+    """What the SUT claims to report, and where: the telemetry checks compare it with what
+    the replicas and the client saw. A check of something not claimed is `unsupported`,
+    never `pass`. The names are rc1's (proxy.py: `_ProxyMetrics.snapshot`, `_record_final`)
+    where rc1 has them; where it has none, the names a release that adds them is read by."""
+
+    claims: tuple[str, ...] = ()
+    # One log record per request: this marker, then a JSON object, on the proxy's output.
+    log_marker: str = "slurm_proxy_request"
+    # A record of an incomplete stream: this field true, and the bytes sent downstream.
+    incomplete_field: str = "incomplete"
+    bytes_field: str = "bytes_sent"
+    # Dotted paths into the JSON at proxy.metrics_path.
+    requests_metric: str = "requests"
+    attempts_metric: str = "attempts"
+    retries_metric: str = "retries"  # {reason: count}; a retry after status S is "http_S"
+    final_statuses_metric: str = "final_statuses"  # {status: count}
+    backends_metric: str = "backends"  # [{index, requests}], in --backend order
+    connection_counters: tuple[str, ...] = ("connections.expired", "connections.stale", "connections.discarded")
+    timeout_counters: tuple[str, ...] = ("timeouts.terminal", "timeouts.streaming")
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.claims) - set(TELEMETRY_CLAIMS))
+        if unknown:
+            raise ValueError(f"telemetry.claims: unknown {', '.join(unknown)} (known: {', '.join(TELEMETRY_CLAIMS)})")
+
+    def claimed(self, claim: str) -> bool:
+        return claim in self.claims
+
+
 NODE_LOSS_OUTCOMES = ("fail", "recover")
 
 
@@ -122,6 +158,7 @@ class SutProfile:
     drain: DrainProfile
     capabilities: Capabilities
     capacity: CapacityProfile = field(default_factory=CapacityProfile)
+    telemetry: TelemetryProfile = field(default_factory=TelemetryProfile)
 
     @property
     def name(self) -> str:

@@ -106,6 +106,37 @@ _HEALTH_WATCHING_WAIT = (
 )
 
 
+# The seed's "enable these events in production", applied to rc1: its proxy logs each request
+# at INFO (`_record_final`) but configures no handler, so Python drops the records; and each
+# stream that breaks mid-way is logged as incomplete with the bytes sent downstream.
+_TELEMETRY_LOGGED = (
+    (
+        PROXY,
+        "    proxy = _ProxyApplication(backends, parsed.retry_after_seconds, health_path=parsed.health_path)\n",
+        '    logging.basicConfig(level=logging.INFO, format="%(message)s")\n'
+        "    proxy = _ProxyApplication(backends, parsed.retry_after_seconds, health_path=parsed.health_path)\n",
+    ),
+    (
+        PROXY,
+        '        if request.method != "HEAD":\n'
+        "            async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+        "                await downstream.write(chunk)\n"
+        "        await downstream.write_eof()\n",
+        "        sent = 0\n"
+        "        try:\n"
+        '            if request.method != "HEAD":\n'
+        "                async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+        "                    await downstream.write(chunk)\n"
+        "                    sent += len(chunk)\n"
+        "        except BaseException:\n"
+        '            record = {"incomplete": True, "bytes_sent": sent, "final_status": response.status}\n'
+        '            _LOGGER.info("slurm_proxy_request %s", json.dumps(record, sort_keys=True))\n'
+        "            raise\n"
+        "        await downstream.write_eof()\n",
+    ),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Fault:
     name: str
@@ -126,6 +157,10 @@ RC1_FAILS = frozenset(
         "drain.sut_cleanup.cancel",
         "health.unresponsive.attempt_failed",
         "health.probe_isolation",
+        "telemetry.request_log",
+        "telemetry.incomplete_streams",
+        "telemetry.connection_lifecycle",
+        "telemetry.timeouts",
     }
 )
 _SUT_CLEANUP = frozenset({"drain.sut_cleanup.completion", "drain.sut_cleanup.failure", "drain.sut_cleanup.cancel"})
@@ -334,6 +369,34 @@ FAULTS = {
                     "                await asyncio.sleep(0.25)\n\n"
                     '        self.__dict__["_monitor"] = asyncio.get_running_loop().create_task(monitor())\n\n'
                     "    async def _probe_backend(self, index: int, backend: _Backend) -> bool:\n",
+                ),
+            ),
+        ),
+        Fault(
+            "telemetry-logged",
+            "data-designer-slurm",
+            "not a fault: rc1 with its per-request records emitted (a log handler) and streams cut mid-way "
+            "logged as incomplete with the bytes sent",
+            _TELEMETRY_LOGGED,
+            fixes=frozenset({"telemetry.request_log", "telemetry.incomplete_streams"}),
+        ),
+        Fault(
+            "telemetry-miscounted",
+            "data-designer-slurm",
+            "the proxy counts one attempt per request however many it made, and its records keep only the "
+            "last attempt (with its records emitted, as in telemetry-logged)",
+            (
+                *_TELEMETRY_LOGGED,
+                (
+                    PROXY,
+                    "            self.metrics.attempts += 1\n",
+                    "            self.metrics.attempts += attempt == 0\n",
+                ),
+                (PROXY, '                    "attempts": len(outcomes),\n', '                    "attempts": 1,\n'),
+                (
+                    PROXY,
+                    '                    "upstream_outcomes": outcomes,\n',
+                    '                    "upstream_outcomes": outcomes[-1:],\n',
                 ),
             ),
         ),
