@@ -147,7 +147,10 @@ def replica(seconds: float) -> dict[str, float]:
 
 
 def paced_replica(seconds: float) -> dict[str, float]:
-    with LocalReplica(options=("--ttft-ms", "0", "--itl-ms", "0"), program=PACED_REPLICA) as local:
+    # its per-request evidence written, as in the capacity scenario; paced as fast as it can
+    events = Path(tempfile.mkdtemp(prefix="dd-bench-paced-")) / "events.jsonl"
+    options = ("--ttft-ms", "0", "--itl-ms", "0", "--events", str(events))
+    with LocalReplica(options=options, program=PACED_REPLICA) as local:
         assert local.process is not None
         return measure_server(local.url, local.process.pid, seconds)
 

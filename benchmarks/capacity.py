@@ -36,6 +36,7 @@ NUMBERS = (
     ("harness CPU share at knee", "capacity.harness_headroom", "harness_share"),
     ("machine busy at knee", "capacity.harness_headroom", "machine_busy"),
     ("proxy core share at knee", "capacity.harness_headroom", "proxy_core_share"),
+    ("proxy run-queue wait share (knee, first broken)", "capacity.harness_headroom", "proxy_wait_share"),
 )
 
 

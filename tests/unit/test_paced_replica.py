@@ -2,15 +2,17 @@
 from the ASGI replica, paced by one timer, with the same per-request evidence."""
 
 import asyncio
+import http.client
 import json
+import socket
 import statistics
 import time
-import urllib.request
 from collections import Counter
 
 import pytest
 from openai import OpenAI
 
+from dd_accept.acceptance.capacity_checks import chunk_delays
 from dd_accept.base.events import ClientRequest, EventWriter, UpstreamAttempt, of_type, read_event_file
 from dd_accept.node import event_loop
 from dd_accept.node.control import ControlError, control
@@ -71,6 +73,9 @@ def test_streams_are_paced_and_recorded_chunk_by_chunk_as_the_client_counts_them
         seen = client[attempt.request_id]
         assert (attempt.status, attempt.outcome, attempt.data_events) == (200, "ok", seen.chunks) == (200, "ok", 17)
         assert len(attempt.chunk_offsets_s) == len(seen.chunk_offsets_s) == 17
+        # each chunk's write on the replica and read on the client, paired: no proxy between
+        delays = chunk_delays(seen, attempt)
+        assert len(delays) == 17 and all(-0.001 <= d < 0.02 for d in delays), delays
         assert 0.018 <= attempt.first_byte_s <= 0.1, attempt.first_byte_s
     gaps = [a.gap_mean_s for a in client.values()]
     assert 0.004 <= statistics.median(gaps) <= 0.008, gaps  # 15 gaps of 5 ms, the finish event at once
@@ -92,14 +97,41 @@ def test_its_control_plane_reports_state_to_the_token_only_and_nothing_else(pace
 
 def test_bad_requests_get_400_and_the_connection_keeps_serving(paced):
     replica, _ = paced(ttft_ms="1", itl_ms="1")
-    request = urllib.request.Request(f"{replica.url}/v1/chat/completions", data=b"[1", method="POST")
-    with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(request, timeout=5)
-    assert caught.value.code == 400 and json.loads(caught.value.read())["error"]["code"] == 400
-    assert urllib.request.urlopen(f"{replica.url}/health", timeout=5).status == 200
-    with pytest.raises(urllib.error.HTTPError) as missing:
-        urllib.request.urlopen(f"{replica.url}/nowhere", timeout=5)
-    assert missing.value.code == 404
+    connection = http.client.HTTPConnection("127.0.0.1", replica.port, timeout=5)
+    answers = []
+    for method, path, body in (
+        ("POST", "/v1/chat/completions", b"[1"),
+        ("POST", "/v1/chat/completions", json.dumps({"max_tokens": 0}).encode()),
+        ("GET", "/health", None),
+        ("GET", "/nowhere", None),
+        ("POST", "/v1/chat/completions", json.dumps({"max_tokens": 2}).encode()),
+    ):
+        connection.request(method, path, body=body)
+        answer = connection.getresponse()
+        answers.append((answer.status, answer.read()))
+    connection.close()
+    assert [status for status, _ in answers] == [400, 400, 200, 404, 200]
+    assert json.loads(answers[0][1])["error"]["code"] == 400
+    assert json.loads(answers[4][1])["usage"]["completion_tokens"] == 2
+    state = replica.control("state")
+    # one connection for all five; each start-up probe and this control call opened one (the
+    # probes counted include this connection's own /health)
+    assert state["connections_accepted"] == state["probe_requests"] + 1, state
+
+
+def test_a_pipelined_request_that_cannot_be_parsed_closes_a_stream_without_writing_into_it(paced):
+    """An answer written into a stream would corrupt it: the connection is closed instead."""
+    replica, _ = paced(ttft_ms="50", itl_ms="5")
+    with socket.create_connection(("127.0.0.1", replica.port), timeout=5) as raw:
+        body = json.dumps({"max_tokens": 4, "stream": True}).encode()
+        raw.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        raw.sendall(b"\x00garbage\r\n\r\n")
+        received = b""
+        while chunk := raw.recv(65536):
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 200") and received.count(b"HTTP/1.1") == 1, received[:300]
 
 
 class _Once:
@@ -108,8 +140,8 @@ class _Once:
     def __init__(self, steps):
         self.steps = steps
 
-    def step(self, now_wall):
-        self.steps.append(now_wall)
+    def step(self):
+        self.steps.append(time.time())
         return False
 
 

@@ -156,3 +156,47 @@ def test_a_refused_connection_is_an_error_attempt_and_a_429_keeps_its_retry_afte
 def test_the_wire_client_refuses_an_endpoint_it_cannot_speak_to(tmp_path):
     with pytest.raises(ValueError, match="plain HTTP"):
         asyncio.run(run_wire(Workload(endpoint="https://127.0.0.1:1"), EventWriter(None, source="client")))
+
+
+@CLIENTS
+def test_a_body_that_ends_when_the_server_closes_is_whole(tmp_path, run_client):
+    """No length, no chunks, `connection: close`: the body runs to the close (RFC 9112, 6.3)."""
+    body = EVENT * 3 + b"data: [DONE]\n\n"
+
+    async def answer(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + body)
+        await writer.drain()
+        writer.close()
+
+    async def run():
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            workload = Workload(endpoint=f"http://127.0.0.1:{port}", records=2, concurrency=1, max_record_attempts=1)
+            return await run_client(workload, events)
+
+    events = EventWriter(tmp_path / "e.jsonl", source="client")
+    summary = asyncio.run(run())
+    events.close()
+    attempts = of_type(read_event_file(tmp_path / "e.jsonl"), ClientRequest)
+    assert summary["completed"] == 2, [(a.outcome, a.error) for a in attempts]
+    assert [(a.status, a.outcome, a.chunks, a.done, a.bytes) for a in attempts] == [(200, "ok", 3, True, len(body))] * 2
+
+
+@CLIENTS
+def test_the_deadline_bounds_each_wait_for_bytes_not_the_whole_stream(tmp_path, run_client):
+    """A stream longer than the deadline whose events keep coming is whole; one that stalls is not."""
+    slow = _streaming(*([EVENT] * 6), b"data: [DONE]\n\n", pause_s=0.1)  # 0.6 s in all, 0.1 s apart
+    events = EventWriter(tmp_path / "e.jsonl", source="client")
+
+    async def run(url):
+        return await run_client(Workload(endpoint=url, records=1, max_record_attempts=1, deadline_s=0.4), events)
+
+    assert asyncio.run(_serve(slow, run))["completed"] == 1
+    stalled = _streaming(EVENT, EVENT + b"data: [DONE]\n\n", pause_s=0.8)
+    assert asyncio.run(_serve(stalled, run))["completed"] == 0
+    events.close()
+    whole, cut = of_type(read_event_file(tmp_path / "e.jsonl"), ClientRequest)
+    assert whole.outcome == "ok" and whole.latency_s > 0.4
+    assert cut.outcome == "error" and cut.error in ("TimeoutError", "ServerTimeoutError", "SocketTimeoutError")

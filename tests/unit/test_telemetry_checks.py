@@ -94,21 +94,94 @@ def test_records_match_the_replicas_attempts_as_a_multiset_and_absence_is_named(
     wrong = checks.request_log([replace(phase, log_lines=last_only)], CLAIMED)
     assert wrong.verdict == "fail" and "not logged: 1x attempts 2 [429,200] -> 200" in wrong.detail
     garbled = checks.request_log([replace(phase, log_lines=[*phase.log_lines, "slurm_proxy_request {oops"])], CLAIMED)
-    assert garbled.verdict == "fail" and "1 records without attempts" in garbled.detail
+    assert garbled.verdict == "fail" and "1 marked lines with no request record" in garbled.detail
 
 
-def test_an_incomplete_stream_is_matched_by_the_bytes_sent():
-    upstream = [attempt("a", 3, 200, 1.0, outcome="cut", size=479), attempt("b", 0, 200, 1.0)]
-    client = [response("a", outcome="error", size=479), response("b")]
-    record = {"incomplete": True, "bytes_sent": 479, "final_status": 200}
-    phase = checks.TelemetryPhase("cut", client, upstream, {}, {}, [f"slurm_proxy_request {json.dumps(record)}"], 4)
-    result = checks.incomplete_streams(phase, CLAIMED)
-    assert result.verdict == "pass" and result.metrics["logged_with_bytes"] == 1, result
-    wrong_bytes = replace(phase, log_lines=[f"slurm_proxy_request {json.dumps(record | {'bytes_sent': 12})}"])
-    assert checks.incomplete_streams(wrong_bytes, CLAIMED).verdict == "fail"
-    unlogged = checks.incomplete_streams(replace(phase, log_lines=[]), CLAIMED)
-    assert unlogged.verdict == "fail" and "0 records with incomplete=true" in unlogged.observed
-    assert checks.incomplete_streams(None, CLAIMED).verdict == "fail"
+def cut_phase(records, client_bytes=(479, 700), replica_bytes=(479, 959)):
+    upstream = [
+        attempt("a", 3, 200, 1.0, outcome="cut", size=replica_bytes[0]),
+        attempt("b", 2, 200, 1.0, outcome="cut", size=replica_bytes[1]),
+        attempt("c", 0, 200, 1.0),
+    ]
+    client = [
+        response("a", outcome="error", size=client_bytes[0]),
+        response("b", outcome="truncated", size=client_bytes[1]),
+        response("c"),
+    ]
+    lines = [f"slurm_proxy_request {json.dumps(r)}" for r in records]
+    return checks.TelemetryPhase("cut", client, upstream, {}, {}, lines, 4)
+
+
+def incomplete(size):
+    return {"incomplete": True, "bytes_sent": size, "final_status": 200}
+
+
+def test_each_cut_stream_is_logged_with_bytes_between_what_the_client_got_and_the_replica_sent():
+    result = checks.incomplete_streams([cut_phase([incomplete(479), incomplete(959)])], CLAIMED)
+    assert result.verdict == "pass" and result.metrics["logged_with_bytes"] == 2, result
+    assert "client got / replica sent: 479/479, 700/959 bytes" in result.observed
+    between = checks.incomplete_streams([cut_phase([incomplete(479), incomplete(800)])], CLAIMED)
+    assert between.verdict == "pass", "the client's reader may drop what it buffered when the stream broke"
+    for sizes in ((479, 12), (479, 1000), (479, 479)):  # too few, more than the replica sent, one stream's twice
+        wrong = checks.incomplete_streams([cut_phase([incomplete(n) for n in sizes])], CLAIMED)
+        assert wrong.verdict == "fail" and "1 cut streams not logged with their bytes" in wrong.detail, sizes
+    one = checks.incomplete_streams([cut_phase([incomplete(479)])], CLAIMED)
+    assert one.verdict == "fail" and one.metrics["logged_incomplete"] == 1
+    extra = checks.incomplete_streams([cut_phase([incomplete(479), incomplete(959), incomplete(959)])], CLAIMED)
+    assert extra.verdict == "fail" and "1 incomplete records for no cut stream" in extra.detail
+    assert checks.incomplete_streams([], CLAIMED).verdict == "fail"
+
+
+def test_incomplete_records_where_nothing_was_cut_fail():
+    phase = retry_phase()
+    noisy = replace(phase, log_lines=[*phase.log_lines, f"slurm_proxy_request {json.dumps(incomplete(40))}"])
+    result = checks.incomplete_streams([noisy, cut_phase([incomplete(479), incomplete(959)])], CLAIMED)
+    assert result.verdict == "fail" and "incomplete records where nothing was cut: retry-429 1" in result.detail
+    # and the request log leaves a flagged record out of its own multiset
+    assert checks.request_log([noisy], CLAIMED).verdict == "pass"
+
+
+def test_records_are_read_however_a_release_reasonably_spells_them():
+    phase = retry_phase()
+    spelled = [
+        # structured logging: the whole line is the record, the marker one of its values
+        json.dumps({"event": "slurm_proxy_request", "final_status": "200", "upstream_outcomes": ["http_429", 200]}),
+        # the marker then the record, text after it; attempts left out (the outcomes' count)
+        'slurm_proxy_request {"final_status": 200, "upstream_outcomes": ["200"]} pid=4242',
+        # one entry per attempt, each with its status
+        "slurm_proxy_request "
+        + json.dumps(
+            {"final_status": 200, "attempts": [{"backend": 1, "status": 503}, {"status": 503}, {"status": 200}]}
+        ),
+        # a per-attempt event under the same marker: not a request's record, left out
+        'slurm_proxy_request {"backend": 0, "status": 429, "header_s": 0.01}',
+    ]
+    result = checks.request_log([replace(phase, log_lines=spelled)], CLAIMED)
+    assert result.verdict == "pass" and result.metrics["records"] == 3, result
+
+
+def test_a_record_whose_final_status_is_not_the_clients_fails():
+    phase = retry_phase()
+    lines = [
+        line.replace('"final_status": 200', '"final_status": 503') if '"attempts": 3' in line else line
+        for line in phase.log_lines
+    ]
+    result = checks.request_log([replace(phase, log_lines=lines)], CLAIMED)
+    assert result.verdict == "fail" and "logged but not seen: 1x attempts 3 [503,503,200] -> 503" in result.detail
+
+
+def test_final_statuses_that_are_not_200_are_counted_as_the_client_got_them():
+    upstream = [attempt("x", i, 503, 1.0 + i / 10) for i in range(3)]
+    before = {"requests": 0, "attempts": 0, "retries": {}, "final_statuses": {}, "backends": []}
+    after = {"requests": 1, "attempts": 3, "retries": {"http_503": 2}, "final_statuses": {"503": 1},
+             "backends": [{"index": i, "requests": 1} for i in range(3)]}  # fmt: skip
+    phase = checks.TelemetryPhase("exhausted", [response("x", 503, "http_error")], upstream, before, after, [], 3)
+    assert checks.attempt_counters([phase], CLAIMED).verdict == "pass"
+    counted_as_200 = replace(phase, metrics_after=after | {"final_statuses": {"200": 1}})
+    result = checks.attempt_counters([counted_as_200], CLAIMED)
+    assert result.verdict == "fail" and "final_statuses {200: 1}, observed {503: 1}" in result.detail
+    uncounted_request = replace(phase, metrics_after=after | {"requests": 0})
+    assert "requests 0, observed 1" in checks.attempt_counters([uncounted_request], CLAIMED).detail
 
 
 def test_unclaimed_is_unsupported_never_pass_and_claimed_counters_must_exist():
@@ -120,6 +193,7 @@ def test_unclaimed_is_unsupported_never_pass_and_claimed_counters_must_exist():
     assert missing.verdict == "fail" and "no connections.expired, connections.stale, connections.discarded" in (
         missing.observed
     )
+    assert checks.timeouts([], CLAIMED).observed == "the proxy's metrics are not a JSON object"
     present = {"timeouts": {"terminal": 0, "streaming": 0}}
     reported = checks.timeouts(present, CLAIMED)
     assert reported.verdict == "unsupported" and reported.detail.startswith("not judged")

@@ -140,24 +140,39 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
             return 0.0  # the proxy is gone: not measured (below MEASURABLE_CPU_S), never a cost of 0
         return max(0.0, after.cpu_since(before, name) - s.idle_rate.get(name, 0.0) * elapsed)
 
+    upstream = with_prefix(replicas.events(), f"{name}-")
+    faults = [a for a in upstream if a.outcome == "fault"]
+    if faults:  # the paced replicas' own failure: dd-accept's, never the SUT's
+        raise ClusterError(
+            f"{len(faults)} upstream attempts failed inside dd-accept's paced replicas at {name}; "
+            f"replica log: {replicas.log_tail(faults[0].replica, 5)}"
+        )
+
     # A background step keeps its output's tail; the client's summary is its one last line.
     # A client that did not end well breaks its level (the curve below it stands); so does a
     # proxy that ended under the load, the SUT's failure, not the harness's.
     summary, error = _summary(record)
     if after is None or before is None:
         error = f"the SUT's proxy step ended under load: {proxy.step.wait(1).describe()}"
+    measured = before is not None and after is not None
+    # The machine's busy share over the client's own window (it reads /proc/stat as it starts
+    # and ends): the readings around it also span the client's start-up, which would dilute it.
+    busy = summary.get("machine_busy")
+    if not isinstance(busy, int | float):
+        busy = after.busy_since(before) if after is not None and before is not None else 0.0
     return checks.measure_level(
         index,
         load,
         requests(deployment.read_events(s.run, name)),
-        with_prefix(replicas.events(), f"{name}-"),
+        upstream,
         window_s=float(summary.get("window_s", s.options.load.level_seconds)),
         proxy_cpu_s=added("proxy"),
         replicas_cpu_s=added("replicas"),
         client_cpu_s=float(summary.get("cpu_s", 0.0)),
         proxy_rss_kb=after.rss_kb.get("proxy", 0) if after is not None else 0,
-        machine_busy=after.busy_since(before) if after is not None and before is not None else 0.0,
+        machine_busy=float(busy),
         client_error=error,
+        proxy_wait_s=after.wait_since(before, "proxy") if measured else 0.0,  # type: ignore[union-attr]
     )
 
 

@@ -1,5 +1,6 @@
-"""The telemetry checks: what the SUT's proxy *reports* about each request, its attempts, its
-connections and its timeouts, against what the harness *observed* on its own.
+"""The telemetry checks: what the SUT's proxy *reports* about each request and its attempts,
+against what the harness *observed* on its own; and whether the connection and timeout
+counters it claims exist at all (their counts are not judged yet: no phase produces them).
 
 The independent views: the replicas record every upstream attempt they served (request
 id, status, outcome, bytes; `UpstreamAttempt`), the load client every response it got
@@ -15,6 +16,7 @@ appears (no record, no counter) fails, named after what is missing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -40,23 +42,47 @@ def find(document: Any, dotted: str) -> Any:
 
 
 def log_records(lines: list[str], marker: str) -> tuple[list[dict[str, Any]], int]:
-    """The JSON objects after `marker` on the proxy's output lines, and how many marked lines
-    carried none that parsed (a record no operator's tooling could read)."""
+    """The records carrying `marker` on the proxy's output: a line that is itself a JSON
+    object naming the marker (structured logging), or the marker followed by one (rc1's
+    `slurm_proxy_request {json}`; anything after the object is ignored). Also how many
+    marked lines held no object at all: a record no operator's tooling could read."""
+    decoder = json.JSONDecoder()
     records, malformed = [], 0
     for line in lines:
         at = line.find(marker)
         if at < 0:
             continue
-        start = line.find("{", at + len(marker))
-        try:
-            record = json.loads(line[start:]) if start >= 0 else None
-        except ValueError:
-            record = None
+        record: Any = None
+        start = line.find("{")
+        if 0 <= start < at:  # the whole line may be the record, the marker one of its values
+            with contextlib.suppress(ValueError):
+                record, _ = decoder.raw_decode(line[start:])
+            if isinstance(record, dict) and isinstance(record.get("message"), str) and marker in record["message"]:
+                record = None  # the record is inside the message text: read it there
+        if not isinstance(record, dict):
+            after = line.find("{", at + len(marker))
+            with contextlib.suppress(ValueError):
+                record = decoder.raw_decode(line[after:])[0] if after >= 0 else None
         if isinstance(record, dict):
             records.append(record)
         else:
             malformed += 1
     return records, malformed
+
+
+def status_of(value: Any) -> int | None:
+    """An upstream outcome or final status as a status code, however a record spells it:
+    429, "429", "http_429", {"status": 429}; None for anything else (a connection error)."""
+    if isinstance(value, dict):
+        value = value.get("status", value.get("status_code"))
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        digits = value.removeprefix("http_")
+        return int(digits) if digits.isdigit() else None
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,10 +237,18 @@ def expected_records(phase: TelemetryPhase) -> Counter[RecordKey]:
 
 
 def _record_key(record: dict[str, Any]) -> RecordKey | None:
-    attempts, outcomes, status = record.get("attempts"), record.get("upstream_outcomes"), record.get("final_status")
-    if not isinstance(attempts, int) or not isinstance(outcomes, list) or not isinstance(status, int):
+    """(attempts, upstream statuses, final status) of a request's record; None for a marked
+    record that is not a request's (a per-attempt event: no final status)."""
+    final = status_of(record.get("final_status"))
+    outcomes = record.get(
+        "upstream_outcomes", record.get("attempts") if isinstance(record.get("attempts"), list) else None
+    )
+    if final is None or not isinstance(outcomes, list):
         return None
-    return attempts, tuple(str(o) for o in outcomes), status
+    statuses = tuple(str(status_of(o)) if status_of(o) is not None else str(o) for o in outcomes)
+    count = record.get("attempts")
+    attempts = count if isinstance(count, int) and not isinstance(count, bool) else len(statuses)
+    return attempts, statuses, final
 
 
 @check("telemetry.request_log")
@@ -237,14 +271,19 @@ def request_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
         records, malformed = log_records(phase.log_lines, marker)
         complete = [r for r in records if not r.get(profile.incomplete_field)]
         keys = [_record_key(r) for r in complete]
-        unreadable = malformed + sum(1 for k in keys if k is None)
-        got = Counter(k for k in keys if k is not None)
+        requests_logged = [k for k in keys if k is not None]
+        unreadable = malformed
+        if not requests_logged and complete:  # marked records, none a request's
+            unreadable += len(complete)
+        got = Counter(requests_logged)
         want = expected_records(phase)
         total_expected += sum(want.values())
-        total_records += len(complete)
+        total_records += len(requests_logged)
         failovers += sum(n for key, n in want.items() if key[0] > 1)
         if unreadable:
-            wrong.append(f"{phase.name}: {unreadable} records without attempts, upstream_outcomes, final_status")
+            wrong.append(
+                f"{phase.name}: {unreadable} marked lines with no request record (final_status, upstream_outcomes)"
+            )
         if got != want:
             missing, extra = want - got, got - want
             wrong.append(
@@ -272,41 +311,61 @@ def _keys(found: Counter[RecordKey]) -> str:
 
 
 @check("telemetry.incomplete_streams")
-def incomplete_streams(phase: TelemetryPhase | None, profile: TelemetryProfile) -> CheckResult:
-    """Each stream a replica cut mid-way is logged as incomplete, once, with the bytes the
-    proxy sent downstream (what the client received, or what the replica sent: the same
-    bytes when the proxy forwards them all)."""
+def incomplete_streams(phases: list[TelemetryPhase], profile: TelemetryProfile, cut_phase: str = "cut") -> CheckResult:
+    """Each stream a replica cut mid-way (as the replica recorded it) is logged once as
+    incomplete, with the bytes the proxy sent downstream: at least what the client received
+    and at most what the replica sent (a client's reader may drop what it buffered when the
+    stream breaks). No record says incomplete in a phase where no stream was cut."""
     marker, flag, size = profile.log_marker, profile.incomplete_field, profile.bytes_field
-    expected_text = f"one `{marker}` record with {flag}=true and {size} = the bytes sent, per stream cut mid-way"
+    expected_text = (
+        f"one `{marker}` record with {flag}=true per stream a replica cut, its {size} between the bytes the client "
+        "received and those the replica sent; none elsewhere"
+    )
     if not profile.claimed("incomplete_streams"):
         return _unclaimed(incomplete_streams.check_id, expected_text, "incomplete_streams")
+    phase = next((p for p in phases if p.name == cut_phase), None)
     if phase is None:
         return CheckResult.judge(incomplete_streams.check_id, False, expected_text, "no phase cut a stream")
-    chains = phase.chains()
-    cut = [r for r in phase.client if r.outcome not in COMPLETE]
-    records, _ = log_records(phase.log_lines, marker)
-    flagged = [r for r in records if r.get(flag)]
-    unmatched = Counter(int(r.get(size)) for r in flagged if isinstance(r.get(size), int))
-    matched = 0
-    for request in cut:
-        served = [a for a in chains.get(request.request_id or "", []) if a.outcome == "cut"]
-        candidates = [request.bytes or 0] + [a.bytes for a in served]
-        hit = next((c for c in candidates if unmatched[c] > 0), None)
-        if hit is not None:
-            unmatched[hit] -= 1
-            matched += 1
-    ok = bool(cut) and matched == len(cut) and len(flagged) == len(cut)
-    observed = (
-        f"{len(cut)} streams cut by a replica (the client got {', '.join(str(r.bytes) for r in cut[:4])} bytes"
-        f"{' ...' if len(cut) > 4 else ''}); {len(flagged)} records with {flag}=true, {matched} with the bytes sent"
+    received = {r.request_id: r.bytes or 0 for r in phase.client}
+    cut = sorted(
+        ((received.get(a.request_id, 0), a.bytes) for a in phase.upstream if a.outcome == "cut"), key=lambda b: b[1]
     )
-    detail = "" if ok else ("no replica cut a stream" if not cut else f"{len(cut) - matched} cut streams not logged")
+    flagged = [r for r in log_records(phase.log_lines, marker)[0] if r.get(flag) is True]
+    sizes = sorted(int(r[size]) for r in flagged if isinstance(r.get(size), int) and not isinstance(r[size], bool))
+    matched = 0
+    for low, high in cut:  # each cut stream takes the smallest logged size its bounds allow
+        hit = next((i for i, value in enumerate(sizes) if low <= value <= high), None)
+        if hit is not None:
+            sizes.pop(hit)
+            matched += 1
+    elsewhere = {
+        p.name: n
+        for p in phases
+        if p.name != cut_phase and (n := sum(1 for r in log_records(p.log_lines, marker)[0] if r.get(flag) is True))
+    }
+    ok = bool(cut) and matched == len(cut) == len(flagged) and not elsewhere
+    observed = (
+        f"{len(cut)} streams cut by a replica (client got / replica sent: "
+        f"{', '.join(f'{low}/{high}' for low, high in cut[:4])}{' ...' if len(cut) > 4 else ''} bytes); "
+        f"{len(flagged)} records with {flag}=true, {matched} with the bytes sent"
+    )
+    problems = []
+    if not cut:
+        problems.append("no replica cut a stream")
+    elif matched < len(cut):
+        problems.append(f"{len(cut) - matched} cut streams not logged with their bytes")
+    if len(flagged) > matched:
+        problems.append(f"{len(flagged) - matched} incomplete records for no cut stream")
+    if elsewhere:
+        problems.append(
+            "incomplete records where nothing was cut: " + ", ".join(f"{k} {v}" for k, v in elsewhere.items())
+        )
     return CheckResult.judge(
         incomplete_streams.check_id,
         ok,
         expected_text,
         observed,
-        detail,
+        "; ".join(problems),
         {"cut_streams": float(len(cut)), "logged_incomplete": float(len(flagged)), "logged_with_bytes": float(matched)},
     )
 
@@ -314,9 +373,11 @@ def incomplete_streams(phase: TelemetryPhase | None, profile: TelemetryProfile) 
 def _counters_reported(
     check_id: str, claim: str, counters: tuple[str, ...], metrics: dict[str, Any], profile: TelemetryProfile, what: str
 ) -> CheckResult:
-    expected_text = f"the metrics count {what} ({', '.join(counters)}), as the replicas saw them"
+    expected_text = f"the metrics count {what} ({', '.join(counters)})"
     if not profile.claimed(claim):
         return _unclaimed(check_id, expected_text, claim)
+    if not isinstance(metrics, dict):
+        return CheckResult.judge(check_id, False, expected_text, "the proxy's metrics are not a JSON object")
     missing = [path for path in counters if not isinstance(find(metrics, path), int | float)]
     if missing:
         return CheckResult.judge(

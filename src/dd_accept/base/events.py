@@ -93,7 +93,9 @@ class UpstreamAttempt(EventBase):
     KIND: ClassVar[str] = "upstream"
     replica: int
     path: str
-    outcome: str  # ok, cut, error
+    # ok, cut (by the control plane), error (an exception while serving), and on the paced
+    # replica: disconnected (the proxy went away mid-response), fault (the replica's own bug)
+    outcome: str
     started: float
     duration_s: float
     request_id: str | None = None

@@ -3,7 +3,8 @@ memory of each step's processes on this node, and the machine's busy CPU, as one
 
 Runs on a compute node (stdlib only). Slurm names a step's processes (`scontrol listpids`,
 which every process-tracking plugin answers), and the kernel's own counters say what they
-cost (`/proc/PID/stat` utime + stime, `/proc/PID/status` VmRSS). Nothing is estimated from
+cost (`/proc/PID/stat` utime + stime, `/proc/PID/status` VmRSS) and how long they waited for
+a CPU another process held (`/proc/PID/task/*/schedstat`). Nothing is estimated from
 the outside: the proxy's cost per chunk is the kernel's count of its CPU time, divided by
 the chunks its replicas sent. `/proc/stat` is the machine's (containers share one kernel),
 so the share of the machine a load level used is read once, here, too.
@@ -11,6 +12,7 @@ so the share of the machine a load level used is read once, here, too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -45,6 +47,20 @@ def process_usage(pid: int) -> tuple[float, int] | None:
     return cpu_s, rss
 
 
+def run_queue_wait(pid: int) -> float | None:
+    """Seconds the process's threads spent ready to run while another process held the CPU
+    (`/proc/PID/task/*/schedstat`, its second field): what the rest of the machine took from
+    it. None once it is gone."""
+    waited = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, IndexError, ValueError):  # a thread that just ended
+                waited += int((task / "schedstat").read_text().split()[1])
+    except OSError:
+        return None
+    return waited / 1e9
+
+
 def machine_cpu() -> dict[str, float]:
     """The machine's busy and total CPU seconds since boot (first line of /proc/stat)."""
     values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
@@ -59,13 +75,17 @@ def usage(steps: list[str]) -> dict[str, object]:
     found: dict[str, dict[str, object]] = {}
     for step in steps:
         cpu: dict[str, float] = {}
+        wait: dict[str, float] = {}
         rss_kb = 0
         for pid in step_pids(step):
             read = process_usage(pid)
             if read is not None:
                 cpu[str(pid)] = round(read[0], 3)
                 rss_kb += read[1]
-        found[step] = {"cpu_s": cpu, "rss_kb": rss_kb, "processes": len(cpu)}
+                waited = run_queue_wait(pid)
+                if waited is not None:
+                    wait[str(pid)] = round(waited, 4)
+        found[step] = {"cpu_s": cpu, "wait_s": wait, "rss_kb": rss_kb, "processes": len(cpu)}
     return {"steps": found, "machine": machine_cpu(), "cpus": os.cpu_count() or 1}
 
 

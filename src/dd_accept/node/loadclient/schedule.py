@@ -14,6 +14,7 @@ from typing import Any
 
 from dd_accept.node.event_loop import running_loop_name
 from dd_accept.node.loadclient.workload import Workload
+from dd_accept.node.step_usage import machine_cpu
 
 # One attempt of one record: (1 when it succeeded, else 0; seconds to wait before the next).
 Attempt = Callable[[int, int], Awaitable[tuple[int, float | None]]]
@@ -36,6 +37,7 @@ async def drive(workload: Workload, attempt: Attempt) -> dict[str, Any]:
     window it spent them in, so a capacity run can show what the harness cost at each load."""
     started = time.monotonic()
     cpu_started = time.process_time()
+    machine_started = _machine()
     window = workload.duration_s or workload.deadline_s
     deadline = started + min(window, workload.deadline_s)
     pending = deque(range(workload.records))
@@ -66,14 +68,29 @@ async def drive(workload: Workload, attempt: Attempt) -> dict[str, Any]:
             await asyncio.sleep(max(0.0, started + at - time.monotonic()))
             sent.append(asyncio.ensure_future(send(pending.popleft())))
         await asyncio.gather(*sent)
+    machine_ended = _machine()
+    busy = None
+    if machine_started is not None and machine_ended is not None:
+        total = machine_ended["total_s"] - machine_started["total_s"]
+        busy = round((machine_ended["busy_s"] - machine_started["busy_s"]) / total, 4) if total > 0 else None
     return {
         "records": workload.records,
         "completed": completed,
         "incomplete": workload.records - completed,
         "cpu_s": round(time.process_time() - cpu_started, 4),
         "window_s": round(time.monotonic() - started, 4),
+        # the machine's busy share while this client sent (its kernel's /proc/stat): the
+        # capacity scenario's saturation reading, over the window the load was on
+        "machine_busy": busy,
         "loop": running_loop_name(),
     }
+
+
+def _machine() -> dict[str, float] | None:
+    try:
+        return machine_cpu()
+    except (OSError, ValueError, IndexError):  # no /proc/stat (not Linux)
+        return None
 
 
 def arrivals(workload: Workload) -> Iterator[float]:

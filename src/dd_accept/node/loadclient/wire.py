@@ -24,6 +24,8 @@ from dd_accept.node.loadclient.schedule import drive, outcome_of, retry_wait
 from dd_accept.node.loadclient.sse import SseTally
 from dd_accept.node.loadclient.workload import Workload
 
+CONNECT_TIMEOUT_S = 10.0
+
 
 class ServerDisconnected(ConnectionError):
     """The connection closed before the response was whole."""
@@ -41,6 +43,10 @@ class WireConnection(asyncio.Protocol):
         self.reusable = False
         self.now = 0.0
         self.answered: asyncio.Future[None] | None = None
+        # A response with neither length nor chunks ends when the server closes (RFC 9112,
+        # 6.3): httptools cannot be told of that end, so it is recognised here.
+        self.framed = False
+        self.headers_done = False
 
     @property
     def open(self) -> bool:
@@ -51,7 +57,12 @@ class WireConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
-        if self.answered is not None and not self.answered.done():
+        if self.answered is None or self.answered.done():
+            return
+        if self.headers_done and not self.framed and exc is None:
+            self.on_message_complete()  # the body ran to the close: that was its end
+            self.reusable = False
+        else:
             self.answered.set_exception(ServerDisconnected())
 
     def data_received(self, data: bytes) -> None:
@@ -65,11 +76,17 @@ class WireConnection(asyncio.Protocol):
 
     # httptools callbacks
     def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"retry-after":
+        name = name.lower()
+        if name == b"retry-after":
             self.retry_after = value.decode(errors="replace")
+        elif name in (b"content-length", b"transfer-encoding"):
+            self.framed = True
 
     def on_headers_complete(self) -> None:
         self.status = self.parser.get_status_code()
+        # 1xx, 204 and 304 carry no body: their end is the headers' end
+        self.framed = self.framed or self.status < 200 or self.status in (204, 304)
+        self.headers_done = self.status >= 200
 
     def on_body(self, body: bytes) -> None:
         self.tally.feed(body, self.now)
@@ -81,13 +98,21 @@ class WireConnection(asyncio.Protocol):
             self.answered.set_result(None)
 
     async def exchange(self, request: bytes, timeout: float) -> None:
-        """Send one request; return once its response is whole (raises when it cannot be)."""
-        assert self.transport is not None
+        """Send one request; return once its response is whole (raises when it cannot be).
+        `timeout` bounds each wait for the server's next bytes, as raw mode's read timeout
+        does, not the whole response."""
+        if self.transport is None or self.transport.is_closing():
+            raise ServerDisconnected()
         self.tally, self.status, self.retry_after, self.reusable = SseTally(), 0, None, False
-        self.answered = asyncio.get_running_loop().create_future()
+        self.framed = self.headers_done = False
+        self.answered = answered = asyncio.get_running_loop().create_future()
+        self.now = time.monotonic()
         self.transport.write(request)
-        async with asyncio.timeout(timeout):
-            await self.answered
+        while not answered.done():
+            await asyncio.wait((answered,), timeout=max(0.0, self.now + timeout - time.monotonic()))
+            if not answered.done() and time.monotonic() - self.now >= timeout:
+                raise TimeoutError(f"no byte from the server for {timeout:g} s")
+        answered.result()
 
     def close(self) -> None:
         if self.transport is not None:
@@ -122,7 +147,8 @@ class WireClient:
             if connection.open:
                 return connection
         loop = asyncio.get_running_loop()
-        _, connection = await loop.create_connection(WireConnection, self.host, self.port)
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            _, connection = await loop.create_connection(WireConnection, self.host, self.port)
         return connection
 
     async def attempt(self, record: int, attempt: int) -> tuple[int, float | None]:

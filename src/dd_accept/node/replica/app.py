@@ -151,8 +151,9 @@ class ReplicaApp:
         except ValueError:
             await send_json(send, 400, {"error": {"message": "invalid JSON body", "code": 400}}, close=close)
             return
-        max_tokens = payload.get("max_tokens") or payload.get("max_completion_tokens") or 16
-        if not isinstance(max_tokens, int) or max_tokens < 1:
+        max_tokens = payload.get("max_tokens", payload.get("max_completion_tokens", 16))
+        max_tokens = 16 if max_tokens is None else max_tokens  # null: the server's default, as vLLM's
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
             await send_json(send, 400, {"error": {"message": "max_tokens must be a positive integer"}}, close=close)
             return
         max_tokens = min(max_tokens, self.engine.settings.max_model_len)

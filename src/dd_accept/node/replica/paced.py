@@ -113,11 +113,13 @@ class Stream:
     first_byte: float | None = None
     offsets: list[float] = field(default_factory=list)
 
-    def step(self, now_wall: float) -> bool:
-        """Write the next token (and the tail after the last); False once the stream is over."""
+    def step(self) -> bool:
+        """Write the next token (and the tail after the last); False once the stream is over.
+        Each write's own wall time is recorded: streams written later in one wake-up did not
+        wait in the proxy for the difference."""
         transport = self.connection.transport
         if transport is None or transport.is_closing():
-            self.connection.finish(self, "error")
+            self.connection.finish(self, "disconnected")  # the proxy went away: its doing, not ours
             return False
         body = self.first if self.sent == 0 else self.next
         events = 1  # data events in this write, as the ASGI replica's recorder counts them
@@ -125,6 +127,7 @@ class Stream:
             body += self.tail
             events += self.tail_events
         transport.write(body)
+        now_wall = time.time()
         if self.first_byte is None:
             self.first_byte = now_wall
         if len(self.offsets) + events <= MAX_CHUNK_OFFSETS:
@@ -180,19 +183,24 @@ class Pacer:
 
     def _tick(self) -> None:
         self.timer = None
-        now, wall = self.loop.time(), time.time()
+        now = self.loop.time()
         now_key = math.floor(now / TICK_S)
         due: list[tuple[int, list[Stream]]] = []
         while self.keys and self.keys[0] * TICK_S <= now + SAME_TICK_S:
             key = heapq.heappop(self.keys)
             due.append((key, self.buckets.pop(key)))
-        for key, bucket in due:
-            # The next token a gap after this one was due; a late wake-up never bunches tokens.
-            following = max(key + self.itl_ticks, now_key)
-            for stream in bucket:
-                if stream.step(wall):
-                    self._put(following, stream)
-        self._arm()
+        try:
+            for key, bucket in due:
+                # The next token a gap after this one was due; a late wake-up never bunches tokens.
+                following = max(key + self.itl_ticks, now_key)
+                for stream in bucket:
+                    try:
+                        if stream.step():
+                            self._put(following, stream)
+                    except Exception:  # this replica's own fault: that stream ends, the others go on
+                        stream.connection.fault(stream)
+        finally:
+            self._arm()
 
 
 class Connection(asyncio.Protocol):
@@ -222,13 +230,26 @@ class Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as error:
-            # A fault of this replica's own, never the client's: its log says where, and the
-            # client gets a 500 (a proxy counts it as the backend's failure, which it is).
             cause = error.__context__ or error
+            if isinstance(cause, BodyTooLarge):
+                self._fail(413)
+                return
+            # A fault of this replica's own, never the client's: its log says where, its events
+            # say it happened (the capacity scenario stops as dd-accept's error), the client
+            # gets a 500.
             traceback.print_exception(cause, file=sys.stderr)
-            self._fail(413 if isinstance(cause, BodyTooLarge) else 500)
+            request_id = self.headers.get(b"x-dd-request-id", b"").decode(errors="replace") or None
+            self.server.record(request_id, "", 500, "fault", time.time(), None, 0, 0, [])
+            self._fail(500)
         except httptools.HttpParserError:
             self._fail(400)
+
+    def fault(self, stream: Stream) -> None:
+        """A stream this replica could not go on writing: recorded as its fault, connection closed."""
+        traceback.print_exc(file=sys.stderr)
+        self.finish(stream, "fault")
+        if self.transport is not None:
+            self.transport.close()
 
     # httptools callbacks
     def on_message_begin(self) -> None:
@@ -257,9 +278,15 @@ class Connection(asyncio.Protocol):
 
     # answering
     def _fail(self, status: int) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            message = REASONS.get(status, b"error").decode().lower()
-            self.respond(status, {"error": {"message": message, "code": status}}, close=True)
+        """Answer `status` and close; mid-response, only close (an answer written into a
+        stream would corrupt it)."""
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self.busy:
+            self.transport.close()
+            return
+        message = REASONS.get(status, b"error").decode().lower()
+        self.respond(status, {"error": {"message": message, "code": status}}, close=True)
 
     def respond(self, status: int, payload: object, *, close: bool = False, content_type: bytes = b"") -> None:
         body = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
@@ -303,8 +330,9 @@ class Connection(asyncio.Protocol):
             self.respond(400, {"error": {"message": "invalid JSON body", "code": 400}}, close=close)
             self.server.record(request_id, path, 400, "ok", started, None, 0, 0, [])
             return
-        tokens = payload.get("max_tokens") or payload.get("max_completion_tokens") or 16
-        if not isinstance(tokens, int) or tokens < 1:
+        tokens = payload.get("max_tokens", payload.get("max_completion_tokens", 16))
+        tokens = 16 if tokens is None else tokens  # null: the server's default, as vLLM's
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
             self.respond(400, {"error": {"message": "max_tokens must be a positive integer"}}, close=close)
             self.server.record(request_id, path, 400, "ok", started, None, 0, 0, [])
             return
@@ -316,8 +344,9 @@ class Connection(asyncio.Protocol):
             stream.tail, stream.tail_events = self.server.tail(stream, chat, bool(options.get("include_usage")))
             self.busy = True
             assert self.transport is not None
-            self.transport.write(head(200, b"text/event-stream", length=None, close=close))
+            # scheduled before the head is written: nothing can fail between the two
             self.server.pacer.add(self.server.loop.time() + self.server.ttft_s, stream)
+            self.transport.write(head(200, b"text/event-stream", length=None, close=close))
         else:
             self.busy = True
             delay = self.server.ttft_s + self.server.itl_s * (tokens - 1)
@@ -326,7 +355,7 @@ class Connection(asyncio.Protocol):
     def _whole(self, stream: Stream, chat: bool) -> None:
         """A non-streamed completion, answered once all its tokens would have been generated."""
         if self.transport is None or self.transport.is_closing():
-            self.finish(stream, "error")
+            self.finish(stream, "disconnected")
             return
         text = "tok " * stream.tokens
         choice: dict[str, Any] = (
@@ -477,8 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.ttft_ms < 0 or args.itl_ms < 0:
-        print("paced replica: --ttft-ms and --itl-ms must be >= 0", file=sys.stderr)
+    if args.ttft_ms < 0 or not (args.itl_ms == 0 or args.itl_ms >= 1):
+        print("paced replica: --ttft-ms must be >= 0, --itl-ms 0 or at least 1 (whole ms ticks)", file=sys.stderr)
         return 2
     try:
         return event_loop.run(serve(args), args.loop)
