@@ -72,12 +72,13 @@ def test_rc1_meets_the_knee_floor_and_the_cost_bound(rc1, sut_profile):
     # numbers the check reports; the harness's share is reported beside them.
     headroom = checks["capacity.harness_headroom"]
     numbers = headroom["metrics"]
-    assert numbers["proxy_core_share"] >= 0.6, headroom
     assert 0.15 < numbers["harness_share"] < 0.7 and 0 < numbers["proxy_wait_share"] < 1, headroom
     bound = numbers["client_core_share"] >= 0.85 or numbers["proxy_wait_share"] > 0.25
     assert (headroom["verdict"] == "fail") == bound, headroom
-    if bound:
+    if bound:  # starved (make test's other worker may saturate the machine): said so, not judged
         assert headroom["detail"].startswith("not judged: the knee is bounded by the harness"), headroom
+    else:  # not starved: the proxy ran out on its own, most of a core at its knee
+        assert numbers["proxy_core_share"] >= 0.6, headroom
     # Each level is a phase with vLLM's serving metrics, so a capacity bundle trends like any other.
     levels = [p for p in scenario["serving"]["phases"] if p["title"].startswith("load level ")]
     assert len(levels) == knee["metrics"]["levels_run"] >= 3

@@ -142,7 +142,7 @@ def test_drain_health_and_streaming_judge_rc1_as_on_the_docker_cluster(login_nod
     assert all(s["error"] is None for s in results["scenarios"])
     verdicts = {c["id"]: c["verdict"] for s in results["scenarios"] for c in s["checks"]}
     assert set(verdicts) == {check for name in ("drain", "health", "streaming") for check in _reported(name, site=True)}
-    assert {check for check, verdict in verdicts.items() if verdict == "fail"} == RC1_FAILS
+    assert {check for check, verdict in verdicts.items() if verdict == "fail"} == RC1_FAILS & set(verdicts)
     assert {verdict for check, verdict in verdicts.items() if check not in RC1_FAILS} == {"pass"}
     assert run_cli("verify", str(login / "evidence-rest")).returncode == 0
     assert not cluster.exec(["squeue", "-h"]).stdout.strip()
