@@ -130,8 +130,13 @@ class Stream:
         now_wall = time.time()
         if self.first_byte is None:
             self.first_byte = now_wall
-        if len(self.offsets) + events <= MAX_CHUNK_OFFSETS:
-            self.offsets.extend([round(now_wall - self.first_byte, 4)] * events)
+        offsets = self.offsets
+        if len(offsets) + events <= MAX_CHUNK_OFFSETS:
+            offset = round(now_wall - self.first_byte, 4)
+            if events == 1:  # every token but the last: no list built per chunk
+                offsets.append(offset)
+            else:
+                offsets.extend([offset] * events)
         self.sent += 1
         self.bytes += len(body)
         if self.sent < self.tokens:
