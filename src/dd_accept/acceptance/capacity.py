@@ -159,7 +159,7 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
     # and ends): the readings around it also span the client's start-up, which would dilute it.
     busy = summary.get("machine_busy")
     if not isinstance(busy, int | float):
-        busy = after.busy_since(before) if after is not None and before is not None else 0.0
+        busy = after.busy_since(before) if measured else 0.0  # type: ignore[union-attr]
     return checks.measure_level(
         index,
         load,

@@ -84,8 +84,7 @@ def _settled_metrics(s: TelemetryRun, before: dict[str, Any], sent: int) -> dict
 
     def settled() -> bool:
         reads.append(_metrics(s))
-        counted = checks.TelemetryPhase("", [], [], before, reads[-1]).delta(path)
-        return counted == sent and len(reads) >= 2 and reads[-1] == reads[-2]
+        return checks.metrics_delta(before, reads[-1], path) == sent and len(reads) >= 2 and reads[-1] == reads[-2]
 
     with contextlib.suppress(WaitTimeout):  # never settled: what it holds now is judged
         wait_until(settled, bool, timeout=5, interval=0.2, max_interval=0.2, what="the proxy's metrics to settle")

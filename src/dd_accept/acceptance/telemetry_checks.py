@@ -85,6 +85,19 @@ def status_of(value: Any) -> int | None:
     return None
 
 
+def metrics_delta(before_document: Any, after_document: Any, dotted: str) -> Any:
+    """after - before at a dotted path: a number, or a {key: number} table of what changed;
+    None where the later document lacks it."""
+    after, before = find(after_document, dotted), find(before_document, dotted)
+    if isinstance(after, dict):
+        earlier = before if isinstance(before, dict) else {}
+        changed = {str(k): _number(v) - _number(earlier.get(k)) for k, v in after.items()}
+        return {k: v for k, v in changed.items() if v}
+    if after is None:
+        return None
+    return _number(after) - _number(before)
+
+
 @dataclass(frozen=True, slots=True)
 class TelemetryPhase:
     """One phase as every side saw it."""
@@ -103,15 +116,7 @@ class TelemetryPhase:
         return {key: sorted(attempts, key=lambda a: a.started) for key, attempts in grouped.items()}
 
     def delta(self, dotted: str) -> Any:
-        """after - before: a number, or a {key: number} table; None where after lacks it."""
-        after, before = find(self.metrics_after, dotted), find(self.metrics_before, dotted)
-        if isinstance(after, dict):
-            earlier = before if isinstance(before, dict) else {}
-            changed = {str(k): _number(v) - _number(earlier.get(k)) for k, v in after.items()}
-            return {k: v for k, v in changed.items() if v}
-        if after is None:
-            return None
-        return _number(after) - _number(before)
+        return metrics_delta(self.metrics_before, self.metrics_after, dotted)
 
     def backend_deltas(self, dotted: str) -> list[float] | None:
         after, before = find(self.metrics_after, dotted), find(self.metrics_before, dotted)

@@ -26,6 +26,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from dd_accept.base.events import EventWriter, UpstreamAttempt
+from dd_accept.node.replica import openai_shapes as shapes
 from dd_accept.node.replica.control_state import ControlState, ForcedResponse
 from dd_accept.node.replica.engine import Engine
 
@@ -177,25 +178,13 @@ class ReplicaApp:
         produced = 0
         async for _ in self.engine.generate(prompt_tokens, max_tokens):
             produced += 1
-        text = "tok " * produced
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": produced,
-            "total_tokens": prompt_tokens + produced,
-        }
         created = int(time.time())
+        choice = shapes.whole_choice(chat, produced)
         if chat:
-            choice = {
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "length",
-                "logprobs": None,
-            }
             body = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": created}
         else:
-            choice = {"index": 0, "text": text, "finish_reason": "length", "logprobs": None}
             body = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": created}
-        body.update({"model": model, "choices": [choice], "usage": usage})
+        body.update({"model": model, "choices": [choice], "usage": shapes.usage(prompt_tokens, produced)})
         await send_json(send, 200, body, close=close)
 
     async def _stream(
@@ -226,24 +215,10 @@ class ReplicaApp:
             }
             if usage is not None:
                 data["usage"] = usage
-            return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
+            return shapes.sse(data)
 
         # Every token event but the first is byte-identical: serialise it once per stream.
-        if chat:
-            first_choice: dict[str, Any] = {
-                "index": 0,
-                "delta": {"content": "tok ", "role": "assistant"},
-                "finish_reason": None,
-                "logprobs": None,
-            }
-            next_choice: dict[str, Any] = {
-                "index": 0,
-                "delta": {"content": "tok "},
-                "finish_reason": None,
-                "logprobs": None,
-            }
-        else:
-            first_choice = next_choice = {"index": 0, "text": "tok ", "finish_reason": None, "logprobs": None}
+        first_choice, next_choice = shapes.token_choice(chat, first=True), shapes.token_choice(chat, first=False)
         first_bytes, next_bytes = chunk(first_choice), chunk(next_choice)
         try:
             async for index in self.engine.generate(prompt_tokens, max_tokens):
@@ -257,16 +232,11 @@ class ReplicaApp:
                 sent += 1
         finally:
             self.engine.metrics.chunks_sent.inc(sent)  # once per stream, not once per token
-        final = (
-            {"index": 0, "delta": {}, "finish_reason": "length", "logprobs": None}
-            if chat
-            else {"index": 0, "text": "", "finish_reason": "length", "logprobs": None}
-        )
+        final = shapes.final_choice(chat)
         tail = chunk(final)
         events = 1
         if include_usage:
-            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
-            tail += chunk({}, usage)
+            tail += chunk({}, shapes.usage(prompt_tokens, sent))
             events += 1
         await send({"type": "http.response.body", "body": tail + b"data: [DONE]\n\n", "more_body": False})
         # Every `data:` event but [DONE] counts, as the client counts them: integrity compares the two.

@@ -44,6 +44,7 @@ from dd_accept.base.events import EventWriter, UpstreamAttempt
 from dd_accept.node import event_loop
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.node.event_loop import LOOPS
+from dd_accept.node.replica import openai_shapes as shapes
 from dd_accept.node.replica.app import CONTROL_PREFIX, MAX_CHUNK_OFFSETS, PROBE_PATHS, VERSION
 from dd_accept.node.replica.readiness import add_location_arguments, listen_port, per_task, task_index, write_ready
 
@@ -78,10 +79,6 @@ def head(status: int, content_type: bytes, *, length: int | None, close: bool) -
     if close:
         lines.append(b"connection: close")
     return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
-def sse(data: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
 
 @dataclass
@@ -362,13 +359,8 @@ class Connection(asyncio.Protocol):
         if self.transport is None or self.transport.is_closing():
             self.finish(stream, "disconnected")
             return
-        text = "tok " * stream.tokens
-        choice: dict[str, Any] = (
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length", "logprobs": None}
-            if chat
-            else {"index": 0, "text": text, "finish_reason": "length", "logprobs": None}
-        )
-        usage = {"prompt_tokens": 1, "completion_tokens": stream.tokens, "total_tokens": 1 + stream.tokens}
+        choice = shapes.whole_choice(chat, stream.tokens)
+        usage = shapes.usage(1, stream.tokens)
         body = stream.base | {"object": "chat.completion" if chat else "text_completion"}
         body |= {"choices": [choice], "usage": usage}
         encoded = json.dumps(body, separators=(",", ":")).encode()
@@ -414,28 +406,16 @@ class PacedReplica:
         kind = "chat.completion.chunk" if chat else "text_completion"
         base = {"id": identifier, "object": kind, "created": int(time.time()), "model": model}
 
-        def token(delta: dict[str, str]) -> bytes:
-            choice = (
-                {"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}
-                if chat
-                else {"index": 0, "text": "tok ", "finish_reason": None, "logprobs": None}
-            )
-            return frame(sse(base | {"choices": [choice]}))
-
         stream = Stream(connection, request_id, path, started, tokens, close, base)
-        stream.first, stream.next = token({"content": "tok ", "role": "assistant"}), token({"content": "tok "})
+        stream.first = frame(shapes.sse(base | {"choices": [shapes.token_choice(chat, first=True)]}))
+        stream.next = frame(shapes.sse(base | {"choices": [shapes.token_choice(chat, first=False)]}))
         return stream
 
     def tail(self, stream: Stream, chat: bool, include_usage: bool) -> tuple[bytes, int]:
-        final = (
-            {"index": 0, "delta": {}, "finish_reason": "length", "logprobs": None}
-            if chat
-            else {"index": 0, "text": "", "finish_reason": "length", "logprobs": None}
-        )
-        events = [sse(stream.base | {"choices": [final]})]
+        final = shapes.final_choice(chat)
+        events = [shapes.sse(stream.base | {"choices": [final]})]
         if include_usage:
-            usage = {"prompt_tokens": 1, "completion_tokens": stream.tokens, "total_tokens": 1 + stream.tokens}
-            events.append(sse(stream.base | {"choices": [], "usage": usage}))
+            events.append(shapes.sse(stream.base | {"choices": [], "usage": shapes.usage(1, stream.tokens)}))
         return frame(b"".join(events) + b"data: [DONE]\n\n") + b"0\r\n\r\n", len(events)
 
     def record(
