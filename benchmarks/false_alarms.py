@@ -37,6 +37,7 @@ CONTROLS = {
     "drain": ("drain-bounded", "step-aware-cleanup"),
     "health": ("probe-capacity", "health-watching-wait"),
     "streaming": ("background-health-monitor",),
+    "telemetry": ("telemetry-logged",),
 }
 
 
