@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -24,10 +25,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+import dd_accept.sut
 from dd_accept.acceptance.scenarios import ALL_SCENARIOS as SCENARIOS  # `all`: capacity runs alone
 from dd_accept.base.options import ClusterOptions, add_arguments, build, given, to_argv
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
-from dd_accept.sut.variants import FAULTS, RC1_FAILS, make_variant
+from dd_accept.sut.variants import FAULTS, RC1_FAILS, Fault, make_variant
 from dd_accept.sut.wheelhouse import build_wheelhouse
 
 CLUSTER = ("slurm", "slurm_config")  # the cluster options a false-alarm run may vary
@@ -41,13 +43,30 @@ CONTROLS = {
 }
 
 
-def run_once(scenario: str, sut: str | None, cluster: ClusterOptions) -> dict[str, str]:
+def variant_profile(fault: Fault, folder: Path) -> Path | None:
+    """The built-in profile with what the variant changed ([telemetry] settings), as a file
+    for --profile; None when the built-in profile describes it as it is."""
+    if not fault.telemetry_profile:
+        return None
+    text = (Path(dd_accept.sut.__file__).parent / "profiles" / "data-designer-slurm-1.0.toml").read_text()
+    for key, value in fault.telemetry_profile:
+        text, found = re.subn(rf"^{key} = .*$", f"{key} = {value!r}", text, count=1, flags=re.MULTILINE)
+        if found != 1:
+            raise SystemExit(f"the built-in profile has no {key} to change for {fault.name}")
+    path = folder / f"{fault.name}.toml"
+    path.write_text(text)
+    return path
+
+
+def run_once(scenario: str, sut: str | None, cluster: ClusterOptions, profile: str | None = None) -> dict[str, str]:
     """{check id: verdict} of one `dd-accept run SCENARIO`, or {"<error>": message}."""
     with tempfile.TemporaryDirectory(prefix="dd-fa-") as out:
         argv = [sys.executable, "-m", "dd_accept.harness.cli", "--quiet", "run", scenario, "--out", f"{out}/e"]
         argv += to_argv(cluster, "--")
         if sut is not None:
             argv += ["--sut", sut]
+        if profile is not None:
+            argv += ["--profile", profile]
         result = subprocess.run(argv, capture_output=True, text=True, check=False)
         path = Path(out) / "e" / "results.json"
         if not path.is_file():
@@ -77,9 +96,9 @@ def main() -> int:
     cluster = build(ClusterOptions, given(ClusterOptions, lambda dest: getattr(args, dest, None)))
     console = Console()
     scenarios = [name for name in args.scenarios.split(",") if name]
-    targets: list[tuple[str, str, str | None, frozenset[str]]] = []
+    targets: list[tuple[str, str, str | None, str | None, frozenset[str]]] = []
     if not args.no_rc1:
-        targets += [(s, "rc1", None, frozenset()) for s in scenarios]
+        targets += [(s, "rc1", None, None, frozenset()) for s in scenarios]
     if args.controls:
         wheelhouse = build_wheelhouse(SutSpec.parse(DEFAULT_SUT))
         (wheel,) = [w for w in wheelhouse.wheels if w.name == "data-designer-slurm"]
@@ -87,10 +106,11 @@ def main() -> int:
         for scenario in scenarios:
             for name in (c for s in (SCENARIOS if scenario == "all" else [scenario]) for c in CONTROLS.get(s, ())):
                 variant = make_variant(wheelhouse.path / wheel.file, FAULTS[name], folder)
-                targets.append((scenario, name, str(variant), FAULTS[name].fixes))
+                profile = variant_profile(FAULTS[name], folder)
+                targets.append((scenario, name, str(variant), profile and str(profile), FAULTS[name].fixes))
 
     rows = []
-    for scenario, label, sut, fixes in targets:
+    for scenario, label, sut, profile, fixes in targets:
         must_fail = RC1_FAILS - fixes
         false_alarms: Counter[str] = Counter()
         misses: Counter[str] = Counter()
@@ -98,7 +118,7 @@ def main() -> int:
         started = time.monotonic()
         for index in range(args.n):
             console.print(f"{scenario} on {label}: run {index + 1}/{args.n}")
-            verdicts = run_once(scenario, sut, cluster)
+            verdicts = run_once(scenario, sut, cluster, profile)
             if "<error>" in verdicts:
                 errors.append(verdicts.pop("<error>"))
             for check, verdict in verdicts.items():

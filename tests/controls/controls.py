@@ -19,6 +19,7 @@ def run_with_fault(scenario, fault_name, wheelhouse, base_image, profile, tmp_pa
     """Run `scenario(allocation, run, profile, progress)` on a cluster whose SUT carries the
     fault; returns {check id: CheckResult}."""
     fault = FAULTS[fault_name]
+    profile = fault.profile(profile)  # what the variant changed that its profile states
     (wheel,) = [w for w in wheelhouse.wheels if w.name == fault.distribution]
     variant = make_variant(wheelhouse.path / wheel.file, fault, tmp_path)
     client = engine.connect()

@@ -2,14 +2,18 @@
 
 rc1 counts its attempts and retries truly but writes none of the records it claims (its
 per-request record is logged at INFO with no handler) and counts no expired, stale or
-discarded connection and no timeout. `telemetry-logged` is rc1 with its records emitted
-and cut streams logged: the positive control of the record checks. `telemetry-miscounted`
-is that, counting one attempt per request and logging only the last: the negative control
-of the counters and the records, each for its own reason.
+discarded connection and no timeout. `telemetry-logged` is rc1 with its records emitted,
+cut streams logged, and connections and timeouts counted (keep-alive and read timeout 1 s,
+as its profile says; a terminal timeout where no retry followed): the positive control of
+every telemetry check.
+`telemetry-miscounted` is that, counting one attempt per request, logging only the last,
+counting stale connections as expired and streaming timeouts as terminal: the negative
+control of each, for its own reason.
 """
 
 import pytest
 
+from dd_accept.acceptance import telemetry_checks as checks_module
 from dd_accept.acceptance.telemetry import TelemetryOptions, run_telemetry
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.fixtures.deployment import RunDirectory
@@ -20,6 +24,20 @@ OPTIONS = TelemetryOptions()
 CUT = 3  # replica 3 cuts two streams after 2 chunks, replica 2 one after 5
 # whole responses: four phases of 24, less the cut streams, and the exhausted phase's 503s
 RESPONSES = 4 * OPTIONS.requests - CUT + OPTIONS.exhausted_requests
+# a SUT that reports connection counters also gets the stale, expired and discarded phases
+LIFECYCLE_RESPONSES = 2 * OPTIONS.requests + 2 * OPTIONS.replicas
+# attempts the replicas serve in rc1's five phases: one per request, one more per forced 429
+# and 503, three per exhausted request
+ATTEMPTS = 4 * OPTIONS.requests + OPTIONS.forced_429 + 2 * OPTIONS.forced_503 + 3 * OPTIONS.exhausted_requests
+
+
+LONE = OPTIONS.replicas - 1  # the request sent alone while every replica holds: each of its 3 attempts times out
+
+
+def _seen(result, path):
+    """(counted, fewest the replicas' view allows, most it allows) for a counter path."""
+    key = path.replace(".", "_")
+    return tuple(result.metrics[f"{key}_{what}"] for what in ("counted", "seen_min", "seen"))
 
 
 def _telemetry(allocation, run, profile, progress):
@@ -39,24 +57,47 @@ def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_pro
     assert "exhausted: 4 requests, 12 attempts, retries {http_503: 8}" in counters.observed
     log = checks["telemetry.request_log"]
     assert log.verdict == "fail" and log.metrics["records"] == 0 and log.metrics["responses"] == RESPONSES, log
+    attempts = checks["telemetry.attempt_log"]
+    assert attempts.verdict == "fail" and attempts.metrics["attempts_logged"] == 0, attempts
+    assert attempts.metrics["attempts_served"] == ATTEMPTS, attempts
     cut = checks["telemetry.incomplete_streams"]
     assert cut.verdict == "fail" and cut.metrics["cut_streams"] == CUT, cut
     assert cut.metrics["logged_incomplete"] == 0
     for name in ("telemetry.connection_lifecycle", "telemetry.timeouts"):
         assert checks[name].verdict == "fail" and checks[name].observed.startswith("the proxy's metrics have no")
+    leaks = checks["telemetry.no_payloads"]
+    assert leaks.verdict == "pass", "rc1 writes no record, and so no payload"
 
 
 def test_emitted_records_pass_the_record_checks(sut_wheelhouse, sut_image, sut_profile, tmp_path):
     checks = run_with_fault(_telemetry, "telemetry-logged", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     log = checks["telemetry.request_log"]
-    assert log.verdict == "pass" and log.metrics["records"] == log.metrics["responses"] == RESPONSES, log
+    responses = RESPONSES + LIFECYCLE_RESPONSES
+    assert log.verdict == "pass" and log.metrics["records"] == log.metrics["responses"] == responses, log
     # every forced status made a request fail over; every exhausted request did
     most = OPTIONS.forced_429 + 2 * OPTIONS.forced_503 + OPTIONS.exhausted_requests
     assert OPTIONS.exhausted_requests + 3 <= log.metrics["failovers"] <= most, log
     cut = checks["telemetry.incomplete_streams"]
     assert cut.verdict == "pass" and cut.metrics["logged_with_bytes"] == CUT, cut
-    assert checks["telemetry.attempt_counters"].verdict == "pass"
-    assert checks["telemetry.timeouts"].verdict == "fail", "untouched: still no timeout counters"
+    counters = checks["telemetry.attempt_counters"]
+    assert counters.verdict == "pass", counters
+    attempts = checks["telemetry.attempt_log"]
+    assert attempts.verdict == "pass", attempts
+    assert attempts.metrics["attempts_logged"] == attempts.metrics["attempts_served"] >= ATTEMPTS, attempts
+    lifecycle = checks["telemetry.connection_lifecycle"]
+    assert lifecycle.verdict == "pass" and lifecycle.metrics["judged"] == 3, lifecycle
+    stale, expired, discarded = (_seen(lifecycle, f"connections.{k}") for k in ("stale", "expired", "discarded"))
+    assert 1 <= stale[1] <= stale[0] <= stale[2], f"probes share rc1's pool: every closed one is stale {lifecycle}"
+    assert 1 <= expired[1] <= expired[0] <= expired[2], lifecycle
+    assert discarded == (OPTIONS.requests,) * 3, "every response of the phase said Connection: close"
+    timeouts = checks["telemetry.timeouts"]
+    assert timeouts.verdict == "pass" and timeouts.metrics["judged"] == 2, timeouts
+    terminal, streaming = _seen(timeouts, "timeouts.terminal"), _seen(timeouts, "timeouts.streaming")
+    # the variant counts a terminal timeout where no retry followed: the lone request's last attempt
+    assert terminal[:2] == (1, 1) and LONE < terminal[2] <= LONE + OPTIONS.held_streams, timeouts
+    assert streaming[0] == streaming[1] == streaming[2] >= 1, timeouts
+    leaks = checks["telemetry.no_payloads"]
+    assert leaks.verdict == "pass" and leaks.metrics["lines"] >= responses, f"records without payloads {leaks}"
 
 
 def test_miscounted_attempts_and_last_attempt_records_fail_each_for_its_reason(
@@ -69,3 +110,25 @@ def test_miscounted_attempts_and_last_attempt_records_fail_each_for_its_reason(
     assert log.verdict == "fail" and log.metrics["records"] == log.metrics["responses"], "one record each, wrong"
     assert "retry-429: 24 responses, 24 records; not logged: 6x attempts 2 [429,200] -> 200" in log.detail, log
     assert checks["telemetry.incomplete_streams"].verdict == "pass", "untouched: cut streams still logged"
+    attempts = checks["telemetry.attempt_log"]
+    assert attempts.verdict == "fail", attempts
+    assert attempts.metrics["attempts_logged"] == attempts.metrics["attempts_served"], "every attempt logged, wrongly"
+    # a shifted backend is invisible where every replica served alike (steady), not where one answered 429
+    assert "retry-429: 30 attempts served, 30 logged; not logged: " in attempts.detail, attempts
+    assert "6x backend 0 status 429" in attempts.detail and not attempts.detail.startswith("steady"), attempts
+    lifecycle = checks["telemetry.connection_lifecycle"]
+    stale = _seen(lifecycle, "connections.stale")
+    assert lifecycle.verdict == "fail" and stale[0] == 0 and stale[1] >= 1, lifecycle
+    allowed = checks_module.allowed_text(tuple(range(int(stale[1]), int(stale[2]) + 1)))
+    assert lifecycle.detail == f"stale: connections.stale counted 0, the replicas saw {allowed}", lifecycle
+    expired = _seen(lifecycle, "connections.expired")
+    assert expired[1] <= expired[0] <= expired[2], f"untouched: what expired is still counted {lifecycle}"
+    assert _seen(lifecycle, "connections.discarded") == (OPTIONS.requests,) * 3, "untouched"
+    timeouts = checks["telemetry.timeouts"]
+    terminal, streaming = _seen(timeouts, "timeouts.terminal"), _seen(timeouts, "timeouts.streaming")
+    assert timeouts.verdict == "fail" and streaming[0] == 0 and streaming[2] >= 1, timeouts
+    assert terminal[:2] == (1 + streaming[2], 1) and terminal[2] > LONE, "every streaming timeout counted as terminal"
+    leaks = checks["telemetry.no_payloads"]
+    assert leaks.verdict == "fail" and leaks.metrics["prompt_lines"] == leaks.metrics["header_lines"] > 0, leaks
+    assert leaks.metrics["response_lines"] == 0, "responses are not written"
+    assert leaks.detail.startswith("prompt text on the proxy's output (line "), leaks

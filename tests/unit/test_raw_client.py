@@ -200,3 +200,24 @@ def test_the_deadline_bounds_each_wait_for_bytes_not_the_whole_stream(tmp_path, 
     whole, cut = of_type(read_event_file(tmp_path / "e.jsonl"), ClientRequest)
     assert whole.outcome == "ok" and whole.latency_s > 0.4
     assert cut.outcome == "error" and cut.error in ("TimeoutError", "ServerTimeoutError", "SocketTimeoutError")
+
+
+@CLIENTS
+def test_every_request_carries_the_canary_in_its_prompt_and_its_credential(tmp_path, run_client):
+    seen = []
+
+    async def handler(request):
+        seen.append((request.headers.get("Authorization"), (await request.json())["messages"][0]["content"]))
+        return await _streaming(EVENT, b"data: [DONE]\n\n")(request)
+
+    events = EventWriter(tmp_path / "e.jsonl", source="client")
+
+    async def body(url):
+        workload = Workload(endpoint=url, records=3, concurrency=1, max_tokens=1, canary="feedface00")
+        return await run_client(workload, events)
+
+    asyncio.run(_serve(handler, body))
+    events.close()
+    assert len(seen) == 3
+    for authorization, prompt in seen:
+        assert authorization == "Bearer ddcredentialfeedface00" and prompt.startswith("ddpromptfeedface00 "), seen

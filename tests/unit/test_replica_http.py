@@ -275,3 +275,76 @@ def test_the_request_log_keeps_each_events_send_time_and_probes_still_answer(loc
     offsets = stream["chunk_offsets_s"]
     assert len(offsets) == stream["data_events"] == 7 and offsets[0] == 0.0
     assert offsets == sorted(offsets) and offsets[5] >= 0.04, "six tokens 10 ms apart, then the final event"
+
+
+def _upstream_records(log, path="/v1/chat/completions"):
+    rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    return [row for row in rows if row.get("kind") == "upstream" and row["path"] == path]
+
+
+def test_a_held_stream_is_abandoned_when_its_peer_times_it_out_and_served_when_it_waits(local_replica, tmp_path):
+    """The timeouts phases: a stream held back before its first byte or after k chunks; a
+    client that gives up is recorded as having abandoned it, one that waits gets it whole."""
+    log = tmp_path / "events.jsonl"
+    replica = local_replica(*FAST, "--events", str(log))
+
+    async def stream(read_timeout):
+        body = {"model": "m", "max_tokens": 6, "stream": True, "messages": [{"role": "user", "content": "x"}]}
+        timeout = aiohttp.ClientTimeout(sock_read=read_timeout)
+        url = f"{replica.url}/v1/chat/completions"
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.post(url, json=body) as response:
+            return response.status, await response.read()
+
+    replica.control("delay", seconds=5, count=1)
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(stream(0.3))
+    replica.control("delay", seconds=5, after_chunks=2, count=1)
+    with pytest.raises((asyncio.TimeoutError, aiohttp.ClientPayloadError)):
+        asyncio.run(stream(0.3))
+    replica.control("delay", seconds=0.2, after_chunks=2, count=1)
+    status, body = asyncio.run(stream(5))
+    assert status == 200 and body.endswith(b"data: [DONE]\n\n"), "a client that waits gets the whole stream"
+    assert replica.control("state")["delay_remaining"] == 0
+    records = wait_until(lambda: _upstream_records(log), lambda r: len(r) == 3, timeout=10, what="three records")
+    by_start = sorted(records, key=lambda r: r["started"])
+    assert [(r["outcome"], r["status"], r["data_events"]) for r in by_start] == [
+        ("abandoned", None, 0),
+        ("abandoned", 200, 2),
+        ("ok", 200, 7),  # six tokens and the final event
+    ]
+
+
+def test_who_closed_an_idle_connection_is_told_apart(local_replica):
+    """close_idle closes only idle connections and says how many carried requests; a peer
+    that closes an idle connection is counted, a response that said Connection: close and
+    a connection the replica closed are not."""
+    replica = local_replica(*FAST)
+    completion = {"prompt": "p", "max_tokens": 1}
+
+    async def traffic():
+        async with aiohttp.ClientSession() as pooled, aiohttp.ClientSession() as probes:
+            async with pooled.post(f"{replica.url}/v1/completions", json=completion) as response:
+                await response.read()
+            async with probes.get(f"{replica.url}/health") as response:
+                await response.read()
+            closed = replica.control("close_idle")
+            await asyncio.sleep(0.2)
+            async with pooled.post(f"{replica.url}/v1/completions", json=completion) as response:
+                await response.read()  # a new connection: the pooled one was closed
+            return closed
+        # leaving the sessions closes the new idle connection: the peer's close
+
+    before = replica.control("state")
+    closed = asyncio.run(traffic())
+    assert closed == {"closed": 2, "closed_with_requests": 1}
+    replica.control("keepalive", close=True)
+    asyncio.run(asyncio.sleep(0.1))
+    after = wait_until(
+        lambda: replica.control("state"),
+        lambda s: s["connections_closed"] - before["connections_closed"] >= 3,
+        timeout=5,
+        what="the closes",
+    )
+    assert after["idle_closed_by_peer"] - before["idle_closed_by_peer"] == 1
+    assert after["idle_closed_by_peer_with_requests"] - before["idle_closed_by_peer_with_requests"] == 1
+    replica.control("keepalive", close=False)

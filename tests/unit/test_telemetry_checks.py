@@ -202,3 +202,176 @@ def test_unclaimed_is_unsupported_never_pass_and_claimed_counters_must_exist():
 def test_an_unknown_claim_is_refused():
     with pytest.raises(ValueError, match="unknown tracing"):
         TelemetryProfile(claims=("tracing",))
+
+
+def counted(name, path, before, after, allowed, seen="seen"):
+    group, key = path.split(".")
+    return checks.CountedPhase(name, {group: {key: before}}, {group: {key: after}}, {path: allowed}, seen)
+
+
+LIFECYCLE = {"connections": {"expired": 0, "stale": 0, "discarded": 0}}
+
+
+def test_each_connection_counter_must_move_by_what_the_replicas_saw_in_its_phase():
+    phases = [
+        counted("stale", "connections.stale", 0, 8, (6, 7, 8), "the replicas closed 8 idle connections"),
+        counted("expired", "connections.expired", 1, 5, (4,)),
+        counted("discarded", "connections.discarded", 3, 27, (24, 25, 26)),
+    ]
+    good = checks.connection_lifecycle(LIFECYCLE, CLAIMED, phases)
+    assert good.verdict == "pass" and (good.metrics["judged"], good.metrics["wrong"]) == (3.0, 0.0), good
+    assert good.metrics["connections_stale_counted"] == good.metrics["connections_stale_seen"] == 8.0, good
+    assert good.metrics["connections_stale_seen_min"] == 6.0
+    assert "stale: connections.stale +8 (the replicas closed 8 idle connections)" in good.observed
+    # a proxy that counts stale connections as expired
+    swapped = [
+        counted("stale", "connections.stale", 0, 0, (6, 7, 8)),
+        counted("expired", "connections.expired", 1, 13, (4,)),
+        counted("discarded", "connections.discarded", 3, 27, (24, 25, 26)),
+    ]
+    bad = checks.connection_lifecycle(LIFECYCLE, CLAIMED, swapped)
+    assert bad.verdict == "fail", bad
+    assert bad.detail == (
+        "expired: connections.expired counted 12, the replicas saw 4; "
+        "stale: connections.stale counted 0, the replicas saw 6 to 8"
+    ), bad
+    # one too many, one too few: each is wrong, whatever the other counters say
+    for after in (9, 5):
+        off = [counted("stale", "connections.stale", 0, after, (6, 7, 8)), *phases[1:]]
+        assert checks.connection_lifecycle(LIFECYCLE, CLAIMED, off).verdict == "fail", after
+
+
+def test_the_counts_a_view_allows_are_said_as_a_person_says_them():
+    assert checks.allowed_text((3,)) == "3"
+    assert checks.allowed_text((5, 1)) == "1 or 5"
+    assert checks.allowed_text((4, 5, 6, 4)) == "4 to 6"
+    assert checks.allowed_text((2, 3)) == "2 or 3"
+
+
+def test_a_counter_no_phase_could_drive_leaves_the_check_unsupported_unless_another_is_wrong():
+    """A keep-alive of 100 s would need 200 s of idling: beyond what a phase waits."""
+    slow = replace(CLAIMED, keepalive_seconds=100.0)
+    assert not checks.drivable(100.0, checks.EXPIRY_WAITS) and checks.drivable(65.0, checks.EXPIRY_WAITS)
+    assert not checks.drivable(None) and not checks.drivable(0.0) and not checks.drivable(3600.0)
+    assert checks.drivable(1.0, checks.TIMEOUT_WAITS) and not checks.drivable(60.0, checks.TIMEOUT_WAITS)
+    phases = [
+        counted("stale", "connections.stale", 0, 8, (8,)),
+        counted("discarded", "connections.discarded", 0, 24, (24,)),
+    ]
+    partial = checks.connection_lifecycle(LIFECYCLE, slow, phases)
+    assert partial.verdict == "unsupported" and partial.detail.startswith("not judged: connections.expired"), partial
+    assert "100.0 s in the profile" in partial.detail and "never a pass" in partial.detail
+    wrong = checks.connection_lifecycle(LIFECYCLE, slow, [counted("stale", "connections.stale", 0, 9, (8,))])
+    assert wrong.verdict == "fail", "a wrong count fails whatever else could not be judged"
+
+
+ZERO = {"timeouts": {"terminal": 0, "streaming": 0}}
+
+
+def timed_out(terminal, streaming, allowed_terminal=(5, 1), allowed_streaming=(2,), seen="held 7"):
+    after = {"timeouts": {"terminal": terminal, "streaming": streaming}}
+    allowed = {"timeouts.terminal": allowed_terminal, "timeouts.streaming": allowed_streaming}
+    return checks.timeouts(after, CLAIMED, [checks.CountedPhase("timeouts", ZERO, after, allowed, seen)])
+
+
+def test_a_terminal_timeout_is_read_either_way_the_seed_allows_and_streaming_apart():
+    """Five attempts timed out before their first byte, one with no retry after it; two
+    streams stalled mid-way. Every such attempt (5) and only the unretried ones (1) are the
+    two readings of "terminal ... timeouts without requiring another retry"."""
+    for terminal in (5, 1):
+        result = timed_out(terminal, 2)
+        assert result.verdict == "pass" and result.metrics["timeouts_terminal_counted"] == terminal, result
+    # streaming timeouts counted as terminal, under either reading
+    for terminal in (7, 3):
+        bad = timed_out(terminal, 0)
+        assert bad.verdict == "fail", bad
+        assert bad.detail == (
+            f"timeouts: timeouts.terminal counted {terminal}, the replicas saw 1 or 5; "
+            "timeouts: timeouts.streaming counted 0, the replicas saw 2"
+        ), bad
+    assert timed_out(5, 3).verdict == "fail", "a streaming timeout counted twice"
+    assert timed_out(0, 2).verdict == "fail", "no terminal timeout counted"
+
+
+def test_an_event_that_never_happened_fails_rather_than_passing_on_zero_equals_zero():
+    """A proxy that never timed out (the replicas saw it abandon nothing they held) fails,
+    named after that, however its counters read."""
+    result = timed_out(0, 0, (0, 0), (0,), "the replicas held 7; the proxy abandoned 0")
+    assert result.verdict == "fail", result
+    assert "no event for timeouts.terminal happened (the replicas held 7; the proxy abandoned 0)" in result.detail
+    assert "no event for timeouts.streaming happened" in result.detail
+
+
+ORIGINS = tuple(f"http://10.9.0.{i + 2}:8000" for i in range(4))
+
+
+def with_attempt_records(phase, records):
+    lines = phase.log_lines + [f"slurm_proxy_request {json.dumps(r)}" for r in records]
+    return replace(phase, log_lines=lines, origins=ORIGINS)
+
+
+SERVED = [(0, 429), (1, 200), (2, 200), (1, 503), (2, 503), (3, 200)]  # retry_phase's attempts
+
+
+def test_each_attempt_logged_with_its_backend_and_status_passes_however_the_backend_is_named():
+    by_index = [{"backend": b, "status": s} for b, s in SERVED]
+    by_origin = [{"upstream": f"{ORIGINS[b]}/v1/chat/completions", "status_code": f"http_{s}"} for b, s in SERVED]
+    for records in (by_index, by_origin):
+        result = checks.attempt_log([with_attempt_records(retry_phase(), records)], CLAIMED)
+        assert result.verdict == "pass", result
+        assert (result.metrics["attempts_served"], result.metrics["attempts_logged"]) == (6.0, 6.0), result
+        assert result.metrics["retried"] == 3.0
+    # the request records alone (rc1's) are no per-attempt log
+    alone = checks.attempt_log([replace(retry_phase(), origins=ORIGINS)], CLAIMED)
+    assert alone.verdict == "fail" and alone.observed.startswith("no per-attempt `slurm_proxy_request` record"), alone
+
+
+def test_a_log_naming_the_wrong_backend_or_only_final_attempts_fails_naming_them():
+    shifted = [{"backend": (b + 1) % 4, "status": s} for b, s in SERVED]
+    result = checks.attempt_log([with_attempt_records(retry_phase(), shifted)], CLAIMED)
+    assert result.verdict == "fail" and "6 attempts served, 6 logged; not logged: " in result.detail, result
+    assert "1x backend 0 status 429" in result.detail and "logged but not served: " in result.detail
+    finals = [{"backend": b, "status": s} for b, s in SERVED if s == 200]
+    result = checks.attempt_log([with_attempt_records(retry_phase(), finals)], CLAIMED)
+    assert result.verdict == "fail" and "6 attempts served, 3 logged" in result.detail, result
+    nameless = [{"status": s} for _, s in SERVED]
+    result = checks.attempt_log([with_attempt_records(retry_phase(), nameless)], CLAIMED)
+    assert "6 attempt records with no backend or no status" in result.detail, result
+    unknown = [{"backend": "http://10.9.9.9:1", "status": s} for _, s in SERVED]
+    assert checks.attempt_log([with_attempt_records(retry_phase(), unknown)], CLAIMED).verdict == "fail"
+    assert checks.backend_named(7, ORIGINS) == "?7" and checks.backend_named(True, ORIGINS) == "?True"
+
+
+def test_unclaimed_attempt_log_is_unsupported():
+    result = checks.attempt_log([retry_phase()], TelemetryProfile(claims=("request_log",)))
+    assert result.verdict == "unsupported", result
+
+
+CANARY = "0123abcd4567ef89"
+
+
+def test_a_proxy_writing_request_text_response_bodies_or_credentials_fails_naming_each():
+    clean = ['slurm_proxy_request {"attempts": 1, "final_status": 200}', "INFO started"]
+    result = checks.no_payloads(clean, CANARY)
+    assert result.verdict == "pass" and result.metrics["lines"] == 2.0, result
+    leaky = [
+        *clean,
+        f'request body=b\'{{"messages": [{{"content": "ddprompt{CANARY} ddprompt"}}]}}\' authorization=None',
+        f"forwarding Authorization: Bearer ddcredential{CANARY}",
+        'upstream said data: {"object": "chat.completion.chunk", "choices": []}',
+        "user key sk-user-secret-value",
+    ]
+    result = checks.no_payloads(leaky, CANARY, ("sk-user-secret-value",))
+    assert result.verdict == "fail", result
+    assert (result.metrics["prompt_lines"], result.metrics["header_lines"], result.metrics["response_lines"]) == (
+        1.0,
+        2.0,
+        1.0,
+    )
+    assert result.detail == (
+        "prompt text on the proxy's output (line 3); credential text on the proxy's output (line 4, 6); "
+        "response text on the proxy's output (line 5)"
+    ), result
+    assert "sk-user-secret-value" not in result.detail + result.observed, "a user's secret is never shown"
+    # another run's canary is no leak of this one
+    assert checks.no_payloads([f"ddprompt{'f' * 16}"], CANARY).verdict == "pass"

@@ -24,6 +24,7 @@ def test_to_argv_is_read_back_as_the_same_workload():
         rate=12.5,
         duration_s=3.0,
         seed=4,
+        canary="00ff00ff00ff",
     )
     parsed = workload_from_args(build_parser().parse_args(workload.to_argv()))
     assert parsed == workload
@@ -44,3 +45,18 @@ def test_a_rate_goes_with_a_rate_arrival_only():
         Workload(endpoint="x", rate=5)
     with pytest.raises(ValueError, match="arrival"):
         Workload(endpoint="x", arrival="burst", rate=5)
+
+
+def test_a_canary_rides_in_every_prompt_and_a_credential_unless_the_user_sends_their_own():
+    plain = Workload(endpoint="http://e", prompt_chars=40)
+    assert plain.prompt() == "x" * 40 and plain.request_headers == ()
+    marked = Workload(endpoint="http://e", prompt_chars=40, canary="abcdef0123")
+    assert len(marked.prompt()) == 40 and marked.prompt().startswith("ddpromptabcdef0123 ddprompt")
+    assert Workload(endpoint="http://e", prompt_chars=4, canary="abcdef0123").prompt() == "ddpromptabcdef0123 "
+    assert marked.request_headers == (("Authorization", "Bearer ddcredentialabcdef0123"),)
+    own = Workload(endpoint="http://e", canary="abcdef0123", headers=(("authorization", "Bearer mine"),))
+    assert own.request_headers == (("authorization", "Bearer mine"),), "the user's credential is the one sent"
+    assert "ddprompt" not in " ".join(marked.to_argv()), "the prompt text never travels on a command line"
+    for bad in ("ABCDEF0123", "abc", "g" * 12, "a" * 33):
+        with pytest.raises(ValueError, match="canary"):
+            Workload(endpoint="http://e", canary=bad)

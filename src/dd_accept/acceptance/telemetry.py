@@ -11,15 +11,18 @@ phases run on synthetic replicas only; vLLM replicas have no control plane to st
 from __future__ import annotations
 
 import contextlib
+import secrets
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from dd_accept.acceptance import telemetry_checks as checks
-from dd_accept.acceptance.analysis import requests, with_prefix
+from dd_accept.acceptance.analysis import attempts_by_request, requests, with_prefix
 from dd_accept.acceptance.overload import SYNTHETIC_ONLY
 from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
+from dd_accept.node.loadclient.workload import parse_header
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,7 @@ class TelemetryOptions:
     forced_429: int = 6  # replica 0 answers 429 (Retry-After 3) to this many requests
     forced_503: int = 4  # replicas 1 and 2 answer 503 to this many each
     exhausted_requests: int = 4  # sent one at a time while every replica answers 503
+    held_streams: int = 2  # replicas 0 and 1 each hold this many back past the proxy's timeouts
     client_headers: tuple[str, ...] = ()
     seed: int = 0
 
@@ -39,12 +43,16 @@ class TelemetryOptions:
 class TelemetryRun(DeployedRun):
     options: TelemetryOptions
     phases_seen: list[checks.TelemetryPhase] = field(default_factory=list)
+    counted: list[checks.CountedPhase] = field(default_factory=list)  # connection lifecycle
+    counted_timeouts: list[checks.CountedPhase] = field(default_factory=list)
+    # what every prompt and a credential carry, new each run: found on the proxy's output, a leak
+    canary: str = field(default_factory=lambda: secrets.token_hex(8))
 
 
 def _deploy_replicas(s: TelemetryRun) -> None:
     s.replicas = deployment.start_replicas(
         s.allocation, s.options.replicas, run=s.run, profile=s.profile, seed=s.options.seed, exact=True,
-        options=("--ttft-ms", "10", "--itl-ms", "2", "--max-num-seqs", "64"),
+        options=("--ttft-ms", "10", "--itl-ms", "2", "--max-num-seqs", "64", "--keep-alive-s", "3600"),
     )  # fmt: skip
 
 
@@ -91,32 +99,50 @@ def _settled_metrics(s: TelemetryRun, before: dict[str, Any], sent: int) -> dict
     return reads[-1]
 
 
-def _drive(s: TelemetryRun, name: str, *, requests_sent: int | None = None, concurrency: int | None = None) -> None:
-    """One phase: metrics and log position before, the client's requests, metrics after."""
-    replicas, proxy = s.deployed
+def _send(s: TelemetryRun, name: str, sent: int, *, concurrency: int | None = None, deadline_s: float = 60) -> None:
+    """The load client's requests, one attempt each; on their own (no settling), they are
+    what a phase sends, or what fills the proxy's pool for the moment after."""
     o = s.options
-    before = _metrics(s)
-    lines_before = len(_settled_log(s))
-    sent = requests_sent or o.requests
     client = deployment.run_client(
-        s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, headers=o.client_headers,
+        s.allocation, s.deployed[1], s.run, mode="raw", profile=s.profile, name=name, headers=o.client_headers,
         records=sent, concurrency=concurrency or o.concurrency, max_tokens=o.tokens, max_record_attempts=1,
-        deadline_s=60,
+        deadline_s=deadline_s, canary=s.canary,
     )  # fmt: skip
-    record = client.wait(timeout=120)
+    record = client.wait(timeout=2 * deadline_s)
     if not record.ok:
         raise RuntimeError(f"load client failed: {record.describe()}")
+
+
+def _drive(s: TelemetryRun, name: str, *, requests_sent: int | None = None, concurrency: int | None = None) -> None:
+    """One phase of the attempt and record checks."""
+    s.phases_seen.append(_client_phase(s, name, requests_sent=requests_sent, concurrency=concurrency))
+
+
+def _client_phase(
+    s: TelemetryRun,
+    name: str,
+    *,
+    requests_sent: int | None = None,
+    concurrency: int | None = None,
+    before: dict[str, Any] | None = None,
+    deadline_s: float = 60,
+) -> checks.TelemetryPhase:
+    """One phase: metrics and log position before, the client's requests, metrics after."""
+    replicas = s.deployed[0]
+    before = _metrics(s) if before is None else before
+    lines_before = len(_settled_log(s))
+    sent = requests_sent or s.options.requests
+    _send(s, name, sent, concurrency=concurrency, deadline_s=deadline_s)
     after = _settled_metrics(s, before, sent)
-    s.phases_seen.append(
-        checks.TelemetryPhase(
-            name=name,
-            client=requests(deployment.read_events(s.run, name)),
-            upstream=with_prefix(replicas.events(), f"{name}-"),
-            metrics_before=before,
-            metrics_after=after,
-            log_lines=_settled_log(s)[lines_before:],
-            replicas=replicas.count,
-        )
+    return checks.TelemetryPhase(
+        name=name,
+        client=requests(deployment.read_events(s.run, name)),
+        upstream=with_prefix(replicas.events(), f"{name}-"),
+        metrics_before=before,
+        metrics_after=after,
+        log_lines=_settled_log(s)[lines_before:],
+        replicas=replicas.count,
+        origins=tuple(replicas.url(i) for i in range(replicas.count)),
     )
 
 
@@ -171,14 +197,188 @@ def _stop_cutting(s: TelemetryRun) -> None:
     s.deployed[0].control(None, "cut", after_chunks=None)
 
 
+def _counts(s: TelemetryRun, claim: str, counters: tuple[str, ...]) -> bool:
+    """Whether the phases for these counters are worth their time: the SUT claims them and
+    its metrics have them (if not, the check fails on that alone)."""
+    metrics = _metrics(s)
+    return s.profile.telemetry.claimed(claim) and all(
+        isinstance(checks.find(metrics, path), int | float) for path in counters
+    )
+
+
+_CLOSED_BY_PROXY = ("idle_closed_by_peer_with_requests", "idle_closed_by_peer")
+
+
+def _replica_totals(s: TelemetryRun, *keys: str) -> list[int]:
+    states = s.deployed[0].control(None, "state")
+    return [sum(int(state.get(key, 0)) for state in states) for key in keys]
+
+
+@dataclass(frozen=True, slots=True)
+class _Bracketed:
+    """The proxy's metrics read between two readings of the replicas' counts: a connection
+    the proxy closes as the metrics are read is counted by it at once and seen by a replica
+    a moment later, so the replicas' count at the proxy's reading lies between the two."""
+
+    metrics: dict[str, Any]
+    first: list[int]
+    second: list[int]
+
+
+def _bracketed(s: TelemetryRun, keys: tuple[str, ...]) -> _Bracketed:
+    first = _replica_totals(s, *keys)
+    read = _metrics(s)
+    return _Bracketed(read, first, _replica_totals(s, *keys))
+
+
+def _between(before: _Bracketed, after: _Bracketed) -> tuple[int, ...]:
+    """The counts the replicas' view allows for what happened between two bracketed
+    readings: at least the connections that carried requests (key 0; a proxy may keep its
+    probes apart), at most every connection (key 1)."""
+    low = after.first[0] - before.second[0]
+    high = after.second[1] - before.first[1]
+    return tuple(range(max(low, 0), max(high, 0) + 1)) or (0,)
+
+
+def _stale(s: TelemetryRun) -> None:
+    """Requests fill the proxy's pool, every replica at once closes the connections the proxy
+    holds idle, and the next requests must find them closed, each once (probe-only ones may
+    be counted or not). A proxy that kept no connection for the replicas to close fails."""
+    telemetry = s.profile.telemetry
+    if not _counts(s, "connection_lifecycle", telemetry.connection_counters):
+        return
+    before = _metrics(s)
+    _send(s, "pool-for-stale", 2 * s.options.replicas)
+    rows = s.deployed[0].control(None, "close_idle")
+    closed, with_requests = sum(r["closed"] for r in rows), sum(r["closed_with_requests"] for r in rows)
+    time.sleep(0.2)  # the proxy reads each close before it reuses anything
+    phase = _client_phase(s, "stale")  # its own reading before: the pool's requests are not the phase's
+    s.phases_seen.append(phase)
+    stale = telemetry.connection_counters[1]
+    seen = f"the replicas closed {closed} idle connections, {with_requests} that carried requests"
+    allowed = tuple(range(with_requests, closed + 1)) if with_requests else (0,)
+    s.counted.append(checks.CountedPhase("stale", before, phase.metrics_after, {stale: allowed}, seen))
+
+
+def _expired(s: TelemetryRun) -> None:
+    """Requests, then nothing until the proxy has closed every idle connection that carried
+    them (or its keep-alive ran out twice over), then requests again (a pool that expires
+    only when it next looks does it now): its expired counter must move by the idle
+    connections the replicas saw it close, read on both sides of its metrics."""
+    telemetry = s.profile.telemetry
+    keepalive = telemetry.keepalive_seconds
+    if not checks.drivable(keepalive, checks.EXPIRY_WAITS) or not _counts(
+        s, "connection_lifecycle", telemetry.connection_counters
+    ):
+        return
+    assert keepalive is not None
+    before = _bracketed(s, _CLOSED_BY_PROXY)
+    phase = _client_phase(s, "expired", requests_sent=2 * s.options.replicas, before=before.metrics)
+    s.phases_seen.append(phase)
+    with contextlib.suppress(WaitTimeout):  # a proxy that expires on its next request: the next ones show it
+        wait_until(
+            lambda: _replica_totals(s, "open_connections_with_requests")[0],
+            lambda still_open: still_open == 0,
+            timeout=checks.EXPIRY_WAITS * keepalive + 1,
+            interval=0.25,
+            what="the proxy to close its idle connections",
+        )
+    _send(s, "after-expiry", s.options.replicas)
+    after = _bracketed(s, _CLOSED_BY_PROXY)
+    allowed = _between(before, after)
+    expired = telemetry.connection_counters[0]
+    seen = f"the replicas saw the proxy close {checks.allowed_text(allowed)} idle connections"
+    if max(allowed) and not min(allowed):  # nothing that carried requests: a proxy counting none would pass
+        allowed = (0,)
+        seen = "the proxy closed no idle connection that carried requests"
+    s.counted.append(checks.CountedPhase("expired", before.metrics, after.metrics, {expired: allowed}, seen))
+
+
+def _discarded(s: TelemetryRun) -> None:
+    """Every response says `Connection: close`: no connection may go back to the pool."""
+    telemetry = s.profile.telemetry
+    if not _counts(s, "connection_lifecycle", telemetry.connection_counters):
+        return
+    replicas = s.deployed[0]
+    (probes_before,) = _replica_totals(s, "probe_requests")
+    replicas.control(None, "keepalive", close=True)
+    try:
+        phase = _client_phase(s, "discarded")
+    finally:
+        replicas.control(None, "keepalive", close=False)
+    s.phases_seen.append(phase)
+    (probes,) = _replica_totals(s, "probe_requests")
+    attempts, probes = len(phase.upstream), probes - probes_before
+    discarded = telemetry.connection_counters[2]
+    seen = f"{attempts} responses said Connection: close, and {probes} probe responses"
+    allowed = tuple(range(attempts, attempts + probes + 1))
+    s.counted.append(
+        checks.CountedPhase("discarded", phase.metrics_before, phase.metrics_after, {discarded: allowed}, seen)
+    )
+
+
+def _hold(s: TelemetryRun, indexes: list[int], seconds: float, count: int, after_chunks: int | None = None) -> None:
+    s.deployed[0].control(indexes, "delay", seconds=seconds, count=count, after_chunks=after_chunks)
+
+
+def _timed_out(s: TelemetryRun) -> None:
+    """Replicas hold responses back 2 s beyond the proxy's timeouts: first every replica its
+    next one before the first byte, for one request sent alone (each of its attempts times
+    out, the last with no retry left); then replica 0 two more before the first byte (each
+    retried elsewhere) and replica 1 two after two chunks (mid-stream). The counters must
+    move by the held responses the replicas saw the proxy abandon."""
+    telemetry = s.profile.telemetry
+    terminal_s, streaming_s = telemetry.terminal_timeout_seconds, telemetry.streaming_timeout_seconds
+    if not (checks.drivable(terminal_s, checks.TIMEOUT_WAITS) and checks.drivable(streaming_s)):
+        return
+    if not _counts(s, "timeouts", telemetry.timeout_counters):
+        return
+    assert terminal_s is not None and streaming_s is not None
+    replicas, held, margin = s.deployed[0], s.options.held_streams, 2.0
+    deadline = checks.TIMEOUT_WAITS * (max(terminal_s, streaming_s) + margin) + 30
+    before = _metrics(s)
+    everyone = list(range(replicas.count))
+    try:
+        _hold(s, everyone, terminal_s + margin, 1)
+        alone = _client_phase(s, "timeout-alone", requests_sent=1, concurrency=1, deadline_s=deadline)
+        (unused,) = _replica_totals(s, "delay_remaining")
+        _hold(s, everyone, 0, 0)
+        _hold(s, [0], terminal_s + margin, held)
+        _hold(s, [1], streaming_s + margin, held, after_chunks=2)
+        sent = 2 * s.options.replicas  # all at once: least-connections gives each replica two
+        last = _client_phase(s, "timeouts", requests_sent=sent, concurrency=sent, deadline_s=deadline)
+        (left,) = _replica_totals(s, "delay_remaining")
+    finally:
+        _hold(s, everyone, 0, 0)
+    upstream = alone.upstream + last.upstream
+    held_total = replicas.count - unused + 2 * held - left
+    chains = attempts_by_request(upstream)
+    final = {id(sorted(chain, key=lambda a: a.started)[-1]) for chain in chains.values()}
+    abandoned = [a for a in upstream if a.outcome == "abandoned"]
+    first_byte = [a for a in abandoned if a.status is None]
+    mid_stream = [a for a in abandoned if a.status is not None]
+    with_no_retry = [a for a in first_byte if id(a) in final]
+    terminal, streaming = telemetry.timeout_counters
+    seen = (
+        f"the replicas held {held_total} responses back {margin:g} s beyond the profile's timeouts; "
+        f"the proxy abandoned {len(first_byte)} before the first byte "
+        f"({len(with_no_retry)} with no retry after) and {len(mid_stream)} mid-stream"
+    )
+    expected = {terminal: (len(first_byte), len(with_no_retry)), streaming: (len(mid_stream),)}
+    s.counted_timeouts.append(checks.CountedPhase("timeouts", before, last.metrics_after, expected, seen))
+
+
 def _judge(s: TelemetryRun) -> None:
     telemetry, phases = s.profile.telemetry, s.phases_seen
     s.result.add(checks.attempt_counters(phases, telemetry))
     s.result.add(checks.request_log(phases, telemetry))
+    s.result.add(checks.attempt_log(phases, telemetry))
     s.result.add(checks.incomplete_streams(phases, telemetry))
-    last = phases[-1].metrics_after if phases else {}
-    s.result.add(checks.connection_lifecycle(last, telemetry))
-    s.result.add(checks.timeouts(last, telemetry))
+    last = _metrics(s)
+    s.result.add(checks.connection_lifecycle(last, telemetry, s.counted))
+    s.result.add(checks.timeouts(last, telemetry, s.counted_timeouts))
+    secrets_sent = tuple(value for _, value in map(parse_header, s.options.client_headers) if len(value) >= 8)
+    s.result.add(checks.no_payloads(_settled_log(s), s.canary, secrets_sent))
 
 
 PHASES: tuple[Phase[TelemetryRun], ...] = (
@@ -196,6 +396,15 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
     Phase("hold", "replicas 2 and 3 cut streams mid-way", _cut, backends=SYNTHETIC_ONLY),
     Phase("drive", "requests while replicas 2 and 3 cut streams", _cut_streams, backends=SYNTHETIC_ONLY),
     Phase("relieve", "replicas stream whole again", _stop_cutting, backends=SYNTHETIC_ONLY),
+    Phase("drive", "replicas close the proxy's idle connections, then requests", _stale, backends=SYNTHETIC_ONLY),
+    Phase("drive", "idle past the proxy's keep-alive, then requests", _expired, backends=SYNTHETIC_ONLY),
+    Phase("drive", "requests whose responses close their connection", _discarded, backends=SYNTHETIC_ONLY),
+    Phase(
+        "drive",
+        "requests while replicas hold streams back past the proxy's timeouts",
+        _timed_out,
+        backends=SYNTHETIC_ONLY,
+    ),
     Phase("judge", "the SUT's telemetry against the replicas' and the client's", _judge, backends=SYNTHETIC_ONLY),
     Phase("stop", "stopping the proxy", stop_if_started("proxy"), teardown=True),
     Phase("stop", "stopping the replicas", stop_if_started("replicas"), teardown=True),

@@ -1,13 +1,16 @@
 """The telemetry checks: what the SUT's proxy *reports* about each request and its attempts,
-against what the harness *observed* on its own; and whether the connection and timeout
-counters it claims exist at all (their counts are not judged yet: no phase produces them).
+against what the harness *observed* on its own; and its connection and timeout counters
+against the events that phases built for them produced.
 
 The independent views: the replicas record every upstream attempt they served (request
 id, status, outcome, bytes; `UpstreamAttempt`), the load client every response it got
 (status, how it ended, bytes; `ClientRequest`). The SUT's views: its metrics document
 (read before and after each phase; the counters' differences are the phase's) and its
 per-request log records (the lines its proxy wrote during the phase). A phase is built to
-produce what is counted: retries after 429s and 503s, failovers, streams a replica cuts.
+produce what is counted: retries after 429s and 503s, failovers, streams a replica cuts,
+idle connections a replica closes (stale), connections idle past the proxy's keep-alive
+(expired), responses that close their connection (discarded), responses a replica holds
+back past the proxy's timeouts (terminal before the first byte, streaming mid-way).
 
 What the SUT claims to report is its profile's (`[telemetry] claims`); a check of
 something it does not claim is `unsupported`, never `pass`. A claimed signal that never
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +30,7 @@ from dd_accept.acceptance.analysis import attempts_by_request
 from dd_accept.acceptance.registry import check
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
 from dd_accept.base.results import CheckResult
+from dd_accept.node.loadclient.workload import CREDENTIAL_CANARY, PROMPT_CANARY
 from dd_accept.sut.profile import TelemetryProfile
 
 COMPLETE = frozenset({"ok", "rate_limited", "http_error"})  # a whole response reached the client
@@ -109,6 +114,7 @@ class TelemetryPhase:
     metrics_after: dict[str, Any]
     log_lines: list[str] = field(default_factory=list)  # the proxy's output written during the phase
     replicas: int = 0
+    origins: tuple[str, ...] = ()  # each replica's http://host:port, in --backend order
 
     def chains(self) -> dict[str, list[UpstreamAttempt]]:
         """Each client request's upstream attempts, in the order they began."""
@@ -315,6 +321,103 @@ def _keys(found: Counter[RecordKey]) -> str:
     return ", ".join(shown) + (" ..." if len(found) > 3 else "")
 
 
+# Where a per-attempt record names its backend and its upstream status: the names a release
+# that logs "each attempted upstream" (the seed) is read by, the first one present counting.
+ATTEMPT_BACKEND_KEYS = ("backend", "backend_index", "upstream", "backend_origin", "origin")
+ATTEMPT_STATUS_KEYS = ("status", "status_code", "upstream_status", "outcome")
+
+AttemptKey = tuple[str, str]  # (backend as a replica index, or what the record said; status)
+
+
+def backend_named(value: Any, origins: tuple[str, ...]) -> str:
+    """A record's backend as a replica index: 2, "2", {"index": 2}, or a string naming the
+    replica's host:port ("http://10.0.0.3:8001"); anything else as it was written."""
+    if isinstance(value, dict):
+        value = value.get("index", value.get("origin", value.get("url")))
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value) if 0 <= value < max(len(origins), 1) or not origins else f"?{value}"
+    if isinstance(value, str):
+        if value.isdigit():
+            return value
+        for index, origin in enumerate(origins):
+            if origin.removeprefix("http://") in value:
+                return str(index)
+    return f"?{value}"
+
+
+def attempt_records(lines: list[str], profile: TelemetryProfile) -> tuple[list[dict[str, Any]], int]:
+    """The per-attempt records among a phase's marked records: those with no final status
+    (a request's record has one) and not an incomplete stream's. Also how many of them name
+    no backend or no status."""
+    records = [
+        r
+        for r in log_records(lines, profile.log_marker)[0]
+        if status_of(r.get("final_status")) is None and not r.get(profile.incomplete_field)
+    ]
+    readable = [r for r in records if _first(r, ATTEMPT_BACKEND_KEYS) is not None]
+    readable = [r for r in readable if _first(r, ATTEMPT_STATUS_KEYS) is not None]
+    return readable, len(records) - len(readable)
+
+
+def _first(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    return next((record[k] for k in keys if record.get(k) is not None), None)
+
+
+def attempt_key(record: dict[str, Any], origins: tuple[str, ...]) -> AttemptKey:
+    status = _first(record, ATTEMPT_STATUS_KEYS)
+    code = status_of(status)
+    return backend_named(_first(record, ATTEMPT_BACKEND_KEYS), origins), str(code if code is not None else status)
+
+
+@check("telemetry.attempt_log")
+def attempt_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> CheckResult:
+    """The proxy logs each upstream attempt (the seed: "log each attempted upstream") with
+    the backend it went to and the status it got: per phase, the (backend, status) of its
+    per-attempt records equal, as a multiset, the attempts the replicas served (failovers
+    and 429 retries included). A per-attempt record is a marked record with no final status;
+    one that names no backend or no status fails."""
+    expected_text = (
+        f"one `{profile.log_marker}` record per upstream attempt naming its backend and status, equal per phase "
+        "to the attempts the replicas served"
+    )
+    if not profile.claimed("attempt_log"):
+        return _unclaimed(attempt_log.check_id, expected_text, "attempt_log")
+    wrong: list[str] = []
+    served = logged = retried = 0
+    for phase in phases:
+        records, unreadable = attempt_records(phase.log_lines, profile)
+        want = Counter((str(a.replica), str(a.status)) for a in phase.upstream)
+        got = Counter(attempt_key(r, phase.origins) for r in records)
+        served += sum(want.values())
+        logged += sum(got.values())
+        retried += sum(want.values()) - len(phase.chains())
+        if unreadable:
+            wrong.append(f"{phase.name}: {unreadable} attempt records with no backend or no status")
+        if got != want:
+            missing, extra = want - got, got - want
+            wrong.append(
+                f"{phase.name}: {sum(want.values())} attempts served, {sum(got.values())} logged"
+                + (f"; not logged: {_attempts(missing)}" if missing else "")
+                + (f"; logged but not served: {_attempts(extra)}" if extra else "")
+            )
+    ok = bool(phases) and not wrong and retried > 0
+    observed = f"{logged} per-attempt records for {served} attempts the replicas served ({retried} retried)"
+    if logged == 0 and served:
+        observed = f"no per-attempt `{profile.log_marker}` record for {served} attempts the replicas served"
+    detail = "; ".join(wrong[:5])
+    if not wrong and retried == 0:
+        detail = "no phase produced a retry: a log that names only final attempts could not be told apart"
+    return CheckResult.judge(
+        attempt_log.check_id, ok, expected_text, observed, detail,
+        {"attempts_served": float(served), "attempts_logged": float(logged), "retried": float(retried)},
+    )  # fmt: skip
+
+
+def _attempts(found: Counter[AttemptKey]) -> str:
+    shown = [f"{n}x backend {k[0]} status {k[1]}" for k, n in found.most_common(3)]
+    return ", ".join(shown) + (" ..." if len(found) > 3 else "")
+
+
 @check("telemetry.incomplete_streams")
 def incomplete_streams(phases: list[TelemetryPhase], profile: TelemetryProfile, cut_phase: str = "cut") -> CheckResult:
     """Each stream a replica cut mid-way (as the replica recorded it) is logged once as
@@ -375,10 +478,107 @@ def incomplete_streams(phases: list[TelemetryPhase], profile: TelemetryProfile, 
     )
 
 
-def _counters_reported(
-    check_id: str, claim: str, counters: tuple[str, ...], metrics: dict[str, Any], profile: TelemetryProfile, what: str
+# Every synthetic replica's streamed event names its object: a line holding one holds a
+# response body.
+RESPONSE_MARKERS = ("chat.completion.chunk", "text_completion")
+METRIC_NAMES = {"prompt": "prompt", "credential": "header", "response": "response"}
+
+
+@check("telemetry.no_payloads")
+def no_payloads(lines: list[str], canary: str, user_secrets: tuple[str, ...] = ()) -> CheckResult:
+    """The proxy's output holds no request text, no response text and no credential (the
+    seed: its records carry no "payloads or credentials"). Every prompt of the run carried
+    the canary, and every request a credential made from it (or the user's own header
+    values): text found nowhere but in what the client sent. Judged whatever the SUT
+    claims: a proxy that writes nothing leaks nothing."""
+    expected_text = "no line the proxy wrote holds a prompt, a response body or a credential the client sent"
+    found = {
+        "prompt": [i for i, line in enumerate(lines) if f"{PROMPT_CANARY}{canary}" in line],
+        "credential": [
+            i
+            for i, line in enumerate(lines)
+            if f"{CREDENTIAL_CANARY}{canary}" in line or any(secret in line for secret in user_secrets)
+        ],
+        "response": [i for i, line in enumerate(lines) if any(marker in line for marker in RESPONSE_MARKERS)],
+    }
+    leaked = {what: where for what, where in found.items() if where}
+    observed = f"{len(lines)} lines written by the proxy in the run" + (
+        "; " + ", ".join(f"{what} text in {len(where)}" for what, where in leaked.items()) if leaked else ""
+    )
+    detail = "; ".join(
+        f"{what} text on the proxy's output (line {', '.join(str(i + 1) for i in where[:3])}"
+        f"{' ...' if len(where) > 3 else ''})"
+        for what, where in leaked.items()
+    )
+    return CheckResult.judge(
+        no_payloads.check_id,
+        not leaked,
+        expected_text,
+        observed,
+        detail,
+        # a metric named after a credential would be redacted as one: the header it rode in names it
+        {
+            "lines": float(len(lines)),
+            **{f"{METRIC_NAMES[what]}_lines": float(len(where)) for what, where in found.items()},
+        },
+    )
+
+
+# The longest a phase may wait for the SUT's own clock (an idle expiry, a timeout) to run
+# out: long enough for rc1's 65 s keep-alive to expire twice over, far short of its 3600 s
+# read timeout. A counter whose phase would need longer is not judged (`unsupported`).
+LONGEST_WAIT_SECONDS = 150.0
+
+
+def drivable(seconds: float | None, times: float = 1.0) -> bool:
+    """Whether a phase that waits `seconds` of the SUT's clock `times` over fits in a run."""
+    return seconds is not None and seconds > 0 and seconds * times <= LONGEST_WAIT_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class CountedPhase:
+    """A phase built to produce connection events or timeouts: the proxy's counters before
+    and after, and per counter path the counts the replicas' view allows. A view can allow
+    more than one count: a proxy may keep its health probes on a pool of its own (counted
+    or not), a reading taken while a connection closes lands on either side of it, and the
+    seed's words allow two readings of a terminal timeout."""
+
+    name: str
+    metrics_before: dict[str, Any]
+    metrics_after: dict[str, Any]
+    expected: dict[str, tuple[int, ...]]  # counter path -> the counts the replicas' view allows
+    seen: str  # what the replicas saw, in words
+
+    def counted(self, path: str) -> Any:
+        return metrics_delta(self.metrics_before, self.metrics_after, path)
+
+
+def allowed_text(allowed: tuple[int, ...]) -> str:
+    """1 | 1 or 3 | 4 to 6: the counts a view allows, as a person says them."""
+    values = sorted(set(allowed))
+    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
+        return f"{values[0]} to {values[-1]}"
+    return " or ".join(str(v) for v in values)
+
+
+def _metric_key(path: str) -> str:
+    return re.sub(r"[^a-z0-9_]", "_", path.lower())
+
+
+def _counters_judged(
+    check_id: str,
+    claim: str,
+    counters: tuple[str, ...],
+    metrics: dict[str, Any],
+    phases: list[CountedPhase],
+    profile: TelemetryProfile,
+    what: str,
+    not_driven: str,
 ) -> CheckResult:
-    expected_text = f"the metrics count {what} ({', '.join(counters)})"
+    """Each counter against the phase built to produce its event: it must have moved by what
+    the replicas saw, and the event must have happened at all. A counter no phase could
+    produce in a run's time (`not_driven`) leaves the check `unsupported`, never `pass`."""
+    expected_text = f"the metrics count {what} ({', '.join(counters)}) as the replicas saw them"
     if not profile.claimed(claim):
         return _unclaimed(check_id, expected_text, claim)
     if not isinstance(metrics, dict):
@@ -392,32 +592,81 @@ def _counters_reported(
             f"the proxy's metrics have no {', '.join(missing)}",
             f"claimed by the profile; the metrics document's keys: {', '.join(sorted(metrics)) or 'none'}",
         )
-    # Reported: judging the counts needs phases dd-accept does not run yet (an idle expiry of
-    # the SUT's keep-alive, replicas closing idle connections, stalls past the SUT's timeouts).
-    return CheckResult(
-        check_id,
-        "unsupported",
-        expected_text,
-        f"reported ({', '.join(f'{p}={find(metrics, p)}' for p in counters)})",
-        "not judged: dd-accept does not yet drive the phases that produce these events; never a pass",
-    )
+    observed, wrong, never, judged = [], [], [], []
+    numbers: dict[str, float] = {}
+    for path in counters:
+        phase = next((p for p in phases if path in p.expected), None)
+        if phase is None:
+            continue
+        allowed, counted = phase.expected[path], phase.counted(path)
+        judged.append(path)
+        key = _metric_key(path)
+        numbers[f"{key}_seen"] = float(max(allowed))
+        numbers[f"{key}_seen_min"] = float(min(allowed))
+        if isinstance(counted, int | float):
+            numbers[f"{key}_counted"] = float(counted)
+        observed.append(f"{phase.name}: {path} +{_show(counted)} ({phase.seen})")
+        if max(allowed) <= 0:
+            never.append(f"{phase.name}: no event for {path} happened ({phase.seen})")
+        elif not isinstance(counted, int | float) or counted not in allowed:
+            wrong.append(f"{phase.name}: {path} counted {_show(counted)}, the replicas saw {allowed_text(allowed)}")
+    unjudged = [path for path in counters if path not in judged]
+    metrics_out = {"judged": float(len(judged)), "wrong": float(len(wrong) + len(never)), **numbers}
+    if wrong or never:
+        return CheckResult.judge(
+            check_id, False, expected_text, "; ".join(observed), "; ".join(wrong + never), metrics_out
+        )
+    if unjudged:
+        return CheckResult(
+            check_id,
+            "unsupported",
+            expected_text,
+            "; ".join(observed) or f"reported ({', '.join(f'{p}={find(metrics, p)}' for p in counters)})",
+            f"not judged: {', '.join(unjudged)} ({not_driven}); never a pass",
+            metrics_out,
+        )
+    return CheckResult.judge(check_id, True, expected_text, "; ".join(observed), "", metrics_out)
+
+
+# How many times over each phase waits out the SUT's own clock: an idle connection expires
+# between one and two keep-alives after its last use (a pool sweeps at that interval); a
+# request whose every attempt stalls before its first byte waits out one timeout per attempt.
+EXPIRY_WAITS = 2.0
+TIMEOUT_WAITS = 3.0
 
 
 @check("telemetry.connection_lifecycle")
-def connection_lifecycle(metrics: dict[str, Any], profile: TelemetryProfile) -> CheckResult:
-    """The proxy counts upstream connections that expired idle, went stale (closed by the
-    backend while idle, found on reuse) and were discarded. Opened and reused are
+def connection_lifecycle(
+    metrics: dict[str, Any], profile: TelemetryProfile, phases: list[CountedPhase] | None = None
+) -> CheckResult:
+    """The proxy counts upstream connections that expired idle (its keep-alive ran out), went
+    stale (closed by the backend while idle, found before reuse) and were discarded (not
+    returned to the pool after a response: the backend said `Connection: close`), each equal
+    to what the replicas saw in the phase built to produce it. Opened and reused are
     `streaming.connection_accounting`'s."""
-    return _counters_reported(
-        connection_lifecycle.check_id, "connection_lifecycle", profile.connection_counters, metrics, profile,
-        "expired, stale and discarded upstream connections",
+    keepalive = profile.keepalive_seconds
+    return _counters_judged(
+        connection_lifecycle.check_id, "connection_lifecycle", profile.connection_counters, metrics, phases or [],
+        profile, "expired, stale and discarded upstream connections",
+        f"an idle expiry needs the proxy's keep-alive ({keepalive} s in the profile) to run out "
+        f"{EXPIRY_WAITS:g} times over, beyond the {LONGEST_WAIT_SECONDS:g} s a phase waits",
     )  # fmt: skip
 
 
 @check("telemetry.timeouts")
-def timeouts(metrics: dict[str, Any], profile: TelemetryProfile) -> CheckResult:
-    """The proxy counts terminal timeouts (no first byte in time) and streaming timeouts (a
-    stream that stalls mid-way)."""
-    return _counters_reported(
-        timeouts.check_id, "timeouts", profile.timeout_counters, metrics, profile, "terminal and streaming timeouts"
-    )
+def timeouts(
+    metrics: dict[str, Any], profile: TelemetryProfile, phases: list[CountedPhase] | None = None
+) -> CheckResult:
+    """The proxy counts terminal timeouts (an upstream attempt that got no first byte in
+    time) and streaming timeouts (a stream that stalled mid-way), as the replicas saw the
+    proxy abandon the responses they held back past its timeouts. The seed counts them
+    "without requiring another retry", which reads two ways for a terminal timeout: every
+    attempt that timed out before its first byte, or only those no retry followed (the
+    others being retries); either count passes, one that matches neither fails."""
+    return _counters_judged(
+        timeouts.check_id, "timeouts", profile.timeout_counters, metrics, phases or [], profile,
+        "terminal and streaming timeouts",
+        f"the profile's timeouts ({profile.terminal_timeout_seconds} s to the first byte, "
+        f"{profile.streaming_timeout_seconds} s mid-stream) waited out {TIMEOUT_WAITS:g} times over are beyond "
+        f"the {LONGEST_WAIT_SECONDS:g} s a phase waits",
+    )  # fmt: skip

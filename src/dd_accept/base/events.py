@@ -93,7 +93,8 @@ class UpstreamAttempt(EventBase):
     KIND: ClassVar[str] = "upstream"
     replica: int
     path: str
-    # ok, cut (by the control plane), error (an exception while serving), and on the paced
+    # ok, cut (by the control plane), error (an exception while serving), abandoned (the
+    # proxy closed the connection while the control plane held the response back), and on the paced
     # replica: disconnected (the proxy went away mid-response), fault (the replica's own bug)
     outcome: str
     started: float

@@ -17,7 +17,21 @@ from typing import Any
 
 from dd_accept.node.environment import TOKEN_ENV
 
-ACTIONS = ("state", "hold", "release", "health", "hang", "stall", "respond", "keepalive", "cut", "exit", "kill")
+ACTIONS = (
+    "state",
+    "hold",
+    "release",
+    "health",
+    "hang",
+    "stall",
+    "respond",
+    "keepalive",
+    "cut",
+    "delay",
+    "close_idle",
+    "exit",
+    "kill",
+)
 
 
 class ControlError(RuntimeError):

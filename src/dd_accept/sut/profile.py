@@ -92,7 +92,14 @@ class CapacityProfile:
 
 # What a SUT can claim to report about its routing, connections and timeouts (the seed pull
 # request's telemetry theme); each is one telemetry.* check.
-TELEMETRY_CLAIMS = ("request_log", "attempt_counters", "incomplete_streams", "connection_lifecycle", "timeouts")
+TELEMETRY_CLAIMS = (
+    "request_log",
+    "attempt_log",
+    "attempt_counters",
+    "incomplete_streams",
+    "connection_lifecycle",
+    "timeouts",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +123,13 @@ class TelemetryProfile:
     backends_metric: str = "backends"  # [{index, requests}], in --backend order
     connection_counters: tuple[str, ...] = ("connections.expired", "connections.stale", "connections.discarded")
     timeout_counters: tuple[str, ...] = ("timeouts.terminal", "timeouts.streaming")
+    # The proxy's own settings the lifecycle and timeout phases are built from: how long an
+    # idle upstream connection lives, how long it waits for an attempt's first byte and for
+    # the next bytes of a stream. A run drives a phase only where the wait it needs is at
+    # most telemetry_checks.LONGEST_WAIT_SECONDS; beyond that the counter is not judged.
+    keepalive_seconds: float | None = None
+    terminal_timeout_seconds: float | None = None
+    streaming_timeout_seconds: float | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.claims) - set(TELEMETRY_CLAIMS))

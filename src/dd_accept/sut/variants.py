@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import dataclasses
 import hashlib
 import io
 import zipfile
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.base.errors import UsageError
+from dd_accept.sut.profile import SutProfile
 
 PROXY = "data_designer/slurm/runtime/proxy.py"
 CONTROLLER = "data_designer/engine/models/request_admission/controller.py"
@@ -107,9 +109,72 @@ _HEALTH_WATCHING_WAIT = (
 
 
 # The seed's "enable these events in production", applied to rc1: its proxy logs each request
-# at INFO (`_record_final`) but configures no handler, so Python drops the records; and each
-# stream that breaks mid-way is logged as incomplete with the bytes sent downstream.
+# at INFO (`_record_final`) but configures no handler, so Python drops the records; each
+# stream that breaks mid-way is logged as incomplete with the bytes sent downstream; and
+# the counters the seed names are kept: expired, stale and discarded upstream connections
+# (the three narrow aiohttp connector hooks it describes) and terminal and streaming
+# timeouts. Its upstream keep-alive is 3 s and its read timeout 1 s (rc1: 65 s and 3600 s,
+# the second of which no run can wait out), stated in its profile (`Fault.telemetry_profile`).
+_COUNTING_CONNECTOR = """class _CountingConnector(TCPConnector):
+    \"\"\"Eviction accounting: aiohttp has no trace signal for a connection it closes.\"\"\"
+
+    def __init__(self, *args: object, metrics: _ProxyMetrics, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self._dd_metrics = metrics
+
+    def _evicted(self, proto: object, connected: bool) -> None:
+        if connected:
+            self._dd_metrics.connection_expired += 1
+        else:
+            self._dd_metrics.connection_stale += 1
+
+    def _cleanup(self) -> None:
+        before = [(proto, proto.is_connected()) for conns in self._conns.values() for proto, _ in conns]
+        super()._cleanup()
+        kept = {id(proto) for conns in self._conns.values() for proto, _ in conns}
+        for proto, connected in before:
+            if id(proto) not in kept:
+                self._evicted(proto, connected)
+
+    async def _get(self, key, traces):
+        conns = self._conns.get(key)
+        now = time.monotonic()
+        while conns:
+            proto, used = conns[0]
+            alive = proto.is_connected()
+            if alive and now - used <= self._keepalive_timeout:
+                break
+            conns.popleft()
+            proto.close()
+            self._evicted(proto, alive)
+        if conns is not None and not conns:
+            del self._conns[key]
+            return None
+        return await super()._get(key, traces)
+
+    def _release(self, key, protocol, *, should_close: bool = False) -> None:
+        if not self._closed and (self._force_close or should_close or protocol.should_close):
+            self._dd_metrics.connection_discarded += 1
+        super()._release(key, protocol, should_close=should_close)
+
+
+"""
+_ATTEMPT_RECORD = (
+    '                _LOGGER.info("slurm_proxy_request %s", json.dumps({{"backend": index, "status": {}}}))\n'
+)
 _TELEMETRY_LOGGED = (
+    # each attempted upstream logged (the seed's "log each attempted upstream"): its backend
+    # index and the status it answered, or why it failed
+    (
+        PROXY,
+        "                outcomes.append(reason)\n",
+        "                outcomes.append(reason)\n" + _ATTEMPT_RECORD.format("reason"),
+    ),
+    (
+        PROXY,
+        "            outcomes.append(str(response.status))\n",
+        "            outcomes.append(str(response.status))\n" + _ATTEMPT_RECORD.format("response.status")[4:],
+    ),
     (
         PROXY,
         "    proxy = _ProxyApplication(backends, parsed.retry_after_seconds, health_path=parsed.health_path)\n",
@@ -128,12 +193,65 @@ _TELEMETRY_LOGGED = (
         "                async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
         "                    await downstream.write(chunk)\n"
         "                    sent += len(chunk)\n"
-        "        except BaseException:\n"
+        "        except BaseException as error:\n"
+        "            if isinstance(error, asyncio.TimeoutError):\n"
+        '                self.metrics.timeouts["streaming"] += 1\n'
         '            record = {"incomplete": True, "bytes_sent": sent, "final_status": response.status}\n'
         '            _LOGGER.info("slurm_proxy_request %s", json.dumps(record, sort_keys=True))\n'
         "            raise\n"
         "        await downstream.write_eof()\n",
     ),
+    (
+        PROXY,
+        "        self.connection_failed = 0\n",
+        "        self.connection_failed = 0\n"
+        "        self.connection_expired = 0\n"
+        "        self.connection_stale = 0\n"
+        "        self.connection_discarded = 0\n"
+        "        self.timeouts: Counter[str] = Counter()\n",
+    ),
+    (
+        PROXY,
+        '                "idle": idle_connections,\n',
+        '                "idle": idle_connections,\n'
+        '                "expired": self.connection_expired,\n'
+        '                "stale": self.connection_stale,\n'
+        '                "discarded": self.connection_discarded,\n',
+    ),
+    (
+        PROXY,
+        '            "retries": dict(sorted(self.retries.items())),\n',
+        '            "retries": dict(sorted(self.retries.items())),\n'
+        '            "timeouts": {"terminal": self.timeouts["terminal"], "streaming": self.timeouts["streaming"]},\n',
+    ),
+    (PROXY, "class _ProxyApplication:\n", _COUNTING_CONNECTOR + "class _ProxyApplication:\n"),
+    (
+        PROXY,
+        "        self.connector = TCPConnector(\n"
+        "            limit=_MAXIMUM_CONNECTIONS,\n"
+        "            limit_per_host=per_backend_limit,\n"
+        "            keepalive_timeout=_KEEPALIVE_TIMEOUT_SECONDS,\n",
+        "        self.connector = _CountingConnector(\n"
+        "            metrics=self.metrics,\n"
+        "            limit=_MAXIMUM_CONNECTIONS,\n"
+        "            limit_per_host=per_backend_limit,\n"
+        "            keepalive_timeout=3.0,\n",
+    ),
+    (PROXY, "                sock_read=_READ_TIMEOUT_SECONDS,\n", "                sock_read=1.0,\n"),
+    (  # a terminal timeout: the attempt that timed out had no retry after it (earlier ones are retries)
+        PROXY,
+        "                    continue\n                if overload_seen:\n",
+        "                    continue\n"
+        '                if reason == "timeout":\n'
+        '                    self.metrics.timeouts["terminal"] += 1\n'
+        "                if overload_seen:\n",
+    ),
+)
+# What telemetry-logged's profile says differently: its keep-alive and read timeout.
+_TELEMETRY_LOGGED_PROFILE = (
+    ("keepalive_seconds", 3.0),
+    ("terminal_timeout_seconds", 1.0),
+    ("streaming_timeout_seconds", 1.0),
 )
 
 
@@ -145,6 +263,14 @@ class Fault:
     edits: tuple[tuple[str, str, str], ...]  # (file, exact text, replacement)
     # For a positive control ("not a fault"): the rc1 findings it fixes, which it must pass.
     fixes: frozenset[str] = frozenset()
+    # Settings the variant changes that the SUT profile states ([telemetry] keys and values).
+    telemetry_profile: tuple[tuple[str, float], ...] = ()
+
+    def profile(self, base: SutProfile) -> SutProfile:
+        """The SUT profile that describes this variant: `base` with what the variant changed."""
+        if not self.telemetry_profile:
+            return base
+        return dataclasses.replace(base, telemetry=dataclasses.replace(base.telemetry, **dict(self.telemetry_profile)))
 
 
 # What the released rc1 fails, for true reasons (README, "What it finds"): the expected
@@ -158,6 +284,7 @@ RC1_FAILS = frozenset(
         "health.unresponsive.attempt_failed",
         "health.probe_isolation",
         "telemetry.request_log",
+        "telemetry.attempt_log",
         "telemetry.incomplete_streams",
         "telemetry.connection_lifecycle",
         "telemetry.timeouts",
@@ -375,16 +502,28 @@ FAULTS = {
         Fault(
             "telemetry-logged",
             "data-designer-slurm",
-            "not a fault: rc1 with its per-request records emitted (a log handler) and streams cut mid-way "
-            "logged as incomplete with the bytes sent",
+            "not a fault: rc1 with its per-request records emitted (a log handler), streams cut mid-way "
+            "logged as incomplete with the bytes sent, and expired, stale and discarded connections and "
+            "terminal and streaming timeouts counted (keep-alive 3 s, read timeout 1 s)",
             _TELEMETRY_LOGGED,
-            fixes=frozenset({"telemetry.request_log", "telemetry.incomplete_streams"}),
+            fixes=frozenset(
+                {
+                    "telemetry.request_log",
+                    "telemetry.attempt_log",
+                    "telemetry.incomplete_streams",
+                    "telemetry.connection_lifecycle",
+                    "telemetry.timeouts",
+                }
+            ),
+            telemetry_profile=_TELEMETRY_LOGGED_PROFILE,
         ),
         Fault(
             "telemetry-miscounted",
             "data-designer-slurm",
-            "the proxy counts one attempt per request however many it made, and its records keep only the "
-            "last attempt (with its records emitted, as in telemetry-logged)",
+            "the proxy counts one attempt per request however many it made, its records keep only the "
+            "last attempt, it logs each attempt against the next backend and each request's body and "
+            "credential, it counts stale connections as expired and streaming timeouts as terminal "
+            "(otherwise as telemetry-logged)",
             (
                 *_TELEMETRY_LOGGED,
                 (
@@ -398,7 +537,32 @@ FAULTS = {
                     '                    "upstream_outcomes": outcomes,\n',
                     '                    "upstream_outcomes": outcomes[-1:],\n',
                 ),
+                (
+                    PROXY,
+                    "            self._dd_metrics.connection_stale += 1\n",
+                    "            self._dd_metrics.connection_expired += 1\n",
+                ),
+                (  # and each request's body and credential written to its output: a leak
+                    PROXY,
+                    "        body = await request.read()\n",
+                    "        body = await request.read()\n"
+                    '        _LOGGER.info("request body=%s authorization=%s", body[:120],'
+                    ' request.headers.get("Authorization"))\n',
+                ),
+                (  # each attempt logged against the backend after the one it went to
+                    PROXY,
+                    _ATTEMPT_RECORD.format("response.status")[4:],
+                    _ATTEMPT_RECORD.format("response.status")[4:].replace(
+                        '"backend": index', '"backend": (index + 1) % len(self.pool.backends)'
+                    ),
+                ),
+                (
+                    PROXY,
+                    '                self.metrics.timeouts["streaming"] += 1\n',
+                    '                self.metrics.timeouts["terminal"] += 1\n',
+                ),
             ),
+            telemetry_profile=_TELEMETRY_LOGGED_PROFILE,
         ),
         Fault(
             "done-stripped",

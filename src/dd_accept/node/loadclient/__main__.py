@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate", type=float, default=0.0, help="requests per second (constant, poisson)")
     parser.add_argument("--duration-s", type=float, default=0.0, help="stop sending new requests after this")
     parser.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals")
+    parser.add_argument("--canary", default="", help="hex the prompts and a credential carry (finds leaks)")
     parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (auto: uvloop when installed)")
     return parser
 
@@ -78,6 +79,7 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         rate=args.rate,
         duration_s=args.duration_s,
         seed=args.seed,
+        canary=args.canary,
     )
 
 

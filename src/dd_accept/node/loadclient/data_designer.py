@@ -87,7 +87,7 @@ async def run_sut(workload: Workload, events: EventWriter) -> dict[str, int]:
             model=workload.model,
             messages=[{"role": "user", "content": workload.prompt()}],
             max_tokens=workload.max_tokens,
-            extra_headers={**dict(workload.headers), "x-dd-request-id": request_id},
+            extra_headers={**dict(workload.request_headers), "x-dd-request-id": request_id},
         )
         started, started_wall = time.monotonic(), round(time.time(), 6)
 

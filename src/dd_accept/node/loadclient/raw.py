@@ -29,7 +29,7 @@ async def _one(
     outcome = "ok"
     error = None
     try:
-        headers = {**dict(workload.headers), "x-dd-request-id": request_id}
+        headers = {**dict(workload.request_headers), "x-dd-request-id": request_id}
         async with session.post(
             f"{workload.endpoint}/v1/chat/completions", json=workload.body(), headers=headers
         ) as response:

@@ -135,7 +135,7 @@ class WireClient:
             f"host: {address.netloc}",
             "content-type: application/json",
             f"content-length: {len(body)}",
-            *(f"{name}: {value}" for name, value in workload.headers),
+            *(f"{name}: {value}" for name, value in workload.request_headers),
         ]
         self.head = ("\r\n".join(lines) + "\r\nx-dd-request-id: ").encode()
         self.body = body

@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 ARRIVALS = ("concurrency", "constant", "poisson")
+# With a canary, each prompt carries PROMPT_CANARY + canary and each request the credential
+# CREDENTIAL_CANARY + canary (as `Authorization: Bearer`, unless the user sends their own):
+# text that appears nowhere but in what the client sent, so finding it in the SUT's output
+# proves the SUT wrote request text or a credential there.
+PROMPT_CANARY = "ddprompt"
+CREDENTIAL_CANARY = "ddcredential"
+CANARY = re.compile(r"[0-9a-f]{8,32}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +35,11 @@ class Workload:
     rate: float = 0.0
     duration_s: float = 0.0  # > 0: stop sending new requests after this long (records is a cap)
     seed: int = 0
+    canary: str = ""  # hex: the prompt and a credential carry it (see PROMPT_CANARY)
 
     def __post_init__(self) -> None:
+        if self.canary and not CANARY.fullmatch(self.canary):
+            raise ValueError("canary must be 8 to 32 lowercase hex digits")
         for name in ("records", "concurrency", "max_tokens", "admission_limit", "max_record_attempts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
@@ -48,7 +59,18 @@ class Workload:
         return self.concurrency if self.arrival == "concurrency" else min(self.records, 4096)
 
     def prompt(self) -> str:
-        return "x" * self.prompt_chars
+        if not self.canary:
+            return "x" * self.prompt_chars
+        word = f"{PROMPT_CANARY}{self.canary} "
+        return (word * (self.prompt_chars // len(word) + 1))[: max(self.prompt_chars, len(word))]
+
+    @property
+    def request_headers(self) -> tuple[tuple[str, str], ...]:
+        """What every request carries beyond its id: the user's headers, and with a canary
+        its credential where the user sent no Authorization of their own."""
+        if not self.canary or any(name.lower() == "authorization" for name, _ in self.headers):
+            return self.headers
+        return (*self.headers, ("Authorization", f"Bearer {CREDENTIAL_CANARY}{self.canary}"))
 
     def body(self) -> dict[str, object]:
         """The chat completion request every raw attempt sends."""
@@ -81,6 +103,8 @@ class Workload:
             argv += ["--duration-s", str(self.duration_s)]
         if self.seed:
             argv += ["--seed", str(self.seed)]
+        if self.canary:
+            argv += ["--canary", self.canary]
         for name, value in self.headers:
             argv += ["--header", f"{name}: {value}"]
         return argv

@@ -27,6 +27,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from dd_accept.base.events import EventWriter, UpstreamAttempt
 from dd_accept.node.replica import openai_shapes as shapes
+from dd_accept.node.replica.connections import ConnectionTable
 from dd_accept.node.replica.control_state import ControlState, ForcedResponse
 from dd_accept.node.replica.engine import Engine
 
@@ -46,6 +47,22 @@ MAX_CHUNK_OFFSETS = 2048  # per stream: enough for the scenarios' streams, bound
 
 class StreamCut(Exception):
     """Raised to abort a response mid-stream, as a crashing or cut-off backend would."""
+
+
+class PeerGone(Exception):
+    """The peer closed the connection while the replica held its response back (a proxy
+    that timed the attempt out): the response ends there, recorded as `abandoned`."""
+
+
+async def _hold_unless_gone(receive: Receive, seconds: float) -> None:
+    """Hold the response back `seconds`; raise PeerGone as soon as the peer disconnects
+    (the body is read by now, so the next ASGI message can only be the disconnect)."""
+    try:
+        message = await asyncio.wait_for(receive(), seconds)
+    except TimeoutError:
+        return
+    if message.get("type") == "http.disconnect":
+        raise PeerGone("the peer closed the connection while the response was held back")
 
 
 async def _read_body(receive: Receive, limit: int = 16 * 1024 * 1024) -> bytes:
@@ -163,7 +180,7 @@ class ReplicaApp:
         if payload.get("stream"):
             options = payload.get("stream_options") or {}
             include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
-            await self._stream(send, chat, model, prompt_tokens, max_tokens, include_usage, close)
+            await self._stream(receive, send, chat, model, prompt_tokens, max_tokens, include_usage, close)
         else:
             await self._complete(send, chat, model, prompt_tokens, max_tokens, close)
 
@@ -189,6 +206,7 @@ class ReplicaApp:
 
     async def _stream(
         self,
+        receive: Receive,
         send: Send,
         chat: bool,
         model: str,
@@ -198,6 +216,9 @@ class ReplicaApp:
         close: bool,
     ) -> None:
         cut_after = self.control.take_cut()
+        delay = self.control.take_delay()
+        if delay is not None and delay[0] is None:  # no first byte for a while
+            await _hold_unless_gone(receive, delay[1])
         identifier = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
@@ -227,6 +248,8 @@ class ReplicaApp:
                     started = True
                 if cut_after is not None and sent >= cut_after:
                     raise StreamCut(f"stream cut after {sent} chunks by the control plane")
+                if delay is not None and delay[0] == sent and sent > 0:  # a stall mid-stream
+                    await _hold_unless_gone(receive, delay[1])
                 body = first_bytes if index == 0 else next_bytes
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 sent += 1
@@ -300,6 +323,8 @@ class RequestRecorder:
         except StreamCut:
             outcome = "cut"
             raise
+        except PeerGone:
+            outcome = "abandoned"  # nothing to send to a peer that left: the response ends here
         except BaseException:
             outcome = "error"
             raise
@@ -333,12 +358,14 @@ class ControlRouter:
         control: ControlState,
         token: str | None,
         shutdown: Callable[[int], None],
+        connections: ConnectionTable | None = None,
     ) -> None:
         self.app = app
         self.engine = engine
         self.control = control
         self.token = token
         self.shutdown = shutdown
+        self.connections = connections
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(CONTROL_PREFIX):
@@ -346,6 +373,8 @@ class ControlRouter:
                 await asyncio.sleep(0.05)
             await self.app(scope, receive, send)
             return
+        if self.connections is not None:  # the harness's own connection: none of the proxy's
+            self.connections.control_seen(scope.get("client"))
         supplied = dict(scope.get("headers") or []).get(TOKEN_HEADER, b"")
         if not self.token or not hmac.compare_digest(supplied, self.token.encode()):
             await send_json(send, 403, {"error": "control token missing or wrong"})
@@ -383,6 +412,17 @@ class ControlRouter:
             control.forced_remaining = int(body.get("count", 1))
         elif action == "keepalive":
             control.close_connections = bool(body["close"])
+        elif action == "delay":
+            after = body.get("after_chunks")
+            control.delay_after_chunks = None if after is None else int(after)
+            control.delay_seconds = float(body.get("seconds", 0))
+            control.delay_remaining = int(body.get("count", 1))
+        elif action == "close_idle":
+            if self.connections is None:
+                raise ValueError("this replica does not track its connections")
+            return self.connections.close_idle(
+                lambda protocol: self.engine.metrics.carried_requests(getattr(protocol, "_dd_peer", None))
+            )
         elif action == "cut":
             after = body.get("after_chunks")
             control.cut_after_chunks = None if after is None else int(after)
@@ -413,7 +453,11 @@ class ControlRouter:
             "connections_closed": int(metrics.connections_closed._value.get()),
             "connections_with_requests": int(metrics.connections_with_requests._value.get()),
             "probe_requests": int(metrics.probe_requests._value.get()),
+            "open_connections": len(metrics.open_connections),
+            "open_connections_with_requests": sum(1 for carried in metrics.open_connections.values() if carried),
             "chunks_sent": int(metrics.chunks_sent._value.get()),
+            "delay_remaining": self.control.delay_remaining,
+            **(self.connections.state() if self.connections is not None else {}),
         }
 
 
@@ -434,8 +478,10 @@ def build_app(
     shutdown: Callable[[int], None],
     events: EventWriter | None = None,
     task: int = 0,
+    connections: ConnectionTable | None = None,
 ) -> App:
     app: App = ReplicaApp(engine, control)
     for path in middleware:
         app = load_middleware(path)(app)
-    return ControlRouter(RequestRecorder(app, engine, events, task), engine, control, token, shutdown)
+    recorder = RequestRecorder(app, engine, events, task)
+    return ControlRouter(recorder, engine, control, token, shutdown, connections)

@@ -27,6 +27,7 @@ from dd_accept.node import event_loop
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.node.event_loop import LOOPS
 from dd_accept.node.replica.app import StreamCut, build_app
+from dd_accept.node.replica.connections import ConnectionTable
 from dd_accept.node.replica.control_state import ControlState
 from dd_accept.node.replica.engine import Engine, EngineMetrics, EngineSettings
 from dd_accept.node.replica.readiness import add_location_arguments, listen_port, per_task, task_index, write_ready
@@ -43,19 +44,28 @@ def _protocol_base() -> type[asyncio.Protocol]:
         return H11Protocol
 
 
-def counting_protocol(metrics: EngineMetrics) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol, counting connections as they are accepted and closed."""
+def counting_protocol(metrics: EngineMetrics, table: ConnectionTable | None = None) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol, counting connections as they are accepted and closed (and,
+    with a table, who closed each one)."""
     base = _protocol_base()
 
     class CountingProtocol(base):  # type: ignore[valid-type, misc]
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             self._dd_peer = transport.get_extra_info("peername")
             metrics.connection_opened(self._dd_peer)
+            if table is not None:
+                table.opened(self)
             super().connection_made(transport)
 
         def connection_lost(self, exc: Exception | None) -> None:
+            if table is not None:
+                table.lost(self, metrics.carried_requests(self._dd_peer))
             metrics.connection_closed(self._dd_peer)
             super().connection_lost(exc)
+
+        def timeout_keep_alive_handler(self) -> None:
+            self._dd_closed_by_replica = True  # the replica's own keep-alive expiry
+            super().timeout_keep_alive_handler()
 
     return CountingProtocol
 
@@ -98,9 +108,11 @@ async def serve(args: argparse.Namespace) -> int:
     if events is not None:
         engine.on_change = lambda waiting, running: events.write(QueueGauge(waiting=waiting, running=running))
         engine.on_change(engine.waiting, engine.running)
+    table = ConnectionTable()
     app = build_app(
         engine,
         control,
+        connections=table,
         middleware=args.middleware,
         token=os.environ.get(TOKEN_ENV),
         shutdown=shutdown,
@@ -113,12 +125,12 @@ async def serve(args: argparse.Namespace) -> int:
         app,
         host=host,
         port=port,
-        http=counting_protocol(metrics),
+        http=counting_protocol(metrics, table),
         lifespan="off",
         access_log=False,
         log_level="warning",
         timeout_graceful_shutdown=args.graceful_shutdown_s,
-        timeout_keep_alive=65,
+        timeout_keep_alive=args.keep_alive_s,
     )
     server = uvicorn.Server(config)
     logging.getLogger("uvicorn.error").addFilter(_QuietStreamCuts())
@@ -158,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--middleware", action="append", default=[], help="ASGI middleware, module:Class")
     parser.add_argument("--graceful-shutdown-s", type=float, default=30.0)
+    parser.add_argument(
+        "--keep-alive-s",
+        type=float,
+        default=65.0,
+        help="close a connection idle this long (longer than the proxy's keep-alive: its expiry is its own)",
+    )
     parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (auto: uvloop when installed)")
     return parser
 
