@@ -47,8 +47,15 @@ def _bundle(tmp_path):
     (run / "total.jsonl").write_text(_jsonl(client))
     upstream = [
         UpstreamAttempt(t=100.0 + n, replica=0, path="/v1/chat/completions", outcome="ok", started=100.0 + n,
-                        duration_s=0.1, status=429 if n < 4 else 200)
-        for n in range(7)
+                        duration_s=0.1, status=429 if n < 4 else 200, request_id=f"total-{n}.0")
+        for n in range(6)
+    ]  # fmt: skip
+    # request total-6.0 failed over: replica 0 held it back past the proxy's timeout, replica 1 served it
+    upstream += [
+        UpstreamAttempt(t=106.05, replica=1, path="/v1/chat/completions", outcome="ok", started=106.05,
+                        duration_s=0.1, status=200, request_id="total-6.0"),
+        UpstreamAttempt(t=105.9, replica=0, path="/v1/chat/completions", outcome="abandoned", started=105.9,
+                        duration_s=0.1, status=None, request_id="total-6.0"),
     ]  # fmt: skip
     queue = [QueueGauge(t=t, waiting=w, running=0) for t, w in ((100.0, 0), (101.0, 2), (104.0, 0))]
     (run / "replicas" / "events-0.jsonl").write_text(_jsonl(upstream + queue))
@@ -82,6 +89,12 @@ def test_the_report_is_self_contained_and_draws_every_chart(tmp_path):
     assert "Queue depth per replica" in html and "replica 0: deepest queue 2" in html
     assert "in flight at TERM: 1 completed, 1 forced, 1 lost" in html
     assert 'class="window"' in html and 'class="term"' in html and 'class="allowance"' in html
+    # each request's upstream attempts on its line, in the order they began, as the replicas served them
+    assert html.count("<title>attempt 1: replica 0, 429</title>") == 4, "the four 429s, one each"
+    assert (
+        "<title>attempt 1: replica 0, abandoned</title>" in html and "<title>attempt 2: replica 1, 200</title>" in html
+    )
+    assert 'fill="#9e9e9e"' in html and 'fill="#f9a825"' in html
 
 
 def test_the_report_renders_in_headless_chromium_without_console_errors(tmp_path):

@@ -348,3 +348,17 @@ def test_who_closed_an_idle_connection_is_told_apart(local_replica):
     assert after["idle_closed_by_peer"] - before["idle_closed_by_peer"] == 1
     assert after["idle_closed_by_peer_with_requests"] - before["idle_closed_by_peer_with_requests"] == 1
     replica.control("keepalive", close=False)
+
+
+def test_a_response_canary_rides_in_every_token_streamed_or_whole(local_replica):
+    replica = local_replica(*FAST, "--response-canary", "abcdef0123")
+
+    async def ask(stream):
+        body = {"model": "m", "max_tokens": 3, "stream": stream, "messages": [{"role": "user", "content": "x"}]}
+        url = f"{replica.url}/v1/chat/completions"
+        async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
+            return await response.text()
+
+    streamed, whole = asyncio.run(ask(True)), asyncio.run(ask(False))
+    assert streamed.count('"content":"ddresponseabcdef0123 "') == 3, streamed
+    assert json.loads(whole)["choices"][0]["message"]["content"] == "ddresponseabcdef0123 " * 3

@@ -351,17 +351,20 @@ CANARY = "0123abcd4567ef89"
 
 
 def test_a_proxy_writing_request_text_response_bodies_or_credentials_fails_naming_each():
-    clean = ['slurm_proxy_request {"attempts": 1, "final_status": 200}', "INFO started"]
+    clean = [
+        'slurm_proxy_request {"attempts": 1, "final_status": 200}',
+        "INFO route text_completion chat.completion.chunk",
+    ]
     result = checks.no_payloads(clean, CANARY)
-    assert result.verdict == "pass" and result.metrics["lines"] == 2.0, result
+    assert result.verdict == "pass" and result.metrics["lines"] == 2.0, "object names are no response text"
     leaky = [
         *clean,
-        f'request body=b\'{{"messages": [{{"content": "ddprompt{CANARY} ddprompt"}}]}}\' authorization=None',
+        f'request body=b\'{{"messages": [{{"content": "ddprompt{CANARY[:8]}"}}]}}\' authorization=None',
         f"forwarding Authorization: Bearer ddcredential{CANARY}",
-        'upstream said data: {"object": "chat.completion.chunk", "choices": []}',
+        f'upstream said data: {{"choices": [{{"delta": {{"content": "ddresponse{CANARY} "}}}}]}}',
         "user key sk-user-secret-value",
     ]
-    result = checks.no_payloads(leaky, CANARY, ("sk-user-secret-value",))
+    result = checks.no_payloads(leaky, CANARY, checks.sent_secrets(("Authorization: Bearer sk-user-secret-value",)))
     assert result.verdict == "fail", result
     assert (result.metrics["prompt_lines"], result.metrics["header_lines"], result.metrics["response_lines"]) == (
         1.0,
@@ -374,4 +377,49 @@ def test_a_proxy_writing_request_text_response_bodies_or_credentials_fails_namin
     ), result
     assert "sk-user-secret-value" not in result.detail + result.observed, "a user's secret is never shown"
     # another run's canary is no leak of this one
-    assert checks.no_payloads([f"ddprompt{'f' * 16}"], CANARY).verdict == "pass"
+    assert checks.no_payloads([f"ddprompt{'f' * 16}", f"ddresponse{'e' * 16}"], CANARY).verdict == "pass"
+    # cut to fewer characters than the canary shows, a prompt is not told from any other text
+    assert checks.no_payloads([f"ddprompt{CANARY[:7]}"], CANARY).verdict == "pass"
+
+
+def test_only_the_words_of_credential_headers_are_the_users_secrets():
+    headers = (
+        "Authorization: Bearer sk-abcdefgh1234",
+        "X-Tenant: research-team",
+        "x-api-key: short",
+        "Cookie: s=1234567890",
+    )
+    assert checks.sent_secrets(headers) == ("sk-abcdefgh1234", "s=1234567890")
+
+
+def test_an_attempt_record_that_says_its_stream_was_incomplete_is_still_an_attempt():
+    records = [{"backend": b, "status": st} for b, st in SERVED[:-1]]
+    records.append({"backend": 3, "status": 200, "incomplete": True, "bytes_sent": 100})  # the last, cut
+    records.append({"incomplete": True, "bytes_sent": 100})  # a request's incomplete record: not an attempt's
+    result = checks.attempt_log([with_attempt_records(retry_phase(), records)], CLAIMED)
+    assert result.verdict == "pass" and result.metrics["attempts_logged"] == 6.0, result
+
+
+def test_a_counter_moved_by_another_windows_events_fails_there():
+    """A proxy that counts a discard on every release passes the discarded window and fails
+    the expired one, where nothing was discarded."""
+    zero = {"connections": {"expired": 0, "stale": 0, "discarded": 0}}
+
+    def window(name, after, expected, also):
+        return checks.CountedPhase(name, zero, {"connections": after}, expected, "seen", also)
+
+    honest = [
+        window("expired", {"expired": 4, "stale": 0, "discarded": 0}, {"connections.expired": (4,)},
+               {"connections.stale": (0,), "connections.discarded": (0,)}),
+        window("discarded", {"expired": 0, "stale": 0, "discarded": 24}, {"connections.discarded": (24,)},
+               {"connections.stale": (0,), "connections.expired": (0, 1)}),
+    ]  # fmt: skip
+    assert checks.connection_lifecycle(LIFECYCLE, CLAIMED, honest).verdict in ("pass", "unsupported")
+    every_release = [
+        window("expired", {"expired": 4, "stale": 0, "discarded": 12}, {"connections.expired": (4,)},
+               {"connections.stale": (0,), "connections.discarded": (0,)}),
+        honest[1],
+    ]  # fmt: skip
+    result = checks.connection_lifecycle(LIFECYCLE, CLAIMED, every_release)
+    assert result.verdict == "fail", result
+    assert result.detail == "expired: connections.discarded counted 12 where the replicas saw 0 of its events", result

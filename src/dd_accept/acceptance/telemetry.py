@@ -22,7 +22,6 @@ from dd_accept.acceptance.overload import SYNTHETIC_ONLY
 from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
-from dd_accept.node.loadclient.workload import parse_header
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +31,9 @@ class TelemetryOptions:
     concurrency: int = 4
     tokens: int = 8
     forced_429: int = 6  # replica 0 answers 429 (Retry-After 3) to this many requests
-    forced_503: int = 4  # replicas 1 and 2 answer 503 to this many each
+    # replicas 1 and 2 answer 503 to this many: unequal, so no two replicas look alike and a
+    # record naming the wrong backend shows in every permutation
+    forced_503: tuple[int, int] = (4, 2)
     exhausted_requests: int = 4  # sent one at a time while every replica answers 503
     held_streams: int = 2  # replicas 0 and 1 each hold this many back past the proxy's timeouts
     client_headers: tuple[str, ...] = ()
@@ -52,7 +53,8 @@ class TelemetryRun(DeployedRun):
 def _deploy_replicas(s: TelemetryRun) -> None:
     s.replicas = deployment.start_replicas(
         s.allocation, s.options.replicas, run=s.run, profile=s.profile, seed=s.options.seed, exact=True,
-        options=("--ttft-ms", "10", "--itl-ms", "2", "--max-num-seqs", "64", "--keep-alive-s", "3600"),
+        options=("--ttft-ms", "10", "--itl-ms", "2", "--max-num-seqs", "64", "--keep-alive-s", "3600",
+                 "--response-canary", s.canary),
     )  # fmt: skip
 
 
@@ -159,7 +161,8 @@ def _retry_429(s: TelemetryRun) -> None:
 
 
 def _force_503(s: TelemetryRun) -> None:
-    s.deployed[0].control([1, 2], "respond", status=503, count=s.options.forced_503)
+    for replica, count in zip((1, 2), s.options.forced_503, strict=True):
+        s.deployed[0].control([replica], "respond", status=503, count=count)
 
 
 def _failover_503(s: TelemetryRun) -> None:
@@ -243,21 +246,36 @@ def _between(before: _Bracketed, after: _Bracketed) -> tuple[int, ...]:
 def _stale(s: TelemetryRun) -> None:
     """Requests fill the proxy's pool, every replica at once closes the connections the proxy
     holds idle, and the next requests must find them closed, each once (probe-only ones may
-    be counted or not). A proxy that kept no connection for the replicas to close fails."""
+    be counted or not), well within the proxy's keep-alive. A proxy that kept no connection
+    for the replicas to close fails. These requests are judged by no other check: a proxy
+    may find a closed connection by an attempt that fails, and retry."""
     telemetry = s.profile.telemetry
     if not _counts(s, "connection_lifecycle", telemetry.connection_counters):
         return
-    before = _metrics(s)
-    _send(s, "pool-for-stale", 2 * s.options.replicas)
+    expired, stale, discarded = telemetry.connection_counters
+    before = _bracketed(s, _CLOSED_BY_PROXY)
+    pool = 2 * s.options.replicas
+    _send(s, "pool-for-stale", pool)
     rows = s.deployed[0].control(None, "close_idle")
     closed, with_requests = sum(r["closed"] for r in rows), sum(r["closed_with_requests"] for r in rows)
     time.sleep(0.2)  # the proxy reads each close before it reuses anything
-    phase = _client_phase(s, "stale")  # its own reading before: the pool's requests are not the phase's
-    s.phases_seen.append(phase)
-    stale = telemetry.connection_counters[1]
+    _send(s, "stale", s.options.requests)
+    _settled_metrics(s, before.metrics, pool + s.options.requests)
+    after = _bracketed(s, _CLOSED_BY_PROXY)
     seen = f"the replicas closed {closed} idle connections, {with_requests} that carried requests"
     allowed = tuple(range(with_requests, closed + 1)) if with_requests else (0,)
-    s.counted.append(checks.CountedPhase("stale", before, phase.metrics_after, {stale: allowed}, seen))
+    also = {expired: _between(before, after), discarded: (0,)}
+    s.counted.append(checks.CountedPhase("stale", before.metrics, after.metrics, {stale: allowed}, seen, also))
+
+
+def _stale_left(s: TelemetryRun) -> int:
+    """How many connections the replicas closed that the stale window did not count: a
+    proxy may find those later (a sweep), as stale."""
+    path = s.profile.telemetry.connection_counters[1]
+    window = next((p for p in s.counted if path in p.expected), None)
+    if window is None or not isinstance(counted := window.counted(path), int | float):
+        return 0
+    return max(0, max(window.expected[path]) - int(counted))
 
 
 def _expired(s: TelemetryRun) -> None:
@@ -272,6 +290,7 @@ def _expired(s: TelemetryRun) -> None:
     ):
         return
     assert keepalive is not None
+    expired, stale, discarded = telemetry.connection_counters
     before = _bracketed(s, _CLOSED_BY_PROXY)
     phase = _client_phase(s, "expired", requests_sent=2 * s.options.replicas, before=before.metrics)
     s.phases_seen.append(phase)
@@ -286,12 +305,12 @@ def _expired(s: TelemetryRun) -> None:
     _send(s, "after-expiry", s.options.replicas)
     after = _bracketed(s, _CLOSED_BY_PROXY)
     allowed = _between(before, after)
-    expired = telemetry.connection_counters[0]
     seen = f"the replicas saw the proxy close {checks.allowed_text(allowed)} idle connections"
     if max(allowed) and not min(allowed):  # nothing that carried requests: a proxy counting none would pass
         allowed = (0,)
         seen = "the proxy closed no idle connection that carried requests"
-    s.counted.append(checks.CountedPhase("expired", before.metrics, after.metrics, {expired: allowed}, seen))
+    also = {stale: tuple(range(_stale_left(s) + 1)), discarded: (0,)}
+    s.counted.append(checks.CountedPhase("expired", before.metrics, after.metrics, {expired: allowed}, seen, also))
 
 
 def _discarded(s: TelemetryRun) -> None:
@@ -299,22 +318,23 @@ def _discarded(s: TelemetryRun) -> None:
     telemetry = s.profile.telemetry
     if not _counts(s, "connection_lifecycle", telemetry.connection_counters):
         return
+    expired, stale, discarded = telemetry.connection_counters
     replicas = s.deployed[0]
     (probes_before,) = _replica_totals(s, "probe_requests")
+    before = _bracketed(s, _CLOSED_BY_PROXY)
     replicas.control(None, "keepalive", close=True)
     try:
-        phase = _client_phase(s, "discarded")
+        phase = _client_phase(s, "discarded", before=before.metrics)
     finally:
         replicas.control(None, "keepalive", close=False)
     s.phases_seen.append(phase)
+    after = _bracketed(s, _CLOSED_BY_PROXY)
     (probes,) = _replica_totals(s, "probe_requests")
     attempts, probes = len(phase.upstream), probes - probes_before
-    discarded = telemetry.connection_counters[2]
     seen = f"{attempts} responses said Connection: close, and {probes} probe responses"
     allowed = tuple(range(attempts, attempts + probes + 1))
-    s.counted.append(
-        checks.CountedPhase("discarded", phase.metrics_before, phase.metrics_after, {discarded: allowed}, seen)
-    )
+    also = {stale: (0,), expired: _between(before, after)}
+    s.counted.append(checks.CountedPhase("discarded", before.metrics, after.metrics, {discarded: allowed}, seen, also))
 
 
 def _hold(s: TelemetryRun, indexes: list[int], seconds: float, count: int, after_chunks: int | None = None) -> None:
@@ -325,8 +345,9 @@ def _timed_out(s: TelemetryRun) -> None:
     """Replicas hold responses back 2 s beyond the proxy's timeouts: first every replica its
     next one before the first byte, for one request sent alone (each of its attempts times
     out, the last with no retry left); then replica 0 two more before the first byte (each
-    retried elsewhere) and replica 1 two after two chunks (mid-stream). The counters must
-    move by the held responses the replicas saw the proxy abandon."""
+    retried elsewhere) and replica 1 two after two chunks (mid-stream), while replica 2 cuts
+    one stream; last, one request every replica answers 503. The counters must move by the
+    held responses the replicas saw the proxy abandon, and by nothing else."""
     telemetry = s.profile.telemetry
     terminal_s, streaming_s = telemetry.terminal_timeout_seconds, telemetry.streaming_timeout_seconds
     if not (checks.drivable(terminal_s, checks.TIMEOUT_WAITS) and checks.drivable(streaming_s)):
@@ -345,12 +366,20 @@ def _timed_out(s: TelemetryRun) -> None:
         _hold(s, everyone, 0, 0)
         _hold(s, [0], terminal_s + margin, held)
         _hold(s, [1], streaming_s + margin, held, after_chunks=2)
+        replicas.control([2], "cut", after_chunks=2, count=1)  # a stream broken, not timed out
         sent = 2 * s.options.replicas  # all at once: least-connections gives each replica two
-        last = _client_phase(s, "timeouts", requests_sent=sent, concurrency=sent, deadline_s=deadline)
+        timed = _client_phase(s, "timeouts", requests_sent=sent, concurrency=sent, deadline_s=deadline)
         (left,) = _replica_totals(s, "delay_remaining")
+        _hold(s, everyone, 0, 0)
+        replicas.control(None, "cut", after_chunks=None)
+        # a request whose every attempt is answered 503: exhausted, and no timeout
+        replicas.control(None, "respond", status=503, count=1)
+        last = _client_phase(s, "timeout-exhausted", requests_sent=1, concurrency=1, deadline_s=deadline)
     finally:
         _hold(s, everyone, 0, 0)
-    upstream = alone.upstream + last.upstream
+        replicas.control(None, "cut", after_chunks=None)
+        replicas.control(None, "respond", status=200, count=0)
+    upstream = alone.upstream + timed.upstream
     held_total = replicas.count - unused + 2 * held - left
     chains = attempts_by_request(upstream)
     final = {id(sorted(chain, key=lambda a: a.started)[-1]) for chain in chains.values()}
@@ -362,7 +391,8 @@ def _timed_out(s: TelemetryRun) -> None:
     seen = (
         f"the replicas held {held_total} responses back {margin:g} s beyond the profile's timeouts; "
         f"the proxy abandoned {len(first_byte)} before the first byte "
-        f"({len(with_no_retry)} with no retry after) and {len(mid_stream)} mid-stream"
+        f"({len(with_no_retry)} with no retry after) and {len(mid_stream)} mid-stream; a stream cut and a request "
+        "answered 503 by every replica are no timeout"
     )
     expected = {terminal: (len(first_byte), len(with_no_retry)), streaming: (len(mid_stream),)}
     s.counted_timeouts.append(checks.CountedPhase("timeouts", before, last.metrics_after, expected, seen))
@@ -377,8 +407,7 @@ def _judge(s: TelemetryRun) -> None:
     last = _metrics(s)
     s.result.add(checks.connection_lifecycle(last, telemetry, s.counted))
     s.result.add(checks.timeouts(last, telemetry, s.counted_timeouts))
-    secrets_sent = tuple(value for _, value in map(parse_header, s.options.client_headers) if len(value) >= 8)
-    s.result.add(checks.no_payloads(_settled_log(s), s.canary, secrets_sent))
+    s.result.add(checks.no_payloads(_settled_log(s), s.canary, checks.sent_secrets(s.options.client_headers)))
 
 
 PHASES: tuple[Phase[TelemetryRun], ...] = (

@@ -31,6 +31,7 @@ from dd_accept.acceptance.registry import check
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 from dd_accept.node.loadclient.workload import CREDENTIAL_CANARY, PROMPT_CANARY
+from dd_accept.node.replica.openai_shapes import RESPONSE_CANARY
 from dd_accept.sut.profile import TelemetryProfile
 
 COMPLETE = frozenset({"ok", "rate_limited", "http_error"})  # a whole response reached the client
@@ -296,12 +297,7 @@ def request_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
                 f"{phase.name}: {unreadable} marked lines with no request record (final_status, upstream_outcomes)"
             )
         if got != want:
-            missing, extra = want - got, got - want
-            wrong.append(
-                f"{phase.name}: {sum(want.values())} responses, {sum(got.values())} records"
-                + (f"; not logged: {_keys(missing)}" if missing else "")
-                + (f"; logged but not seen: {_keys(extra)}" if extra else "")
-            )
+            wrong.append(_unequal(f"{phase.name}: %d responses, %d records", want, got, _keys, "logged but not seen"))
     ok = bool(phases) and not wrong and failovers > 0
     observed = f"{total_records} `{marker}` records for {total_expected} whole responses ({failovers} with failover)"
     if total_records == 0 and total_expected:
@@ -313,6 +309,17 @@ def request_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
         observed,
         "; ".join(wrong[:5]),
         {"records": float(total_records), "responses": float(total_expected), "failovers": float(failovers)},
+    )
+
+
+def _unequal(head: str, want: Counter[Any], got: Counter[Any], show: Any, extra_label: str) -> str:
+    """What a phase's log holds against what was seen, as two multisets: both sizes, then
+    what was not logged and what was logged but never happened."""
+    missing, extra = want - got, got - want
+    return (
+        head % (sum(want.values()), sum(got.values()))
+        + (f"; not logged: {show(missing)}" if missing else "")
+        + (f"; {extra_label}: {show(extra)}" if extra else "")
     )
 
 
@@ -347,13 +354,11 @@ def backend_named(value: Any, origins: tuple[str, ...]) -> str:
 
 def attempt_records(lines: list[str], profile: TelemetryProfile) -> tuple[list[dict[str, Any]], int]:
     """The per-attempt records among a phase's marked records: those with no final status
-    (a request's record has one) and not an incomplete stream's. Also how many of them name
-    no backend or no status."""
-    records = [
-        r
-        for r in log_records(lines, profile.log_marker)[0]
-        if status_of(r.get("final_status")) is None and not r.get(profile.incomplete_field)
-    ]
+    (a request's record has one; an attempt's record may also say its stream was
+    incomplete). Also how many of them name no backend or no status."""
+    records = [r for r in log_records(lines, profile.log_marker)[0] if status_of(r.get("final_status")) is None]
+    # an incomplete-stream record naming no backend is a request's (incomplete_streams judges it)
+    records = [r for r in records if not (r.get(profile.incomplete_field) and _first(r, ATTEMPT_BACKEND_KEYS) is None)]
     readable = [r for r in records if _first(r, ATTEMPT_BACKEND_KEYS) is not None]
     readable = [r for r in readable if _first(r, ATTEMPT_STATUS_KEYS) is not None]
     return readable, len(records) - len(readable)
@@ -394,11 +399,8 @@ def attempt_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
         if unreadable:
             wrong.append(f"{phase.name}: {unreadable} attempt records with no backend or no status")
         if got != want:
-            missing, extra = want - got, got - want
             wrong.append(
-                f"{phase.name}: {sum(want.values())} attempts served, {sum(got.values())} logged"
-                + (f"; not logged: {_attempts(missing)}" if missing else "")
-                + (f"; logged but not served: {_attempts(extra)}" if extra else "")
+                _unequal(f"{phase.name}: %d attempts served, %d logged", want, got, _attempts, "logged but not served")
             )
     ok = bool(phases) and not wrong and retried > 0
     observed = f"{logged} per-attempt records for {served} attempts the replicas served ({retried} retried)"
@@ -478,29 +480,39 @@ def incomplete_streams(phases: list[TelemetryPhase], profile: TelemetryProfile, 
     )
 
 
-# Every synthetic replica's streamed event names its object: a line holding one holds a
-# response body.
-RESPONSE_MARKERS = ("chat.completion.chunk", "text_completion")
+# Enough of a canary that no other text holds it by chance, little enough that a record
+# that cuts the prompt or the credential short still shows it.
+CANARY_SHOWN = 8
 METRIC_NAMES = {"prompt": "prompt", "credential": "header", "response": "response"}
+
+
+def sent_secrets(headers: tuple[str, ...]) -> tuple[str, ...]:
+    """The parts of the user's own credential headers (`Authorization`, an API key, a token,
+    a cookie) that only they hold: each word of 8 characters or more of the value."""
+    found = []
+    for header in headers:
+        name, _, value = header.partition(":")
+        if any(word in name.lower() for word in ("auth", "key", "token", "cookie", "secret", "password")):
+            found += [word for word in value.split() if len(word) >= 8]
+    return tuple(found)
 
 
 @check("telemetry.no_payloads")
 def no_payloads(lines: list[str], canary: str, user_secrets: tuple[str, ...] = ()) -> CheckResult:
     """The proxy's output holds no request text, no response text and no credential (the
     seed: its records carry no "payloads or credentials"). Every prompt of the run carried
-    the canary, and every request a credential made from it (or the user's own header
-    values): text found nowhere but in what the client sent. Judged whatever the SUT
-    claims: a proxy that writes nothing leaks nothing."""
-    expected_text = "no line the proxy wrote holds a prompt, a response body or a credential the client sent"
-    found = {
-        "prompt": [i for i, line in enumerate(lines) if f"{PROMPT_CANARY}{canary}" in line],
-        "credential": [
-            i
-            for i, line in enumerate(lines)
-            if f"{CREDENTIAL_CANARY}{canary}" in line or any(secret in line for secret in user_secrets)
-        ],
-        "response": [i for i, line in enumerate(lines) if any(marker in line for marker in RESPONSE_MARKERS)],
+    the canary, every request a credential made from it (or the user's own, whose words
+    are looked for), every token the replicas streamed: text found nowhere but in what
+    the client and the replicas sent, even cut short to its first characters. Judged
+    whatever the SUT claims: a proxy that writes nothing leaks nothing."""
+    expected_text = "no line the proxy wrote holds a prompt, a response's text or a credential the client sent"
+    shown = canary[:CANARY_SHOWN]
+    marks = {
+        "prompt": (f"{PROMPT_CANARY}{shown}",),
+        "credential": (f"{CREDENTIAL_CANARY}{shown}", *user_secrets),
+        "response": (f"{RESPONSE_CANARY}{shown}",),
     }
+    found = {what: [i for i, line in enumerate(lines) if any(m in line for m in ms)] for what, ms in marks.items()}
     leaked = {what: where for what, where in found.items() if where}
     observed = f"{len(lines)} lines written by the proxy in the run" + (
         "; " + ", ".join(f"{what} text in {len(where)}" for what, where in leaked.items()) if leaked else ""
@@ -541,13 +553,16 @@ class CountedPhase:
     and after, and per counter path the counts the replicas' view allows. A view can allow
     more than one count: a proxy may keep its health probes on a pool of its own (counted
     or not), a reading taken while a connection closes lands on either side of it, and the
-    seed's words allow two readings of a terminal timeout."""
+    seed's words allow two readings of a terminal timeout. `also` holds the other counters
+    of the same kind, which must move only by what the replicas saw of *their* events in
+    this window (mostly none): a counter that also counts another event is caught there."""
 
     name: str
     metrics_before: dict[str, Any]
     metrics_after: dict[str, Any]
     expected: dict[str, tuple[int, ...]]  # counter path -> the counts the replicas' view allows
     seen: str  # what the replicas saw, in words
+    also: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the other counters' allowed counts
 
     def counted(self, path: str) -> Any:
         return metrics_delta(self.metrics_before, self.metrics_after, path)
@@ -610,6 +625,14 @@ def _counters_judged(
             never.append(f"{phase.name}: no event for {path} happened ({phase.seen})")
         elif not isinstance(counted, int | float) or counted not in allowed:
             wrong.append(f"{phase.name}: {path} counted {_show(counted)}, the replicas saw {allowed_text(allowed)}")
+    for phase in phases:  # every window also holds the counters its events must not move
+        for path, allowed in phase.also.items():
+            counted = phase.counted(path)
+            if path in counters and (not isinstance(counted, int | float) or counted not in allowed):
+                wrong.append(
+                    f"{phase.name}: {path} counted {_show(counted)} where the replicas saw {allowed_text(allowed)} "
+                    "of its events"
+                )
     unjudged = [path for path in counters if path not in judged]
     metrics_out = {"judged": float(len(judged)), "wrong": float(len(wrong) + len(never)), **numbers}
     if wrong or never:

@@ -2,8 +2,8 @@
 rendered from a bundle alone, so anyone holding the bundle can re-render it.
 
 Charts: each scenario's latency percentiles (TTFT, ITL, TPOT, E2EL); the client's
-admission limit over time; per-replica outcomes; a request timeline
-with the Slurm steps' start, signal and end marks on the same axis (for drain runs this
+admission limit over time; per-replica outcomes; a request timeline (each request's
+upstream attempts on it: which replica, which status) with the signal marks on the same axis (for drain runs this
 is the drain timeline: streams, TERM, KILL); for a capacity run, the curve (tokens/s and chunk
 delay per load level, the knee marked).
 """
@@ -131,14 +131,38 @@ def replica_chart(replica_events: list[dict[str, Any]]) -> str:
     )
 
 
-def timeline_chart(requests: list[dict[str, Any]], commands: list[dict[str, Any]], title: str) -> str:
-    spans = [
-        (e.started if e.started is not None else e.t - (e.latency_s or 0), e.t, e.outcome)
-        for e in _timed(requests, ClientRequest)
-    ]
-    if not spans:
+def attempt_colour(attempt: UpstreamAttempt) -> str:
+    """An upstream attempt's mark: green 2xx, amber 429, red other statuses, grey for one
+    that never got a status (abandoned by the proxy, cut before its headers)."""
+    if attempt.status is None:
+        return "#9e9e9e"
+    if attempt.status == 429:
+        return "#f9a825"
+    return "#2e7d32" if 200 <= attempt.status < 300 else "#c62828"
+
+
+def timeline_chart(
+    requests: list[dict[str, Any]],
+    commands: list[dict[str, Any]],
+    title: str,
+    replica_events: list[dict[str, Any]] | None = None,
+) -> str:
+    """Each request as a line, and on it each upstream attempt the replicas served for it
+    (which replica, which status: a dot at its start), with the signals sent."""
+    timed = sorted(
+        (
+            (e.started if e.started is not None else e.t - (e.latency_s or 0), e.t, e.outcome, e.request_id)
+            for e in _timed(requests, ClientRequest)
+        ),
+        key=lambda span: span[:3],
+    )
+    if not timed:
         return ""
-    spans.sort()
+    spans = [(a, b, o) for a, b, o, _ in timed]
+    attempts: dict[str, list[UpstreamAttempt]] = defaultdict(list)
+    for attempt in of_type(readable_events(replica_events or []), UpstreamAttempt):
+        if attempt.request_id and isinstance(attempt.started, int | float):
+            attempts[attempt.request_id].append(attempt)
     t0, t1 = spans[0][0], max(end for _, end, _ in spans)
     marks = []
     for record in commands:
@@ -158,6 +182,13 @@ def timeline_chart(requests: list[dict[str, Any]], commands: list[dict[str, Any]
         f'y2="{8 + i * ROW}" stroke="{COLOURS.get(o, "#c62828")}" class="span"><title>{escape(o)}</title></line>'
         for i, (a, b, o) in enumerate(shown)
     ]
+    dots = [
+        f'<circle cx="{_x(a.started, t0, t1):.1f}" cy="{8 + i * ROW}" r="3.5" fill="{attempt_colour(a)}" stroke="#fff">'
+        f"<title>attempt {n + 1}: replica {a.replica}, {a.status if a.status is not None else a.outcome}</title>"
+        "</circle>"
+        for i, (_, _, _, request_id) in enumerate(timed[:60])
+        for n, a in enumerate(sorted(attempts.get(request_id or "", []), key=lambda a: a.started))
+    ]
     signal_marks = [
         f'<line x1="{_x(t, t0, t1):.1f}" x2="{_x(t, t0, t1):.1f}" y1="0" y2="{height}" class="{kind}">'
         f"<title>{escape(label)}</title></line>"
@@ -165,10 +196,11 @@ def timeline_chart(requests: list[dict[str, Any]], commands: list[dict[str, Any]
     ]
     note = "" if len(spans) <= 60 else f" (first 60 of {len(spans)})"
     return (
-        f"<figure><figcaption>Request timeline — {escape(title)}{note}; red lines: signals sent "
+        f"<figure><figcaption>Request timeline — {escape(title)}{note}; dots: each upstream attempt as the "
+        f"replicas served it (green 2xx, amber 429, red other, grey no status); red lines: signals sent "
         f"(scancel, kill)</figcaption>"
         f'<svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="request timeline">'
-        f"{_axis(t0, t1, height)}{''.join(lines)}{''.join(signal_marks)}</svg></figure>"
+        f"{_axis(t0, t1, height)}{''.join(lines)}{''.join(dots)}{''.join(signal_marks)}</svg></figure>"
     )
 
 
@@ -418,7 +450,7 @@ def render_bundle(bundle: Path) -> str:
             title = f"{run.name} / {client.stem}"
             if client.stem in marks:
                 charts.append(drain_chart(rows, marks[client.stem], title))
-            charts += [admission_chart(rows, title), timeline_chart(rows, commands, title)]
+            charts += [admission_chart(rows, title), timeline_chart(rows, commands, title, replica_events)]
         charts += [queue_chart(per_replica), replica_chart(replica_events)]
     where = where_judged(results)
     latency_charts = {

@@ -196,7 +196,7 @@ class ReplicaApp:
         async for _ in self.engine.generate(prompt_tokens, max_tokens):
             produced += 1
         created = int(time.time())
-        choice = shapes.whole_choice(chat, produced)
+        choice = shapes.whole_choice(chat, produced, shapes.token_text(self.engine.settings.response_canary))
         if chat:
             body = {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": created}
         else:
@@ -239,7 +239,9 @@ class ReplicaApp:
             return shapes.sse(data)
 
         # Every token event but the first is byte-identical: serialise it once per stream.
-        first_choice, next_choice = shapes.token_choice(chat, first=True), shapes.token_choice(chat, first=False)
+        text = shapes.token_text(self.engine.settings.response_canary)
+        first_choice = shapes.token_choice(chat, first=True, text=text)
+        next_choice = shapes.token_choice(chat, first=False, text=text)
         first_bytes, next_bytes = chunk(first_choice), chunk(next_choice)
         try:
             async for index in self.engine.generate(prompt_tokens, max_tokens):

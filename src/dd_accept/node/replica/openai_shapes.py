@@ -7,14 +7,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-TOKEN = "tok "  # every synthetic token's text
+TOKEN = "tok "  # every synthetic token's text, unless a response canary is given
+RESPONSE_CANARY = "ddresponse"  # with a canary, every token is RESPONSE_CANARY + canary + " "
 
 
-def token_choice(chat: bool, *, first: bool) -> dict[str, Any]:
+def token_text(canary: str = "") -> str:
+    """A token's text: found in a SUT's output, the canary proves it wrote response text."""
+    return f"{RESPONSE_CANARY}{canary} " if canary else TOKEN
+
+
+def token_choice(chat: bool, *, first: bool, text: str = TOKEN) -> dict[str, Any]:
     """A streamed token's choice; a chat stream's first carries the assistant role."""
     if not chat:
-        return {"index": 0, "text": TOKEN, "finish_reason": None, "logprobs": None}
-    delta = {"content": TOKEN, "role": "assistant"} if first else {"content": TOKEN}
+        return {"index": 0, "text": text, "finish_reason": None, "logprobs": None}
+    delta = {"content": text, "role": "assistant"} if first else {"content": text}
     return {"index": 0, "delta": delta, "finish_reason": None, "logprobs": None}
 
 
@@ -25,9 +31,9 @@ def final_choice(chat: bool) -> dict[str, Any]:
     return {"index": 0, "text": "", "finish_reason": "length", "logprobs": None}
 
 
-def whole_choice(chat: bool, tokens: int) -> dict[str, Any]:
+def whole_choice(chat: bool, tokens: int, token: str = TOKEN) -> dict[str, Any]:
     """A non-streamed completion's choice of `tokens` tokens."""
-    text = TOKEN * tokens
+    text = token * tokens
     if chat:
         return {
             "index": 0,

@@ -26,6 +26,7 @@ from dd_accept.base.events import EventWriter, QueueGauge
 from dd_accept.node import event_loop
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.node.event_loop import LOOPS
+from dd_accept.node.loadclient.workload import CANARY
 from dd_accept.node.replica.app import StreamCut, build_app
 from dd_accept.node.replica.connections import ConnectionTable
 from dd_accept.node.replica.control_state import ControlState
@@ -90,6 +91,7 @@ async def serve(args: argparse.Namespace) -> int:
         latency=args.latency,
         sigma=args.sigma,
         step_s=args.scheduler_step_ms / 1000,
+        response_canary=args.response_canary,
     )
     metrics = EngineMetrics(settings.model)
     engine = Engine(settings, metrics)
@@ -177,7 +179,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="close a connection idle this long (longer than the proxy's keep-alive: its expiry is its own)",
     )
     parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (auto: uvloop when installed)")
+    parser.add_argument(
+        "--response-canary",
+        default="",
+        type=_hex,
+        help="hex every token carries (finds responses a SUT writes)",
+    )
     return parser
+
+
+def _hex(text: str) -> str:
+    if text and not CANARY.fullmatch(text):
+        raise argparse.ArgumentTypeError("must be 8 to 32 lowercase hex digits")
+    return text
 
 
 def main(argv: Sequence[str] | None = None) -> int:
