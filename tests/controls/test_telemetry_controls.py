@@ -70,6 +70,10 @@ def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_pro
         assert checks[name].verdict == "fail" and checks[name].observed.startswith("the proxy's metrics have no")
     leaks = checks["telemetry.no_payloads"]
     assert leaks.verdict == "pass", "rc1 writes no record, and so no payload"
+    routing = checks["telemetry.probe_routing"]
+    # rc1 counts its probe as a request in flight on replica 0: requests one at a time avoid it
+    assert routing.verdict == "fail" and routing.metrics["probed_requests"] == 0, routing
+    assert routing.metrics["in_window"] >= OPTIONS.replicas and routing.metrics["others_min"] >= 1, routing
 
 
 def test_emitted_records_pass_the_record_checks(sut_wheelhouse, sut_image, sut_profile, tmp_path):
@@ -102,6 +106,9 @@ def test_emitted_records_pass_the_record_checks(sut_wheelhouse, sut_image, sut_p
     assert streaming[0] == streaming[1] == streaming[2] >= 1, timeouts
     leaks = checks["telemetry.no_payloads"]
     assert leaks.verdict == "pass" and leaks.metrics["lines"] >= responses, f"records without payloads {leaks}"
+    routing = checks["telemetry.probe_routing"]
+    assert routing.verdict == "pass" and routing.metrics["probed_requests"] >= 1, routing
+    assert routing.metrics["in_window"] >= OPTIONS.replicas, routing
 
 
 def test_miscounted_attempts_and_last_attempt_records_fail_each_for_its_reason(
@@ -146,3 +153,4 @@ def test_miscounted_attempts_and_last_attempt_records_fail_each_for_its_reason(
     assert leaks.verdict == "fail" and leaks.metrics["prompt_lines"] == leaks.metrics["header_lines"] > 0, leaks
     assert leaks.metrics["response_lines"] == 0, "responses are not written"
     assert leaks.detail.startswith("prompt text on the proxy's output (line "), leaks
+    assert checks["telemetry.probe_routing"].verdict == "pass", "untouched: probes still out of least-connections"

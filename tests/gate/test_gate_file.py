@@ -39,7 +39,7 @@ def test_the_catalog_is_read_from_the_registered_checks():
     for check_id, registered in REGISTRY.items():
         assert check_id in CHECKS[registered.scenario]
         assert registered.function.startswith(f"dd_accept.acceptance.{registered.scenario}_checks."), registered
-    assert len(ALL_CHECKS) == len(REGISTRY) + len(SCENARIOS) == 40
+    assert len(ALL_CHECKS) == len(REGISTRY) + len(SCENARIOS) == 41
 
 
 def test_a_check_that_reports_an_unregistered_id_is_a_harness_fault():

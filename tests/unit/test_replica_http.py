@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 import urllib.request
 
 import aiohttp
@@ -362,3 +363,24 @@ def test_a_response_canary_rides_in_every_token_streamed_or_whole(local_replica)
     streamed, whole = asyncio.run(ask(True)), asyncio.run(ask(False))
     assert streamed.count('"content":"ddresponseabcdef0123 "') == 3, streamed
     assert json.loads(whole)["choices"][0]["message"]["content"] == "ddresponseabcdef0123 " * 3
+
+
+def test_a_health_probe_is_held_in_flight_until_released_and_its_window_kept(local_replica):
+    replica = local_replica(*FAST)
+    replica.control("health_delay", seconds=30)
+
+    async def probe():
+        async with aiohttp.ClientSession() as session, session.get(f"{replica.url}/health") as response:
+            return response.status, time.time()
+
+    async def scenario():
+        task = asyncio.ensure_future(probe())
+        await asyncio.sleep(0.5)
+        held = replica.control("state")["probe_window"]
+        replica.control("health_delay", seconds=0)
+        return held, *(await asyncio.wait_for(task, 10))
+
+    held, status, answered = asyncio.run(scenario())
+    assert held[1] is None and status == 200, "held, then answered once released"
+    start, end = replica.control("state")["probe_window"]
+    assert start == held[0] and start + 0.4 < end <= answered + 0.05, (start, end, answered)

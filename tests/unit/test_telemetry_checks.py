@@ -423,3 +423,25 @@ def test_a_counter_moved_by_another_windows_events_fails_there():
     result = checks.connection_lifecycle(LIFECYCLE, CLAIMED, every_release)
     assert result.verdict == "fail", result
     assert result.detail == "expired: connections.discarded counted 12 where the replicas saw 0 of its events", result
+
+
+def routed(replicas_in_turn, start=10.0, step=0.05):
+    return [attempt(f"p-{n}", r, 200, start + n * step) for n, r in enumerate(replicas_in_turn)]
+
+
+def test_a_probe_held_on_a_replica_must_not_take_it_out_of_least_connections():
+    window = (9.9, 12.0)
+    blind = checks.probe_routing(routed([0, 1, 2, 3] * 6), window, 0, 4, CLAIMED)
+    assert blind.verdict == "pass" and blind.metrics["probed_requests"] == 6.0, blind
+    assert blind.observed == "24 requests began in the probe's 2.1 s in flight; per replica 6, 6, 6, 6"
+    counted = checks.probe_routing(routed([1, 2, 3] * 8), window, 0, 4, CLAIMED)
+    assert counted.verdict == "fail" and counted.metrics["in_window"] == 24.0, counted
+    assert counted.detail.startswith("replica 0 got none of the 24 requests while the probe was in flight")
+    # requests after the probe ended (the proxy gave up on it) are not judged
+    late = routed([1, 2, 3] * 4) + routed([0, 1, 2, 3] * 3, start=13.0)
+    assert checks.probe_routing(late, window, 0, 4, CLAIMED).verdict == "fail"
+    brief = checks.probe_routing(routed([1, 2]), (9.9, 10.06), 0, 4, CLAIMED)
+    assert brief.verdict == "unsupported" and "too briefly" in brief.detail, brief
+    assert checks.probe_routing([], None, 0, 4, CLAIMED).verdict == "fail", "no probe arrived"
+    unclaimed = checks.probe_routing(routed([1]), window, 0, 4, TelemetryProfile(claims=("request_log",)))
+    assert unclaimed.verdict == "unsupported"

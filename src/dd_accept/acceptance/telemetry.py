@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from dd_accept.acceptance import telemetry_checks as checks
 from dd_accept.acceptance.analysis import attempts_by_request, requests, with_prefix
 from dd_accept.acceptance.overload import SYNTHETIC_ONLY
 from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
+from dd_accept.base.events import UpstreamAttempt
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
 
@@ -48,6 +50,9 @@ class TelemetryRun(DeployedRun):
     counted_timeouts: list[checks.CountedPhase] = field(default_factory=list)
     # what every prompt and a credential carry, new each run: found on the proxy's output, a leak
     canary: str = field(default_factory=lambda: secrets.token_hex(8))
+    # the probe-routing phase: the requests the replicas served, and the probe's window on replica 0
+    probe_upstream: list[UpstreamAttempt] = field(default_factory=list)
+    probe_window: tuple[float, float] | None = None
 
 
 def _deploy_replicas(s: TelemetryRun) -> None:
@@ -398,6 +403,37 @@ def _timed_out(s: TelemetryRun) -> None:
     s.counted_timeouts.append(checks.CountedPhase("timeouts", before, last.metrics_after, expected, seen))
 
 
+PROBE_HOLD_S = 4.0  # under rc1's 5 s probe timeout: the probe stays in flight while the requests run
+
+
+def _probe_routing(s: TelemetryRun) -> None:
+    """Replica 0 holds the proxy's health probe in flight while requests go one at a time:
+    a proxy whose probes count as requests in least-connections sends replica 0 none."""
+    if not s.profile.telemetry.claimed("probe_routing"):
+        return
+    replicas, proxy = s.deployed
+    replicas.control([0], "health_delay", seconds=PROBE_HOLD_S)
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            probe = pool.submit(proxy.get, "/health", 15)
+            try:
+                with contextlib.suppress(WaitTimeout):  # no probe arrived: the check says so
+                    wait_until(
+                        lambda: replicas.control([0], "state")[0].get("probe_window"), bool, timeout=5,
+                        interval=0.1, what="the proxy's health probe on replica 0",
+                    )  # fmt: skip
+                _send(s, "probe-routing", s.options.requests, concurrency=1)
+            finally:
+                replicas.control([0], "health_delay", seconds=0)  # and the probe held now is answered
+                probe.result()
+    finally:
+        replicas.control([0], "health_delay", seconds=0)
+    window = replicas.control([0], "state")[0].get("probe_window")
+    if window and window[1] is not None:
+        s.probe_window = (float(window[0]), float(window[1]))
+    s.probe_upstream = with_prefix(replicas.events(), "probe-routing-")
+
+
 def _judge(s: TelemetryRun) -> None:
     telemetry, phases = s.profile.telemetry, s.phases_seen
     s.result.add(checks.attempt_counters(phases, telemetry))
@@ -407,6 +443,7 @@ def _judge(s: TelemetryRun) -> None:
     last = _metrics(s)
     s.result.add(checks.connection_lifecycle(last, telemetry, s.counted))
     s.result.add(checks.timeouts(last, telemetry, s.counted_timeouts))
+    s.result.add(checks.probe_routing(s.probe_upstream, s.probe_window, 0, s.options.replicas, telemetry))
     s.result.add(checks.no_payloads(_settled_log(s), s.canary, checks.sent_secrets(s.options.client_headers)))
 
 
@@ -432,6 +469,12 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
         "drive",
         "requests while replicas hold streams back past the proxy's timeouts",
         _timed_out,
+        backends=SYNTHETIC_ONLY,
+    ),
+    Phase(
+        "drive",
+        "requests one at a time while replica 0 holds the proxy's health probe",
+        _probe_routing,
         backends=SYNTHETIC_ONLY,
     ),
     Phase("judge", "the SUT's telemetry against the replicas' and the client's", _judge, backends=SYNTHETIC_ONLY),

@@ -480,6 +480,58 @@ def incomplete_streams(phases: list[TelemetryPhase], profile: TelemetryProfile, 
     )
 
 
+@check("telemetry.probe_routing")
+def probe_routing(
+    upstream: list[UpstreamAttempt],
+    window: tuple[float, float] | None,
+    probed: int,
+    replicas: int,
+    profile: TelemetryProfile,
+) -> CheckResult:
+    """Health probes do not change least-connections choices (the seed: probes must not
+    "distort least-connections activity"): while one replica holds the proxy's probe in
+    flight and requests go one at a time (no replica has a request in flight), the probed
+    replica still gets its turn. A proxy that counts its probe as a request in flight sends
+    it none. Judged on the requests that began inside the probe's window, as the replicas
+    saw it; with fewer than one per replica the proxy held its probe too briefly to tell."""
+    expected_text = (
+        f"with a health probe in flight on replica {probed} and requests one at a time, replica {probed} still "
+        "gets requests"
+    )
+    if not profile.claimed("probe_routing"):
+        return _unclaimed(probe_routing.check_id, expected_text, "probe_routing")
+    if window is None:
+        return CheckResult.judge(
+            probe_routing.check_id, False, expected_text, f"the proxy sent no health probe to replica {probed}"
+        )
+    start, end = window
+    inside = [a for a in upstream if start <= a.started <= end]
+    counts = [sum(1 for a in inside if a.replica == r) for r in range(replicas)]
+    others = [n for r, n in enumerate(counts) if r != probed]
+    observed = (
+        f"{len(inside)} requests began in the probe's {end - start:.1f} s in flight; per replica "
+        f"{', '.join(str(n) for n in counts)}"
+    )
+    numbers = {
+        "in_window": float(len(inside)),
+        "probed_requests": float(counts[probed]),
+        "others_min": float(min(others, default=0)),
+        "window_s": round(end - start, 3),
+    }
+    if len(inside) < replicas:
+        return CheckResult(
+            probe_routing.check_id, "unsupported", expected_text, observed,
+            f"not judged: the proxy held its probe {end - start:.1f} s, too briefly for a request per replica; "
+            "never a pass",
+            numbers,
+        )  # fmt: skip
+    detail = "" if counts[probed] else (
+        f"replica {probed} got none of the {len(inside)} requests while the probe was in flight: the probe counted "
+        "as a request in least-connections"
+    )  # fmt: skip
+    return CheckResult.judge(probe_routing.check_id, counts[probed] > 0, expected_text, observed, detail, numbers)
+
+
 # Enough of a canary that no other text holds it by chance, little enough that a record
 # that cuts the prompt or the credential short still shows it.
 CANARY_SHOWN = 8

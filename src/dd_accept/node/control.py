@@ -29,6 +29,7 @@ ACTIONS = (
     "cut",
     "delay",
     "close_idle",
+    "health_delay",
     "exit",
     "kill",
 )

@@ -99,6 +99,7 @@ TELEMETRY_CLAIMS = (
     "incomplete_streams",
     "connection_lifecycle",
     "timeouts",
+    "probe_routing",
 )
 
 

@@ -163,6 +163,17 @@ _ATTEMPT_RECORD = (
     '                _LOGGER.info("slurm_proxy_request %s", json.dumps({{"backend": index, "status": {}}}))\n'
 )
 _TELEMETRY_LOGGED = (
+    # health probes leave least-connections alone: not counted as requests in flight
+    (
+        PROXY,
+        "        session = self._require_session()\n        self.pool.acquire_index(index)\n",
+        "        session = self._require_session()\n",
+    ),
+    (
+        PROXY,
+        "            return False\n        finally:\n            self.pool.release(index)\n",
+        "            return False\n",
+    ),
     # each attempted upstream logged (the seed's "log each attempted upstream"): its backend
     # index and the status it answered, or why it failed
     (
@@ -288,6 +299,7 @@ RC1_FAILS = frozenset(
         "telemetry.incomplete_streams",
         "telemetry.connection_lifecycle",
         "telemetry.timeouts",
+        "telemetry.probe_routing",
     }
 )
 _SUT_CLEANUP = frozenset({"drain.sut_cleanup.completion", "drain.sut_cleanup.failure", "drain.sut_cleanup.cancel"})
@@ -502,7 +514,8 @@ FAULTS = {
         Fault(
             "telemetry-logged",
             "data-designer-slurm",
-            "not a fault: rc1 with its per-request records emitted (a log handler), streams cut mid-way "
+            "not a fault: rc1 with its per-request records emitted (a log handler), probes kept out of "
+            "least-connections, streams cut mid-way "
             "logged as incomplete with the bytes sent, and expired, stale and discarded connections and "
             "terminal and streaming timeouts counted (keep-alive 3 s, read timeout 1 s)",
             _TELEMETRY_LOGGED,
@@ -513,6 +526,7 @@ FAULTS = {
                     "telemetry.incomplete_streams",
                     "telemetry.connection_lifecycle",
                     "telemetry.timeouts",
+                    "telemetry.probe_routing",
                 }
             ),
             telemetry_profile=_TELEMETRY_LOGGED_PROFILE,

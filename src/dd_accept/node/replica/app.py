@@ -13,6 +13,7 @@ No request or response text is ever logged: only counts, sizes and timings.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import importlib
 import json
@@ -132,6 +133,14 @@ class ReplicaApp:
         path, method = scope["path"], scope["method"]
         close = self.control.close_connections
         if path == "/health" and method == "GET":
+            if self.control.health_delay_s > 0:  # a probe held in flight (probe-aware routing)
+                started = time.time()
+                self.control.probe_window = (started, None)
+                await _read_body(receive)  # the (empty) request first: then only a disconnect can come
+                with contextlib.suppress(PeerGone):  # held until the delay, a release, or the prober gives up
+                    while self.control.health_delay_s > 0 and time.time() < started + self.control.health_delay_s:
+                        await _hold_unless_gone(receive, 0.05)
+                self.control.probe_window = (started, time.time())
             status = 200 if self.control.healthy else 503
             await send({"type": "http.response.start", "status": status, "headers": _headers(b"text/plain", {}, close)})
             await send({"type": "http.response.body", "body": b""})
@@ -419,6 +428,8 @@ class ControlRouter:
             control.delay_after_chunks = None if after is None else int(after)
             control.delay_seconds = float(body.get("seconds", 0))
             control.delay_remaining = int(body.get("count", 1))
+        elif action == "health_delay":
+            control.health_delay_s = float(body.get("seconds", 0))  # 0 also releases a probe held now
         elif action == "close_idle":
             if self.connections is None:
                 raise ValueError("this replica does not track its connections")
@@ -459,6 +470,7 @@ class ControlRouter:
             "open_connections_with_requests": sum(1 for carried in metrics.open_connections.values() if carried),
             "chunks_sent": int(metrics.chunks_sent._value.get()),
             "delay_remaining": self.control.delay_remaining,
+            "probe_window": list(self.control.probe_window) if self.control.probe_window else None,
             **(self.connections.state() if self.connections is not None else {}),
         }
 
