@@ -176,7 +176,9 @@ def test_a_released_reaper_exits_at_once_and_leaves_the_cluster_to_its_owner():
 def _owned_by_child_of(pid: int) -> set[str]:
     """Clusters whose owner label names a process whose parent is `pid` (the CLI's pytest)."""
     found = set()
-    for container in docker.from_env().containers.list(all=True, filters={"label": engine.LABEL_CLUSTER}):
+    # another test's cluster may be removed between the listing and its inspection
+    listed = docker.from_env().containers.list(all=True, filters={"label": engine.LABEL_CLUSTER}, ignore_removed=True)
+    for container in listed:
         owner = Owner.parse(container.labels.get(LABEL_OWNER))
         if owner is not None and _parent_of(owner.pid) == pid:
             found.add(container.labels[engine.LABEL_CLUSTER])

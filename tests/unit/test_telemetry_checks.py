@@ -445,3 +445,15 @@ def test_a_probe_held_on_a_replica_must_not_take_it_out_of_least_connections():
     assert checks.probe_routing([], None, 0, 4, CLAIMED).verdict == "fail", "no probe arrived"
     unclaimed = checks.probe_routing(routed([1]), window, 0, 4, TelemetryProfile(claims=("request_log",)))
     assert unclaimed.verdict == "unsupported"
+
+
+def test_the_request_whose_every_attempt_timed_out_gets_the_status_the_profile_documents():
+    documented = replace(CLAIMED, timeout_status=502)
+    after = {"timeouts": {"terminal": 1, "streaming": 2}}
+    allowed = {"timeouts.terminal": (5, 1), "timeouts.streaming": (2,)}
+    phases = [checks.CountedPhase("timeouts", ZERO, after, allowed, "held 7")]
+    assert checks.timeouts(after, documented, phases, 502).verdict == "pass"
+    wrong = checks.timeouts(after, documented, phases, 504)
+    assert wrong.verdict == "fail", wrong
+    assert wrong.detail == "the request whose every attempt timed out got 504, the profile documents 502", wrong
+    assert checks.timeouts(after, CLAIMED, phases, 504).verdict == "pass", "undocumented: reported, not judged"

@@ -53,6 +53,7 @@ class TelemetryRun(DeployedRun):
     # the probe-routing phase: the requests the replicas served, and the probe's window on replica 0
     probe_upstream: list[UpstreamAttempt] = field(default_factory=list)
     probe_window: tuple[float, float] | None = None
+    timed_out_status: int | None = None  # what the client got for the request whose attempts all timed out
 
 
 def _deploy_replicas(s: TelemetryRun) -> None:
@@ -385,6 +386,7 @@ def _timed_out(s: TelemetryRun) -> None:
         replicas.control(None, "cut", after_chunks=None)
         replicas.control(None, "respond", status=200, count=0)
     upstream = alone.upstream + timed.upstream
+    s.timed_out_status = next((r.status for r in alone.client), None)
     held_total = replicas.count - unused + 2 * held - left
     chains = attempts_by_request(upstream)
     final = {id(sorted(chain, key=lambda a: a.started)[-1]) for chain in chains.values()}
@@ -397,7 +399,7 @@ def _timed_out(s: TelemetryRun) -> None:
         f"the replicas held {held_total} responses back {margin:g} s beyond the profile's timeouts; "
         f"the proxy abandoned {len(first_byte)} before the first byte "
         f"({len(with_no_retry)} with no retry after) and {len(mid_stream)} mid-stream; a stream cut and a request "
-        "answered 503 by every replica are no timeout"
+        f"answered 503 by every replica are no timeout; the request sent alone got {s.timed_out_status}"
     )
     expected = {terminal: (len(first_byte), len(with_no_retry)), streaming: (len(mid_stream),)}
     s.counted_timeouts.append(checks.CountedPhase("timeouts", before, last.metrics_after, expected, seen))
@@ -442,7 +444,7 @@ def _judge(s: TelemetryRun) -> None:
     s.result.add(checks.incomplete_streams(phases, telemetry))
     last = _metrics(s)
     s.result.add(checks.connection_lifecycle(last, telemetry, s.counted))
-    s.result.add(checks.timeouts(last, telemetry, s.counted_timeouts))
+    s.result.add(checks.timeouts(last, telemetry, s.counted_timeouts, s.timed_out_status))
     s.result.add(checks.probe_routing(s.probe_upstream, s.probe_window, 0, s.options.replicas, telemetry))
     s.result.add(checks.no_payloads(_settled_log(s), s.canary, checks.sent_secrets(s.options.client_headers)))
 

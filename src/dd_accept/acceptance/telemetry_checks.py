@@ -641,10 +641,12 @@ def _counters_judged(
     profile: TelemetryProfile,
     what: str,
     not_driven: str,
+    also_wrong: tuple[str, ...] = (),
 ) -> CheckResult:
     """Each counter against the phase built to produce its event: it must have moved by what
     the replicas saw, and the event must have happened at all. A counter no phase could
-    produce in a run's time (`not_driven`) leaves the check `unsupported`, never `pass`."""
+    produce in a run's time (`not_driven`) leaves the check `unsupported`, never `pass`.
+    `also_wrong`: what else the phases showed wrong (a status the client got)."""
     expected_text = f"the metrics count {what} ({', '.join(counters)}) as the replicas saw them"
     if not profile.claimed(claim):
         return _unclaimed(check_id, expected_text, claim)
@@ -685,6 +687,7 @@ def _counters_judged(
                     f"{phase.name}: {path} counted {_show(counted)} where the replicas saw {allowed_text(allowed)} "
                     "of its events"
                 )
+    wrong += also_wrong
     unjudged = [path for path in counters if path not in judged]
     metrics_out = {"judged": float(len(judged)), "wrong": float(len(wrong) + len(never)), **numbers}
     if wrong or never:
@@ -730,18 +733,30 @@ def connection_lifecycle(
 
 @check("telemetry.timeouts")
 def timeouts(
-    metrics: dict[str, Any], profile: TelemetryProfile, phases: list[CountedPhase] | None = None
+    metrics: dict[str, Any],
+    profile: TelemetryProfile,
+    phases: list[CountedPhase] | None = None,
+    timed_out_status: int | None = None,
 ) -> CheckResult:
     """The proxy counts terminal timeouts (an upstream attempt that got no first byte in
     time) and streaming timeouts (a stream that stalled mid-way), as the replicas saw the
     proxy abandon the responses they held back past its timeouts. The seed counts them
     "without requiring another retry", which reads two ways for a terminal timeout: every
     attempt that timed out before its first byte, or only those no retry followed (the
-    others being retries); either count passes, one that matches neither fails."""
+    others being retries); either count passes, one that matches neither fails. The
+    request whose every attempt timed out must get the status the profile documents
+    (`timeout_status`; `timed_out_status` is what the client got)."""
+    status_wrong = ()
+    if phases and profile.timeout_status is not None and timed_out_status != profile.timeout_status:
+        status_wrong = (
+            f"the request whose every attempt timed out got {timed_out_status}, the profile documents "
+            f"{profile.timeout_status}",
+        )
     return _counters_judged(
         timeouts.check_id, "timeouts", profile.timeout_counters, metrics, phases or [], profile,
         "terminal and streaming timeouts",
         f"the profile's timeouts ({profile.terminal_timeout_seconds} s to the first byte, "
         f"{profile.streaming_timeout_seconds} s mid-stream) waited out {TIMEOUT_WAITS:g} times over are beyond "
         f"the {LONGEST_WAIT_SECONDS:g} s a phase waits",
+        status_wrong,
     )  # fmt: skip

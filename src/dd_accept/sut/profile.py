@@ -131,6 +131,9 @@ class TelemetryProfile:
     keepalive_seconds: float | None = None
     terminal_timeout_seconds: float | None = None
     streaming_timeout_seconds: float | None = None
+    # What the client gets when every attempt of its request timed out before the first byte
+    # (the status the SUT documents for it); None: reported, not judged.
+    timeout_status: int | None = None
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.claims) - set(TELEMETRY_CLAIMS))
