@@ -26,7 +26,8 @@ from dd_accept.fixtures.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
 from tests.helpers import run_cli
 
-pytestmark = pytest.mark.cluster
+# Capacity saturates both cores on purpose: no other cluster test runs beside it (tests/conftest.py).
+pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
 
 # Shorter levels than a release run's 3 s, from 18 streams: the controls judge what a fault
 # does to the knee, not its third significant digit (and make test has a time budget).

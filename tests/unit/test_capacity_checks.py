@@ -112,6 +112,20 @@ def test_the_knee_is_the_proxys_when_it_did_not_wait_for_a_cpu_whatever_the_harn
     assert at_the_bound.verdict == "pass", "25% is allowed"
 
 
+def test_a_knee_under_the_floor_on_a_starved_machine_is_not_judged_never_the_suts():
+    """make test found rc1's knee at 5944 tok/s under a 6000 floor while the proxy waited for
+    a CPU 41-44% of the time: the machine's knee, said so in the knee's own detail."""
+    starved = curve(
+        level(0, 8, tokens=5944, wait=1.25), level(1, 12, delay_p95=30, wait=1.3), level(2, 18, delay_p95=40)
+    )
+    below = checks.knee(starved, floor=6000)
+    assert below.verdict == "fail" and below.detail.startswith("not judged: the knee is bounded by the harness")
+    assert "the proxy waited for a CPU 42% of the time at level 1 (8 streams in flight)" in below.detail
+    assert checks.knee(starved, floor=5000).detail.startswith("8: 5944 tok/s"), "met: nothing to excuse"
+    own = curve(level(0, 8, tokens=5944, wait=0.3), level(1, 12, delay_p95=30, wait=0.3), level(2, 18, delay_p95=40))
+    assert not checks.knee(own, floor=6000).detail.startswith("not judged"), "the proxy's own knee is judged"
+
+
 def test_the_level_where_the_slo_first_broke_is_watched_as_well_as_the_knee():
     found = curve(
         level(0, 8, wait=0.06),

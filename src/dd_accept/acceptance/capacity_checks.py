@@ -269,6 +269,9 @@ def knee(curve: Curve, floor: float) -> CheckResult:
     the one a gate sets."""
     found = curve.knee
     ok = found is not None and found.output_throughput >= floor
+    # Below the floor on a machine that starved the proxy, the knee is the machine's: the
+    # check still fails (there is no knee to vouch for), as "not judged", never as the SUT's.
+    starved = [] if ok else harness_bound(curve)
     metrics: dict[str, float] = {"levels_run": float(len(curve.levels)), **dict(curve.ladder)}
     light = curve.light
     if light is not None and light.chunk_delay_p50_ms is not None:
@@ -294,7 +297,12 @@ def knee(curve: Curve, floor: float) -> CheckResult:
         ok,
         f"the SLO ({curve.slo.describe()}) holds up to at least {floor:g} output tokens/s",
         observed,
-        "; ".join(
+        (
+            f"not judged: the knee is bounded by the harness, not by the proxy ({'; '.join(starved)}); "
+            if starved
+            else ""
+        )
+        + "; ".join(
             f"{lvl.load:g}: {lvl.output_throughput:.0f} tok/s, delay p95 {lvl.chunk_delay_p95_ms} ms"
             + (f" ({curve.slo.broken_by(lvl)})" if curve.slo.broken_by(lvl) else "")
             for lvl in curve.levels
@@ -348,6 +356,31 @@ def proxy_cpu_per_chunk(curve: Curve, limit_us: float) -> CheckResult:
     )
 
 
+def placing_levels(curve: Curve) -> list[LoadLevel]:
+    """The levels that place the knee (the knee and where the SLO first broke) whose CPU was
+    measured."""
+    levels = [curve.judged, curve.first_broken]
+    watched = [lvl for i, lvl in enumerate(levels) if lvl is not None and lvl not in levels[:i]]
+    return [lvl for lvl in watched if lvl.harness_share is not None]
+
+
+def harness_bound(
+    curve: Curve, wait_limit: float = PROXY_WAIT_LIMIT, client_limit: float = CLIENT_CORE_LIMIT
+) -> list[str]:
+    """Why the knee is the harness's rather than the proxy's, one reason per level that
+    places it: the proxy waited for a CPU another process held, or the load client neared a
+    full core. Empty when the proxy bounded it (or nothing was measured)."""
+
+    def bound(level: LoadLevel) -> str:
+        if level.client_core_share >= client_limit:
+            return f"the load client used {level.client_core_share:.0%} of a core at {curve.show(level)}"
+        if level.proxy_wait_share > wait_limit:
+            return f"the proxy waited for a CPU {level.proxy_wait_share:.0%} of the time at {curve.show(level)}"
+        return ""
+
+    return [reason for lvl in placing_levels(curve) if (reason := bound(lvl))]
+
+
 @check("capacity.harness_headroom")
 def harness_headroom(
     curve: Curve, wait_limit: float = PROXY_WAIT_LIMIT, client_limit: float = CLIENT_CORE_LIMIT
@@ -364,9 +397,7 @@ def harness_headroom(
     Past the bound, or with the client near a full core, this check fails as "not judged":
     the knee is not the proxy's alone. The share, the machine's busy share over the client's
     window and the proxy's share of a core are reported beside it."""
-    levels = [curve.judged, curve.first_broken]
-    watched = [lvl for i, lvl in enumerate(levels) if lvl is not None and lvl not in levels[:i]]
-    measured = [lvl for lvl in watched if lvl.harness_share is not None]
+    measured = placing_levels(curve)
     expected = (
         f"at the knee and where the SLO first broke, the proxy waits for a CPU another process holds at most "
         f"{wait_limit:.0%} of the time, and the load client uses under {client_limit:.0%} of a core"
@@ -376,14 +407,7 @@ def harness_headroom(
             harness_headroom.check_id, False, expected, "no CPU was measured", "not judged: the cost is unknown", {}
         )
 
-    def bound_by_harness(level: LoadLevel) -> str:
-        if level.client_core_share >= client_limit:
-            return f"the load client used {level.client_core_share:.0%} of a core at {curve.show(level)}"
-        if level.proxy_wait_share > wait_limit:
-            return f"the proxy waited for a CPU {level.proxy_wait_share:.0%} of the time at {curve.show(level)}"
-        return ""
-
-    reasons = [reason for lvl in measured if (reason := bound_by_harness(lvl))]
+    reasons = harness_bound(curve, wait_limit, client_limit)
     level = measured[0]
     observed = "; ".join(
         f"{curve.show(lvl)}: the proxy waited for a CPU {lvl.proxy_wait_share:.1%} of the time and ran "

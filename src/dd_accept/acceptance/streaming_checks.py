@@ -40,23 +40,44 @@ def chunk_lateness(stream: ClientRequest, sent: UpstreamAttempt) -> list[float]:
     return [got - want for got, want in zip(received, paced, strict=False)][1:]
 
 
+def held_share(stream: ClientRequest, sent: UpstreamAttempt) -> float | None:
+    """The largest delay of any event of the stream, as a share of the replica's whole response.
+
+    An event's delay counts from the request: the TTFT the proxy added, plus how much later
+    than the replica's pacing the event came (chunk_lateness). A proxy that holds the body, or
+    every event after the first, delivers events only once the replica has sent (nearly) all
+    of them: a share near 1 however busy the machine is. A proxy that forwards each event as
+    it arrives shows only its scheduling noise, which does not grow with the stream."""
+    if stream.ttft_s is None or sent.first_byte_s is None or sent.duration_s <= 0:
+        return None
+    added_ttft = stream.ttft_s - sent.first_byte_s
+    worst = max([0.0, *chunk_lateness(stream, sent)])
+    return max(added_ttft, added_ttft + worst) / sent.duration_s
+
+
 @check("streaming.no_buffering")
 def no_buffering(
     client: list[Event],
     upstream: list[UpstreamAttempt],
-    limit_s: float = 0.2,
-    chunk_p95_limit_s: float = 0.1,
-    chunk_max_limit_s: float = 0.5,
+    limit_s: float = 0.5,
+    chunk_p95_limit_s: float = 0.25,
+    held_share_limit: float = 0.5,
 ) -> CheckResult:
-    """Time to first token through the proxy stays within `limit_s` of the replica's own, and
-    every later event keeps the replica's pacing (added delay per event, p95 and max).
+    """No stream is held: no event reaches the client later than half of its replica's whole
+    response after the replica sent it (`held_share_limit`); and the delay the proxy adds stays
+    within bounds, TTFT p95 `limit_s` and per event p95 `chunk_p95_limit_s`.
 
-    The TTFT bound is measured noise, not taste: rc1 adds 41-58 ms (p95) over 64 concurrent
-    streams on two cores, 109 ms with the machine loaded by other work; a proxy that buffers
-    the body adds the whole stream (816 ms in the `buffering` control)."""
+    The held share is what tells buffering from a busy machine: a buffering proxy holds each
+    stream for (nearly) all of its length, 0.9-1.0 in the `buffering` and `hold-after-first`
+    controls, while noise does not grow with the stream. The absolute bounds are measured
+    noise with a margin, not taste: rc1 adds 41-58 ms TTFT (p95) over 64 concurrent streams on
+    two cores with the machine to itself, 109 ms with it loaded by other work, and 257 ms TTFT
+    and 159 ms per event (p95; 315 and 237 ms at most) while another cluster test saturated
+    both cores in CI, where the former bounds of 200 and 100 ms blamed a correct release."""
     attempts = attempts_by_request(upstream)
     deltas: list[float] = []
     lateness: list[float] = []
+    shares: list[float] = []
     streams_judged = 0
     for stream in requests(client):
         sent = [a for a in attempts.get(stream.request_id, []) if a.status == 200]
@@ -64,6 +85,9 @@ def no_buffering(
             continue
         if stream.ttft_s is not None and sent[0].first_byte_s is not None:
             deltas.append(stream.ttft_s - sent[0].first_byte_s)
+        share = held_share(stream, sent[0])
+        if share is not None:
+            shares.append(share)
         late = chunk_lateness(stream, sent[0])
         if late:
             streams_judged += 1
@@ -71,13 +95,14 @@ def no_buffering(
     p95 = percentile(deltas, 0.95)
     chunk_p95 = percentile(lateness, 0.95)
     chunk_max = max(lateness, default=None)
+    held = sum(1 for share in shares if share > held_share_limit)
     ok = (
         p95 is not None
         and p95 <= limit_s
         and chunk_p95 is not None
-        and chunk_max is not None
         and chunk_p95 <= chunk_p95_limit_s
-        and chunk_max <= chunk_max_limit_s
+        and bool(shares)
+        and held == 0
     )
     ttfts = [stream.ttft_s for stream in requests(client) if stream.ttft_s is not None]
     metrics = {"ttft_p99_s": percentile(ttfts, 0.99)} if ttfts else {}
@@ -85,6 +110,8 @@ def no_buffering(
         metrics["added_ttft_p95_s"] = p95
     if chunk_p95 is not None and chunk_max is not None:
         metrics |= {"added_chunk_delay_p95_s": chunk_p95, "added_chunk_delay_max_s": chunk_max}
+    if shares:
+        metrics |= {"held_share_max": max(shares), "streams_held": held}
     parts = []
     if p95 is not None:
         parts.append(
@@ -96,11 +123,17 @@ def no_buffering(
             f"added delay per event p95 {chunk_p95 * 1000:.0f} ms, max {chunk_max * 1000:.0f} ms "
             f"over {len(lateness)} events of {streams_judged} streams"
         )
+    if shares:
+        parts.append(
+            f"{held} of {len(shares)} streams held past {held_share_limit:.0%} of their length "
+            f"(largest share {max(shares):.0%})"
+        )
     return CheckResult.judge(
         no_buffering.check_id,
         ok,
-        f"the proxy adds at most {limit_s * 1000:.0f} ms to TTFT (p95) and keeps every event's pacing: "
-        f"added delay per event p95 <= {chunk_p95_limit_s * 1000:.0f} ms, max <= {chunk_max_limit_s * 1000:.0f} ms",
+        f"no stream held: no event reaches the client later than {held_share_limit:.0%} of its "
+        f"replica's response after the replica sent it; the proxy adds at most {limit_s * 1000:.0f} ms "
+        f"to TTFT (p95) and {chunk_p95_limit_s * 1000:.0f} ms per event (p95)",
         "; ".join(parts) or "no stream measured",
         metrics=metrics,
     )
