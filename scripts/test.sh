@@ -12,4 +12,4 @@ for release in $(.venv/bin/python -c "from dd_accept.base.slurm_releases import 
     .venv/bin/dd-accept -q cluster build --slurm "$release" & builds+=("$!")
 done
 for build in "${builds[@]}"; do wait "$build" || { kill "${builds[@]}" 2>/dev/null; exit 2; }; done
-.venv/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=20 "$@"  # files in collection order: tests/conftest.py puts the long cluster files first
+.venv/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=40 "$@"  # files in collection order: tests/conftest.py puts the long cluster files first
