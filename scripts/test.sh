@@ -12,4 +12,15 @@ for release in $(.venv/bin/python -c "from dd_accept.base.slurm_releases import 
     .venv/bin/dd-accept -q cluster build --slurm "$release" & builds+=("$!")
 done
 for build in "${builds[@]}"; do wait "$build" || { kill "${builds[@]}" 2>/dev/null; exit 2; }; done
-.venv/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=40 "$@"  # files in collection order: tests/conftest.py puts the long cluster files first
+# Two stages: everything on two workers (files in collection order: tests/conftest.py puts the
+# long cluster files first), then the tests that need the machine to themselves (capacity),
+# alone. Both run whatever the first found; a stage the arguments select nothing of (exit 5)
+# is no failure while the other ran tests.
+shared=0
+.venv/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=40 -m "not exclusive" "$@" || shared=$?
+alone=0
+.venv/bin/pytest --durations=10 -m exclusive "$@" || alone=$?
+if ((shared == 5 && alone != 5)); then shared=0; fi
+if ((alone == 5 && shared != 5)); then alone=0; fi
+if ((shared != 0)); then exit "${shared}"; fi
+exit "${alone}"

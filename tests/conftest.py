@@ -17,7 +17,7 @@ def _is_exclusive(item) -> bool:
     return item.get_closest_marker("exclusive") is not None
 
 
-# Module node id -> "exclusive" or "shared", for the modules holding cluster tests.
+# Module node id -> "exclusive" (it holds an `exclusive` test) or "shared".
 MACHINE_SHARE: dict[str, str] = {}
 
 
@@ -37,19 +37,20 @@ def pytest_collection_modifyitems(items):
         module = item.nodeid.split("::")[0]
         if _is_exclusive(item):
             MACHINE_SHARE[module] = "exclusive"
-        elif item.get_closest_marker("cluster") is not None:
+        else:
             MACHINE_SHARE.setdefault(module, "shared")
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _machine_share(request, tmp_path_factory):
-    """Tests that measure capacity saturate both cores on purpose, and the timing checks of
-    every other cluster test (added TTFT, a chunk's pacing, drain bounds) would then judge
-    the machine rather than the SUT: CI found rc1 blamed for 299 ms per event beside a
-    capacity run. A test marked `exclusive` holds this lock alone; every other cluster test
-    shares it, so the two never overlap. Unit tests take no part: they judge no timing.
-    Held per module (--dist loadfile keeps a module on one worker) and autouse, so it is
-    taken before the module's own fixtures run their scenarios."""
+    """Tests that measure capacity need the machine to themselves, and saturate it: beside
+    another cluster test, a timing check of that test judges the machine (CI: rc1 blamed for
+    299 ms per event beside a capacity run); beside unit tests, capacity's proxy waits for a
+    CPU 41-46% of the time and its knee is not its own. A module holding an `exclusive` test
+    holds this lock alone; every other module shares it. `make test` runs the exclusive tests
+    on their own after the others (scripts/test.sh); the lock keeps any other `pytest -n`
+    run honest too. Held per module (--dist loadfile keeps a module on one worker) and
+    autouse, so it is taken before the module's own fixtures run their scenarios."""
     share = MACHINE_SHARE.get(request.node.nodeid)
     if share is None:
         yield

@@ -84,13 +84,13 @@ def test_emitted_records_pass_the_record_checks(sut_wheelhouse, sut_image, sut_p
     # every forced status made a request fail over; every exhausted request did
     most = OPTIONS.forced_429 + sum(OPTIONS.forced_503) + OPTIONS.exhausted_requests
     assert OPTIONS.exhausted_requests + 3 <= log.metrics["failovers"] <= most, log
-    cut = checks["telemetry.incomplete_streams"]
-    assert cut.verdict == "pass" and cut.metrics["logged_with_bytes"] == CUT, cut
     counters = checks["telemetry.attempt_counters"]
     assert counters.verdict == "pass", counters
     attempts = checks["telemetry.attempt_log"]
     assert attempts.verdict == "pass", attempts
     assert attempts.metrics["attempts_logged"] == attempts.metrics["attempts_served"] >= ATTEMPTS, attempts
+    # the timeout phases' attempts are logged too: the lone request's three, held before the first byte
+    assert attempts.metrics["attempts_unanswered"] >= 3, attempts
     lifecycle = checks["telemetry.connection_lifecycle"]
     assert lifecycle.verdict == "pass" and lifecycle.metrics["judged"] == 3, lifecycle
     stale, expired, discarded = (_seen(lifecycle, f"connections.{k}") for k in ("stale", "expired", "discarded"))
@@ -105,6 +105,10 @@ def test_emitted_records_pass_the_record_checks(sut_wheelhouse, sut_image, sut_p
     assert terminal[:2] == (1, 1) and LONE < terminal[2] <= LONE + OPTIONS.held_streams, timeouts
     assert streaming[0] == streaming[1] == streaming[2] >= 1, timeouts
     assert "the request sent alone got 502" in timeouts.observed, "rc1's documented status for it (its profile)"
+    # the cut phase's streams, the one replica 2 cuts among the timeouts, and each abandoned mid-stream
+    cut = checks["telemetry.incomplete_streams"]
+    assert cut.verdict == "pass" and "in cut, timeouts" in cut.observed, cut
+    assert cut.metrics["logged_with_bytes"] == cut.metrics["cut_streams"] == CUT + 1 + streaming[2], cut
     leaks = checks["telemetry.no_payloads"]
     assert leaks.verdict == "pass" and leaks.metrics["lines"] >= responses, f"records without payloads {leaks}"
     routing = checks["telemetry.probe_routing"]

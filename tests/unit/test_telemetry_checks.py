@@ -342,6 +342,70 @@ def test_a_log_naming_the_wrong_backend_or_only_final_attempts_fails_naming_them
     assert checks.backend_named(7, ORIGINS) == "?7" and checks.backend_named(True, ORIGINS) == "?True"
 
 
+def timeout_phase(records):
+    """a: held by replica 0 past the terminal timeout (no status), retried on 2; b: held by
+    replica 1 after its status and two events (mid-stream), the client's stream broken; c: 200."""
+    upstream = [
+        attempt("a", 0, None, 1.0, outcome="abandoned", size=0), attempt("a", 2, 200, 2.1),
+        attempt("b", 1, 200, 1.0, outcome="abandoned", size=300), attempt("c", 3, 200, 1.0),
+    ]  # fmt: skip
+    client = [response("a"), response("b", outcome="truncated", size=250), response("c")]
+    lines = [f"slurm_proxy_request {json.dumps(r)}" for r in records]
+    return checks.TelemetryPhase("timeouts", client, upstream, {}, {}, lines, 4, ORIGINS)
+
+
+TIMED_OUT = [{"backend": 0, "status": "timeout"}, {"backend": 2, "status": 200}, {"backend": 1, "status": 200},
+             {"backend": 3, "status": 200}]  # fmt: skip
+
+
+def test_timed_out_attempts_are_logged_as_attempts_with_no_response():
+    """telemetry-logged's records: the attempt held before its first byte says "timeout", the
+    one abandoned mid-stream the status it got; a 504, or a word for the mid-stream one, too."""
+    phases = [with_attempt_records(retry_phase(), [{"backend": b, "status": s} for b, s in SERVED])]
+    result = checks.attempt_log([*phases, timeout_phase(TIMED_OUT)], CLAIMED)
+    assert result.verdict == "pass" and result.metrics["attempts_served"] == 10.0, result
+    assert result.metrics["attempts_unanswered"] == 1.0
+    as_504 = [{**TIMED_OUT[0], "status": 504}, *TIMED_OUT[1:2], {"backend": 1, "outcome": "read_timeout"}, TIMED_OUT[3]]
+    assert checks.attempt_log([*phases, timeout_phase(as_504)], CLAIMED).verdict == "pass"
+    # an attempt that timed out and was not logged, or logged against another backend: caught
+    unlogged = checks.attempt_log([*phases, timeout_phase(TIMED_OUT[1:])], CLAIMED)
+    assert unlogged.verdict == "fail" and "not logged: 1x backend 0 status no response" in unlogged.detail, unlogged
+    moved = [{"backend": 3, "status": "timeout"}, *TIMED_OUT[1:]]
+    assert checks.attempt_log([*phases, timeout_phase(moved)], CLAIMED).verdict == "fail"
+    # a word where the replica answered in full is no timeout
+    worded = [*TIMED_OUT[:3], {"backend": 3, "status": "timeout"}]
+    assert checks.attempt_log([*phases, timeout_phase(worded)], CLAIMED).verdict == "fail"
+
+
+def test_a_stream_the_proxy_abandoned_mid_way_is_an_incomplete_stream():
+    cut = cut_phase([incomplete(479), incomplete(959)])
+    logged = checks.incomplete_streams([cut, timeout_phase([*TIMED_OUT, incomplete(260)])], CLAIMED)
+    assert logged.verdict == "pass" and logged.metrics["cut_streams"] == 3.0, logged
+    assert "in cut, timeouts" in logged.observed
+    silent = checks.incomplete_streams([cut, timeout_phase(TIMED_OUT)], CLAIMED)
+    assert silent.verdict == "fail" and "1 cut streams not logged with their bytes" in silent.detail, silent
+    # the attempt held before its first byte was retried: no stream broke for it
+    doubled = checks.incomplete_streams([cut, timeout_phase([*TIMED_OUT, incomplete(260), incomplete(0)])], CLAIMED)
+    assert doubled.verdict == "fail" and "1 incomplete records for no cut stream" in doubled.detail
+
+
+def test_attempt_records_under_a_marker_of_their_own_count_beside_the_request_records():
+    """The seed names no marker for "each attempted upstream": a release may write
+    `slurm_proxy_attempt {...}` beside `slurm_proxy_request {...}`. Other lines of the family
+    that are no attempt (a start-up line) are not judged."""
+    phase = retry_phase()
+    lines = [
+        *phase.log_lines,
+        'slurm_proxy_started {"backends": 4}',
+        *[f"slurm_proxy_attempt {json.dumps({'backend': b, 'status': s})}" for b, s in SERVED],
+    ]
+    result = checks.attempt_log([replace(phase, log_lines=lines, origins=ORIGINS)], CLAIMED)
+    assert result.verdict == "pass" and result.metrics["attempts_logged"] == 6.0, result
+    shifted = [*phase.log_lines, *[f"slurm_proxy_upstream {json.dumps({'backend': (b + 1) % 4, 'status': s})}"
+                                   for b, s in SERVED]]  # fmt: skip
+    assert checks.attempt_log([replace(phase, log_lines=shifted, origins=ORIGINS)], CLAIMED).verdict == "fail"
+
+
 def test_unclaimed_attempt_log_is_unsupported():
     result = checks.attempt_log([retry_phase()], TelemetryProfile(claims=("request_log",)))
     assert result.verdict == "unsupported", result

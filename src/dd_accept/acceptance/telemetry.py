@@ -48,6 +48,8 @@ class TelemetryRun(DeployedRun):
     phases_seen: list[checks.TelemetryPhase] = field(default_factory=list)
     counted: list[checks.CountedPhase] = field(default_factory=list)  # connection lifecycle
     counted_timeouts: list[checks.CountedPhase] = field(default_factory=list)
+    # the timeout phases, judged by the record checks too (each attempt, each stream abandoned mid-way)
+    timeout_phases: list[checks.TelemetryPhase] = field(default_factory=list)
     # what every prompt and a credential carry, new each run: found on the proxy's output, a leak
     canary: str = field(default_factory=lambda: secrets.token_hex(8))
     # the probe-routing phase: the requests the replicas served, and the probe's window on replica 0
@@ -385,6 +387,7 @@ def _timed_out(s: TelemetryRun) -> None:
         _hold(s, everyone, 0, 0)
         replicas.control(None, "cut", after_chunks=None)
         replicas.control(None, "respond", status=200, count=0)
+    s.timeout_phases += [alone, timed, last]
     upstream = alone.upstream + timed.upstream
     s.timed_out_status = next((r.status for r in alone.client), None)
     held_total = replicas.count - unused + 2 * held - left
@@ -440,8 +443,8 @@ def _judge(s: TelemetryRun) -> None:
     telemetry, phases = s.profile.telemetry, s.phases_seen
     s.result.add(checks.attempt_counters(phases, telemetry))
     s.result.add(checks.request_log(phases, telemetry))
-    s.result.add(checks.attempt_log(phases, telemetry))
-    s.result.add(checks.incomplete_streams(phases, telemetry))
+    s.result.add(checks.attempt_log(phases + s.timeout_phases, telemetry))
+    s.result.add(checks.incomplete_streams(phases + s.timeout_phases, telemetry))
     last = _metrics(s)
     s.result.add(checks.connection_lifecycle(last, telemetry, s.counted))
     s.result.add(checks.timeouts(last, telemetry, s.counted_timeouts, s.timed_out_status))

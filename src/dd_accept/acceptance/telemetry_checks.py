@@ -361,25 +361,84 @@ def attempt_records(lines: list[str], profile: TelemetryProfile) -> tuple[list[d
     records = [r for r in records if not (r.get(profile.incomplete_field) and _first(r, ATTEMPT_BACKEND_KEYS) is None)]
     readable = [r for r in records if _first(r, ATTEMPT_BACKEND_KEYS) is not None]
     readable = [r for r in readable if _first(r, ATTEMPT_STATUS_KEYS) is not None]
-    return readable, len(records) - len(readable)
+    return readable + sibling_attempt_records(lines, profile.log_marker), len(records) - len(readable)
+
+
+def sibling_attempt_records(lines: list[str], marker: str) -> list[dict[str, Any]]:
+    """Attempt records a release writes under a marker of its own beside the request's (the
+    seed names no marker for "each attempted upstream"): `slurm_proxy_attempt {...}` or
+    `slurm_proxy_upstream {...}` beside `slurm_proxy_request`. Only records naming a backend
+    and a status, with no final status, count; other lines of the family (a start-up line,
+    a health event) are no attempt and are not judged."""
+    family = marker.rsplit("_", 1)[0] + "_" if "_" in marker else None
+    if family is None:
+        return []
+    siblings = [line for line in lines if family in line and marker not in line]
+    return [
+        r
+        for r in log_records(siblings, family)[0]
+        if status_of(r.get("final_status")) is None
+        and _first(r, ATTEMPT_BACKEND_KEYS) is not None
+        and _first(r, ATTEMPT_STATUS_KEYS) is not None
+    ]
 
 
 def _first(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return next((record[k] for k in keys if record.get(k) is not None), None)
 
 
+# An attempt that got no status: the replica held its answer until the proxy gave up on it
+# (a timeout), or the connection failed. A record says so in words ("timeout", "error",
+# "ClientConnectorError") or with the 504 a proxy answers for it; the replicas' side, with no
+# status at all.
+NO_RESPONSE = "no response"
+
+
 def attempt_key(record: dict[str, Any], origins: tuple[str, ...]) -> AttemptKey:
     status = _first(record, ATTEMPT_STATUS_KEYS)
     code = status_of(status)
+    if (code is None and isinstance(status, str)) or code == 504:
+        return backend_named(_first(record, ATTEMPT_BACKEND_KEYS), origins), NO_RESPONSE
     return backend_named(_first(record, ATTEMPT_BACKEND_KEYS), origins), str(code if code is not None else status)
+
+
+def served_key(attempt: UpstreamAttempt) -> AttemptKey:
+    """An attempt as the replica served it; one it never answered had no response."""
+    return str(attempt.replica), NO_RESPONSE if attempt.status is None else str(attempt.status)
+
+
+def abandoned_mid_stream(attempt: UpstreamAttempt) -> bool:
+    """A stream the proxy gave up on after its status and some events (a streaming timeout)."""
+    return attempt.outcome == "abandoned" and attempt.status is not None
+
+
+def match_attempts(
+    want: Counter[AttemptKey], got: Counter[AttemptKey], mid_stream: Counter[str]
+) -> Counter[AttemptKey]:
+    """`got` with the records of streams abandoned mid-stream read as the replica served them:
+    such an attempt got its status (200) and then timed out, and a record may name either.
+    For each replica, as many of its no-response records as it had such streams, and as its
+    status records fall short, count as that status."""
+    matched = Counter(got)
+    for replica, streams in mid_stream.items():
+        for key in [k for k in want if k[0] == replica and k[1] != NO_RESPONSE]:
+            short = max(0, want[key] - matched[key])
+            moved = min(short, streams, max(0, matched[(replica, NO_RESPONSE)] - want[(replica, NO_RESPONSE)]))
+            if moved:
+                matched[key] += moved
+                matched[(replica, NO_RESPONSE)] -= moved
+                streams -= moved
+    return +matched
 
 
 @check("telemetry.attempt_log")
 def attempt_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> CheckResult:
     """The proxy logs each upstream attempt (the seed: "log each attempted upstream") with
     the backend it went to and the status it got: per phase, the (backend, status) of its
-    per-attempt records equal, as a multiset, the attempts the replicas served (failovers
-    and 429 retries included). A per-attempt record is a marked record with no final status;
+    per-attempt records equal, as a multiset, the attempts the replicas served (failovers,
+    429 retries and, where the profile's timeouts can be driven, attempts that timed out
+    included: those the replica never answered are `no response`, and so is a record whose
+    status is a word or 504). A per-attempt record is a marked record with no final status;
     one that names no backend or no status fails."""
     expected_text = (
         f"one `{profile.log_marker}` record per upstream attempt naming its backend and status, equal per phase "
@@ -388,14 +447,16 @@ def attempt_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
     if not profile.claimed("attempt_log"):
         return _unclaimed(attempt_log.check_id, expected_text, "attempt_log")
     wrong: list[str] = []
-    served = logged = retried = 0
+    served = logged = retried = unanswered = 0
     for phase in phases:
         records, unreadable = attempt_records(phase.log_lines, profile)
-        want = Counter((str(a.replica), str(a.status)) for a in phase.upstream)
-        got = Counter(attempt_key(r, phase.origins) for r in records)
+        want = Counter(served_key(a) for a in phase.upstream)
+        mid_stream = Counter(str(a.replica) for a in phase.upstream if abandoned_mid_stream(a))
+        got = match_attempts(want, Counter(attempt_key(r, phase.origins) for r in records), mid_stream)
         served += sum(want.values())
         logged += sum(got.values())
         retried += sum(want.values()) - len(phase.chains())
+        unanswered += sum(n for key, n in want.items() if key[1] == NO_RESPONSE)
         if unreadable:
             wrong.append(f"{phase.name}: {unreadable} attempt records with no backend or no status")
         if got != want:
@@ -411,7 +472,8 @@ def attempt_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
         detail = "no phase produced a retry: a log that names only final attempts could not be told apart"
     return CheckResult.judge(
         attempt_log.check_id, ok, expected_text, observed, detail,
-        {"attempts_served": float(served), "attempts_logged": float(logged), "retried": float(retried)},
+        {"attempts_served": float(served), "attempts_logged": float(logged), "retried": float(retried),
+         "attempts_unanswered": float(unanswered)},
     )  # fmt: skip
 
 
@@ -420,52 +482,69 @@ def _attempts(found: Counter[AttemptKey]) -> str:
     return ", ".join(shown) + (" ..." if len(found) > 3 else "")
 
 
+CUT_PHASES = ("cut", "timeouts")  # where replicas cut streams, and where the proxy abandons them mid-way
+
+
+def broken_streams(phase: TelemetryPhase) -> list[tuple[int, int]]:
+    """The streams of a phase that broke mid-way, as (bytes the client received, bytes the
+    replica sent), smallest first: cut by a replica, or abandoned by the proxy after its
+    status and some events (a streaming timeout)."""
+    received = {r.request_id: r.bytes or 0 for r in phase.client}
+    broken = [a for a in phase.upstream if a.outcome == "cut" or abandoned_mid_stream(a)]
+    return sorted(((received.get(a.request_id, 0), a.bytes) for a in broken), key=lambda b: b[1])
+
+
 @check("telemetry.incomplete_streams")
-def incomplete_streams(phases: list[TelemetryPhase], profile: TelemetryProfile, cut_phase: str = "cut") -> CheckResult:
-    """Each stream a replica cut mid-way (as the replica recorded it) is logged once as
-    incomplete, with the bytes the proxy sent downstream: at least what the client received
-    and at most what the replica sent (a client's reader may drop what it buffered when the
-    stream breaks). No record says incomplete in a phase where no stream was cut."""
+def incomplete_streams(
+    phases: list[TelemetryPhase], profile: TelemetryProfile, cut_phases: tuple[str, ...] = CUT_PHASES
+) -> CheckResult:
+    """Each stream that broke mid-way (a replica cut it, or the proxy's streaming timeout
+    abandoned it, as the replica recorded it) is logged once as incomplete, with the bytes the
+    proxy sent downstream: at least what the client received and at most what the replica
+    sent (a client's reader may drop what it buffered when the stream breaks). No record says
+    incomplete in a phase where no stream broke."""
     marker, flag, size = profile.log_marker, profile.incomplete_field, profile.bytes_field
     expected_text = (
-        f"one `{marker}` record with {flag}=true per stream a replica cut, its {size} between the bytes the client "
-        "received and those the replica sent; none elsewhere"
+        f"one `{marker}` record with {flag}=true per stream a replica cut or the proxy abandoned mid-way, its "
+        f"{size} between the bytes the client received and those the replica sent; none elsewhere"
     )
     if not profile.claimed("incomplete_streams"):
         return _unclaimed(incomplete_streams.check_id, expected_text, "incomplete_streams")
-    phase = next((p for p in phases if p.name == cut_phase), None)
-    if phase is None:
+    judged = [p for p in phases if p.name in cut_phases]
+    if not judged:
         return CheckResult.judge(incomplete_streams.check_id, False, expected_text, "no phase cut a stream")
-    received = {r.request_id: r.bytes or 0 for r in phase.client}
-    cut = sorted(
-        ((received.get(a.request_id, 0), a.bytes) for a in phase.upstream if a.outcome == "cut"), key=lambda b: b[1]
-    )
-    flagged = [r for r in log_records(phase.log_lines, marker)[0] if r.get(flag) is True]
-    sizes = sorted(int(r[size]) for r in flagged if isinstance(r.get(size), int) and not isinstance(r[size], bool))
-    matched = 0
-    for low, high in cut:  # each cut stream takes the smallest logged size its bounds allow
-        hit = next((i for i, value in enumerate(sizes) if low <= value <= high), None)
-        if hit is not None:
-            sizes.pop(hit)
-            matched += 1
+    cut: list[tuple[int, int]] = []
+    flagged_count = matched = 0
+    for phase in judged:
+        broken = broken_streams(phase)
+        cut += broken
+        flagged = [r for r in log_records(phase.log_lines, marker)[0] if r.get(flag) is True]
+        flagged_count += len(flagged)
+        sizes = sorted(int(r[size]) for r in flagged if isinstance(r.get(size), int) and not isinstance(r[size], bool))
+        for low, high in broken:  # each broken stream takes the smallest logged size its bounds allow
+            hit = next((i for i, value in enumerate(sizes) if low <= value <= high), None)
+            if hit is not None:
+                sizes.pop(hit)
+                matched += 1
     elsewhere = {
         p.name: n
         for p in phases
-        if p.name != cut_phase and (n := sum(1 for r in log_records(p.log_lines, marker)[0] if r.get(flag) is True))
+        if p.name not in cut_phases
+        and (n := sum(1 for r in log_records(p.log_lines, marker)[0] if r.get(flag) is True))
     }
-    ok = bool(cut) and matched == len(cut) == len(flagged) and not elsewhere
+    ok = bool(cut) and matched == len(cut) == flagged_count and not elsewhere
     observed = (
-        f"{len(cut)} streams cut by a replica (client got / replica sent: "
+        f"{len(cut)} streams broken mid-way in {', '.join(p.name for p in judged)} (client got / replica sent: "
         f"{', '.join(f'{low}/{high}' for low, high in cut[:4])}{' ...' if len(cut) > 4 else ''} bytes); "
-        f"{len(flagged)} records with {flag}=true, {matched} with the bytes sent"
+        f"{flagged_count} records with {flag}=true, {matched} with the bytes sent"
     )
     problems = []
     if not cut:
         problems.append("no replica cut a stream")
     elif matched < len(cut):
         problems.append(f"{len(cut) - matched} cut streams not logged with their bytes")
-    if len(flagged) > matched:
-        problems.append(f"{len(flagged) - matched} incomplete records for no cut stream")
+    if flagged_count > matched:
+        problems.append(f"{flagged_count - matched} incomplete records for no cut stream")
     if elsewhere:
         problems.append(
             "incomplete records where nothing was cut: " + ", ".join(f"{k} {v}" for k, v in elsewhere.items())
@@ -476,7 +555,11 @@ def incomplete_streams(phases: list[TelemetryPhase], profile: TelemetryProfile, 
         expected_text,
         observed,
         "; ".join(problems),
-        {"cut_streams": float(len(cut)), "logged_incomplete": float(len(flagged)), "logged_with_bytes": float(matched)},
+        {
+            "cut_streams": float(len(cut)),
+            "logged_incomplete": float(flagged_count),
+            "logged_with_bytes": float(matched),
+        },
     )
 
 
