@@ -68,7 +68,7 @@ def no_buffering(
     within bounds, TTFT p95 `limit_s` and per event p95 `chunk_p95_limit_s`.
 
     The held share is what tells buffering from a busy machine: a buffering proxy holds each
-    stream for (nearly) all of its length, 0.9-1.0 in the `buffering` and `hold-after-first`
+    stream for (nearly) all of its length, 1.0-1.1 in the `buffering` and `hold-after-first`
     controls, while noise does not grow with the stream. The absolute bounds are measured
     noise with a margin, not taste: rc1 adds 41-58 ms TTFT (p95) over 64 concurrent streams on
     two cores with the machine to itself, 109 ms with it loaded by other work, and 257 ms TTFT
