@@ -14,10 +14,12 @@ done
 for build in "${builds[@]}"; do wait "$build" || { kill "${builds[@]}" 2>/dev/null; exit 2; }; done
 # Two stages: everything on two workers (files in collection order: tests/conftest.py puts the
 # long cluster files first), then the tests that need the machine to themselves (capacity),
-# alone. Both run whatever the first found; a stage the arguments select nothing of (exit 5)
+# alone. Both run whatever the first found (failed tests included); a stage the arguments select nothing of (exit 5)
 # is no failure while the other ran tests.
 shared=0
 .venv/bin/pytest -n 2 --dist loadfile --no-loadscope-reorder --durations=40 -m "not exclusive" "$@" || shared=$?
+# interrupted (Ctrl-C), an internal or a usage error: stop here, as one pytest run would
+if ((shared != 0 && shared != 1 && shared != 5)); then exit "${shared}"; fi
 alone=0
 .venv/bin/pytest --durations=10 -m exclusive "$@" || alone=$?
 if ((shared == 5 && alone != 5)); then shared=0; fi

@@ -85,6 +85,23 @@ def test_no_buffering_judges_every_event_not_only_the_first():
     assert lagging.verdict == "fail" and lagging.metrics["streams_held"] == 0, "per-event p95 over 250 ms"
 
 
+def test_one_noisy_stream_of_many_does_not_decide_but_a_tenth_held_does():
+    """A correct proxy on a starved machine had one stream of 64 at 0.55; a buffering one
+    holds every stream. The share counts from the replica's first byte, not its TTFT."""
+    late = [x + (0.48 if i == 60 else 0.0) for i, x in enumerate(LONG)]
+    streams = [long_client(f"s{i}") for i in range(63)] + [long_client("n", ttft=0.25, offsets=late)]
+    sent = [long_replica(f"s{i}") for i in range(63)] + [long_replica("n")]
+    noisy = checks.no_buffering(streams, sent)
+    assert noisy.verdict == "pass" and noisy.metrics["streams_held"] == 1, noisy
+    assert noisy.metrics["held_share_max"] > 0.5
+    held = [long_client(f"h{i}", ttft=1.3, offsets=[0.0] * 128) for i in range(7)]
+    some = checks.no_buffering(streams[:57] + held, sent[:57] + [long_replica(f"h{i}") for i in range(7)])
+    assert some.verdict == "fail" and some.metrics["streams_held"] == 7, "7 of 64 held: more than one in ten"
+    slow_start = replace(long_replica("a"), first_byte_s=1.4, duration_s=2.68)
+    whole = checks.no_buffering([long_client("a", ttft=2.7, offsets=[0.0] * 128)], [slow_start])
+    assert whole.metrics["held_share_max"] > 0.95, "a replica's long TTFT does not dilute the share"
+
+
 def test_chunk_lateness_lines_up_events_by_position():
     sent = replica("a")
     late = checks.chunk_lateness(client("a", offsets=[0, 0.02, 0.05]), replace(sent, chunk_offsets_s=[0, 0.01, 0.02]))

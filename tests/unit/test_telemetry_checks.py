@@ -406,6 +406,37 @@ def test_attempt_records_under_a_marker_of_their_own_count_beside_the_request_re
     assert checks.attempt_log([replace(phase, log_lines=shifted, origins=ORIGINS)], CLAIMED).verdict == "fail"
 
 
+def test_a_broken_stream_may_be_logged_by_its_failure_but_only_in_place_of_its_own_status():
+    """Found by a red-team read: a cut stream logged as `upstream_disconnected` is its 200
+    attempt; a 429 logged as "timeout" beside a stream abandoned mid-way is not."""
+    cut = cut_phase([incomplete(479), incomplete(959)])
+    worded = [
+        {"backend": 3, "status": "upstream_disconnected"},
+        {"backend": 2, "status": 200},
+        {"backend": 0, "status": 200},
+    ]
+    assert checks.attempt_log([with_attempt_records(cut, worded)], CLAIMED).verdict == "fail", "no retry: not judged"
+    phases = [with_attempt_records(retry_phase(), [{"backend": b, "status": s} for b, s in SERVED])]
+    assert checks.attempt_log([*phases, with_attempt_records(cut, worded)], CLAIMED).verdict == "pass"
+    phase = timeout_phase(TIMED_OUT)
+    upstream = [*phase.upstream, attempt("d", 1, 429, 0.5), attempt("d", 3, 200, 0.6)]
+    records = [*TIMED_OUT, {"backend": 1, "status": "timeout"}, {"backend": 3, "status": 200}]
+    swapped = replace(phase, upstream=upstream, client=[*phase.client, response("d")])
+    result = checks.attempt_log([*phases, with_attempt_records(swapped, records)], CLAIMED)
+    assert result.verdict == "fail" and "not logged: 1x backend 1 status 429" in result.detail, result
+
+
+def test_a_health_line_of_the_marker_family_is_no_attempt():
+    phase = retry_phase()
+    lines = [
+        *phase.log_lines,
+        *[f"slurm_proxy_attempt {json.dumps({'backend': b, 'status': s})}" for b, s in SERVED],
+        'slurm_proxy_health {"backend": 0, "status": 200, "ms": 3}',
+    ]
+    result = checks.attempt_log([replace(phase, log_lines=lines, origins=ORIGINS)], CLAIMED)
+    assert result.verdict == "pass" and result.metrics["attempts_logged"] == 6.0, result
+
+
 def test_unclaimed_attempt_log_is_unsupported():
     result = checks.attempt_log([retry_phase()], TelemetryProfile(claims=("request_log",)))
     assert result.verdict == "unsupported", result

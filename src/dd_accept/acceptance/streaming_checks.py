@@ -41,18 +41,21 @@ def chunk_lateness(stream: ClientRequest, sent: UpstreamAttempt) -> list[float]:
 
 
 def held_share(stream: ClientRequest, sent: UpstreamAttempt) -> float | None:
-    """The largest delay of any event of the stream, as a share of the replica's whole response.
+    """The largest delay of any event of the stream, as a share of the replica's stream (its
+    response from the first byte on).
 
     An event's delay counts from the request: the TTFT the proxy added, plus how much later
     than the replica's pacing the event came (chunk_lateness). A proxy that holds the body, or
     every event after the first, delivers events only once the replica has sent (nearly) all
     of them: a share near 1 however busy the machine is. A proxy that forwards each event as
     it arrives shows only its scheduling noise, which does not grow with the stream."""
-    if stream.ttft_s is None or sent.first_byte_s is None or sent.duration_s <= 0:
+    if stream.ttft_s is None or sent.first_byte_s is None:
+        return None
+    streamed = sent.duration_s - sent.first_byte_s  # the stream itself, not the replica's TTFT before it
+    if streamed <= 0:
         return None
     added_ttft = stream.ttft_s - sent.first_byte_s
-    worst = max([0.0, *chunk_lateness(stream, sent)])
-    return max(added_ttft, added_ttft + worst) / sent.duration_s
+    return (added_ttft + max([0.0, *chunk_lateness(stream, sent)])) / streamed
 
 
 @check("streaming.no_buffering")
@@ -62,10 +65,13 @@ def no_buffering(
     limit_s: float = 0.5,
     chunk_p95_limit_s: float = 0.25,
     held_share_limit: float = 0.5,
+    held_streams_limit: float = 0.1,
 ) -> CheckResult:
-    """No stream is held: no event reaches the client later than half of its replica's whole
-    response after the replica sent it (`held_share_limit`); and the delay the proxy adds stays
-    within bounds, TTFT p95 `limit_s` and per event p95 `chunk_p95_limit_s`.
+    """Streams are not held: at most `held_streams_limit` of them (one in ten) has an event
+    reaching the client later than half of its replica's stream after the replica sent it
+    (`held_share_limit`); and the delay the proxy adds stays within bounds, TTFT p95 `limit_s`
+    and per event p95 `chunk_p95_limit_s`. A buffering proxy holds every stream; a correct one
+    on a starved machine had one of 64 at 0.55, which one noisy stream must not decide.
 
     The held share is what tells buffering from a busy machine: a buffering proxy holds each
     stream for (nearly) all of its length, 1.0-1.1 in the `buffering` and `hold-after-first`
@@ -102,7 +108,7 @@ def no_buffering(
         and chunk_p95 is not None
         and chunk_p95 <= chunk_p95_limit_s
         and bool(shares)
-        and held == 0
+        and held <= held_streams_limit * len(shares)
     )
     ttfts = [stream.ttft_s for stream in requests(client) if stream.ttft_s is not None]
     metrics = {"ttft_p99_s": percentile(ttfts, 0.99)} if ttfts else {}
@@ -131,8 +137,9 @@ def no_buffering(
     return CheckResult.judge(
         no_buffering.check_id,
         ok,
-        f"no stream held: no event reaches the client later than {held_share_limit:.0%} of its "
-        f"replica's response after the replica sent it; the proxy adds at most {limit_s * 1000:.0f} ms "
+        f"at most {held_streams_limit:.0%} of streams held: an event reaching the client later than "
+        f"{held_share_limit:.0%} of its replica's stream after the replica sent it; the proxy adds at most "
+        f"{limit_s * 1000:.0f} ms "
         f"to TTFT (p95) and {chunk_p95_limit_s * 1000:.0f} ms per event (p95)",
         "; ".join(parts) or "no stream measured",
         metrics=metrics,

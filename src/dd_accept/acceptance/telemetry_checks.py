@@ -368,12 +368,13 @@ def sibling_attempt_records(lines: list[str], marker: str) -> list[dict[str, Any
     """Attempt records a release writes under a marker of its own beside the request's (the
     seed names no marker for "each attempted upstream"): `slurm_proxy_attempt {...}` or
     `slurm_proxy_upstream {...}` beside `slurm_proxy_request`. Only records naming a backend
-    and a status, with no final status, count; other lines of the family (a start-up line,
-    a health event) are no attempt and are not judged."""
+    and a status, with no final status, under a marker naming an attempt or an upstream,
+    count; other lines of the family (a start-up line, a health event) are not judged."""
     family = marker.rsplit("_", 1)[0] + "_" if "_" in marker else None
     if family is None:
         return []
-    siblings = [line for line in lines if family in line and marker not in line]
+    named = re.compile(re.escape(family) + r"\w*(?:attempt|upstream)")  # not a health or start-up line
+    siblings = [line for line in lines if marker not in line and named.search(line)]
     return [
         r
         for r in log_records(siblings, family)[0]
@@ -413,21 +414,20 @@ def abandoned_mid_stream(attempt: UpstreamAttempt) -> bool:
 
 
 def match_attempts(
-    want: Counter[AttemptKey], got: Counter[AttemptKey], mid_stream: Counter[str]
+    want: Counter[AttemptKey], got: Counter[AttemptKey], broke: Counter[AttemptKey]
 ) -> Counter[AttemptKey]:
-    """`got` with the records of streams abandoned mid-stream read as the replica served them:
-    such an attempt got its status (200) and then timed out, and a record may name either.
-    For each replica, as many of its no-response records as it had such streams, and as its
-    status records fall short, count as that status."""
+    """`got` with the records of streams that broke after their status read as the replica
+    served them: such an attempt got its status and then timed out or was cut, and a record
+    may name the status or the failure. For each such (replica, status), as many of that
+    replica's spare no-response records as it had such streams, and as that status's records
+    fall short, count as that status; never as another status of the replica."""
     matched = Counter(got)
-    for replica, streams in mid_stream.items():
-        for key in [k for k in want if k[0] == replica and k[1] != NO_RESPONSE]:
-            short = max(0, want[key] - matched[key])
-            moved = min(short, streams, max(0, matched[(replica, NO_RESPONSE)] - want[(replica, NO_RESPONSE)]))
-            if moved:
-                matched[key] += moved
-                matched[(replica, NO_RESPONSE)] -= moved
-                streams -= moved
+    for key, streams in broke.items():
+        gone = (key[0], NO_RESPONSE)
+        moved = min(max(0, want[key] - matched[key]), streams, max(0, matched[gone] - want[gone]))
+        if moved:
+            matched[key] += moved
+            matched[gone] -= moved
     return +matched
 
 
@@ -451,8 +451,8 @@ def attempt_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
     for phase in phases:
         records, unreadable = attempt_records(phase.log_lines, profile)
         want = Counter(served_key(a) for a in phase.upstream)
-        mid_stream = Counter(str(a.replica) for a in phase.upstream if abandoned_mid_stream(a))
-        got = match_attempts(want, Counter(attempt_key(r, phase.origins) for r in records), mid_stream)
+        broke = Counter(served_key(a) for a in phase.upstream if abandoned_mid_stream(a) or a.outcome == "cut")
+        got = match_attempts(want, Counter(attempt_key(r, phase.origins) for r in records), broke)
         served += sum(want.values())
         logged += sum(got.values())
         retried += sum(want.values()) - len(phase.chains())
