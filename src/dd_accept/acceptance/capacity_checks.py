@@ -297,11 +297,7 @@ def knee(curve: Curve, floor: float) -> CheckResult:
         ok,
         f"the SLO ({curve.slo.describe()}) holds up to at least {floor:g} output tokens/s",
         observed,
-        (
-            f"not judged: the knee is bounded by the harness, not by the proxy ({'; '.join(starved)}); "
-            if starved
-            else ""
-        )
+        (not_judged(starved) + "; " if starved else "")
         + "; ".join(
             f"{lvl.load:g}: {lvl.output_throughput:.0f} tok/s, delay p95 {lvl.chunk_delay_p95_ms} ms"
             + (f" ({curve.slo.broken_by(lvl)})" if curve.slo.broken_by(lvl) else "")
@@ -381,6 +377,11 @@ def harness_bound(
     return [reason for lvl in placing_levels(curve) if (reason := bound(lvl))]
 
 
+def not_judged(reasons: list[str]) -> str:
+    """How a capacity check says its number is the harness's (empty when it is the proxy's)."""
+    return f"not judged: the knee is bounded by the harness, not by the proxy ({'; '.join(reasons)})" if reasons else ""
+
+
 @check("capacity.harness_headroom")
 def harness_headroom(
     curve: Curve, wait_limit: float = PROXY_WAIT_LIMIT, client_limit: float = CLIENT_CORE_LIMIT
@@ -421,7 +422,7 @@ def harness_headroom(
         not reasons,
         expected,
         observed,
-        f"not judged: the knee is bounded by the harness, not by the proxy ({'; '.join(reasons)})" if reasons else "",
+        not_judged(reasons),
         {
             "proxy_wait_share": round(max(lvl.proxy_wait_share for lvl in measured), 4),
             "client_core_share": round(max(lvl.client_core_share for lvl in measured), 3),

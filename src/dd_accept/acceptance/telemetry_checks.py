@@ -408,9 +408,10 @@ def served_key(attempt: UpstreamAttempt) -> AttemptKey:
     return str(attempt.replica), NO_RESPONSE if attempt.status is None else str(attempt.status)
 
 
-def abandoned_mid_stream(attempt: UpstreamAttempt) -> bool:
-    """A stream the proxy gave up on after its status and some events (a streaming timeout)."""
-    return attempt.outcome == "abandoned" and attempt.status is not None
+def broke_mid_way(attempt: UpstreamAttempt) -> bool:
+    """A stream that broke after its status: cut by the replica, or given up on by the proxy
+    after its status and some events (a streaming timeout)."""
+    return attempt.outcome == "cut" or (attempt.outcome == "abandoned" and attempt.status is not None)
 
 
 def match_attempts(
@@ -451,7 +452,7 @@ def attempt_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
     for phase in phases:
         records, unreadable = attempt_records(phase.log_lines, profile)
         want = Counter(served_key(a) for a in phase.upstream)
-        broke = Counter(served_key(a) for a in phase.upstream if abandoned_mid_stream(a) or a.outcome == "cut")
+        broke = Counter(served_key(a) for a in phase.upstream if broke_mid_way(a))
         got = match_attempts(want, Counter(attempt_key(r, phase.origins) for r in records), broke)
         served += sum(want.values())
         logged += sum(got.values())
@@ -482,6 +483,10 @@ def _attempts(found: Counter[AttemptKey]) -> str:
     return ", ".join(shown) + (" ..." if len(found) > 3 else "")
 
 
+def incomplete_records(phase: TelemetryPhase, profile: TelemetryProfile) -> list[dict[str, Any]]:
+    return [r for r in log_records(phase.log_lines, profile.log_marker)[0] if r.get(profile.incomplete_field) is True]
+
+
 CUT_PHASES = ("cut", "timeouts")  # where replicas cut streams, and where the proxy abandons them mid-way
 
 
@@ -490,7 +495,7 @@ def broken_streams(phase: TelemetryPhase) -> list[tuple[int, int]]:
     replica sent), smallest first: cut by a replica, or abandoned by the proxy after its
     status and some events (a streaming timeout)."""
     received = {r.request_id: r.bytes or 0 for r in phase.client}
-    broken = [a for a in phase.upstream if a.outcome == "cut" or abandoned_mid_stream(a)]
+    broken = [a for a in phase.upstream if broke_mid_way(a)]
     return sorted(((received.get(a.request_id, 0), a.bytes) for a in broken), key=lambda b: b[1])
 
 
@@ -518,7 +523,7 @@ def incomplete_streams(
     for phase in judged:
         broken = broken_streams(phase)
         cut += broken
-        flagged = [r for r in log_records(phase.log_lines, marker)[0] if r.get(flag) is True]
+        flagged = incomplete_records(phase, profile)
         flagged_count += len(flagged)
         sizes = sorted(int(r[size]) for r in flagged if isinstance(r.get(size), int) and not isinstance(r[size], bool))
         for low, high in broken:  # each broken stream takes the smallest logged size its bounds allow
@@ -526,12 +531,7 @@ def incomplete_streams(
             if hit is not None:
                 sizes.pop(hit)
                 matched += 1
-    elsewhere = {
-        p.name: n
-        for p in phases
-        if p.name not in cut_phases
-        and (n := sum(1 for r in log_records(p.log_lines, marker)[0] if r.get(flag) is True))
-    }
+    elsewhere = {p.name: n for p in phases if p.name not in cut_phases and (n := len(incomplete_records(p, profile)))}
     ok = bool(cut) and matched == len(cut) == flagged_count and not elsewhere
     observed = (
         f"{len(cut)} streams broken mid-way in {', '.join(p.name for p in judged)} (client got / replica sent: "
