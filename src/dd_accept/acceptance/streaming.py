@@ -19,12 +19,18 @@ class StreamingOptions:
     replicas: int = 8
     streams: int = 64
     concurrency: int = 32
-    # The judged streams are long (about 1.3 s) so that a held stream stands far above a busy
-    # machine's scheduling noise (no_buffering's held share); the connection-accounting phases
-    # count connections, not tokens, and stay short.
-    tokens: int = 128
+    # The dense streams are long (about 1.3 s) so that a held stream stands far above a busy
+    # machine's scheduling noise (no_buffering's held share); 20 ms apart, the proxy forwards
+    # 1,600 events a second, which a starved machine still keeps up with. The connection-
+    # accounting phases count connections, not tokens, and stay short.
+    tokens: int = 64
     accounting_tokens: int = 16
-    itl_ms: int = 10
+    itl_ms: int = 20
+    # The sparse streams: events further apart than any scheduling noise measured (0.8 s at
+    # most in CI), each of which must reach the client before the replica sends the next.
+    sparse_streams: int = 16
+    sparse_tokens: int = 5
+    sparse_itl_ms: int = 1500
     client_headers: tuple[str, ...] = ()
     seed: int = 0
 
@@ -84,6 +90,14 @@ def _phase(allocation, proxy, replicas, run, profile, options, name, *, streams=
     return events, upstream, phase
 
 
+def _deploy_replicas(s: StreamingRun) -> None:
+    o = s.options
+    s.replicas = deployment.start_replicas(
+        s.allocation, o.replicas, run=s.run, profile=s.profile, seed=o.seed,
+        options=("--ttft-ms", "20", "--itl-ms", str(o.itl_ms), "--max-num-seqs", "64"),
+    )  # fmt: skip
+
+
 @dataclass
 class StreamingRun(DeployedRun):
     """One streaming run's state, handed from phase to phase."""
@@ -91,6 +105,7 @@ class StreamingRun(DeployedRun):
     options: StreamingOptions
     connections: dict[str, checks.ConnectionPhase] = field(default_factory=dict)
     routing: BackgroundCommand | None = None
+    dense: tuple[list, list] = ([], [])
 
     def client_phase(
         self,
@@ -100,29 +115,41 @@ class StreamingRun(DeployedRun):
         streams: int | None = None,
         concurrency: int | None = None,
         tokens: int | None = None,
+        accounted: bool = True,
     ):
-        """One client run through the proxy; its connection numbers are kept under `key`."""
+        """One client run through the proxy; its connection numbers are kept under `key`
+        (those of a phase not `accounted` are not judged)."""
         replicas, proxy = self.deployed
         found = _phase(
             self.allocation, proxy, replicas, self.run, self.profile, self.options, name,
             streams=streams, concurrency=concurrency, tokens=tokens,
         )  # fmt: skip
-        self.connections[key or name] = found[2]
+        if accounted:
+            self.connections[key or name] = found[2]
         return found
-
-
-def _deploy_replicas(s: StreamingRun) -> None:
-    o = s.options
-    s.replicas = deployment.start_replicas(
-        s.allocation, o.replicas, run=s.run, profile=s.profile, seed=o.seed,
-        options=("--ttft-ms", "20", "--itl-ms", str(o.itl_ms), "--max-num-seqs", "64"),
-    )  # fmt: skip
 
 
 def _streams(s: StreamingRun) -> None:
     events, upstream, _ = s.client_phase("stream", key="keep-alive")
-    s.result.add(checks.integrity(events, upstream))
-    s.result.add(checks.no_buffering(events, upstream))
+    s.dense = (events, upstream)
+
+
+def _pace_sparse(s: StreamingRun) -> None:
+    s.deployed[0].control(None, "pace", itl_ms=s.options.sparse_itl_ms)
+
+
+def _sparse(s: StreamingRun) -> None:
+    o = s.options
+    events, upstream, _ = s.client_phase(
+        "sparse", streams=o.sparse_streams, concurrency=o.sparse_streams, tokens=o.sparse_tokens, accounted=False
+    )
+    dense_events, dense_upstream = s.dense
+    s.result.add(checks.integrity([*dense_events, *events], [*dense_upstream, *upstream]))
+    s.result.add(checks.no_buffering(dense_events, dense_upstream, events, upstream))
+
+
+def _pace_dense(s: StreamingRun) -> None:
+    s.deployed[0].control(None, "pace", itl_ms=s.options.itl_ms)
 
 
 def _sequential(s: StreamingRun) -> None:
@@ -189,6 +216,14 @@ PHASES: tuple[Phase[StreamingRun], ...] = (
     Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
     Phase("deploy", "deploying the SUT's proxy", deploy_proxy),
     Phase("drive", "streams through the proxy", _streams, numbers=lambda s: {"streams": s.options.streams}),
+    Phase("hold", "replicas space their events", _pace_sparse, numbers=lambda s: {"ms": s.options.sparse_itl_ms}),
+    Phase(
+        "drive",
+        "sparse streams: each event before the next",
+        _sparse,
+        numbers=lambda s: {"streams": s.options.sparse_streams},
+    ),
+    Phase("relieve", "replicas pace their events as before", _pace_dense),
     Phase("drive", "one stream at a time over kept-alive connections", _sequential),
     Phase("hold", "replicas close every keep-alive connection", _close_keepalive),
     Phase("drive", "streams while every connection is closed after its response", _closing),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dd_accept.acceptance.analysis import attempts_by_request, percentile, requests
@@ -55,58 +57,92 @@ def held_share(added_ttft: float, lateness: list[float], sent: UpstreamAttempt) 
     return (added_ttft + max([0.0, *lateness])) / streamed
 
 
+def served_once(client: list[Event], upstream: list[UpstreamAttempt]) -> list[tuple[ClientRequest, UpstreamAttempt]]:
+    """Each client stream with the one replica attempt that served it (streams retried or
+    served by none are not lined up: their timing is not one replica's pacing)."""
+    attempts = attempts_by_request(upstream)
+    pairs = []
+    for stream in requests(client):
+        sent = [a for a in attempts.get(stream.request_id, []) if a.status == 200]
+        if len(sent) == 1:
+            pairs.append((stream, sent[0]))
+    return pairs
+
+
+def event_delays(stream: ClientRequest, sent: UpstreamAttempt) -> list[tuple[float, float]]:
+    """Each event's delay from the replica's send to the client (the TTFT the proxy added
+    plus chunk_lateness), with the replica's gap to its next event: (delay, gap). Events the
+    replica sent together with the next (the final chunk, usage) have no gap to be judged by
+    and are left out, as is the last event."""
+    if stream.ttft_s is None or sent.first_byte_s is None:
+        return []
+    added = stream.ttft_s - sent.first_byte_s
+    paced = sent.chunk_offsets_s or []
+    late = [0.0, *chunk_lateness(stream, sent)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(paced)]
+    spaced = sorted(gap for gap in gaps if gap > 0)
+    if not spaced:
+        return []
+    paced_gap = spaced[len(spaced) // 2]  # the replica's pacing (median gap)
+    return [(added + lateness, gap) for lateness, gap in zip(late, gaps, strict=False) if gap >= paced_gap / 2]
+
+
 @check("streaming.no_buffering")
 def no_buffering(
     client: list[Event],
     upstream: list[UpstreamAttempt],
-    limit_s: float = 0.5,
-    chunk_p95_limit_s: float = 0.25,
+    sparse_client: Sequence[Event] = (),
+    sparse_upstream: Sequence[UpstreamAttempt] = (),
     held_share_limit: float = 0.5,
     held_streams_limit: float = 0.1,
 ) -> CheckResult:
-    """Streams are not held: at most `held_streams_limit` of them (one in ten) has an event
-    reaching the client later than half of its replica's stream after the replica sent it
-    (`held_share_limit`); and the delay the proxy adds stays within bounds, TTFT p95 `limit_s`
-    and per event p95 `chunk_p95_limit_s`. A buffering proxy holds every stream; a correct one
-    on a starved machine had one of 64 at 0.55, which one noisy stream must not decide.
+    """The proxy forwards each event as it comes, judged against the stream's own pacing so
+    that no machine's speed decides:
 
-    The held share is what tells buffering from a busy machine: a buffering proxy holds each
-    stream for (nearly) all of its length, 1.0-1.1 in the `buffering` and `hold-after-first`
-    controls, while noise does not grow with the stream. The absolute bounds are measured
-    noise with a margin, not taste: rc1 adds 41-58 ms TTFT (p95) over 64 concurrent streams on
-    two cores with the machine to itself, 109 ms with it loaded by other work, and 257 ms TTFT
-    and 159 ms per event (p95; 315 and 237 ms at most) while another cluster test saturated
-    both cores in CI, where the former bounds of 200 and 100 ms blamed a correct release."""
-    attempts = attempts_by_request(upstream)
+    - *sparse streams* (events far apart): each event reaches the client before the replica
+      sends the next one. A proxy that holds events, for a buffer to fill, for a batch, or for
+      the end of the stream, delivers an event only with a later one; a proxy that forwards
+      each event misses this only by more than the gap (1.5 s): more than any scheduling
+      noise measured (at most 0.8 s, TTFT and lateness together, with both cores saturated
+      by another cluster test in CI).
+    - *dense streams* (64 at 32 at once): no event later than half of its replica's stream
+      (the held share). A proxy that holds the body, or every event after the first, holds
+      each stream for 1.0-1.1 of its length in the `buffering` and `hold-after-first`
+      controls; a correct one on a busy machine 0.06-0.12 (one stream of 64 at 0.55 beside
+      a capacity run).
+
+    In each, at most `held_streams_limit` of the streams (one in ten) may be held, so one
+    noisy stream does not decide; a buffering proxy holds every one. The delay added in
+    milliseconds (TTFT and per event, p95) is measured noise on a busy machine, not a
+    verdict: it is reported, for a gate file to bound where the machine is known."""
     deltas: list[float] = []
     lateness: list[float] = []
     shares: list[float] = []
     streams_judged = 0
-    for stream in requests(client):
-        sent = [a for a in attempts.get(stream.request_id, []) if a.status == 200]
-        if len(sent) != 1:
-            continue
-        late = chunk_lateness(stream, sent[0])
-        if stream.ttft_s is not None and sent[0].first_byte_s is not None:
-            deltas.append(stream.ttft_s - sent[0].first_byte_s)
-            share = held_share(deltas[-1], late, sent[0])
+    for stream, sent in served_once(client, upstream):
+        late = chunk_lateness(stream, sent)
+        if stream.ttft_s is not None and sent.first_byte_s is not None:
+            deltas.append(stream.ttft_s - sent.first_byte_s)
+            share = held_share(deltas[-1], late, sent)
             if share is not None:
                 shares.append(share)
         if late:
             streams_judged += 1
             lateness += late
+    sparse = [event_delays(stream, sent) for stream, sent in served_once(list(sparse_client), list(sparse_upstream))]
+    sparse = [delays for delays in sparse if delays]
+    sparse_ratios = [max(delay / gap for delay, gap in delays) for delays in sparse]
+    held = sum(1 for share in shares if share > held_share_limit)
+    sparse_held = sum(1 for ratio in sparse_ratios if ratio >= 1)
+    ok = (
+        bool(shares)
+        and held <= held_streams_limit * len(shares)
+        and bool(sparse_ratios)
+        and sparse_held <= held_streams_limit * len(sparse_ratios)
+    )
     p95 = percentile(deltas, 0.95)
     chunk_p95 = percentile(lateness, 0.95)
     chunk_max = max(lateness, default=None)
-    held = sum(1 for share in shares if share > held_share_limit)
-    ok = (
-        p95 is not None
-        and p95 <= limit_s
-        and chunk_p95 is not None
-        and chunk_p95 <= chunk_p95_limit_s
-        and bool(shares)
-        and held <= held_streams_limit * len(shares)
-    )
     ttfts = [stream.ttft_s for stream in requests(client) if stream.ttft_s is not None]
     metrics = {"ttft_p99_s": percentile(ttfts, 0.99)} if ttfts else {}
     if p95 is not None:
@@ -115,7 +151,30 @@ def no_buffering(
         metrics |= {"added_chunk_delay_p95_s": chunk_p95, "added_chunk_delay_max_s": chunk_max}
     if shares:
         metrics |= {"held_share_max": max(shares), "streams_held": held}
+    if sparse_ratios:
+        delays = [delay for stream in sparse for delay, _ in stream]
+        metrics |= {
+            "sparse_streams_held": sparse_held,
+            "sparse_delay_max_s": max(delays),
+            "sparse_delay_of_gap_max": max(sparse_ratios),
+        }
     parts = []
+    if sparse_ratios:
+        gaps = sorted(gap for stream in sparse for _, gap in stream)
+        parts.append(
+            f"sparse: {sparse_held} of {len(sparse_ratios)} streams held (an event not delivered before the "
+            f"replica sent the next, {gaps[len(gaps) // 2]:.1f} s later); largest delay "
+            f"{max(delays) * 1000:.0f} ms, {max(sparse_ratios):.0%} of its gap"
+        )
+    else:
+        parts.append("sparse: no stream measured")
+    if shares:
+        parts.append(
+            f"dense: {held} of {len(shares)} streams held past {held_share_limit:.0%} of their length "
+            f"(largest share {max(shares):.0%})"
+        )
+    else:
+        parts.append("dense: no stream measured")
     if p95 is not None:
         parts.append(
             f"added TTFT p50 {percentile(deltas, 0.5) * 1000:.0f} ms, p95 {p95 * 1000:.0f} ms, "
@@ -126,18 +185,13 @@ def no_buffering(
             f"added delay per event p95 {chunk_p95 * 1000:.0f} ms, max {chunk_max * 1000:.0f} ms "
             f"over {len(lateness)} events of {streams_judged} streams"
         )
-    if shares:
-        parts.append(
-            f"{held} of {len(shares)} streams held past {held_share_limit:.0%} of their length "
-            f"(largest share {max(shares):.0%})"
-        )
     return CheckResult.judge(
         no_buffering.check_id,
         ok,
-        f"at most {held_streams_limit:.0%} of streams held: an event reaching the client later than "
-        f"{held_share_limit:.0%} of its replica's stream after the replica sent it; the proxy adds at most "
-        f"{limit_s * 1000:.0f} ms to TTFT (p95) and {chunk_p95_limit_s * 1000:.0f} ms per event (p95)",
-        "; ".join(parts) or "no stream measured",
+        f"each event forwarded as it comes: in sparse streams, before the replica sends the next event; in "
+        f"dense streams, none later than {held_share_limit:.0%} of its replica's stream; at most "
+        f"{held_streams_limit:.0%} of the streams of each held",
+        "; ".join(parts),
         metrics=metrics,
     )
 

@@ -24,6 +24,7 @@ ACTIONS = (
     "health",
     "hang",
     "stall",
+    "pace",
     "respond",
     "keepalive",
     "cut",

@@ -76,6 +76,15 @@ def open_existing(options: ClusterOptions, spell: Callable[[Field[Any]], str] = 
     return ExistingCluster(run_dir=check_run_dir(Path(options.run_dir)), options=options)
 
 
+# Run by a one-task job: read the marker (waiting up to $3 seconds for it), print it and write
+# it back to the reply file. Exit 0 whatever it found: srun's own failure is told apart.
+SHARED_MARKER_SCRIPT = (
+    'i=0; while [ "$i" -lt "$3" ]; do '
+    'if [ -r "$1" ]; then cat "$1"; cat "$1" > "$2" 2>/dev/null; exit 0; fi; '
+    "sleep 1; i=$((i+1)); done; exit 0"
+)
+
+
 @dataclass
 class ExistingCluster:
     """A Slurm cluster this machine is a login node of; see the module docstring."""
@@ -288,24 +297,38 @@ class ExistingCluster:
         except OSError:
             return ""
 
-    def check_shared(self, timeout: float = 120.0) -> None:
+    def check_shared(self, timeout: float = 120.0, tries: int = 5) -> None:
         """Prove the run directory is the same on a compute node: a one-task job reads a marker
-        the login node just wrote. Raises a usage error naming the directory when it is not."""
-        marker = self.run_dir / f".dd-accept-shared-{uuid.uuid4().hex[:8]}"
+        the login node just wrote and writes it back beside it. Raises a usage error naming the
+        directory when it is not.
+
+        Either way back proves it: the job's output (srun forwards it) or the reply file (a
+        site's srun may lose a short task's output; the file cannot be mistaken). The job looks
+        for the marker `tries` times a second apart, since a network filesystem may show a
+        file created on another host a moment later."""
+        token = uuid.uuid4().hex[:8]
+        marker = self.run_dir / f".dd-accept-shared-{token}"
+        reply = self.run_dir / f".dd-accept-shared-{token}.reply"
         marker.write_text(marker.name)
         try:
             argv = ["srun", "-N1", "-n1", "--job-name=dd-accept-check", *self.salloc_args]
             if self.time_limit:
                 argv.append(f"--time={self.time_limit}")
-            # The task itself always exits 0: a failing srun is a scheduling problem, an empty
-            # output means the compute node does not see the file.
-            read = ["sh", "-c", 'cat "$1" 2>/dev/null; exit 0', "read-marker", str(marker)]
-            record = self.exec([*argv, *self.srun_args, *read], timeout=timeout)
+            # The task itself always exits 0: a failing srun is a scheduling problem, no marker
+            # read back means the compute node does not see the file.
+            read = [
+                "sh", "-c", SHARED_MARKER_SCRIPT, "read-marker", str(marker), str(reply), str(tries),
+            ]  # fmt: skip
+            record = self.exec([*argv, *self.srun_args, *read], timeout=timeout + tries)
+            replied = reply.read_text() if reply.is_file() else ""
         finally:
             marker.unlink(missing_ok=True)
+            reply.unlink(missing_ok=True)
         if not record.ok:
             raise UsageError(f"--run-dir check: a one-task job could not run: {record.describe()}")
-        if record.stdout.strip() != marker.name:
+        if marker.name not in (record.stdout.strip(), replied.strip()):
+            printed = "printed nothing" if not record.stdout.strip() else "printed something else"
             raise UsageError(
-                f"--run-dir {self.run_dir.name} is not shared with the compute nodes (a job could not read it there)"
+                f"--run-dir {self.run_dir.name} is not shared with the compute nodes (a job could not read it "
+                f"there within {tries} s; it {printed} and wrote nothing back)"
             )

@@ -645,6 +645,27 @@ FAULTS = {
             ),
         ),
         Fault(
+            "flush-every-4-events",
+            "data-designer-slurm",
+            "the proxy forwards events in batches of four (a write buffer flushed by count, and at the end): "
+            "dense streams barely notice, a sparse stream's events wait for three more",
+            (
+                (
+                    PROXY,
+                    "            async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+                    "                await downstream.write(chunk)\n",
+                    '            batch = b""\n'
+                    "            async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+                    "                batch += chunk\n"
+                    '                if batch.count(b"data: ") >= 4:\n'
+                    "                    await downstream.write(batch)\n"
+                    '                    batch = b""\n'
+                    "            if batch:\n"
+                    "                await downstream.write(batch)\n",
+                ),
+            ),
+        ),
+        Fault(
             "hold-after-first",
             "data-designer-slurm",
             "the proxy forwards the first chunk at once and holds the rest of the stream until it ends",

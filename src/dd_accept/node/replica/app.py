@@ -414,6 +414,8 @@ class ControlRouter:
             control.hung = bool(body["on"])
         elif action == "stall":
             engine.stall(bool(body["on"]))
+        elif action == "pace":
+            engine.pace(float(body["itl_ms"]) / 1000)
         elif action == "respond":
             status = int(body["status"])
             if not 100 <= status <= 599:
@@ -454,6 +456,7 @@ class ControlRouter:
         metrics = self.engine.metrics
         return {
             "pid": os.getpid(),
+            "itl_ms": self.engine.settings.itl_s * 1000,
             "waiting": self.engine.waiting,
             "running": self.engine.running,
             "held_depth": self.engine.held_depth,
