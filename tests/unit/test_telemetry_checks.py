@@ -122,7 +122,7 @@ def test_each_cut_stream_is_logged_with_bytes_between_what_the_client_got_and_th
     assert "client got / replica sent: 479/479, 700/959 bytes" in result.observed
     between = checks.incomplete_streams([cut_phase([incomplete(479), incomplete(800)])], CLAIMED)
     assert between.verdict == "pass", "the client's reader may drop what it buffered when the stream broke"
-    for sizes in ((479, 12), (479, 1000), (479, 479)):  # too few, more than the replica sent, one stream's twice
+    for sizes in ((479, 12), (479, 3000), (479, 479)):  # too few, far more than was sent, one stream's twice
         wrong = checks.incomplete_streams([cut_phase([incomplete(n) for n in sizes])], CLAIMED)
         assert wrong.verdict == "fail" and "1 cut streams not logged with their bytes" in wrong.detail, sizes
     one = checks.incomplete_streams([cut_phase([incomplete(479)])], CLAIMED)
@@ -552,3 +552,75 @@ def test_the_request_whose_every_attempt_timed_out_gets_the_status_the_profile_d
     assert wrong.verdict == "fail", wrong
     assert wrong.detail == "the request whose every attempt timed out got 504, the profile documents 502", wrong
     assert checks.timeouts(after, CLAIMED, phases, 504).verdict == "pass", "undocumented: reported, not judged"
+
+
+def test_attempts_a_request_record_lists_inline_are_its_attempt_log():
+    """A release may log each attempt inside its request's record: a list of attempts, or a
+    list of backends beside rc1's `upstream_outcomes`. Read only where no separate attempt
+    record exists (never counted twice)."""
+    phase = retry_phase()
+    by_request = {"a": [(0, 429), (1, 200)], "b": [(2, 200)], "c": [(1, 503), (2, 503), (3, 200)]}
+    listed = [
+        {"final_status": 200, "attempts": [{"backend": b, "status": st} for b, st in chain]}
+        for chain in by_request.values()
+    ]
+    beside = [
+        {
+            "final_status": 200,
+            "upstream_outcomes": [str(st) for _, st in chain],
+            "upstream_backends": [b for b, _ in chain],
+        }
+        for chain in by_request.values()
+    ]
+    for records in (listed, beside):
+        judged = replace(phase, log_lines=[f"slurm_proxy_request {json.dumps(r)}" for r in records], origins=ORIGINS)
+        result = checks.attempt_log([judged], CLAIMED)
+        assert result.verdict == "pass" and result.metrics["attempts_logged"] == 6.0, result
+        assert checks.request_log([judged], CLAIMED).verdict == "pass"
+    shifted = [{**r, "upstream_backends": [(b + 1) % 4 for b in r["upstream_backends"]]} for r in beside]
+    judged = replace(phase, log_lines=[f"slurm_proxy_request {json.dumps(r)}" for r in shifted], origins=ORIGINS)
+    assert checks.attempt_log([judged], CLAIMED).verdict == "fail"
+    both = with_attempt_records(
+        replace(phase, log_lines=[f"slurm_proxy_request {json.dumps(r)}" for r in listed]),
+        [{"backend": b, "status": st} for b, st in SERVED],
+    )
+    result = checks.attempt_log([both], CLAIMED)
+    assert result.verdict == "pass" and result.metrics["attempts_logged"] == 6.0, "separate records, not twice"
+
+
+def test_attempt_statuses_are_read_however_a_release_spells_them():
+    spelled = [{"backend": b, "http_status": f"{st} Reason"} for b, st in SERVED]
+    result = checks.attempt_log([with_attempt_records(retry_phase(), spelled)], CLAIMED)
+    assert result.verdict == "pass", result
+    # start-of-attempt records (a backend, no status yet) beside the full ones are not judged
+    started = [{"backend": b, "event": "attempt_start"} for b, _ in SERVED]
+    records = [*started, *[{"backend": b, "status": st} for b, st in SERVED]]
+    assert checks.attempt_log([with_attempt_records(retry_phase(), records)], CLAIMED).verdict == "pass"
+    # no response, however said: 0, 599, 504, a word, or no status and an error
+    phases = [with_attempt_records(retry_phase(), [{"backend": b, "status": st} for b, st in SERVED])]
+    for said in ({"status": 0}, {"status": 599}, {"status": None, "error": "ServerTimeoutError"}, {"error": "timeout"}):
+        records = [{"backend": 0, **said}, *TIMED_OUT[1:]]
+        result = checks.attempt_log([*phases, timeout_phase(records)], CLAIMED)
+        assert result.verdict == "pass", (said, result)
+    # a request record whose final status is a word is a request's, not an attempt with no backend
+    worded = [*TIMED_OUT, {"final_status": "timeout", "upstream_outcomes": ["timeout", "200"]}]
+    assert checks.attempt_log([*phases, timeout_phase(worded)], CLAIMED).verdict == "pass"
+
+
+def test_incomplete_records_are_read_however_a_release_spells_the_flag_and_bytes():
+    spelled = [{"incomplete": "true", "bytes_sent": "479"}, {"incomplete": 1, "bytes_sent": 959}]
+    assert checks.incomplete_streams([cut_phase(spelled)], CLAIMED).verdict == "pass"
+    no = [{"incomplete": "false", "bytes_sent": 479}, incomplete(479), incomplete(959)]
+    assert checks.incomplete_streams([cut_phase(no)], CLAIMED).verdict == "pass", "false is not flagged"
+    # a proxy that adds its own SSE error event: the client got more than the replica sent
+    errored = cut_phase([incomplete(479 + 90), incomplete(959 + 90)], client_bytes=(479 + 90, 700))
+    result = checks.incomplete_streams([errored], CLAIMED)
+    assert result.verdict == "pass", result
+    # counting only what it forwarded, not its error event: still within the bounds
+    assert (
+        checks.incomplete_streams(
+            [replace(errored, log_lines=cut_phase([incomplete(479), incomplete(959)]).log_lines)], CLAIMED
+        ).verdict
+        == "pass"
+    )
+    assert checks.byte_bounds(700, 959) == (700, 959 + 95 + 1024)

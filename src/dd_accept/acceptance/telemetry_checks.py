@@ -78,17 +78,42 @@ def log_records(lines: list[str], marker: str) -> tuple[list[dict[str, Any]], in
 
 def status_of(value: Any) -> int | None:
     """An upstream outcome or final status as a status code, however a record spells it:
-    429, "429", "http_429", {"status": 429}; None for anything else (a connection error)."""
+    429, "429", "http_429", "429 Too Many Requests", {"status": 429} (or any of
+    ATTEMPT_STATUS_KEYS); None for anything else (a connection error, a timeout)."""
     if isinstance(value, dict):
-        value = value.get("status", value.get("status_code"))
+        value = _first(value, ATTEMPT_STATUS_KEYS)
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
     if isinstance(value, str):
-        digits = value.removeprefix("http_")
+        digits = value.strip().removeprefix("http_").split(" ", 1)[0]
         return int(digits) if digits.isdigit() else None
     return None
+
+
+def flagged(value: Any) -> bool:
+    """A record's flag as a release may write it: true, "true", 1."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "1")
+    return value is True or (isinstance(value, int) and value == 1)
+
+
+def byte_count(value: Any) -> int | None:
+    """A byte count written as a number or as digits; None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def is_request_record(record: dict[str, Any]) -> bool:
+    """A request's record names its final status, however it spells it (a word such as
+    "timeout" included); an attempt's record does not."""
+    return record.get("final_status") is not None
 
 
 def metrics_delta(before_document: Any, after_document: Any, dotted: str) -> Any:
@@ -281,7 +306,7 @@ def request_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
     failovers = 0
     for phase in phases:
         records, malformed = log_records(phase.log_lines, marker)
-        complete = [r for r in records if not r.get(profile.incomplete_field)]
+        complete = [r for r in records if not flagged(r.get(profile.incomplete_field))]
         keys = [_record_key(r) for r in complete]
         requests_logged = [k for k in keys if k is not None]
         unreadable = malformed
@@ -331,7 +356,13 @@ def _keys(found: Counter[RecordKey]) -> str:
 # Where a per-attempt record names its backend and its upstream status: the names a release
 # that logs "each attempted upstream" (the seed) is read by, the first one present counting.
 ATTEMPT_BACKEND_KEYS = ("backend", "backend_index", "upstream", "backend_origin", "origin")
-ATTEMPT_STATUS_KEYS = ("status", "status_code", "upstream_status", "outcome")
+ATTEMPT_STATUS_KEYS = ("status", "status_code", "http_status", "upstream_status", "response_status", "outcome")
+# A record of an attempt that got no status may say why instead (status null or absent).
+ATTEMPT_ERROR_KEYS = ("error", "error_type", "exception", "reason")
+# Where a request's record may list its attempts inline: dicts each naming a backend and a
+# status, or a list of backends beside `upstream_outcomes` (rc1's), one per attempt.
+INLINE_ATTEMPT_KEYS = ("attempts", "upstream_attempts", "upstreams", "attempt_log")
+INLINE_BACKEND_KEYS = ("upstream_backends", "backends", "backend_indexes", "upstream_indexes", "attempt_backends")
 
 AttemptKey = tuple[str, str]  # (backend as a replica index, or what the record said; status)
 
@@ -353,15 +384,35 @@ def backend_named(value: Any, origins: tuple[str, ...]) -> str:
 
 
 def attempt_records(lines: list[str], profile: TelemetryProfile) -> tuple[list[dict[str, Any]], int]:
-    """The per-attempt records among a phase's marked records: those with no final status
-    (a request's record has one; an attempt's record may also say its stream was
-    incomplete). Also how many of them name no backend or no status."""
-    records = [r for r in log_records(lines, profile.log_marker)[0] if status_of(r.get("final_status")) is None]
+    """The per-attempt records of a phase: the marked records with no final status (a
+    request's record has one; an attempt's record may also say its stream was incomplete),
+    those under a sibling marker, or, where a release writes neither, the attempts its
+    request records list inline. Also how many per-attempt records name no backend or no
+    status (nor why it had none): reported where the phase's attempts do not match."""
+    marked = log_records(lines, profile.log_marker)[0]
+    records = [r for r in marked if not is_request_record(r)]
     # an incomplete-stream record naming no backend is a request's (incomplete_streams judges it)
-    records = [r for r in records if not (r.get(profile.incomplete_field) and _first(r, ATTEMPT_BACKEND_KEYS) is None)]
-    readable = [r for r in records if _first(r, ATTEMPT_BACKEND_KEYS) is not None]
-    readable = [r for r in readable if _first(r, ATTEMPT_STATUS_KEYS) is not None]
-    return readable + sibling_attempt_records(lines, profile.log_marker), len(records) - len(readable)
+    records = [r for r in records if not (flagged(r.get(profile.incomplete_field)) and _backend(r) is None)]
+    readable = [r for r in records if _backend(r) is not None and (_status(r) is not None or _error(r) is not None)]
+    separate = readable + sibling_attempt_records(lines, profile.log_marker)
+    if not separate:
+        separate = [a for r in marked if is_request_record(r) for a in inline_attempts(r)]
+    return separate, len(records) - len(readable)
+
+
+def inline_attempts(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The attempts a request's record lists inline, as attempt records: a list of dicts
+    naming a backend and a status, or a list of backends beside `upstream_outcomes`."""
+    for key in INLINE_ATTEMPT_KEYS:
+        listed = record.get(key)
+        if isinstance(listed, list) and listed and all(isinstance(a, dict) for a in listed):
+            return [a for a in listed if _backend(a) is not None]
+    outcomes = record.get("upstream_outcomes")
+    for key in INLINE_BACKEND_KEYS:
+        backends = record.get(key)
+        if isinstance(backends, list) and isinstance(outcomes, list) and len(backends) == len(outcomes):
+            return [{"backend": b, "status": o} for b, o in zip(backends, outcomes, strict=True)]
+    return []
 
 
 def sibling_attempt_records(lines: list[str], marker: str) -> list[dict[str, Any]]:
@@ -378,14 +429,24 @@ def sibling_attempt_records(lines: list[str], marker: str) -> list[dict[str, Any
     return [
         r
         for r in log_records(siblings, family)[0]
-        if status_of(r.get("final_status")) is None
-        and _first(r, ATTEMPT_BACKEND_KEYS) is not None
-        and _first(r, ATTEMPT_STATUS_KEYS) is not None
+        if not is_request_record(r) and _backend(r) is not None and (_status(r) is not None or _error(r) is not None)
     ]
 
 
 def _first(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
     return next((record[k] for k in keys if record.get(k) is not None), None)
+
+
+def _backend(record: dict[str, Any]) -> Any:
+    return _first(record, ATTEMPT_BACKEND_KEYS)
+
+
+def _status(record: dict[str, Any]) -> Any:
+    return _first(record, ATTEMPT_STATUS_KEYS)
+
+
+def _error(record: dict[str, Any]) -> Any:
+    return _first(record, ATTEMPT_ERROR_KEYS)
 
 
 # An attempt that got no status: the replica held its answer until the proxy gave up on it
@@ -395,12 +456,18 @@ def _first(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
 NO_RESPONSE = "no response"
 
 
+# Statuses that say "no response" in some proxies' logs: 0 (nothing received), 599 (a
+# network timeout, in Tornado's and others' convention), 504 (the proxy's own gateway timeout).
+NO_RESPONSE_CODES = frozenset({0, 504, 599})
+
+
 def attempt_key(record: dict[str, Any], origins: tuple[str, ...]) -> AttemptKey:
-    status = _first(record, ATTEMPT_STATUS_KEYS)
+    backend = backend_named(_backend(record), origins)
+    status = _status(record)
     code = status_of(status)
-    if (code is None and isinstance(status, str)) or code == 504:
-        return backend_named(_first(record, ATTEMPT_BACKEND_KEYS), origins), NO_RESPONSE
-    return backend_named(_first(record, ATTEMPT_BACKEND_KEYS), origins), str(code if code is not None else status)
+    if status is None or (code is None and isinstance(status, str)) or code in NO_RESPONSE_CODES:
+        return backend, NO_RESPONSE
+    return backend, str(code if code is not None else status)
 
 
 def served_key(attempt: UpstreamAttempt) -> AttemptKey:
@@ -458,11 +525,10 @@ def attempt_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
         logged += sum(got.values())
         retried += sum(want.values()) - len(phase.chains())
         unanswered += sum(n for key, n in want.items() if key[1] == NO_RESPONSE)
-        if unreadable:
-            wrong.append(f"{phase.name}: {unreadable} attempt records with no backend or no status")
-        if got != want:
+        if got != want:  # records naming no backend or no status are said only where they may be why
             wrong.append(
                 _unequal(f"{phase.name}: %d attempts served, %d logged", want, got, _attempts, "logged but not served")
+                + (f"; {unreadable} attempt records with no backend or no status" if unreadable else "")
             )
     ok = bool(phases) and not wrong and retried > 0
     observed = f"{logged} per-attempt records for {served} attempts the replicas served ({retried} retried)"
@@ -484,10 +550,23 @@ def _attempts(found: Counter[AttemptKey]) -> str:
 
 
 def incomplete_records(phase: TelemetryPhase, profile: TelemetryProfile) -> list[dict[str, Any]]:
-    return [r for r in log_records(phase.log_lines, profile.log_marker)[0] if r.get(profile.incomplete_field) is True]
+    return [r for r in log_records(phase.log_lines, profile.log_marker)[0] if flagged(r.get(profile.incomplete_field))]
 
 
 CUT_PHASES = ("cut", "timeouts")  # where replicas cut streams, and where the proxy abandons them mid-way
+# What a proxy may add to a broken stream's bytes beyond the replica's: its own error event
+# (an SSE `data: {"error": ...}`) and the wire's chunked framing, a few bytes per write.
+FRAMING_SLACK = 0.1
+ERROR_EVENT_BYTES = 1024
+
+
+def byte_bounds(received: int, sent: int) -> tuple[int, int]:
+    """The bytes a proxy may log as sent downstream for a broken stream: at least what the
+    client received or the replica sent, whichever is less (a client's reader may drop what
+    it buffered; a proxy may count only what it forwarded, not the error event it added), at
+    most the larger plus framing and an error event of its own."""
+    larger = max(received, sent)
+    return min(received, sent), int(larger * (1 + FRAMING_SLACK)) + ERROR_EVENT_BYTES
 
 
 def broken_streams(phase: TelemetryPhase) -> list[tuple[int, int]]:
@@ -523,10 +602,11 @@ def incomplete_streams(
     for phase in judged:
         broken = broken_streams(phase)
         cut += broken
-        flagged = incomplete_records(phase, profile)
-        flagged_count += len(flagged)
-        sizes = sorted(int(r[size]) for r in flagged if isinstance(r.get(size), int) and not isinstance(r[size], bool))
-        for low, high in broken:  # each broken stream takes the smallest logged size its bounds allow
+        logged = incomplete_records(phase, profile)
+        flagged_count += len(logged)
+        sizes = sorted(n for r in logged if (n := byte_count(r.get(size))) is not None)
+        for received, sent in broken:  # each broken stream takes the smallest logged size its bounds allow
+            low, high = byte_bounds(received, sent)
             hit = next((i for i, value in enumerate(sizes) if low <= value <= high), None)
             if hit is not None:
                 sizes.pop(hit)
