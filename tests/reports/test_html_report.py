@@ -6,7 +6,7 @@ import re
 import shutil
 import subprocess
 
-from dd_accept.base.events import AdmissionChange, ClientRequest, QueueGauge, UpstreamAttempt
+from dd_accept.base.events import AdmissionChange, ClientRequest, QueueGauge, SutAttemptRecord, UpstreamAttempt
 from dd_accept.reports.bundle import write_bundle
 from dd_accept.reports.sanitize import Sanitizer
 from tests.reports.test_bundle import _context, _results
@@ -57,6 +57,15 @@ def _bundle(tmp_path):
         UpstreamAttempt(t=105.9, replica=0, path="/v1/chat/completions", outcome="abandoned", started=105.9,
                         duration_s=0.1, status=None, request_id="total-6.0"),
     ]  # fmt: skip
+    # the SUT's own attempt records (a telemetry run's): two placed on their requests, one on none
+    sut = [
+        SutAttemptRecord(phase="total", backend="0", status="429", request_id="total-0.0", attempt_started=100.0),
+        SutAttemptRecord(phase="total", backend="0", status="no response", request_id="total-6.0",
+                         attempt_started=105.9),
+        SutAttemptRecord(phase="total", backend="?", status="200"),
+    ]  # fmt: skip
+    (run / "sut").mkdir()
+    (run / "sut" / "attempt-records.jsonl").write_text(_jsonl(sut))
     queue = [QueueGauge(t=t, waiting=w, running=0) for t, w in ((100.0, 0), (101.0, 2), (104.0, 0))]
     (run / "replicas" / "events-0.jsonl").write_text(_jsonl(upstream + queue))
     # a drain phase: TERM at 110, KILL at 122; one stream completes, one is forced, one is lost
@@ -95,6 +104,11 @@ def test_the_report_is_self_contained_and_draws_every_chart(tmp_path):
         "<title>attempt 1: replica 0, abandoned</title>" in html and "<title>attempt 2: replica 1, 200</title>" in html
     )
     assert 'fill="#9e9e9e"' in html and 'fill="#f9a825"' in html
+    # and beside them the SUT's own record of each attempt, where it could be placed
+    assert html.count('class="sut-record"') == 2, "one placed square per placed record"
+    assert "<title>the SUT logged: backend 0, no response</title>" in html
+    assert "blue squares: the SUT's own record of each attempt (3 records" in html and "1 match no attempt" in html
+    assert html.count("blue squares") == 1, "only the phase the records are of"
 
 
 def test_the_report_renders_in_headless_chromium_without_console_errors(tmp_path):

@@ -624,3 +624,17 @@ def test_incomplete_records_are_read_however_a_release_spells_the_flag_and_bytes
         == "pass"
     )
     assert checks.byte_bounds(700, 959) == (700, 959 + 95 + 1024)
+
+
+def test_the_sut_attempt_records_are_placed_on_the_requests_of_the_same_backend_and_status():
+    """The report's view: no request id in the SUT's records, so each is paired with the
+    replicas' attempt of its backend and status, in order; one naming no served attempt, and
+    a backend none of the replicas is, stay unplaced (and say nothing of what it named)."""
+    records = [{"backend": b, "status": st} for b, st in SERVED] + [{"backend": "http://10.9.9.9:1", "status": 200}]
+    placed = checks.placed_attempt_records(with_attempt_records(retry_phase(), records), CLAIMED)
+    assert [(r.backend, r.status, r.request_id) for r in placed] == [
+        ("0", "429", "a"), ("1", "200", "a"), ("2", "200", "b"), ("1", "503", "c"), ("2", "503", "c"),
+        ("3", "200", "c"), ("?", "200", None),
+    ]  # fmt: skip
+    assert placed[0].attempt_started == 1.0 and placed[-1].attempt_started is None
+    assert all(r.phase == "retry-429" for r in placed)

@@ -21,7 +21,7 @@ from dd_accept.acceptance import telemetry_checks as checks
 from dd_accept.acceptance.analysis import attempts_by_request, requests, with_prefix
 from dd_accept.acceptance.overload import SYNTHETIC_ONLY
 from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
-from dd_accept.base.events import UpstreamAttempt
+from dd_accept.base.events import SUT_ATTEMPT_RECORDS, EventWriter, UpstreamAttempt
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
 
@@ -439,8 +439,21 @@ def _probe_routing(s: TelemetryRun) -> None:
     s.probe_upstream = with_prefix(replicas.events(), "probe-routing-")
 
 
+def _place_records(s: TelemetryRun) -> None:
+    """The SUT's attempt records, placed on the requests they were for: evidence the report
+    draws beside the replicas' attempts."""
+    writer = EventWriter(s.run.path(*SUT_ATTEMPT_RECORDS)[1], source="harness")
+    try:
+        for phase in s.phases_seen + s.timeout_phases:
+            for record in checks.placed_attempt_records(phase, s.profile.telemetry):
+                writer.write(record)
+    finally:
+        writer.close()
+
+
 def _judge(s: TelemetryRun) -> None:
     telemetry, phases = s.profile.telemetry, s.phases_seen
+    _place_records(s)
     s.result.add(checks.attempt_counters(phases, telemetry))
     s.result.add(checks.request_log(phases, telemetry))
     s.result.add(checks.attempt_log(phases + s.timeout_phases, telemetry))

@@ -28,7 +28,7 @@ from typing import Any
 
 from dd_accept.acceptance.analysis import attempts_by_request
 from dd_accept.acceptance.registry import check
-from dd_accept.base.events import ClientRequest, UpstreamAttempt
+from dd_accept.base.events import ClientRequest, SutAttemptRecord, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 from dd_accept.node.loadclient.workload import CREDENTIAL_CANARY, PROMPT_CANARY
 from dd_accept.node.replica.openai_shapes import RESPONSE_CANARY
@@ -497,6 +497,32 @@ def match_attempts(
             matched[key] += moved
             matched[gone] -= moved
     return +matched
+
+
+def placed_attempt_records(phase: TelemetryPhase, profile: TelemetryProfile) -> list[SutAttemptRecord]:
+    """The phase's attempt records, each placed on the request of the replicas' attempt of
+    the same backend and status, in order of occurrence (the records carry no request id):
+    the SUT's view beside the replicas' on the report's request timeline. A view, never a
+    verdict: attempt_log judges the records as a multiset."""
+    records, _ = attempt_records(phase.log_lines, profile)
+    served: dict[AttemptKey, list[UpstreamAttempt]] = {}
+    for attempt in sorted(phase.upstream, key=lambda a: a.started):
+        served.setdefault(served_key(attempt), []).append(attempt)
+    placed = []
+    for record in records:
+        backend, status = attempt_key(record, phase.origins)
+        queue = served.get((backend, status))
+        paired = queue.pop(0) if queue else None
+        placed.append(
+            SutAttemptRecord(
+                phase=phase.name,
+                backend="?" if backend.startswith("?") else backend,  # never what an unknown backend said
+                status=status,
+                request_id=paired.request_id if paired else None,
+                attempt_started=paired.started if paired else None,
+            )
+        )
+    return placed
 
 
 @check("telemetry.attempt_log")

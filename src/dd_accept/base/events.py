@@ -138,9 +138,30 @@ class StepChange(EventBase):
     job_state: str | None = None  # squeue's %T for the job when the step ended ("GONE" once purged)
 
 
-Event = ClientRequest | AdmissionChange | UpstreamAttempt | QueueGauge | NodeChange | StepChange
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SutAttemptRecord(EventBase):
+    """One upstream attempt as the SUT's own log recorded it (its backend and status only),
+    and where it was placed: the SUT's records carry no request id, so each is paired with
+    the replicas' attempt of the same backend and status in the same phase, in order of
+    occurrence. Unplaced (request_id None) where the replicas served no such attempt."""
+
+    KIND: ClassVar[str] = "sut_attempt"
+    phase: str
+    backend: str  # a replica index, or "?" for a backend the record names that is none of them
+    status: str  # a status code, or "no response"
+    request_id: str | None = None
+    attempt_started: float | None = None  # the replicas' attempt it was paired with
+
+
+# Where a run keeps its SutAttemptRecords, in its directory (a folder of its own: the report
+# takes the run's top-level JSONL files for load clients').
+SUT_ATTEMPT_RECORDS = ("sut", "attempt-records.jsonl")
+
+
+Event = ClientRequest | AdmissionChange | UpstreamAttempt | QueueGauge | NodeChange | StepChange | SutAttemptRecord
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.KIND: cls for cls in (ClientRequest, AdmissionChange, UpstreamAttempt, QueueGauge, NodeChange, StepChange)
+    cls.KIND: cls
+    for cls in (ClientRequest, AdmissionChange, UpstreamAttempt, QueueGauge, NodeChange, StepChange, SutAttemptRecord)
 }
 E = TypeVar("E", bound=EventBase)
 

@@ -3,7 +3,8 @@ rendered from a bundle alone, so anyone holding the bundle can re-render it.
 
 Charts: each scenario's latency percentiles (TTFT, ITL, TPOT, E2EL); the client's
 admission limit over time; per-replica outcomes; a request timeline (each request's
-upstream attempts on it: which replica, which status) with the signal marks on the same axis (for drain runs this
+upstream attempts on it: which replica, which status, and for a telemetry run the SUT's own
+record of each beside it) with the signal marks on the same axis (for drain runs this
 is the drain timeline: streams, TERM, KILL); for a capacity run, the curve (tokens/s and chunk
 delay per load level, the knee marked).
 """
@@ -24,10 +25,12 @@ import jinja2
 from dd_accept.base.capacity_curve import CURVE_FILE, CURVE_KIND
 from dd_accept.base.drain_outcomes import MARKS, classify
 from dd_accept.base.events import (
+    SUT_ATTEMPT_RECORDS,
     AdmissionChange,
     ClientRequest,
     E,
     QueueGauge,
+    SutAttemptRecord,
     UpstreamAttempt,
     of_type,
     readable_events,
@@ -141,14 +144,33 @@ def attempt_colour(attempt: UpstreamAttempt) -> str:
     return "#2e7d32" if 200 <= attempt.status < 300 else "#c62828"
 
 
+def sut_record_marks(records: list[SutAttemptRecord], rows: dict[str, int], t0: float, t1: float) -> list[str]:
+    """The SUT's own attempt records as hollow squares above their requests' lines, at the
+    start of the replicas' attempt each was paired with (by backend, status and order)."""
+    marks = []
+    for record in records:
+        row = rows.get(record.request_id or "")
+        if row is None or record.attempt_started is None:
+            continue
+        x, y = _x(record.attempt_started, t0, t1), 8 + row * ROW - 5
+        marks.append(
+            f'<rect x="{x - 2.5:.1f}" y="{y - 2.5:.1f}" width="5" height="5" fill="none" stroke="#1565c0" '
+            f'class="sut-record"><title>the SUT logged: backend {escape(record.backend)}, '
+            f"{escape(record.status)}</title></rect>"
+        )
+    return marks
+
+
 def timeline_chart(
     requests: list[dict[str, Any]],
     commands: list[dict[str, Any]],
     title: str,
     replica_events: list[dict[str, Any]] | None = None,
+    sut_records: list[SutAttemptRecord] | None = None,
 ) -> str:
     """Each request as a line, and on it each upstream attempt the replicas served for it
-    (which replica, which status: a dot at its start), with the signals sent."""
+    (which replica, which status: a dot at its start), with the signals sent; for a
+    telemetry phase, the SUT's own record of each attempt beside the replicas' dot."""
     timed = sorted(
         (
             (e.started if e.started is not None else e.t - (e.latency_s or 0), e.t, e.outcome, e.request_id)
@@ -195,12 +217,22 @@ def timeline_chart(
         for t, label, kind in marks
     ]
     note = "" if len(spans) <= 60 else f" (first 60 of {len(spans)})"
+    sut_note, squares = "", []
+    if sut_records:  # a telemetry phase's: the SUT's own records of its attempts
+        rows = {request_id: i for i, (_, _, _, request_id) in enumerate(timed[:60]) if request_id}
+        squares = sut_record_marks(sut_records, rows, t0, t1)
+        unplaced = sum(1 for r in sut_records if r.request_id is None)
+        sut_note = (
+            f"; blue squares: the SUT's own record of each attempt ({len(sut_records)} records, placed by backend, "
+            f"status and order, its records carrying no request id; {unplaced} match no attempt the replicas served)"
+        )
     return (
         f"<figure><figcaption>Request timeline — {escape(title)}{note}; dots: each upstream attempt as the "
-        f"replicas served it (green 2xx, amber 429, red other, grey no status); red lines: signals sent "
+        f"replicas served it (green 2xx, amber 429, red other, grey no status){sut_note}; red lines: signals sent "
         f"(scancel, kill)</figcaption>"
         f'<svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="request timeline">'
-        f"{_axis(t0, t1, height)}{''.join(lines)}{''.join(dots)}{''.join(signal_marks)}</svg></figure>"
+        f"{_axis(t0, t1, height)}{''.join(lines)}{''.join(dots)}{''.join(squares)}{''.join(signal_marks)}</svg>"
+        "</figure>"
     )
 
 
@@ -440,6 +472,8 @@ def render_bundle(bundle: Path) -> str:
         }
         replica_events = [e for rows in per_replica.values() for e in rows]
         marks = {m.get("phase"): m for m in _read_jsonl(run / MARKS)} if (run / MARKS).is_file() else {}
+        sut_file = run.joinpath(*SUT_ATTEMPT_RECORDS)
+        sut_records = of_type(readable_events(_read_jsonl(sut_file)), SutAttemptRecord) if sut_file.is_file() else None
         for client in sorted(run.glob("*.jsonl")):
             if client.name == CURVE_FILE:
                 charts.insert(0, capacity_chart(_read_jsonl(client), run.name))
@@ -450,7 +484,11 @@ def render_bundle(bundle: Path) -> str:
             title = f"{run.name} / {client.stem}"
             if client.stem in marks:
                 charts.append(drain_chart(rows, marks[client.stem], title))
-            charts += [admission_chart(rows, title), timeline_chart(rows, commands, title, replica_events)]
+            phase_records = None if sut_records is None else [r for r in sut_records if r.phase == client.stem]
+            charts += [
+                admission_chart(rows, title),
+                timeline_chart(rows, commands, title, replica_events, phase_records),
+            ]
         charts += [queue_chart(per_replica), replica_chart(replica_events)]
     where = where_judged(results)
     latency_charts = {
