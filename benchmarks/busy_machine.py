@@ -29,7 +29,7 @@ from dd_accept.sut.variants import FAULTS, make_variant
 from dd_accept.sut.wheelhouse import build_wheelhouse
 
 CHECK = "streaming.no_buffering"
-BUFFERING = ("buffering", "hold-after-first", "flush-every-4-events")  # the variants no_buffering must fail
+BUFFERING = ("buffering", "hold-after-first", "flush-every-4-events-or-1s")  # the variants no_buffering must fail
 
 
 def former_rule(metrics: dict[str, float]) -> bool:

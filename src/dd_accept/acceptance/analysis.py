@@ -37,6 +37,16 @@ def attempts_by_request(upstream: Iterable[UpstreamAttempt]) -> dict[str, list[U
     return dict(grouped)
 
 
+def chunk_delays(stream: ClientRequest, sent: UpstreamAttempt) -> list[float]:
+    """Seconds from the replica's write of each chunk to the client's read of it, on the wall
+    clock the client and the replica share (one kernel on dd-accept's cluster; NTP on a site's)."""
+    if stream.started is None or stream.ttft_s is None or sent.first_byte_s is None:
+        return []
+    read = [stream.started + stream.ttft_s + offset for offset in (stream.chunk_offsets_s or [0.0])]
+    written = [sent.started + sent.first_byte_s + offset for offset in (sent.chunk_offsets_s or [0.0])]
+    return [got - put for got, put in zip(read, written, strict=False)]
+
+
 def admission(events: Iterable[Event], name: str) -> list[AdmissionChange]:
     return [e for e in of_type(events, AdmissionChange) if e.event == name]
 

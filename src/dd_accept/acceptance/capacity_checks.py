@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from dd_accept.acceptance.analysis import attempts_by_request, percentile
+from dd_accept.acceptance.analysis import attempts_by_request, chunk_delays, percentile
 from dd_accept.acceptance.registry import check
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
 from dd_accept.base.regressions import (
@@ -35,15 +35,6 @@ PROXY_WAIT_LIMIT = 0.25
 CLIENT_CORE_LIMIT = 0.85
 # Below this the kernel's count (10 ms ticks) cannot tell a proxy's cost from none.
 MEASURABLE_CPU_S = 0.05
-
-
-def chunk_delays(stream: ClientRequest, sent: UpstreamAttempt) -> list[float]:
-    """Seconds from the replica's write of each chunk to the client's read of it."""
-    if stream.started is None or stream.ttft_s is None or sent.first_byte_s is None:
-        return []
-    read = [stream.started + stream.ttft_s + offset for offset in (stream.chunk_offsets_s or [0.0])]
-    written = [sent.started + sent.first_byte_s + offset for offset in (sent.chunk_offsets_s or [0.0])]
-    return [got - put for got, put in zip(read, written, strict=False)]
 
 
 @dataclass(frozen=True, slots=True)

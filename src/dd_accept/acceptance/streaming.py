@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from dd_accept.acceptance import streaming_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
@@ -19,16 +20,18 @@ class StreamingOptions:
     replicas: int = 8
     streams: int = 64
     concurrency: int = 32
-    # The dense streams are long (about 1.3 s) so that a held stream stands far above a busy
-    # machine's scheduling noise (no_buffering's held share); 20 ms apart, the proxy forwards
-    # 1,600 events a second, which a starved machine still keeps up with. The connection-
-    # accounting phases count connections, not tokens, and stay short.
-    tokens: int = 64
+    # The dense streams are long (about 2.6 s) so that a held stream stands far above a busy
+    # machine's scheduling noise (no_buffering's held share: a stall must last 1.3 s to hold
+    # one); 20 ms apart, the proxy forwards 1,600 events a second, which a starved machine
+    # still keeps up with. The connection-accounting phases count connections, not tokens,
+    # and stay short.
+    tokens: int = 128
     accounting_tokens: int = 16
     itl_ms: int = 20
     # The sparse streams: events further apart than any scheduling noise measured (0.8 s at
-    # most in CI), each of which must reach the client before the replica sends the next.
-    sparse_streams: int = 16
+    # most in CI), each of which must reach the client before the replica sends the next;
+    # started evenly over one gap, so that one stall of the machine meets few of their events.
+    sparse_streams: int = 48
     sparse_tokens: int = 5
     sparse_itl_ms: int = 1500
     client_headers: tuple[str, ...] = ()
@@ -46,7 +49,9 @@ def _connection_counts(replicas: deployment.ReplicaSet) -> tuple[int, int, int]:
     )
 
 
-def _phase(allocation, proxy, replicas, run, profile, options, name, *, streams=None, concurrency=None, tokens=None):
+def _phase(
+    allocation, proxy, replicas, run, profile, options, name, *, streams=None, concurrency=None, tokens=None, **arrival
+):
     metrics_path = profile.proxy.metrics_path
     before_proxy = proxy.get(metrics_path)["json"]["connections"]
     before_replicas = _connection_counts(replicas)
@@ -63,6 +68,7 @@ def _phase(allocation, proxy, replicas, run, profile, options, name, *, streams=
         max_tokens=tokens or options.tokens,
         max_record_attempts=1,
         deadline_s=120,
+        **arrival,
     )
     record = client.wait(timeout=180)
     if not record.ok:
@@ -116,13 +122,14 @@ class StreamingRun(DeployedRun):
         concurrency: int | None = None,
         tokens: int | None = None,
         accounted: bool = True,
+        **arrival: Any,
     ):
         """One client run through the proxy; its connection numbers are kept under `key`
-        (those of a phase not `accounted` are not judged)."""
+        (those of a phase not `accounted` are not judged); `arrival` as the load client's."""
         replicas, proxy = self.deployed
         found = _phase(
             self.allocation, proxy, replicas, self.run, self.profile, self.options, name,
-            streams=streams, concurrency=concurrency, tokens=tokens,
+            streams=streams, concurrency=concurrency, tokens=tokens, **arrival,
         )  # fmt: skip
         if accounted:
             self.connections[key or name] = found[2]
@@ -141,8 +148,9 @@ def _pace_sparse(s: StreamingRun) -> None:
 def _sparse(s: StreamingRun) -> None:
     o = s.options
     events, upstream, _ = s.client_phase(
-        "sparse", streams=o.sparse_streams, concurrency=o.sparse_streams, tokens=o.sparse_tokens, accounted=False
-    )
+        "sparse", streams=o.sparse_streams, concurrency=o.sparse_streams, tokens=o.sparse_tokens, accounted=False,
+        arrival="constant", rate=o.sparse_streams / (o.sparse_itl_ms / 1000),
+    )  # fmt: skip
     dense_events, dense_upstream = s.dense
     s.result.add(checks.integrity([*dense_events, *events], [*dense_upstream, *upstream]))
     s.result.add(checks.no_buffering(dense_events, dense_upstream, events, upstream))

@@ -645,17 +645,29 @@ FAULTS = {
             ),
         ),
         Fault(
-            "flush-every-4-events",
+            "flush-every-4-events-or-1s",
             "data-designer-slurm",
-            "the proxy forwards events in batches of four (a write buffer flushed by count, and at the end): "
-            "dense streams barely notice, a sparse stream's events wait for three more",
+            "the proxy forwards events in batches of four, or after holding one for a second (a write buffer "
+            "flushed by count or by a linger timer): dense streams barely notice, a sparse stream's events "
+            "each wait the linger",
             (
                 (
                     PROXY,
                     "            async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
                     "                await downstream.write(chunk)\n",
-                    '            batch = b""\n'
-                    "            async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+                    '            batch, since = b"", 0.0\n'
+                    "            while True:\n"
+                    "                try:\n"
+                    "                    linger = None if not batch else max(0.0, since + 1.0 - time.monotonic())\n"
+                    "                    chunk = await asyncio.wait_for(response.content.readany(), linger)\n"
+                    "                except asyncio.TimeoutError:\n"
+                    "                    await downstream.write(batch)\n"
+                    '                    batch = b""\n'
+                    "                    continue\n"
+                    "                if not chunk:\n"
+                    "                    break\n"
+                    "                if not batch:\n"
+                    "                    since = time.monotonic()\n"
                     "                batch += chunk\n"
                     '                if batch.count(b"data: ") >= 4:\n'
                     "                    await downstream.write(batch)\n"

@@ -4,7 +4,10 @@ their text. Shared by both raw clients (aiohttp's and the wire client), so they 
 Bytes are read as the socket delivers them and split into lines here: a readline per SSE
 line costs the client more than the proxy's forwarding of it. Events that arrive in one
 read arrived together and share its time. Lines end in LF, CRLF or CR; a data line is
-`data:` with or without its space (the SSE format).
+`data:` with or without its space (the SSE format). An event is counted at its data line and
+timed when it is dispatched, at the blank line that ends it (or at the next data line, or
+at the body's end, when that never comes): a reader can use it only then, so a proxy that
+holds back an event's end holds the event.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ MAX_CHUNK_OFFSETS = 2048  # as the replica records them, so the two lists line u
 
 
 class SseTally:
-    __slots__ = ("chunks", "done", "first", "gaps", "last", "offsets", "pending", "size")
+    __slots__ = ("chunks", "done", "first", "gaps", "last", "offsets", "open", "pending", "size")
 
     def __init__(self) -> None:
         self.chunks = self.size = 0
@@ -28,6 +31,7 @@ class SseTally:
         self.gaps: list[float] = []
         self.offsets: list[float] = []  # per data event: when it arrived, after the first
         self.pending = b""
+        self.open = False  # a data event counted, its ending blank line not yet read
 
     def feed(self, data: bytes, now: float) -> None:
         """Body bytes as read at `now` (monotonic)."""
@@ -39,20 +43,31 @@ class SseTally:
         for line in whole:
             if line:
                 self._line(line, now)
+            elif self.open:
+                self._dispatched(now)
 
     def end(self, now: float) -> None:
-        """The body ended: a last line without its newline still counts."""
+        """The body ended: a last line without its newline still counts, and an event whose
+        blank line never came is dispatched now."""
         if self.pending:
             self._line(self.pending, now)
             self.pending = b""
+        if self.open:
+            self._dispatched(now)
 
     def _line(self, line: bytes, now: float) -> None:
         if not line.startswith(b"data:"):
             return
+        if self.open:  # the previous event never got its blank line: it ends here
+            self._dispatched(now)
         if line[5:].strip() == b"[DONE]":
             self.done = True
             return
         self.chunks += 1
+        self.open = True
+
+    def _dispatched(self, now: float) -> None:
+        self.open = False
         if self.first is None:
             self.first = now
         elif self.last is not None:
