@@ -226,10 +226,12 @@ def test_stalled_tokens_hold_streams_until_released(local_replica):
 def test_pace_spaces_the_tokens_of_the_next_streams_and_back(local_replica, tmp_path):
     """The sparse streams of no_buffering: the same replicas, their tokens far apart."""
     log = tmp_path / "events.jsonl"
-    replica = local_replica("--ttft-ms", "5", "--itl-ms", "10", "--events", str(log))
-    assert replica.control("pace", itl_ms=300)["itl_ms"] == 300
+    replica = local_replica("--ttft-ms", "5", "--itl-ms", "10", "--latency", "lognormal", "--events", str(log))
+    paced = replica.control("pace", itl_ms=300, exact=True)
+    assert (paced["itl_ms"], paced["latency"]) == (300, "uniform"), "exact: gaps of the gap, not a long tail"
     assert asyncio.run(_raw_stream(replica.url, max_tokens=3))[2][-1] == b"[DONE]"
-    assert replica.control("pace", itl_ms=10)["itl_ms"] == 10
+    restored = replica.control("pace")
+    assert (restored["itl_ms"], restored["latency"]) == (10, "lognormal"), "as it started"
     assert asyncio.run(_raw_stream(replica.url, max_tokens=3))[2][-1] == b"[DONE]"
     sparse, dense = wait_until(lambda: _upstream_records(log), lambda r: len(r) == 2, timeout=5, what="both streams")
     assert sparse["chunk_offsets_s"][1] >= 0.25 and sparse["chunk_offsets_s"][2] >= 0.5, sparse

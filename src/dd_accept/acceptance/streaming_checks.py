@@ -85,13 +85,13 @@ def held_share(delays: list[float], sent: UpstreamAttempt) -> float | None:
 
 def gapped(delays: list[float], sent: UpstreamAttempt) -> list[tuple[float, float]]:
     """(delay, the replica's gap to its next event) for each event followed by one of the
-    stream's paced gaps (at least half its largest): the last token, written with the final
-    event and [DONE], has none to be judged by."""
+    stream's paced gaps (at least a quarter of its largest): the last token, written with the
+    final event and [DONE], has none to be judged by."""
     paced = sent.chunk_offsets_s or []
     gaps = [later - earlier for earlier, later in itertools.pairwise(paced)]
     if not gaps or max(gaps) <= 0:
         return []
-    return [(delay, gap) for delay, gap in zip(delays, gaps, strict=False) if gap >= max(gaps) / 2]
+    return [(delay, gap) for delay, gap in zip(delays, gaps, strict=False) if gap >= max(gaps) / 4]
 
 
 def served_once(

@@ -414,8 +414,9 @@ class ControlRouter:
             control.hung = bool(body["on"])
         elif action == "stall":
             engine.stall(bool(body["on"]))
-        elif action == "pace":
-            engine.pace(float(body["itl_ms"]) / 1000)
+        elif action == "pace":  # {"itl_ms": N, "exact": bool}, or {} for the pacing it started with
+            itl_ms = body.get("itl_ms")
+            engine.pace(None if itl_ms is None else float(itl_ms) / 1000, exact=bool(body.get("exact", False)))
         elif action == "respond":
             status = int(body["status"])
             if not 100 <= status <= 599:
@@ -457,6 +458,7 @@ class ControlRouter:
         return {
             "pid": os.getpid(),
             "itl_ms": self.engine.settings.itl_s * 1000,
+            "latency": self.engine.settings.latency,
             "waiting": self.engine.waiting,
             "running": self.engine.running,
             "held_depth": self.engine.held_depth,
