@@ -77,7 +77,8 @@ def main() -> int:
             hog.kill()
             hog.wait()
     table = Table(title=f"{CHECK} with {args.hogs} busy loops on 2 cores")
-    columns = ("SUT", "TTFT p95 ms", "per event p95 / max ms", "held share", "sparse delay / gap", "ms bounds")
+    columns = ("SUT", "TTFT p95 ms", "per event p95 / max ms", "held share", "sparse delay / gap", "sparse late")
+    columns += ("position median ms", "ms bounds")
     columns += ("verdict",)
     for column in columns:
         table.add_column(column)
@@ -90,6 +91,8 @@ def main() -> int:
             f"{metrics.get('added_chunk_delay_max_s', float('nan')) * 1000:.0f}",
             f"{metrics.get('held_share_max', float('nan')):.2f}",
             f"{metrics.get('sparse_delay_of_gap_max', float('nan')):.2f}",
+            f"{metrics.get('sparse_late_event_share', float('nan')):.0%}",
+            f"{metrics.get('sparse_delay_p50_s', float('nan')) * 1000:.0f}",
             "error" if "error" in row else ("pass" if former_rule(metrics) else "fail"),
             str(row.get("verdict", row.get("error"))),
         )

@@ -33,3 +33,22 @@ def test_events_read_whole_are_timed_at_their_read():
     tally.end(1.3)
     assert tally.chunks == 3 and tally.offsets == [0.0, 0.0, 0.2]
     assert [round(g, 6) for g in tally.gaps] == [0.0, 0.2]
+
+
+def test_a_crlf_split_across_two_reads_is_one_line_end_not_a_blank_line():
+    tally = SseTally()
+    tally.feed(b"data: a\r", 1.0)
+    tally.feed(b"\n", 1.1)  # the rest of the data line's CRLF, not the event's end
+    tally.feed(b"\r\n", 2.0)  # the blank line
+    tally.feed(b"data: b\r\n\r\n", 2.5)
+    tally.end(3.0)
+    assert tally.chunks == 2 and tally.first == 2.0 and tally.offsets == [0.0, 0.5]
+
+
+def test_an_event_whose_end_never_came_is_timed_at_its_data_line_in_the_record():
+    """A body that broke (an exception, no end()): the record still times every counted event,
+    as read, so TTFT and the drain's timing see it."""
+    tally = SseTally()
+    tally.feed(b"data: a\n", 1.0)
+    record = tally.request(0.5, mode="raw", record=0, attempt=0, outcome="error", request_id="x")
+    assert record.chunks == 1 and record.ttft_s == 0.5

@@ -1,3 +1,4 @@
+import math
 from dataclasses import replace
 
 from dd_accept.acceptance import streaming_checks as checks
@@ -107,16 +108,57 @@ def test_no_buffering_judges_every_event_not_only_the_first():
     assert busy.verdict == "pass", "CI's worst: 315 ms TTFT, events up to 478 ms late, yet not held"
 
 
+def delivered(deliver, n=48):
+    """Sparse streams started evenly over one gap, as the phase sends them, each event read
+    at `deliver(written)` (wall clock)."""
+    clients, sent = [], []
+    for k in range(n):
+        started = 1.0 + k * 1.5 / n
+        written = [started + 0.02 + offset for offset in SPARSE]
+        read = [deliver(w, i) for i, w in enumerate(written)]
+        first = read[0] - started
+        offsets = [round(r - read[0], 4) for r in read]
+        clients.append(replace(sparse_client(f"g{k}", ttft=first, offsets=offsets), started=started))
+        sent.append(replace(sparse_replica(f"g{k}"), started=started, t=started))
+    return clients, sent
+
+
+def staggered_sparse(stall_at, stall_s, n=48):
+    """...whose events a stall of the whole machine from `stall_at` for `stall_s` delivers
+    only when it ends."""
+    return delivered(lambda w, _: stall_at + stall_s if stall_at <= w < stall_at + stall_s else w + 0.002, n)
+
+
+def test_a_proxy_that_forwards_on_a_timer_or_holds_the_head_or_the_tail_fails():
+    """Found by a red-team read: a flush every 0.9 s holds no event a whole gap and the
+    typical one under a third of it, but most events part of its period; a hold of every
+    stream's first or last events delays those positions' typical event."""
+    one = [long_client("a")], [long_replica("a")]
+    for period in (0.5, 0.9, 1.0):
+        ticker = judge(*one, delivered(lambda w, _, p=period: math.ceil(w / p) * p + 0.002))
+        assert ticker.verdict == "fail" and "the proxy forwards on a timer" in ticker.detail, (period, ticker)
+        assert ticker.metrics["sparse_late_event_share"] > 0.25
+    tail = judge(*one, delivered(lambda w, i: w + (1.0 if i >= 4 else 0.002)))  # last token and final event
+    assert tail.verdict == "fail" and "position 4, 5 waited up to 1000 ms" in tail.detail, tail
+    head = judge(*one, delivered(lambda w, i: w + (0.8 if i == 0 else 0.002)))
+    assert head.verdict == "fail" and "position 0 waited" in head.detail, head
+    prompt = judge(*one, delivered(lambda w, _: w + 0.002))
+    assert prompt.verdict == "pass" and prompt.metrics["sparse_late_event_share"] == 0, prompt
+
+
 def test_one_stall_of_the_whole_machine_holds_no_stream():
     """A stall of the proxy or the client meets every stream in flight at once: no allowance
     of streams helps, only streams long and gaps wide enough that a second-long stall is
-    neither half a dense stream nor a sparse gap."""
+    neither half a dense stream nor a sparse gap, and sparse streams started over one gap, so
+    that it meets a part of each event position's."""
     stalled = [x + (1.0 if x >= 1.0 else 0.0) for x in LONG]  # every stream: 1 s stall at 1 s
     streams, sent = dense(64, offsets=stalled)
-    sparse_stalled = sparse(offsets=[0.0, 1.5 + 1.0, 3.0, 4.5, 6.0, 6.0])
-    result = judge(streams, sent, sparse_stalled)
-    assert result.verdict == "pass", result
-    assert result.metrics["held_share_max"] < 0.45 and result.metrics["sparse_delay_of_gap_max"] < 0.75
+    for stall_at in (1.0, 2.2, 3.7, 5.9):
+        result = judge(streams, sent, staggered_sparse(stall_at, 1.2))
+        assert result.verdict == "pass", (stall_at, result.observed, result.detail)
+        assert result.metrics["held_share_max"] < 0.45 and result.metrics["sparse_delay_of_gap_max"] < 0.9
+    longer = judge(streams, sent, staggered_sparse(2.2, 2.0))
+    assert longer.verdict == "fail", "a 2 s stall is more than a gap: judged held, as the docstring says"
 
 
 def test_one_noisy_stream_of_many_does_not_decide_but_a_tenth_held_does():
@@ -169,7 +211,7 @@ def test_a_proxy_that_lingers_for_more_before_it_flushes_delays_the_typical_spar
     one = [long_client("a")], [long_replica("a")]
     linger = judge(*one, sparse(ttft=1.02, offsets=[0.0, 1.5, 3.0, 4.5, 5.0, 5.0]))
     assert linger.verdict == "fail" and linger.metrics["sparse_streams_held"] == 0, linger
-    assert linger.metrics["sparse_delay_p50_s"] > 0.9 and "the proxy lingers before it forwards" in linger.detail
+    assert linger.metrics["sparse_delay_p50_s"] > 0.9 and "the proxy holds it back" in linger.detail
     streams, sent = sparse(40)
     noisy = [sparse_client(f"n{i}", ttft=0.8) for i in range(8)], [sparse_replica(f"n{i}") for i in range(8)]
     few = judge(*one, ([*streams, *noisy[0]], [*sent, *noisy[1]]))
@@ -195,6 +237,9 @@ def test_delays_are_read_on_the_shared_clock_and_from_the_request_where_clocks_d
     behind = [replace(stream, started=0.5) for stream in sparse()[0]]  # read "before" the replica wrote
     result = checks.no_buffering([long_client("d", started=0.5)], [long_replica("d")], behind, sparse()[1])
     assert result.verdict == "pass" and "clocks disagree" in result.detail, result
+    slow_leg = [replace(stream, started=0.5) for stream in sparse(ttft=0.55)[0]]  # 0.5 s to reach the replica
+    result = checks.no_buffering([long_client("d", started=0.5)], [long_replica("d")], slow_leg, sparse()[1])
+    assert result.verdict == "pass", "only the first event carries the request's way there"
     held = [replace(stream, started=0.5) for stream in sparse(ttft=6.05, offsets=[0.0] * 6)[0]]
     result = checks.no_buffering([long_client("d", started=0.5)], [long_replica("d")], held, sparse()[1])
     assert result.verdict == "fail" and result.metrics["sparse_streams_held"] == 48

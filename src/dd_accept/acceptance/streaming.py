@@ -28,9 +28,10 @@ class StreamingOptions:
     tokens: int = 128
     accounting_tokens: int = 16
     itl_ms: int = 20
-    # The sparse streams: events further apart than any scheduling noise measured (0.8 s at
-    # most in CI), each of which must reach the client before the replica sends the next;
-    # started evenly over one gap, so that one stall of the machine meets few of their events.
+    # The sparse streams: events further apart than any scheduling noise measured (0.48 s per
+    # event at most in CI, beside 0.28 s of added TTFT), each of which must reach the client
+    # before the replica sends the next; started evenly over one gap, so that one stall of the
+    # machine meets a part of each event position's.
     sparse_streams: int = 48
     sparse_tokens: int = 5
     sparse_itl_ms: int = 1500

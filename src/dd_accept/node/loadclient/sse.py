@@ -21,7 +21,7 @@ MAX_CHUNK_OFFSETS = 2048  # as the replica records them, so the two lists line u
 
 
 class SseTally:
-    __slots__ = ("chunks", "done", "first", "gaps", "last", "offsets", "open", "pending", "size")
+    __slots__ = ("chunks", "done", "first", "gaps", "last", "offsets", "open", "opened", "pending", "size")
 
     def __init__(self) -> None:
         self.chunks = self.size = 0
@@ -32,14 +32,19 @@ class SseTally:
         self.offsets: list[float] = []  # per data event: when it arrived, after the first
         self.pending = b""
         self.open = False  # a data event counted, its ending blank line not yet read
+        self.opened = 0.0  # when that event's data line was read
 
     def feed(self, data: bytes, now: float) -> None:
         """Body bytes as read at `now` (monotonic)."""
         self.size += len(data)
         text = self.pending + data
+        held = b""
         if b"\r" in text:
+            if text.endswith(b"\r"):  # maybe the first half of a CRLF: decided by the next read
+                text, held = text[:-1], b"\r"
             text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        *whole, self.pending = text.split(b"\n")
+        *whole, rest = text.split(b"\n")
+        self.pending = rest + held
         for line in whole:
             if line:
                 self._line(line, now)
@@ -64,7 +69,7 @@ class SseTally:
             self.done = True
             return
         self.chunks += 1
-        self.open = True
+        self.open, self.opened = True, now
 
     def _dispatched(self, now: float) -> None:
         self.open = False
@@ -81,6 +86,8 @@ class SseTally:
         request_id, record, attempt, status, retry_after, outcome, error); it began at
         `started` (monotonic) and ends now."""
         ended = time.monotonic()
+        if self.open:  # the body broke before the event's end: timed at its data line, as read
+            self._dispatched(self.opened)
         began = round(time.time() - (ended - started), 6)
         return ClientRequest(started=began, latency_s=round(ended - started, 6), **attempt, **self._fields(started))
 
