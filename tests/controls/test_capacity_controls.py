@@ -55,18 +55,23 @@ def rc1(tmp_path_factory):
     (scenario,) = results["scenarios"]
     assert scenario["error"] is None, scenario["error"]
     checks = {c["id"]: c for c in scenario["checks"]}
-    # Exit 1 only for the harness's own headroom (it fails as "not judged"), never for the SUT.
+    # Exit 1 only for the harness's own headroom (it fails as "not judged") and a knee it
+    # bounded (also "not judged"), never for the SUT.
     failing = {c for c, check in checks.items() if check["verdict"] != "pass"}
-    assert failing <= {"capacity.harness_headroom"} and done.returncode == (1 if failing else 0), done.stderr
+    judged_failing = {c for c in failing if not checks[c]["detail"].startswith("not judged")}
+    assert not judged_failing and done.returncode == (1 if failing else 0), (judged_failing, done.stderr)
     return out, scenario, checks
 
 
 def test_rc1_meets_the_knee_floor_and_the_cost_bound(rc1, sut_profile):
     _, scenario, checks = rc1
     knee, cost = checks["capacity.knee"], checks["capacity.proxy_cpu_per_chunk"]
-    assert knee["verdict"] == "pass", knee
-    assert knee["metrics"][KNEE_THROUGHPUT] >= sut_profile.capacity.knee_floor, knee
-    assert knee["metrics"]["knee_chunk_delay_p95_ms"] <= SETTINGS.load.slo_chunk_delay_ms
+    if knee["verdict"] == "pass":
+        assert knee["metrics"][KNEE_THROUGHPUT] >= sut_profile.capacity.knee_floor, knee
+        assert knee["metrics"]["knee_chunk_delay_p95_ms"] <= SETTINGS.load.slo_chunk_delay_ms
+    else:  # a machine that starved the proxy or was taken by its hypervisor: never rc1's failure
+        assert knee["detail"].startswith("not judged: the knee is bounded by the harness"), knee
+        assert checks["capacity.harness_headroom"]["verdict"] == "fail", checks["capacity.harness_headroom"]
     assert cost["verdict"] == "pass" and 10 < cost["metrics"][PROXY_CPU_PER_CHUNK] <= 100, cost
     # The proxy ran out: most of a core at the knee. Whether it waited for a CPU the harness
     # (or the test beside this one in make test) held decides the headroom verdict, on the
@@ -74,7 +79,9 @@ def test_rc1_meets_the_knee_floor_and_the_cost_bound(rc1, sut_profile):
     headroom = checks["capacity.harness_headroom"]
     numbers = headroom["metrics"]
     assert 0.15 < numbers["harness_share"] < 0.7 and 0 < numbers["proxy_wait_share"] < 1, headroom
-    bound = numbers["client_core_share"] >= 0.85 or numbers["proxy_wait_share"] > 0.25
+    bound = (
+        numbers["client_core_share"] >= 0.85 or numbers["proxy_wait_share"] > 0.25 or numbers["machine_stolen"] > 0.25
+    )
     assert (headroom["verdict"] == "fail") == bound, headroom
     if bound:  # starved (make test's other worker may saturate the machine): said so, not judged
         assert headroom["detail"].startswith("not judged: the knee is bounded by the harness"), headroom
@@ -158,7 +165,10 @@ def test_a_proxy_that_blocks_per_event_is_caught_by_knee(rc1, sut_wheelhouse, su
     assert checks["capacity.proxy_cpu_per_chunk"].verdict == "pass", checks["capacity.proxy_cpu_per_chunk"]
     compared = run_cli("compare", str(bundle), str(tmp_path), "--fail-on-regression", "--format", "json")
     document = json.loads(compared.stdout)
-    assert compared.returncode == 1 and "capacity.knee" in document["regressed"], compared.stderr
+    if before["capacity.knee"]["verdict"] == "pass":
+        assert compared.returncode == 1 and "capacity.knee" in document["regressed"], compared.stderr
+    else:  # rc1's own knee was the machine's (its hypervisor or the harness took the CPU): no verdict flipped
+        assert before["capacity.knee"]["detail"].startswith("not judged: the knee is bounded"), before
     assert (
         f"capacity.knee {KNEE_THROUGHPUT}: the runs' ladders differ (ladder_mode, ladder_start)"
         in (document["not_compared"])

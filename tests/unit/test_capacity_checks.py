@@ -236,3 +236,17 @@ def test_the_load_clients_summary_is_its_last_line_and_a_bad_end_breaks_the_leve
     assert _summary(record(line, code=1))[1] == "exit 1"
     assert _summary(record(line, code=None, timed_out=True))[1] == "exit None (timed out)"
     assert _summary(record("Traceback ..."))[1].startswith("no summary (")
+
+
+def test_a_machine_its_hypervisor_took_is_harness_bound_and_the_knee_not_judged():
+    """This machine on 2026-12-02: steal 39-52% of its CPU time at rc1's knee, which fell to
+    2,749 tokens/s while the proxy waited for a CPU only 13-16%: the machine's, never rc1's."""
+    stolen = curve(replace(level(0, 8, tokens=2749.0, delay_p95=20), machine_stolen=0.39), level(1, 12, delay_p95=48))
+    headroom = checks.harness_headroom(stolen)
+    assert headroom.verdict == "fail" and headroom.metrics["machine_stolen"] == 0.39, headroom
+    assert "the machine's hypervisor took 39% of its CPU time at level 1" in headroom.detail
+    assert "(stolen by its hypervisor 39%)" in headroom.observed
+    knee = checks.knee(stolen, floor=6000)
+    assert knee.verdict == "fail" and knee.detail.startswith("not judged: the knee is bounded by the harness"), knee
+    calm = curve(replace(level(0, 8, tokens=2749.0, delay_p95=20), machine_stolen=0.05), level(1, 12, delay_p95=48))
+    assert "not judged" not in checks.knee(calm, floor=6000).detail, "a slow proxy on a calm machine is judged"

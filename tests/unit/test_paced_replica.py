@@ -74,10 +74,11 @@ def test_streams_are_paced_and_recorded_chunk_by_chunk_as_the_client_counts_them
         assert (attempt.status, attempt.outcome, attempt.data_events) == (200, "ok", seen.chunks) == (200, "ok", 17)
         assert len(attempt.chunk_offsets_s) == len(seen.chunk_offsets_s) == 17
         # each chunk's write on the replica and read on the client, paired: no proxy between
-        # (never read before written; the upper bounds leave room for a busy machine: this
-        # asserts the pairing, not the speed)
+        # (the replica stamps a chunk after its write, so a client may read it a moment
+        # "before"; the bounds leave room for a busy machine: the counts above pair the
+        # chunks, this that every pair has a sane delay, not how fast it was)
         delays = chunk_delays(seen, attempt)
-        assert len(delays) == 17 and all(-0.001 <= d < 0.25 for d in delays), delays
+        assert len(delays) == 17 and all(-0.05 <= d < 0.25 for d in delays), delays
         assert 0.018 <= attempt.first_byte_s <= 0.5, attempt.first_byte_s
     gaps = [a.gap_mean_s for a in client.values()]
     assert 0.004 <= statistics.median(gaps) <= 0.008, gaps  # 15 gaps of 5 ms, the finish event at once

@@ -173,6 +173,7 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
         machine_busy=float(busy),
         client_error=error,
         proxy_wait_s=after.wait_since(before, "proxy") if measured else 0.0,  # type: ignore[union-attr]
+        machine_stolen=float(summary.get("machine_stolen") or 0.0),
     )
 
 

@@ -30,6 +30,11 @@ from dd_accept.base.results import CheckResult
 # ladder step (x1.5), so the knee found is at most one level below the proxy's own. rc1 waits
 # 9.8-18.4% at its knee on 2 cores (benchmarks/capacity.py); two busy loops beside it, 37%.
 PROXY_WAIT_LIMIT = 0.25
+# A virtual machine whose hypervisor takes this share of its CPU time (steal, in /proc/stat)
+# runs every process that much slower, which no run-queue wait of its own shows: on
+# 2026-12-02 this machine's steal was 39-52% at rc1's knee, which fell from 8,754 to 2,749
+# tokens/s while its proxy waited for a CPU only 13-16% of the time.
+STOLEN_LIMIT = 0.25
 # The load client is one event loop: at this share of a core it is what limits the load,
 # whatever its share of the whole (a proxy with many workers makes the share small).
 CLIENT_CORE_LIMIT = 0.85
@@ -61,6 +66,7 @@ class LoadLevel:
     # run-queue wait): what the harness, or anything else, took from it.
     proxy_wait_s: float = 0.0
     unpaired: int = 0  # streams whose chunks could not be paired with the replica's (counts differ)
+    machine_stolen: float = 0.0  # the share of the machine's CPU time a hypervisor took (steal)
 
     @property
     def proxy_wait_share(self) -> float:
@@ -116,6 +122,7 @@ def measure_level(
     machine_busy: float,
     client_error: str = "",
     proxy_wait_s: float = 0.0,
+    machine_stolen: float = 0.0,
 ) -> LoadLevel:
     attempts = attempts_by_request(upstream)
     added_ttft: list[float] = []
@@ -157,6 +164,7 @@ def measure_level(
         client_error=client_error,
         proxy_wait_s=proxy_wait_s,
         unpaired=unpaired,
+        machine_stolen=machine_stolen,
     )
 
 
@@ -355,10 +363,13 @@ def harness_bound(
     curve: Curve, wait_limit: float = PROXY_WAIT_LIMIT, client_limit: float = CLIENT_CORE_LIMIT
 ) -> list[str]:
     """Why the knee is the harness's rather than the proxy's, one reason per level that
-    places it: the proxy waited for a CPU another process held, or the load client neared a
-    full core. Empty when the proxy bounded it (or nothing was measured)."""
+    places it: the machine's hypervisor took its CPU (steal), the proxy waited for a CPU
+    another process held, or the load client neared a full core. Empty when the proxy bounded
+    it (or nothing was measured)."""
 
     def bound(level: LoadLevel) -> str:
+        if level.machine_stolen > STOLEN_LIMIT:
+            return f"the machine's hypervisor took {level.machine_stolen:.0%} of its CPU time at {curve.show(level)}"
         if level.client_core_share >= client_limit:
             return f"the load client used {level.client_core_share:.0%} of a core at {curve.show(level)}"
         if level.proxy_wait_share > wait_limit:
@@ -392,7 +403,8 @@ def harness_headroom(
     measured = placing_levels(curve)
     expected = (
         f"at the knee and where the SLO first broke, the proxy waits for a CPU another process holds at most "
-        f"{wait_limit:.0%} of the time, and the load client uses under {client_limit:.0%} of a core"
+        f"{wait_limit:.0%} of the time, the load client uses under {client_limit:.0%} of a core, and the "
+        f"machine's hypervisor takes at most {STOLEN_LIMIT:.0%} of its CPU time"
     )
     if not measured:
         return CheckResult.judge(
@@ -405,7 +417,8 @@ def harness_headroom(
         f"{curve.show(lvl)}: the proxy waited for a CPU {lvl.proxy_wait_share:.1%} of the time and ran "
         f"{lvl.proxy_core_share:.0%} of a core; harness {lvl.harness_share:.0%} of the run's CPU (replicas "
         f"{lvl.replicas_cpu_s:.2f} s, load client {lvl.client_cpu_s:.2f} s, proxy {lvl.proxy_cpu_s:.2f} s); "
-        f"machine busy {lvl.machine_busy:.0%}; load client at {lvl.client_core_share:.0%} of a core"
+        f"machine busy {lvl.machine_busy:.0%} (stolen by its hypervisor {lvl.machine_stolen:.0%}); load client at "
+        f"{lvl.client_core_share:.0%} of a core"
         for lvl in measured
     )
     return CheckResult.judge(
@@ -419,6 +432,7 @@ def harness_headroom(
             "client_core_share": round(max(lvl.client_core_share for lvl in measured), 3),
             "harness_share": round(level.harness_share or 0.0, 3),
             "machine_busy": round(level.machine_busy, 3),
+            "machine_stolen": round(max(lvl.machine_stolen for lvl in measured), 3),
             "proxy_core_share": round(level.proxy_core_share, 3),
         },
     )

@@ -62,10 +62,17 @@ def run_queue_wait(pid: int) -> float | None:
 
 
 def machine_cpu() -> dict[str, float]:
-    """The machine's busy and total CPU seconds since boot (first line of /proc/stat)."""
+    """The machine's busy, stolen and total CPU seconds since boot (first line of /proc/stat).
+    Stolen is what a hypervisor gave another guest while this one had work (a virtual
+    machine's CPUs run slower by that much, which no process of its own shows)."""
     values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
-    return {"busy_s": (sum(values[:8]) - idle) / TICKS, "total_s": sum(values[:8]) / TICKS}
+    stolen = values[7] if len(values) > 7 else 0
+    return {
+        "busy_s": (sum(values[:8]) - idle) / TICKS,
+        "stolen_s": stolen / TICKS,
+        "total_s": sum(values[:8]) / TICKS,
+    }
 
 
 def usage(steps: list[str]) -> dict[str, object]:

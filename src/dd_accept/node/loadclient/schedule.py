@@ -69,10 +69,12 @@ async def drive(workload: Workload, attempt: Attempt) -> dict[str, Any]:
             sent.append(asyncio.ensure_future(send(pending.popleft())))
         await asyncio.gather(*sent)
     machine_ended = _machine()
-    busy = None
+    busy = stolen = None
     if machine_started is not None and machine_ended is not None:
         total = machine_ended["total_s"] - machine_started["total_s"]
-        busy = round((machine_ended["busy_s"] - machine_started["busy_s"]) / total, 4) if total > 0 else None
+        if total > 0:
+            busy = round((machine_ended["busy_s"] - machine_started["busy_s"]) / total, 4)
+            stolen = round((machine_ended["stolen_s"] - machine_started["stolen_s"]) / total, 4)
     return {
         "records": workload.records,
         "completed": completed,
@@ -82,6 +84,7 @@ async def drive(workload: Workload, attempt: Attempt) -> dict[str, Any]:
         # the machine's busy share while this client sent (its kernel's /proc/stat): the
         # capacity scenario's saturation reading, over the window the load was on
         "machine_busy": busy,
+        "machine_stolen": stolen,  # the share of it a hypervisor gave elsewhere (a VM's steal)
         "loop": running_loop_name(),
     }
 
