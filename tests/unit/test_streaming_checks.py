@@ -324,3 +324,11 @@ def test_connection_accounting_accepts_health_probes_counted_or_left_out_but_not
     assert "(24 with requests; 12 health probes)" in result.observed
     wrong = checks.connection_accounting({"keep-alive": kept(26, 38), "sequential": sequential})
     assert wrong.verdict == "fail" and "counts disagree with the replicas in: keep-alive" in wrong.detail
+
+
+def test_without_a_shared_clock_a_held_position_is_named_by_its_own_number():
+    clients, sent = delivered(lambda w, i: w + (1.0 if i >= 4 else 0.002))
+    behind = [replace(stream, started=stream.started - 0.5) for stream in clients]  # the client's clock behind
+    result = judge([long_client("a")], [long_replica("a")], (behind, sent))
+    assert result.verdict == "fail" and "clocks disagree" in result.detail, result
+    assert "position 4, 5 waited" in result.detail, result.detail

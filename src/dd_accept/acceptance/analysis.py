@@ -47,6 +47,12 @@ def chunk_delays(stream: ClientRequest, sent: UpstreamAttempt) -> list[float]:
     return [got - put for got, put in zip(read, written, strict=False)]
 
 
+def lined_up(stream: ClientRequest, sent: UpstreamAttempt) -> bool:
+    """The client read as many events as the replica wrote, so the i-th of each are one
+    event: an event added or lost on the way would shift every later pairing."""
+    return stream.chunks == sent.data_events
+
+
 def admission(events: Iterable[Event], name: str) -> list[AdmissionChange]:
     return [e for e in of_type(events, AdmissionChange) if e.event == name]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from dd_accept.acceptance.analysis import attempts_by_request, chunk_delays, percentile
+from dd_accept.acceptance.analysis import attempts_by_request, chunk_delays, lined_up, percentile
 from dd_accept.acceptance.registry import check
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
 from dd_accept.base.regressions import (
@@ -135,7 +135,7 @@ def measure_level(
         sent = [a for a in attempts.get(stream.request_id or "", []) if a.status == 200 and a.outcome == "ok"]
         # Chunks pair one to one by position: a stream whose counts differ (an event the
         # proxy dropped or added) would shift every later pair, so it is left out, counted.
-        if len(sent) != 1 or sent[0].data_events != stream.chunks:
+        if len(sent) != 1 or not lined_up(stream, sent[0]):
             unpaired += 1
             continue
         if stream.ttft_s is not None and sent[0].first_byte_s is not None:

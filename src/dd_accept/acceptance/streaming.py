@@ -158,7 +158,7 @@ def _sparse(s: StreamingRun) -> None:
     s.result.add(checks.no_buffering(dense_events, dense_upstream, events, upstream))
 
 
-def _pace_dense(s: StreamingRun) -> None:
+def _restore_pacing(s: StreamingRun) -> None:
     s.deployed[0].control(None, "pace")
 
 
@@ -233,7 +233,7 @@ PHASES: tuple[Phase[StreamingRun], ...] = (
         _sparse,
         numbers=lambda s: {"streams": s.options.sparse_streams},
     ),
-    Phase("relieve", "replicas pace their events as before", _pace_dense),
+    Phase("relieve", "replicas pace their events as before", _restore_pacing),
     Phase("drive", "one stream at a time over kept-alive connections", _sequential),
     Phase("hold", "replicas close every keep-alive connection", _close_keepalive),
     Phase("drive", "streams while every connection is closed after its response", _closing),

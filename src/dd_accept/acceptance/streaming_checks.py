@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dd_accept.acceptance.analysis import attempts_by_request, chunk_delays, percentile, requests
+from dd_accept.acceptance.analysis import attempts_by_request, chunk_delays, lined_up, percentile, requests
 from dd_accept.acceptance.registry import check
 from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt
 from dd_accept.base.results import CheckResult
@@ -62,12 +62,6 @@ def event_delays(stream: ClientRequest, sent: UpstreamAttempt, wall: bool = True
     if stream.ttft_s is None or sent.first_byte_s is None:
         return []
     return [stream.ttft_s - sent.first_byte_s, *chunk_lateness(stream, sent)]
-
-
-def lined_up(stream: ClientRequest, sent: UpstreamAttempt) -> bool:
-    """The client read as many events as the replica wrote, so the i-th of each are one
-    event: an event added or lost on the way would shift every later pairing."""
-    return stream.chunks == sent.data_events
 
 
 def held_share(delays: list[float], sent: UpstreamAttempt) -> float | None:
@@ -208,9 +202,8 @@ def no_buffering(
     notes = []
     sparse_ok = False
     if reading is not None:
-        lingers = [
-            i for i, median in enumerate(reading.position_medians) if median >= typical_share_limit * reading.gap_s
-        ]
+        bound = typical_share_limit * reading.gap_s
+        lingers = [i for i, median in enumerate(reading.position_medians, reading.first_position) if median >= bound]
         often_late = reading.late_share > late_events_limit
         sparse_ok = reading.held <= held_streams_limit * reading.streams and not lingers and not often_late
         if lingers:

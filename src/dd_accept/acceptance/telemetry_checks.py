@@ -393,7 +393,7 @@ def attempt_records(lines: list[str], profile: TelemetryProfile) -> tuple[list[d
     records = [r for r in marked if not is_request_record(r)]
     # an incomplete-stream record naming no backend is a request's (incomplete_streams judges it)
     records = [r for r in records if not (flagged(r.get(profile.incomplete_field)) and _backend(r) is None)]
-    readable = [r for r in records if _backend(r) is not None and (_status(r) is not None or _error(r) is not None)]
+    readable = [r for r in records if names_an_attempt(r)]
     separate = readable + sibling_attempt_records(lines, profile.log_marker)
     if not separate:
         separate = [a for r in marked if is_request_record(r) for a in inline_attempts(r)]
@@ -426,11 +426,7 @@ def sibling_attempt_records(lines: list[str], marker: str) -> list[dict[str, Any
         return []
     named = re.compile(re.escape(family) + r"\w*(?:attempt|upstream)")  # not a health or start-up line
     siblings = [line for line in lines if marker not in line and named.search(line)]
-    return [
-        r
-        for r in log_records(siblings, family)[0]
-        if not is_request_record(r) and _backend(r) is not None and (_status(r) is not None or _error(r) is not None)
-    ]
+    return [r for r in log_records(siblings, family)[0] if not is_request_record(r) and names_an_attempt(r)]
 
 
 def _first(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -447,6 +443,11 @@ def _status(record: dict[str, Any]) -> Any:
 
 def _error(record: dict[str, Any]) -> Any:
     return _first(record, ATTEMPT_ERROR_KEYS)
+
+
+def names_an_attempt(record: dict[str, Any]) -> bool:
+    """A record an attempt can be read from: its backend, and its status or why it had none."""
+    return _backend(record) is not None and (_status(record) is not None or _error(record) is not None)
 
 
 # An attempt that got no status: the replica held its answer until the proxy gave up on it
