@@ -3,12 +3,13 @@
 rc1 counts its attempts and retries truly but writes none of the records it claims (its
 per-request record is logged at INFO with no handler) and counts no expired, stale or
 discarded connection and no timeout. `telemetry-logged` is rc1 with its records emitted,
-cut streams logged, and connections and timeouts counted (keep-alive and read timeout 1 s,
-as its profile says; a terminal timeout where no retry followed): the positive control of
-every telemetry check.
+cut streams logged (those its own drain bound ends at its window too), and connections and
+timeouts counted (keep-alive and read timeout 1 s, as its profile says; a terminal timeout
+where no retry followed): the positive control of every telemetry check.
 `telemetry-miscounted` is that, counting one attempt per request, logging only the last,
-counting stale connections as expired and streaming timeouts as terminal: the negative
-control of each, for its own reason.
+counting stale connections as expired and streaming timeouts as terminal, and exiting at its
+drain window without a record of the streams it cuts: the negative control of each, for its
+own reason.
 """
 
 import re
@@ -34,6 +35,7 @@ LIFECYCLE_RESPONSES = OPTIONS.requests + 2 * OPTIONS.replicas
 ATTEMPTS = 4 * OPTIONS.requests + OPTIONS.forced_429 + sum(OPTIONS.forced_503) + 3 * OPTIONS.exhausted_requests
 
 
+DRAINED = OPTIONS.drain_streams  # longer than the drain allowance, running at TERM: the drain bound ends them
 LONE = OPTIONS.replicas - 1  # the request sent alone while every replica holds: each of its 3 attempts times out
 
 
@@ -64,8 +66,10 @@ def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_pro
     assert attempts.verdict == "fail" and attempts.metrics["attempts_logged"] == 0, attempts
     assert attempts.metrics["attempts_served"] == ATTEMPTS, attempts
     cut = checks["telemetry.incomplete_streams"]
-    assert cut.verdict == "fail" and cut.metrics["cut_streams"] == CUT, cut
-    assert cut.metrics["logged_incomplete"] == 0
+    assert cut.verdict == "fail" and cut.metrics["cut_streams"] == CUT + DRAINED, cut
+    assert cut.metrics["logged_incomplete"] == 0 and cut.metrics["drain_cut_streams"] == DRAINED, cut
+    # rc1 does not bound its drain (the brief's fact 3): still streaming at the allowance, it is KILLed
+    assert "was KILLed: it ended no stream at its drain window itself" in cut.detail, cut
     for name in ("telemetry.connection_lifecycle", "telemetry.timeouts"):
         assert checks[name].verdict == "fail" and checks[name].observed.startswith("the proxy's metrics have no")
     leaks = checks["telemetry.no_payloads"]
@@ -107,8 +111,10 @@ def test_emitted_records_pass_the_record_checks(sut_wheelhouse, sut_image, sut_p
     assert "the request sent alone got 502" in timeouts.observed, "rc1's documented status for it (its profile)"
     # the cut phase's streams, the one replica 2 cuts among the timeouts, and each abandoned mid-stream
     cut = checks["telemetry.incomplete_streams"]
-    assert cut.verdict == "pass" and "in cut, timeouts" in cut.observed, cut
-    assert cut.metrics["logged_with_bytes"] == cut.metrics["cut_streams"] == CUT + 1 + streaming[2], cut
+    assert cut.verdict == "pass" and "in cut, timeouts, drain" in cut.observed, cut
+    assert cut.metrics["logged_with_bytes"] == cut.metrics["cut_streams"] == CUT + 1 + streaming[2] + DRAINED, cut
+    # it ended both drain streams at its window, by itself, and logged each with its bytes
+    assert cut.metrics["drain_cut_streams"] == cut.metrics["drain_logged_with_bytes"] == DRAINED, cut
     leaks = checks["telemetry.no_payloads"]
     assert leaks.verdict == "pass" and leaks.metrics["lines"] >= responses, f"records without payloads {leaks}"
     routing = checks["telemetry.probe_routing"]
@@ -125,7 +131,12 @@ def test_miscounted_attempts_and_last_attempt_records_fail_each_for_its_reason(
     log = checks["telemetry.request_log"]
     assert log.verdict == "fail" and log.metrics["records"] == log.metrics["responses"], "one record each, wrong"
     assert "retry-429: 24 responses, 24 records; not logged: 6x attempts 2 [429,200] -> 200" in log.detail, log
-    assert checks["telemetry.incomplete_streams"].verdict == "pass", "untouched: cut streams still logged"
+    # it exits at its drain window with its streams unlogged; the streams cut before are still logged
+    cut = checks["telemetry.incomplete_streams"]
+    assert cut.verdict == "fail", cut
+    assert cut.detail == f"{DRAINED} cut streams not logged with their bytes (drain {DRAINED})", cut
+    assert cut.metrics["drain_cut_streams"] == DRAINED and cut.metrics["drain_logged_with_bytes"] == 0, cut
+    assert cut.metrics["logged_with_bytes"] == cut.metrics["logged_incomplete"] == cut.metrics["cut_streams"] - DRAINED
     attempts = checks["telemetry.attempt_log"]
     assert attempts.verdict == "fail", attempts
     assert attempts.metrics["attempts_logged"] == attempts.metrics["attempts_served"], "every attempt logged, wrongly"

@@ -330,6 +330,32 @@ def test_a_held_stream_is_abandoned_when_its_peer_times_it_out_and_served_when_i
     ]
 
 
+def test_a_stream_whose_peer_leaves_mid_way_stops_and_is_recorded_abandoned(local_replica, tmp_path):
+    """A proxy that ends a stream (its drain bound, its streaming timeout) closes the
+    connection mid-stream: the replica stops there, as vLLM aborts a request whose client
+    left, and records it abandoned with what it sent; it is never served whole to nobody."""
+    log = tmp_path / "events.jsonl"
+    replica = local_replica("--ttft-ms", "5", "--itl-ms", "50", "--events", str(log))
+
+    async def leave_after(events_wanted):
+        body = {"model": "m", "max_tokens": 200, "stream": True, "messages": [{"role": "user", "content": "x"}]}
+        url = f"{replica.url}/v1/chat/completions"
+        seen = received = 0
+        async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
+            async for line in response.content:
+                received += len(line)
+                seen += line.startswith(b"data: ")
+                if seen == events_wanted:
+                    return received  # leaving the block closes the connection mid-stream
+
+    received = asyncio.run(leave_after(5))
+    (record,) = wait_until(lambda: _upstream_records(log), bool, timeout=5, what="the stream's record")
+    assert record["outcome"] == "abandoned" and record["status"] == 200, record
+    # 200 tokens 50 ms apart would take 10 s: it stopped within a few tokens of the client leaving
+    assert 5 <= record["data_events"] <= 12 and record["bytes"] >= received, record
+    assert record["duration_s"] < 3, "served whole, it would have taken 10 s"
+
+
 def test_who_closed_an_idle_connection_is_told_apart(local_replica):
     """close_idle closes only idle connections and says how many carried requests; a peer
     that closes an idle connection is counted, a response that said Connection: close and

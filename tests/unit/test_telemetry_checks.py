@@ -389,6 +389,39 @@ def test_a_stream_the_proxy_abandoned_mid_way_is_an_incomplete_stream():
     assert doubled.verdict == "fail" and "1 incomplete records for no cut stream" in doubled.detail
 
 
+def drain_phase(records, replica_outcome="abandoned"):
+    """Two streams longer than the allowance, running at TERM: the replicas saw the proxy
+    leave each after 2,400 and 2,600 bytes; the client got 2,300 and 2,600."""
+    upstream = [
+        attempt("d1", 0, 200, 10.0, outcome=replica_outcome, size=2400),
+        attempt("d2", 1, 200, 10.0, outcome=replica_outcome, size=2600),
+    ]
+    client = [response("d1", outcome="error", size=2300), response("d2", outcome="error", size=2600)]
+    lines = [f"slurm_proxy_request {json.dumps(r)}" for r in records]
+    return checks.TelemetryPhase(checks.DRAIN_PHASE, client, upstream, {}, {}, lines, 4, ORIGINS)
+
+
+def test_streams_the_drain_bound_ended_are_incomplete_streams():
+    """telemetry-logged ends what still streams at its window and logs each; the miscounted
+    variant exits there without a record; rc1 is KILLed at the allowance and logs nothing."""
+    cut = cut_phase([incomplete(479), incomplete(959)])
+    logged = checks.incomplete_streams([cut, drain_phase([incomplete(2400), incomplete(2600)])], CLAIMED)
+    assert logged.verdict == "pass" and logged.metrics["drain_logged_with_bytes"] == 2, logged
+    assert logged.metrics["cut_streams"] == 4 and "in cut, drain" in logged.observed, logged
+    exited = checks.incomplete_streams([cut, drain_phase([])], CLAIMED)
+    assert exited.verdict == "fail" and "2 cut streams not logged with their bytes (drain 2)" in exited.detail
+    assert exited.metrics["drain_cut_streams"] == 2 and exited.metrics["drain_logged_with_bytes"] == 0
+    assert "KILLed" not in exited.detail, "it ended them itself, unlogged"
+    killed = checks.incomplete_streams([cut, drain_phase([])], CLAIMED, drain_killed_after_s=12.4)
+    assert "the endpoint still ran 12 s after TERM and was KILLed" in killed.detail, killed
+    # records with another stream's bytes are no record of these
+    wrong = checks.incomplete_streams([cut, drain_phase([incomplete(40), incomplete(9000)])], CLAIMED)
+    assert wrong.verdict == "fail" and "(drain 2)" in wrong.detail, wrong
+    # streams the replicas served whole were never ended by a drain bound: nothing there was cut
+    whole = checks.incomplete_streams([cut, drain_phase([], replica_outcome="ok")], CLAIMED)
+    assert whole.verdict == "fail" and "no stream broke at the drain bound" in whole.detail, whole
+
+
 def test_attempt_records_under_a_marker_of_their_own_count_beside_the_request_records():
     """The seed names no marker for "each attempted upstream": a release may write
     `slurm_proxy_attempt {...}` beside `slurm_proxy_request {...}`. Other lines of the family

@@ -57,10 +57,12 @@ def _client(
     )  # fmt: skip
 
 
-def _stop_step(
+def stop_endpoint_step(
     allocation: Allocation, proxy: deployment.Proxy, profile: SutProfile
 ) -> tuple[float, float | None, checks.StepEnd]:
-    """TERM the endpoint step; KILL it if it is still running when the allowance has passed."""
+    """TERM the endpoint step; KILL it if it is still running when the allowance has passed
+    (the controller's escalation, done by the harness). Returns when TERM reached the task,
+    when the KILL was sent (None when the endpoint ended by itself), and how it ended."""
     (step,) = allocation.steps_by_name()["proxy"]
     term = allocation.scancel_step(step, "TERM")
     stop_at = _term_moment(allocation, step, proxy.node, term.started_at)
@@ -133,7 +135,7 @@ def _streams(name: str, count: Callable[[DrainOptions], int], tokens: Callable[[
 
 def _stop_endpoint(name: str, mark_forced: bool):
     def stop(s: DrainRun) -> None:
-        s.stop_at, s.forced_at, s.end = _stop_step(s.allocation, s.deployed[1], s.profile)
+        s.stop_at, s.forced_at, s.end = stop_endpoint_step(s.allocation, s.deployed[1], s.profile)
         _mark(s.run, name, s.profile, s.stop_at, s.forced_at if mark_forced else None)
 
     return stop
@@ -248,7 +250,8 @@ def _cleanup_drill(
     client.wait(timeout=60)
     steps_left = allocation.steps_by_name().get("drill-endpoint", [])
     step = _drilled_step(state_host)
-    end = _endpoint_end(allocation, step, node, stop_at)
+    launcher = _node_status(state_host / "launcher-status")
+    end = _endpoint_end(allocation, step, node, stop_at, launcher_exit=launcher, record_wait_s=RECORD_WAIT_S)
     killed_at = None if step is None else allocation.cluster.signal_sent_at(step, node, 9)
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
     return checks.sut_cleanup(
@@ -271,6 +274,14 @@ def _node_mark(path: Path, fallback: float) -> float:
         return fallback
 
 
+def _node_status(path: Path) -> int | None:
+    """An exit status the drill wrote on the node; None when it wrote none."""
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def _drilled_step(state: Path) -> str | None:
     """The endpoint's JOB.STEP, as the drill recorded it for a step-aware cleanup."""
     for path in (state / "identities").glob("*"):
@@ -281,11 +292,18 @@ def _drilled_step(state: Path) -> str | None:
 
 
 def _endpoint_end(
-    allocation: Allocation, step: str | None, node: str, stop_at: float, launcher_exit: int | None = None
+    allocation: Allocation,
+    step: str | None,
+    node: str,
+    stop_at: float,
+    launcher_exit: int | None = None,
+    record_wait_s: float | None = None,
 ) -> checks.StepEnd:
     """The endpoint task's exit status and time as Slurm recorded them. Without a record,
-    the status srun reported to a launcher the harness itself waited for; otherwise unknown
-    (never assumed 0: a launcher the SUT reaped tells the harness nothing)."""
+    the status srun reported to its launcher's parent (the harness, or the drill standing in
+    for the SUT's controller); otherwise unknown (never assumed 0: a launcher nobody waited
+    for tells the harness nothing). The record is waited for `record_wait_s` (by default
+    briefly when srun's status is known, else RECORD_WAIT_S)."""
     found = None
     if step is not None:
         # slurmstepd writes the record as the task ends; on a loaded machine (CI: two
@@ -294,7 +312,7 @@ def _endpoint_end(
         found = wait_for_finding(
             lambda: allocation.cluster.step_exit(step, node),
             lambda exit_: exit_ is not None,
-            timeout=RECORD_WAIT_S if launcher_exit is None else 3,
+            timeout=record_wait_s or (RECORD_WAIT_S if launcher_exit is None else 3),
             what=f"Slurm's record of how step {step} ended",
         )
     if found is None and launcher_exit is not None:

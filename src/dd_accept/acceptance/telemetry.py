@@ -1,6 +1,6 @@
 """The telemetry scenario: phases built to produce what the seed pull request says the proxy
 reports (retries after 429s and 503s, failovers, requests that use every attempt and end in
-503, streams cut mid-way), each read from both
+503, streams cut mid-way, streams still running at the endpoint's drain bound), each read from both
 sides: the proxy's metrics before and after and the log records it wrote meanwhile, and
 the replicas' and the client's own records of every request.
 
@@ -11,6 +11,7 @@ phases run on synthetic replicas only; vLLM replicas have no control plane to st
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +20,7 @@ from typing import Any
 
 from dd_accept.acceptance import telemetry_checks as checks
 from dd_accept.acceptance.analysis import attempts_by_request, requests, with_prefix
+from dd_accept.acceptance.drain import stop_endpoint_step
 from dd_accept.acceptance.overload import SYNTHETIC_ONLY
 from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
 from dd_accept.base.events import SUT_ATTEMPT_RECORDS, EventWriter, UpstreamAttempt
@@ -38,6 +40,8 @@ class TelemetryOptions:
     forced_503: tuple[int, int] = (4, 2)
     exhausted_requests: int = 4  # sent one at a time while every replica answers 503
     held_streams: int = 2  # replicas 0 and 1 each hold this many back past the proxy's timeouts
+    drain_streams: int = 2  # running when the endpoint gets TERM, each longer than its drain allowance
+    drain_itl_ms: int = 100  # their pace: a few hundred events, not thousands, over the allowance
     client_headers: tuple[str, ...] = ()
     seed: int = 0
 
@@ -56,6 +60,9 @@ class TelemetryRun(DeployedRun):
     probe_upstream: list[UpstreamAttempt] = field(default_factory=list)
     probe_window: tuple[float, float] | None = None
     timed_out_status: int | None = None  # what the client got for the request whose attempts all timed out
+    last_metrics: dict[str, Any] = field(default_factory=dict)  # read before the drain phase stops the proxy
+    drain_phase: checks.TelemetryPhase | None = None
+    drain_killed_after_s: float | None = None  # the endpoint still ran at the allowance: KILLed then
 
 
 def _deploy_replicas(s: TelemetryRun) -> None:
@@ -439,6 +446,49 @@ def _probe_routing(s: TelemetryRun) -> None:
     s.probe_upstream = with_prefix(replicas.events(), "probe-routing-")
 
 
+def _read_counters(s: TelemetryRun) -> None:
+    """The proxy's counters as the phases left them: the drain phase stops the proxy."""
+    s.last_metrics = _metrics(s)
+
+
+STREAM_BEYOND_ALLOWANCE_S = 5.0  # a drain stream outlasts the allowance by this much: only a stop ends it
+
+
+def _drain_bound(s: TelemetryRun) -> None:
+    """Streams longer than the drain allowance are running when the endpoint step gets TERM
+    (`scancel --signal=TERM JOB.STEP`, as the seed's cleanup sends it). An endpoint that bounds
+    its drain ends them at its window, and each must be logged as incomplete with its bytes;
+    one still running at the allowance is KILLed (the controller's last resort), and a killed
+    process logs nothing. The proxy is gone after this phase: it runs last."""
+    if not s.profile.telemetry.claimed("incomplete_streams"):
+        return
+    o, replicas, proxy = s.options, *s.deployed
+    replicas.control(None, "pace", itl_ms=o.drain_itl_ms, exact=True)
+    tokens = math.ceil((s.profile.drain.allowance_seconds + STREAM_BEYOND_ALLOWANCE_S) * 1000 / o.drain_itl_ms)
+    lines_before = len(_settled_log(s))
+    name = checks.DRAIN_PHASE
+    client = deployment.run_client(
+        s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, headers=o.client_headers,
+        records=o.drain_streams, concurrency=o.drain_streams, max_tokens=tokens, max_record_attempts=1,
+        deadline_s=60, canary=s.canary,
+    )  # fmt: skip
+    replicas.wait_running(o.drain_streams)
+    time.sleep(1.0)  # the streams under way: each has sent some bytes when TERM comes
+    stop_at, forced_at, _ = stop_endpoint_step(s.allocation, proxy, s.profile)
+    client.wait(timeout=120)
+    s.drain_killed_after_s = None if forced_at is None else forced_at - stop_at
+    s.drain_phase = checks.TelemetryPhase(
+        name=name,
+        client=requests(deployment.read_events(s.run, name)),
+        upstream=with_prefix(replicas.events(), f"{name}-"),
+        metrics_before={},
+        metrics_after={},
+        log_lines=_settled_log(s)[lines_before:],
+        replicas=replicas.count,
+        origins=tuple(replicas.url(i) for i in range(replicas.count)),
+    )
+
+
 def _place_records(s: TelemetryRun) -> None:
     """The SUT's attempt records, placed on the requests they were for: evidence the report
     draws beside the replicas' attempts."""
@@ -457,8 +507,13 @@ def _judge(s: TelemetryRun) -> None:
     s.result.add(checks.attempt_counters(phases, telemetry))
     s.result.add(checks.request_log(phases, telemetry))
     s.result.add(checks.attempt_log(phases + s.timeout_phases, telemetry))
-    s.result.add(checks.incomplete_streams(phases + s.timeout_phases, telemetry))
-    last = _metrics(s)
+    drained = [s.drain_phase] if s.drain_phase is not None else []
+    s.result.add(
+        checks.incomplete_streams(
+            phases + s.timeout_phases + drained, telemetry, drain_killed_after_s=s.drain_killed_after_s
+        )
+    )
+    last = s.last_metrics
     s.result.add(checks.connection_lifecycle(last, telemetry, s.counted))
     s.result.add(checks.timeouts(last, telemetry, s.counted_timeouts, s.timed_out_status))
     s.result.add(checks.probe_routing(s.probe_upstream, s.probe_window, 0, s.options.replicas, telemetry))
@@ -493,6 +548,13 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
         "drive",
         "requests one at a time while replica 0 holds the proxy's health probe",
         _probe_routing,
+        backends=SYNTHETIC_ONLY,
+    ),
+    Phase("drive", "reading the proxy's counters before it is stopped", _read_counters, backends=SYNTHETIC_ONLY),
+    Phase(
+        "stop",
+        "TERM to the endpoint while streams longer than its drain allowance run",
+        _drain_bound,
         backends=SYNTHETIC_ONLY,
     ),
     Phase("judge", "the SUT's telemetry against the replicas' and the client's", _judge, backends=SYNTHETIC_ONLY),

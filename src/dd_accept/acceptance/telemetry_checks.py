@@ -580,7 +580,9 @@ def incomplete_records(phase: TelemetryPhase, profile: TelemetryProfile) -> list
     return [r for r in log_records(phase.log_lines, profile.log_marker)[0] if flagged(r.get(profile.incomplete_field))]
 
 
-CUT_PHASES = ("cut", "timeouts")  # where replicas cut streams, and where the proxy abandons them mid-way
+DRAIN_PHASE = "drain"  # streams longer than the drain allowance, running when the endpoint got TERM
+# where replicas cut streams, where the proxy abandons them mid-way, and where its drain bound ends them
+CUT_PHASES = ("cut", "timeouts", DRAIN_PHASE)
 # What a proxy may add to a broken stream's bytes beyond the replica's: its own error event
 # (an SSE `data: {"error": ...}`) and the wire's chunked framing, a few bytes per write.
 FRAMING_SLACK = 0.1
@@ -607,17 +609,23 @@ def broken_streams(phase: TelemetryPhase) -> list[tuple[int, int]]:
 
 @check("telemetry.incomplete_streams")
 def incomplete_streams(
-    phases: list[TelemetryPhase], profile: TelemetryProfile, cut_phases: tuple[str, ...] = CUT_PHASES
+    phases: list[TelemetryPhase],
+    profile: TelemetryProfile,
+    cut_phases: tuple[str, ...] = CUT_PHASES,
+    drain_killed_after_s: float | None = None,
 ) -> CheckResult:
-    """Each stream that broke mid-way (a replica cut it, or the proxy's streaming timeout
-    abandoned it, as the replica recorded it) is logged once as incomplete, with the bytes the
-    proxy sent downstream: at least what the client received and at most what the replica
-    sent (a client's reader may drop what it buffered when the stream breaks). No record says
-    incomplete in a phase where no stream broke."""
+    """Each stream that broke mid-way (a replica cut it, the proxy's streaming timeout
+    abandoned it, or its drain bound ended it, as the replica recorded it) is logged once as
+    incomplete, with the bytes the proxy sent downstream: at least what the client received
+    and at most what the replica sent (a client's reader may drop what it buffered when the
+    stream breaks). No record says incomplete in a phase where no stream broke. An endpoint
+    that never ended its streams at its drain window (Slurm's KILL did, at the allowance:
+    `drain_killed_after_s`) cannot have logged them, and the check says so."""
     marker, flag, size = profile.log_marker, profile.incomplete_field, profile.bytes_field
     expected_text = (
-        f"one `{marker}` record with {flag}=true per stream a replica cut or the proxy abandoned mid-way, its "
-        f"{size} between the bytes the client received and those the replica sent; none elsewhere"
+        f"one `{marker}` record with {flag}=true per stream a replica cut, the proxy abandoned mid-way or its "
+        f"drain bound ended, its {size} between the bytes the client received and those the replica sent; "
+        "none elsewhere"
     )
     if not profile.claimed("incomplete_streams"):
         return _unclaimed(incomplete_streams.check_id, expected_text, "incomplete_streams")
@@ -625,6 +633,7 @@ def incomplete_streams(
     if not judged:
         return CheckResult.judge(incomplete_streams.check_id, False, expected_text, "no phase cut a stream")
     cut: list[tuple[int, int]] = []
+    unlogged: dict[str, int] = {}
     flagged_count = matched = 0
     for phase in judged:
         broken = broken_streams(phase)
@@ -632,14 +641,20 @@ def incomplete_streams(
         logged = incomplete_records(phase, profile)
         flagged_count += len(logged)
         sizes = sorted(n for r in logged if (n := byte_count(r.get(size))) is not None)
+        hits = 0
         for received, sent in broken:  # each broken stream takes the smallest logged size its bounds allow
             low, high = byte_bounds(received, sent)
             hit = next((i for i, value in enumerate(sizes) if low <= value <= high), None)
             if hit is not None:
                 sizes.pop(hit)
-                matched += 1
+                hits += 1
+        matched += hits
+        if hits < len(broken):
+            unlogged[phase.name] = len(broken) - hits
+    drain = next((p for p in judged if p.name == DRAIN_PHASE), None)
+    drain_cut = len(broken_streams(drain)) if drain is not None else 0
     elsewhere = {p.name: n for p in phases if p.name not in cut_phases and (n := len(incomplete_records(p, profile)))}
-    ok = bool(cut) and matched == len(cut) == flagged_count and not elsewhere
+    ok = bool(cut) and matched == len(cut) == flagged_count and not elsewhere and (drain is None or drain_cut > 0)
     observed = (
         f"{len(cut)} streams broken mid-way in {', '.join(p.name for p in judged)} (client got / replica sent: "
         f"{', '.join(f'{low}/{high}' for low, high in cut[:4])}{' ...' if len(cut) > 4 else ''} bytes); "
@@ -648,26 +663,36 @@ def incomplete_streams(
     problems = []
     if not cut:
         problems.append("no replica cut a stream")
-    elif matched < len(cut):
-        problems.append(f"{len(cut) - matched} cut streams not logged with their bytes")
+    elif unlogged:
+        problems.append(
+            f"{len(cut) - matched} cut streams not logged with their bytes ("
+            + ", ".join(f"{name} {n}" for name, n in unlogged.items())
+            + ")"
+        )
+    if drain is not None and not drain_cut:
+        problems.append("no stream broke at the drain bound (streams longer than the allowance, then TERM)")
+    if drain_killed_after_s is not None and unlogged.get(DRAIN_PHASE):
+        problems.append(
+            f"the endpoint still ran {drain_killed_after_s:.0f} s after TERM and was KILLed: it ended no stream at "
+            "its drain window itself, and a killed process logs nothing"
+        )
     if flagged_count > matched:
         problems.append(f"{flagged_count - matched} incomplete records for no cut stream")
     if elsewhere:
         problems.append(
             "incomplete records where nothing was cut: " + ", ".join(f"{k} {v}" for k, v in elsewhere.items())
         )
-    return CheckResult.judge(
-        incomplete_streams.check_id,
-        ok,
-        expected_text,
-        observed,
-        "; ".join(problems),
-        {
-            "cut_streams": float(len(cut)),
-            "logged_incomplete": float(flagged_count),
-            "logged_with_bytes": float(matched),
-        },
-    )
+    metrics = {
+        "cut_streams": float(len(cut)),
+        "logged_incomplete": float(flagged_count),
+        "logged_with_bytes": float(matched),
+    }
+    if drain is not None:
+        metrics |= {
+            "drain_cut_streams": float(drain_cut),
+            "drain_logged_with_bytes": float(drain_cut - unlogged.get(DRAIN_PHASE, 0)),
+        }
+    return CheckResult.judge(incomplete_streams.check_id, ok, expected_text, observed, "; ".join(problems), metrics)
 
 
 @check("telemetry.probe_routing")

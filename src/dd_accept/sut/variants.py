@@ -162,7 +162,37 @@ _COUNTING_CONNECTOR = """class _CountingConnector(TCPConnector):
 _ATTEMPT_RECORD = (
     '                _LOGGER.info("slurm_proxy_request %s", json.dumps({{"backend": index, "status": {}}}))\n'
 )
+# A drain bounded by the endpoint itself that logs what it ends: on TERM, aiohttp's graceful
+# shutdown; just before the 10 s window, each request still in flight is cancelled (its stream
+# is then logged as incomplete, with the bytes sent); at the window, exit 0 whatever is left.
+_LOGGED_DRAIN = """_IN_FLIGHT = weakref.WeakSet()
+
+
+def _drain_then_end_streams() -> None:
+    asyncio.get_running_loop().call_later(9.5, _end_streams)
+    timer = threading.Timer(10.0, os._exit, (0,))
+    timer.daemon = True
+    timer.start()
+    raise web.GracefulExit()
+
+
+def _end_streams() -> None:
+    for task in list(_IN_FLIGHT):
+        task.cancel()
+
+
+"""
 _TELEMETRY_LOGGED = (
+    # streams still running at the drain window ended by the endpoint, and so logged
+    (PROXY, "import time\n", "import threading\nimport time\nimport weakref\n"),
+    *_on_term("_drain_then_end_streams"),
+    (PROXY, "def _filter_request_headers(", _LOGGED_DRAIN + "def _filter_request_headers("),
+    (
+        PROXY,
+        "    async def _forward(self, request: web.Request) -> web.StreamResponse:\n",
+        "    async def _forward(self, request: web.Request) -> web.StreamResponse:\n"
+        "        _IN_FLIGHT.add(asyncio.current_task())\n",
+    ),
     # health probes leave least-connections alone: not counted as requests in flight
     (
         PROXY,
@@ -523,9 +553,10 @@ FAULTS = {
             "telemetry-logged",
             "data-designer-slurm",
             "not a fault: rc1 with its per-request records emitted (a log handler), probes kept out of "
-            "least-connections, streams cut mid-way "
-            "logged as incomplete with the bytes sent, and expired, stale and discarded connections and "
-            "terminal and streaming timeouts counted (keep-alive 3 s, read timeout 1 s)",
+            "least-connections, streams cut mid-way (by a replica, or by its own drain bound: it ends what "
+            "still streams at its 10 s window and exits 0) logged as incomplete with the bytes sent, and "
+            "expired, stale and discarded connections and terminal and streaming timeouts counted (keep-alive "
+            "3 s, read timeout 1 s)",
             _TELEMETRY_LOGGED,
             fixes=_TELEMETRY_FINDINGS,
             telemetry_profile=_TELEMETRY_LOGGED_PROFILE,
@@ -535,7 +566,8 @@ FAULTS = {
             "data-designer-slurm",
             "the proxy counts one attempt per request however many it made, its records keep only the "
             "last attempt, it logs each attempt against the next backend and each request's body and "
-            "credential, it counts stale connections as expired and streaming timeouts as terminal "
+            "credential, it counts stale connections as expired and streaming timeouts as terminal, and at "
+            "its drain window it exits without ending (or logging) the streams still running "
             "(otherwise as telemetry-logged)",
             (
                 *_TELEMETRY_LOGGED,
@@ -574,6 +606,7 @@ FAULTS = {
                     '                self.metrics.timeouts["streaming"] += 1\n',
                     '                self.metrics.timeouts["terminal"] += 1\n',
                 ),
+                (PROXY, "    asyncio.get_running_loop().call_later(9.5, _end_streams)\n", ""),
             ),
             telemetry_profile=_TELEMETRY_LOGGED_PROFILE,
         ),

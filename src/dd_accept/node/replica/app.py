@@ -55,15 +55,31 @@ class PeerGone(Exception):
     that timed the attempt out): the response ends there, recorded as `abandoned`."""
 
 
-async def _hold_unless_gone(receive: Receive, seconds: float) -> None:
-    """Hold the response back `seconds`; raise PeerGone as soon as the peer disconnects
-    (the body is read by now, so the next ASGI message can only be the disconnect)."""
-    try:
-        message = await asyncio.wait_for(receive(), seconds)
-    except TimeoutError:
-        return
-    if message.get("type") == "http.disconnect":
-        raise PeerGone("the peer closed the connection while the response was held back")
+class PeerWatch:
+    """Whether the peer has left. ASGI tells it only through `receive`, one call at a time, and
+    uvicorn drops without a word what is sent to a peer that left; once the request's body is
+    read, the next message can only be the disconnect, so one call, started once, is the
+    watch. A replica that keeps streaming to nobody would record a stream the proxy ended
+    (its drain bound, its timeout) as served whole; vLLM aborts such a request, and so does
+    the replica."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._next = asyncio.ensure_future(receive())
+
+    @property
+    def gone(self) -> bool:
+        if not self._next.done() or self._next.cancelled() or self._next.exception() is not None:
+            return False
+        return self._next.result().get("type") == "http.disconnect"
+
+    async def hold(self, seconds: float) -> None:
+        """Hold the response back `seconds`; raise PeerGone as soon as the peer disconnects."""
+        await asyncio.wait({self._next}, timeout=seconds)
+        if self.gone:
+            raise PeerGone("the peer closed the connection while the response was held back")
+
+    def close(self) -> None:
+        self._next.cancel()
 
 
 async def _read_body(receive: Receive, limit: int = 16 * 1024 * 1024) -> bytes:
@@ -137,9 +153,13 @@ class ReplicaApp:
                 started = time.time()
                 self.control.probe_window = (started, None)
                 await _read_body(receive)  # the (empty) request first: then only a disconnect can come
-                with contextlib.suppress(PeerGone):  # held until the delay, a release, or the prober gives up
-                    while self.control.health_delay_s > 0 and time.time() < started + self.control.health_delay_s:
-                        await _hold_unless_gone(receive, 0.05)
+                watch = PeerWatch(receive)
+                try:
+                    with contextlib.suppress(PeerGone):  # held until the delay, a release, or the prober gives up
+                        while self.control.health_delay_s > 0 and time.time() < started + self.control.health_delay_s:
+                            await watch.hold(0.05)
+                finally:
+                    watch.close()
                 self.control.probe_window = (started, time.time())
             status = 200 if self.control.healthy else 503
             await send({"type": "http.response.start", "status": status, "headers": _headers(b"text/plain", {}, close)})
@@ -189,7 +209,11 @@ class ReplicaApp:
         if payload.get("stream"):
             options = payload.get("stream_options") or {}
             include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
-            await self._stream(receive, send, chat, model, prompt_tokens, max_tokens, include_usage, close)
+            watch = PeerWatch(receive)  # the body is read: only the disconnect can come now
+            try:
+                await self._stream(watch, send, chat, model, prompt_tokens, max_tokens, include_usage, close)
+            finally:
+                watch.close()
         else:
             await self._complete(send, chat, model, prompt_tokens, max_tokens, close)
 
@@ -215,7 +239,7 @@ class ReplicaApp:
 
     async def _stream(
         self,
-        receive: Receive,
+        watch: PeerWatch,
         send: Send,
         chat: bool,
         model: str,
@@ -227,7 +251,7 @@ class ReplicaApp:
         cut_after = self.control.take_cut()
         delay = self.control.take_delay()
         if delay is not None and delay[0] is None:  # no first byte for a while
-            await _hold_unless_gone(receive, delay[1])
+            await watch.hold(delay[1])
         identifier = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
@@ -260,7 +284,9 @@ class ReplicaApp:
                 if cut_after is not None and sent >= cut_after:
                     raise StreamCut(f"stream cut after {sent} chunks by the control plane")
                 if delay is not None and delay[0] == sent and sent > 0:  # a stall mid-stream
-                    await _hold_unless_gone(receive, delay[1])
+                    await watch.hold(delay[1])
+                if watch.gone:  # the proxy ended the stream (its drain bound, a timeout): so does the replica
+                    raise PeerGone("the peer closed the connection mid-stream")
                 body = first_bytes if index == 0 else next_bytes
                 await send({"type": "http.response.body", "body": body, "more_body": True})
                 sent += 1
