@@ -9,7 +9,9 @@ CPU from /proc. Variants, side by side:
   - the event loop of the harness's programs: asyncio's own, or uvloop;
   - the replica: the ASGI one (uvicorn, behind the SUT's queue admission middleware, a timer
     per token per stream) or the paced one (one timer for every stream, bare protocol);
-  - the client: raw (aiohttp) or wire (bare protocol, httptools).
+  - the client: raw (aiohttp) or wire (bare protocol, httptools);
+  - the replicas' processes: 4, or 8 sharing the same load (more processes per replica: the
+    proxy then has 8 backends, each serving half as many streams).
 Prints a table and writes JSON.
 
     python benchmarks/harness_headroom.py [--seconds 5] [--repeats 2] [--out FILE]
@@ -39,12 +41,13 @@ from dd_accept.sut.profile import profile_for
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
 from dd_accept.sut.wheelhouse import build_wheelhouse, install_local
 
-VARIANTS = (  # (event loop, replica, client)
-    ("asyncio", "asgi", "raw"),
-    ("uvloop", "asgi", "raw"),
-    ("uvloop", "paced", "raw"),
-    ("uvloop", "asgi", "wire"),
-    ("uvloop", "paced", "wire"),
+VARIANTS = (  # (event loop, replica, client, replica processes)
+    ("asyncio", "asgi", "raw", 4),
+    ("uvloop", "asgi", "raw", 4),
+    ("uvloop", "paced", "raw", 4),
+    ("uvloop", "asgi", "wire", 4),
+    ("uvloop", "paced", "wire", 4),
+    ("uvloop", "paced", "wire", 8),
 )
 PROGRAMS = {"asgi": ASGI_REPLICA, "paced": PACED_REPLICA}
 STREAMS, TOKENS = 60, 32
@@ -60,11 +63,14 @@ def _up(url: str) -> bool:
     return probe(f"{url}/health", timeout=1).get("status") == 200
 
 
-def measure(sut_path: Path, middleware: str, loop: str, replica: str, client_mode: str, seconds: float) -> dict:
+def measure(
+    sut_path: Path, middleware: str, loop: str, replica: str, client_mode: str, processes: int, seconds: float
+) -> dict:
     options = ("--ttft-ms", "20", "--itl-ms", "5", "--loop", loop)
     if replica == "asgi":
         options += ("--max-num-seqs", "256", "--middleware", middleware)
-    replicas = [LocalReplica(options=options, python_path=[sut_path], program=PROGRAMS[replica]) for _ in range(4)]
+    program = PROGRAMS[replica]
+    replicas = [LocalReplica(options=options, python_path=[sut_path], program=program) for _ in range(processes)]
     for each in replicas:
         each.start()
     port = free_port()
@@ -103,6 +109,7 @@ def measure(sut_path: Path, middleware: str, loop: str, replica: str, client_mod
         "loop": summary.get("loop", loop),
         "replica": replica,
         "client": client_mode,
+        "replica_processes": processes,
         "chunks_per_s": round(chunks / summary["window_s"]),
         "us_per_chunk": {name: round(value / chunks * 1e6, 1) for name, value in used.items()},
         "harness_share": round(harness / (harness + used["proxy"]), 3),
@@ -121,18 +128,19 @@ def main() -> int:
     sut_path = install_local(wheelhouse, Path(tempfile.mkdtemp(prefix="dd-bench-sut-")))
     middleware = profile_for("data-designer-slurm", "1.0.0rc1").queue_admission.middleware
     runs = [
-        measure(sut_path, middleware, loop, replica, client, args.seconds)
+        measure(sut_path, middleware, loop, replica, client, processes, args.seconds)
         for _ in range(args.repeats)
-        for loop, replica, client in VARIANTS
+        for loop, replica, client, processes in VARIANTS
     ]
     table = Table(title=f"harness headroom at {STREAMS} streams x {TOKENS} tokens (rc1 proxy, 2 cores)")
-    for column in ("loop", "replica", "client", "chunks/s", "proxy us/chunk", "replicas us/chunk", "client us/chunk",
-                   "harness share"):  # fmt: skip
+    for column in ("loop", "replica", "client", "processes", "chunks/s", "proxy us/chunk", "replicas us/chunk",
+                   "client us/chunk", "harness share"):  # fmt: skip
         table.add_column(column)
     for run in runs:
         cost = run["us_per_chunk"]
         table.add_row(
-            run["loop"], run["replica"], run["client"], f"{run['chunks_per_s']:,}", f"{cost['proxy']:.1f}",
+            run["loop"], run["replica"], run["client"], str(run["replica_processes"]), f"{run['chunks_per_s']:,}",
+            f"{cost['proxy']:.1f}",
             f"{cost['replicas']:.1f}", f"{cost['client']:.1f}", f"{run['harness_share']:.0%}",
         )  # fmt: skip
     Console(width=160).print(table)

@@ -389,14 +389,17 @@ def test_a_stream_the_proxy_abandoned_mid_way_is_an_incomplete_stream():
     assert doubled.verdict == "fail" and "1 incomplete records for no cut stream" in doubled.detail
 
 
-def drain_phase(records, replica_outcome="abandoned"):
+def drain_phase(records, replica_outcome="abandoned", replica_bytes=(2400, 2600), client_bytes=(2300, 2600)):
     """Two streams longer than the allowance, running at TERM: the replicas saw the proxy
     leave each after 2,400 and 2,600 bytes; the client got 2,300 and 2,600."""
     upstream = [
-        attempt("d1", 0, 200, 10.0, outcome=replica_outcome, size=2400),
-        attempt("d2", 1, 200, 10.0, outcome=replica_outcome, size=2600),
+        attempt("d1", 0, 200, 10.0, outcome=replica_outcome, size=replica_bytes[0]),
+        attempt("d2", 1, 200, 10.0, outcome=replica_outcome, size=replica_bytes[1]),
     ]
-    client = [response("d1", outcome="error", size=2300), response("d2", outcome="error", size=2600)]
+    client = [
+        response("d1", outcome="error", size=client_bytes[0]),
+        response("d2", outcome="error", size=client_bytes[1]),
+    ]
     lines = [f"slurm_proxy_request {json.dumps(r)}" for r in records]
     return checks.TelemetryPhase(checks.DRAIN_PHASE, client, upstream, {}, {}, lines, 4, ORIGINS)
 
@@ -420,6 +423,24 @@ def test_streams_the_drain_bound_ended_are_incomplete_streams():
     # streams the replicas served whole were never ended by a drain bound: nothing there was cut
     whole = checks.incomplete_streams([cut, drain_phase([], replica_outcome="ok")], CLAIMED)
     assert whole.verdict == "fail" and "no stream broke at the drain bound" in whole.detail, whole
+
+
+def test_a_proxy_that_stopped_reading_at_its_drain_bound_may_log_less_than_either_side_saw():
+    """At its window a proxy forwarded 15,000 bytes, added a 90-byte error event it does not
+    count, and left 170 bytes the replica wrote unread: the client got 15,090, the replica
+    sent 15,170, and 15,000 is true. Where the replica itself cut the stream (nothing left
+    unread) the floor stays what either side saw."""
+    forwarded, event, unread = 15000, 90, 170
+    sizes = {"replica_bytes": (forwarded + unread,) * 2, "client_bytes": (forwarded + event,) * 2}
+    logged = [incomplete(forwarded), incomplete(forwarded)]
+    result = checks.incomplete_streams([drain_phase(logged, **sizes)], CLAIMED)
+    assert result.verdict == "pass", result
+    assert checks.byte_bounds(forwarded + event, forwarded + unread)[0] == forwarded + event, "elsewhere"
+    low = checks.byte_bounds(forwarded + event, forwarded + unread, stopped_reading=True)[0]
+    assert low == forwarded + event - checks.ERROR_EVENT_BYTES
+    # a record far below what the client got is still no record of the stream
+    short = checks.incomplete_streams([drain_phase([incomplete(2000), incomplete(2000)], **sizes)], CLAIMED)
+    assert short.verdict == "fail" and "(drain 2)" in short.detail, short
 
 
 def test_attempt_records_under_a_marker_of_their_own_count_beside_the_request_records():

@@ -73,7 +73,8 @@ def stop_endpoint_step(
         forced_at = time.time()
         allocation.scancel_step(step, "KILL")
         record = proxy.step.wait(timeout=30)
-    return stop_at, forced_at, _endpoint_end(allocation, step, proxy.node, stop_at, launcher_exit=record.exit_code)
+    launcher = LauncherEnd(record.exit_code, record.started_at + record.duration_s)
+    return stop_at, forced_at, _endpoint_end(allocation, step, proxy.node, stop_at, launcher)
 
 
 def _term_moment(allocation: Allocation, step: str, node: str, fallback: float) -> float:
@@ -250,8 +251,9 @@ def _cleanup_drill(
     client.wait(timeout=60)
     steps_left = allocation.steps_by_name().get("drill-endpoint", [])
     step = _drilled_step(state_host)
-    launcher = _node_status(state_host / "launcher-status")
-    end = _endpoint_end(allocation, step, node, stop_at, launcher_exit=launcher, record_wait_s=RECORD_WAIT_S)
+    status, ended = _node_status(state_host / "launcher-status"), _node_mark(state_host / "launcher-ended", 0.0)
+    launcher = LauncherEnd(status, ended, may_be_signalled=True) if status is not None and ended else None
+    end = _endpoint_end(allocation, step, node, stop_at, launcher, record_wait_s=RECORD_WAIT_S)
     killed_at = None if step is None else allocation.cluster.signal_sent_at(step, node, 9)
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
     return checks.sut_cleanup(
@@ -291,19 +293,41 @@ def _drilled_step(state: Path) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class LauncherEnd:
+    """How and when the srun launching the endpoint ended, as its parent (the harness, or
+    the drill standing in for the SUT's controller) saw it."""
+
+    exit_code: int | None
+    ended_at: float  # epoch seconds
+    # The SUT's cleanup may signal srun itself (rc1 TERMs its launchers): srun's status is then
+    # its own. The harness never does (it signals the step).
+    may_be_signalled: bool = False
+
+    @property
+    def task_exit(self) -> int | None:
+        """The task's exit status as srun passed it on; None where it may be srun's own: a
+        status over 125 is also what srun shows when a signal ended *it* (a cleanup that TERMs
+        or KILLs a launcher lingering after its task exited 0)."""
+        if self.exit_code is None or (self.may_be_signalled and not 0 <= self.exit_code <= 125):
+            return None
+        return self.exit_code
+
+
 def _endpoint_end(
     allocation: Allocation,
     step: str | None,
     node: str,
     stop_at: float,
-    launcher_exit: int | None = None,
+    launcher: LauncherEnd | None = None,
     record_wait_s: float | None = None,
 ) -> checks.StepEnd:
     """The endpoint task's exit status and time as Slurm recorded them. Without a record,
-    the status srun reported to its launcher's parent (the harness, or the drill standing in
-    for the SUT's controller); otherwise unknown (never assumed 0: a launcher nobody waited
-    for tells the harness nothing). The record is waited for `record_wait_s` (by default
-    briefly when srun's status is known, else RECORD_WAIT_S)."""
+    the status srun passed on to its parent, at the moment srun ended; otherwise unknown
+    (never assumed 0: a launcher nobody waited for tells the harness nothing). The record is
+    waited for `record_wait_s` (by default briefly when srun's status is known, else
+    RECORD_WAIT_S)."""
+    launcher_exit = None if launcher is None else launcher.task_exit
     found = None
     if step is not None:
         # slurmstepd writes the record as the task ends; on a loaded machine (CI: two
@@ -315,8 +339,8 @@ def _endpoint_end(
             timeout=record_wait_s or (RECORD_WAIT_S if launcher_exit is None else 3),
             what=f"Slurm's record of how step {step} ended",
         )
-    if found is None and launcher_exit is not None:
-        return checks.StepEnd(launcher_exit, time.time() - stop_at, "srun launcher")
+    if found is None and launcher is not None and launcher_exit is not None:
+        return checks.StepEnd(launcher_exit, max(0.0, launcher.ended_at - stop_at), "srun launcher")
     if found is None:
         where = f"nowhere: Slurm kept no record of the end of step {step} within {RECORD_WAIT_S:.0f}s"
         return checks.StepEnd(None, time.time() - stop_at, where)

@@ -451,7 +451,9 @@ def _read_counters(s: TelemetryRun) -> None:
     s.last_metrics = _metrics(s)
 
 
-STREAM_BEYOND_ALLOWANCE_S = 5.0  # a drain stream outlasts the allowance by this much: only a stop ends it
+# A drain stream outlasts the allowance by this much, counted from its start: TERM comes about
+# a second in, Slurm's record of it up to 3 s later starts the allowance, and only a stop may end it.
+STREAM_BEYOND_ALLOWANCE_S = 10.0
 
 
 def _drain_bound(s: TelemetryRun) -> None:
@@ -464,19 +466,25 @@ def _drain_bound(s: TelemetryRun) -> None:
         return
     o, replicas, proxy = s.options, *s.deployed
     replicas.control(None, "pace", itl_ms=o.drain_itl_ms, exact=True)
-    tokens = math.ceil((s.profile.drain.allowance_seconds + STREAM_BEYOND_ALLOWANCE_S) * 1000 / o.drain_itl_ms)
+    stream_s = s.profile.drain.allowance_seconds + STREAM_BEYOND_ALLOWANCE_S
+    tokens = math.ceil(stream_s * 1000 / o.drain_itl_ms)
     lines_before = len(_settled_log(s))
     name = checks.DRAIN_PHASE
     client = deployment.run_client(
         s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, headers=o.client_headers,
         records=o.drain_streams, concurrency=o.drain_streams, max_tokens=tokens, max_record_attempts=1,
-        deadline_s=60, canary=s.canary,
+        deadline_s=stream_s + 30, canary=s.canary,
     )  # fmt: skip
     replicas.wait_running(o.drain_streams)
     time.sleep(1.0)  # the streams under way: each has sent some bytes when TERM comes
     stop_at, forced_at, _ = stop_endpoint_step(s.allocation, proxy, s.profile)
-    client.wait(timeout=120)
+    client.wait(timeout=stream_s + 60)
     s.drain_killed_after_s = None if forced_at is None else forced_at - stop_at
+    with contextlib.suppress(WaitTimeout):  # a replica records a stream when it next tries to write
+        wait_until(
+            lambda: len(with_prefix(replicas.events(), f"{name}-")), lambda seen: seen >= o.drain_streams,
+            timeout=5, interval=0.2, what="the replicas' records of the drain streams",
+        )  # fmt: skip
     s.drain_phase = checks.TelemetryPhase(
         name=name,
         client=requests(deployment.read_events(s.run, name)),

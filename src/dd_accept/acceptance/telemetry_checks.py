@@ -589,13 +589,16 @@ FRAMING_SLACK = 0.1
 ERROR_EVENT_BYTES = 1024
 
 
-def byte_bounds(received: int, sent: int) -> tuple[int, int]:
+def byte_bounds(received: int, sent: int, stopped_reading: bool = False) -> tuple[int, int]:
     """The bytes a proxy may log as sent downstream for a broken stream: at least what the
     client received or the replica sent, whichever is less (a client's reader may drop what
     it buffered; a proxy may count only what it forwarded, not the error event it added), at
-    most the larger plus framing and an error event of its own."""
+    most the larger plus framing and an error event of its own. A proxy that `stopped_reading`
+    (its drain bound) may leave the replica's last writes unread: then neither side shows
+    what it forwarded, and the client's bytes less an error event of its own are the floor."""
     larger = max(received, sent)
-    return min(received, sent), int(larger * (1 + FRAMING_SLACK)) + ERROR_EVENT_BYTES
+    low = min(received - ERROR_EVENT_BYTES, sent) if stopped_reading else min(received, sent)
+    return max(0, low), int(larger * (1 + FRAMING_SLACK)) + ERROR_EVENT_BYTES
 
 
 def broken_streams(phase: TelemetryPhase) -> list[tuple[int, int]]:
@@ -643,7 +646,7 @@ def incomplete_streams(
         sizes = sorted(n for r in logged if (n := byte_count(r.get(size))) is not None)
         hits = 0
         for received, sent in broken:  # each broken stream takes the smallest logged size its bounds allow
-            low, high = byte_bounds(received, sent)
+            low, high = byte_bounds(received, sent, stopped_reading=phase.name == DRAIN_PHASE)
             hit = next((i for i, value in enumerate(sizes) if low <= value <= high), None)
             if hit is not None:
                 sizes.pop(hit)
