@@ -57,12 +57,15 @@ def test_a_buffering_proxy_is_caught_by_no_buffering(sut_wheelhouse, sut_image, 
 def test_a_proxy_holding_all_but_the_first_chunk_is_caught_by_no_buffering(
     sut_wheelhouse, sut_image, sut_profile, tmp_path
 ):
-    """Its first chunk comes in time: the TTFT bound passes it, and only judging every chunk
+    """Its first chunk comes in time: a TTFT bound would pass it, and only judging every chunk
     (the held share, the delay per event) catches it."""
     checks = run_with_fault(_streaming, "hold-after-first", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     buffering = checks["streaming.no_buffering"]
     assert buffering.verdict == "fail", buffering
-    assert buffering.metrics["added_ttft_p95_s"] <= 0.5, "the first chunk is within the TTFT bound"
+    # the first chunk is not what is held: it comes with what a loaded machine adds (0.60 s p95
+    # once, three tests at once on 2 cores), a small part of the hold of the chunks after it
+    ttft = buffering.metrics["added_ttft_p95_s"]
+    assert ttft < 1.0 and ttft < buffering.metrics["sparse_delay_max_s"] / 4, buffering
     # (a stream whose first read held most of it is held little; under load a few may be)
     assert buffering.metrics["streams_held"] >= 32 and buffering.metrics["held_share_max"] > 0.8, buffering
     assert buffering.metrics["added_chunk_delay_max_s"] > 0.5 and buffering.metrics["added_chunk_delay_p95_s"] > 0.25
@@ -78,7 +81,7 @@ def test_a_proxy_lingering_for_a_batch_is_caught_by_the_sparse_streams(
     checks = run_with_fault(_streaming, "flush-every-4-events-or-1s", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     buffering = checks["streaming.no_buffering"]
     assert buffering.verdict == "fail" and "the proxy holds it back" in buffering.detail, buffering
-    assert 0.8 < buffering.metrics["sparse_delay_p50_s"] < 1.3, buffering
+    assert 0.8 < buffering.metrics["sparse_delay_p50_s"] < 1.5, buffering  # the linger, under the 1.5 s gap
     assert buffering.metrics["streams_held"] <= 6, "within the dense streams' allowance: the sparse ones decide"
     assert checks["streaming.integrity"].verdict == "pass"
 
