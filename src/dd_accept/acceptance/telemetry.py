@@ -145,12 +145,19 @@ def _client_phase(
     deadline_s: float = 60,
 ) -> checks.TelemetryPhase:
     """One phase: metrics and log position before, the client's requests, metrics after."""
-    replicas = s.deployed[0]
     before = _metrics(s) if before is None else before
     lines_before = len(_settled_log(s))
     sent = requests_sent or s.options.requests
     _send(s, name, sent, concurrency=concurrency, deadline_s=deadline_s)
-    after = _settled_metrics(s, before, sent)
+    return _seen(s, name, lines_before, before, _settled_metrics(s, before, sent))
+
+
+def _seen(
+    s: TelemetryRun, name: str, lines_before: int, before: dict[str, Any], after: dict[str, Any]
+) -> checks.TelemetryPhase:
+    """A phase as each side saw it: the client's requests, the replicas' attempts, the
+    proxy's metrics around it and the output it wrote since `lines_before`."""
+    replicas = s.deployed[0]
     return checks.TelemetryPhase(
         name=name,
         client=requests(deployment.read_events(s.run, name)),
@@ -485,16 +492,7 @@ def _drain_bound(s: TelemetryRun) -> None:
             lambda: len(with_prefix(replicas.events(), f"{name}-")), lambda seen: seen >= o.drain_streams,
             timeout=5, interval=0.2, what="the replicas' records of the drain streams",
         )  # fmt: skip
-    s.drain_phase = checks.TelemetryPhase(
-        name=name,
-        client=requests(deployment.read_events(s.run, name)),
-        upstream=with_prefix(replicas.events(), f"{name}-"),
-        metrics_before={},
-        metrics_after={},
-        log_lines=_settled_log(s)[lines_before:],
-        replicas=replicas.count,
-        origins=tuple(replicas.url(i) for i in range(replicas.count)),
-    )
+    s.drain_phase = _seen(s, name, lines_before, {}, {})  # no metrics: the proxy is gone
 
 
 def _place_records(s: TelemetryRun) -> None:

@@ -636,11 +636,13 @@ def incomplete_streams(
     if not judged:
         return CheckResult.judge(incomplete_streams.check_id, False, expected_text, "no phase cut a stream")
     cut: list[tuple[int, int]] = []
+    broke: dict[str, int] = {}  # per phase, the streams that broke
     unlogged: dict[str, int] = {}
     flagged_count = matched = 0
     for phase in judged:
         broken = broken_streams(phase)
         cut += broken
+        broke[phase.name] = len(broken)
         logged = incomplete_records(phase, profile)
         flagged_count += len(logged)
         sizes = sorted(n for r in logged if (n := byte_count(r.get(size))) is not None)
@@ -654,10 +656,10 @@ def incomplete_streams(
         matched += hits
         if hits < len(broken):
             unlogged[phase.name] = len(broken) - hits
-    drain = next((p for p in judged if p.name == DRAIN_PHASE), None)
-    drain_cut = len(broken_streams(drain)) if drain is not None else 0
+    drained = DRAIN_PHASE in broke  # the drain phase ran
+    drain_cut = broke.get(DRAIN_PHASE, 0)
     elsewhere = {p.name: n for p in phases if p.name not in cut_phases and (n := len(incomplete_records(p, profile)))}
-    ok = bool(cut) and matched == len(cut) == flagged_count and not elsewhere and (drain is None or drain_cut > 0)
+    ok = bool(cut) and matched == len(cut) == flagged_count and not elsewhere and (not drained or drain_cut > 0)
     observed = (
         f"{len(cut)} streams broken mid-way in {', '.join(p.name for p in judged)} (client got / replica sent: "
         f"{', '.join(f'{low}/{high}' for low, high in cut[:4])}{' ...' if len(cut) > 4 else ''} bytes); "
@@ -672,7 +674,7 @@ def incomplete_streams(
             + ", ".join(f"{name} {n}" for name, n in unlogged.items())
             + ")"
         )
-    if drain is not None and not drain_cut:
+    if drained and not drain_cut:
         problems.append("no stream broke at the drain bound (streams longer than the allowance, then TERM)")
     if drain_killed_after_s is not None and unlogged.get(DRAIN_PHASE):
         problems.append(
@@ -690,7 +692,7 @@ def incomplete_streams(
         "logged_incomplete": float(flagged_count),
         "logged_with_bytes": float(matched),
     }
-    if drain is not None:
+    if drained:
         metrics |= {
             "drain_cut_streams": float(drain_cut),
             "drain_logged_with_bytes": float(drain_cut - unlogged.get(DRAIN_PHASE, 0)),
