@@ -9,6 +9,7 @@ import shlex
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -44,8 +45,21 @@ def labelled_objects(name: str | None = None) -> list[str]:
     return found
 
 
-def files_under(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+def file_contents_under(root: Path) -> Iterator[tuple[Path, bytes]]:
+    """Every file under root with its bytes, as it is when read.
+
+    Other xdist workers create and remove run directories under the same state root while
+    this walks it, so a file or directory that is gone by the time it is read is passed over
+    (it holds nothing any more); os.walk already passes over a directory that vanished.
+    """
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = Path(directory, name)
+            try:
+                if path.is_file():
+                    yield path, path.read_bytes()
+            except FileNotFoundError:
+                continue
 
 
 def _normalized(argv: list[str]) -> tuple[str, ...]:
