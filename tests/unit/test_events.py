@@ -22,6 +22,7 @@ from dd_accept.base.events import (
     parse_event,
     read_event_file,
     readable_events,
+    to_tenth_ms,
 )
 
 SAMPLES = [
@@ -96,3 +97,15 @@ def test_client_requests_round_trip_through_json(record, attempt, status, outcom
     event = ClientRequest(mode="sut", record=record, attempt=attempt, status=status, outcome=outcome,
                           chunk_offsets_s=offsets)  # fmt: skip
     assert parse_event(json.loads(json.dumps(event.to_json()))) == event
+
+
+@given(st.floats(min_value=0, max_value=100_000, allow_nan=False))
+def test_a_chunk_offset_is_kept_to_a_tenth_of_a_millisecond_as_round_keeps_it(seconds):
+    kept = to_tenth_ms(seconds)
+    assert abs(kept - round(seconds, 4)) <= 1e-4 * (1 + 1e-9)  # equal but for an exact tie
+    assert abs(kept - seconds) <= 0.5e-4 * (1 + 1e-9)
+    assert len(repr(kept).partition(".")[2]) <= 4  # written as short as round's
+
+
+def test_a_chunk_offset_off_a_tie_is_what_round_gives():
+    assert [to_tenth_ms(s) for s in (0.00512345, 1.23456789, 0.0)] == [0.0051, 1.2346, 0.0]

@@ -1,6 +1,11 @@
 """When the client takes an event to have arrived: when a reader could use it, at the blank
 line that ends it, not at its data line (a proxy holding back an event's end holds it)."""
 
+import itertools
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
 from dd_accept.node.loadclient.sse import SseTally
 
 
@@ -52,3 +57,57 @@ def test_an_event_whose_end_never_came_is_timed_at_its_data_line_in_the_record()
     tally.feed(b"data: a\n", 1.0)
     record = tally.request(0.5, mode="raw", record=0, attempt=0, outcome="error", request_id="x")
     assert record.chunks == 1 and record.ttft_s == 0.5
+
+
+class LinesOnly(SseTally):
+    """The tally without its one-whole-event fast path: every read split into lines."""
+
+    def feed(self, data: bytes, now: float) -> None:
+        self.size += len(data)
+        self._feed_lines(data, now)
+
+
+_EVENT = st.one_of(
+    st.binary(max_size=12).filter(lambda b: b"\n" not in b and b"\r" not in b).map(lambda b: b"data: " + b),
+    st.just(b"data: [DONE]"),
+    st.just(b"data:x"),
+    st.just(b": keep-alive"),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    # each line's end, and whether a blank line ends its event (a proxy may drop or delay it)
+    events=st.lists(st.tuples(_EVENT, st.sampled_from([b"\n", b"\r\n", b"\r"]), st.booleans()), max_size=12),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10),
+    ended=st.booleans(),
+)
+@example(events=[(b"data: a", b"\r", True), (b"data: b", b"\n", True)], cuts=[], ended=True)  # two events, one LF
+@example(events=[(b"data: a", b"\n", False), (b"data: b", b"\n", True)], cuts=[8], ended=True)  # no blank line
+@example(events=[(b"data: a", b"\n", True)] * 3, cuts=[9, 18], ended=False)  # the common case, read by read
+@example(events=[(b"data: data: q", b"\n", True)], cuts=[6], ended=True)  # a read that ends mid-line
+def test_the_fast_path_for_whole_events_concludes_what_the_line_loop_does(events, cuts, ended):
+    body = b"".join(line + eol + (eol if blank else b"") for line, eol, blank in events)
+    points = sorted({c % (len(body) + 1) for c in cuts} | {0, len(body)})
+    reads = [body[a:b] for a, b in itertools.pairwise(points)]
+    fast, lines = SseTally(), LinesOnly()
+    for step, data in enumerate(reads):
+        fast.feed(data, 1.0 + step * 0.0123)
+        lines.feed(data, 1.0 + step * 0.0123)
+    if ended:
+        fast.end(9.0)
+        lines.end(9.0)
+    seen = (fast.chunks, fast.done, fast.size, fast.first, fast.last, fast.gaps, fast.offsets, fast.pending, fast.open)
+    assert seen == (
+        lines.chunks, lines.done, lines.size, lines.first, lines.last, lines.gaps, lines.offsets, lines.pending,
+        lines.open,
+    )  # fmt: skip
+
+
+def test_one_event_per_read_takes_the_fast_path_and_counts_as_the_line_loop():
+    tally = SseTally()
+    for step in range(3):
+        tally.feed(b'data: {"t":1}\n\n', 1.0 + step * 0.005)
+    tally.feed(b"data: [DONE]\n\n", 1.02)
+    tally.end(1.03)
+    assert (tally.chunks, tally.done, tally.offsets) == (3, True, [0.0, 0.005, 0.01])

@@ -26,7 +26,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from dd_accept.base.events import EventWriter, UpstreamAttempt
+from dd_accept.base.events import EventWriter, UpstreamAttempt, to_tenth_ms
 from dd_accept.node.replica import openai_shapes as shapes
 from dd_accept.node.replica.connections import ConnectionTable
 from dd_accept.node.replica.control_state import ControlState, ForcedResponse
@@ -349,7 +349,7 @@ class RequestRecorder:
                     state["first_byte"] = now
                 count = body.count(b"data: ") - body.count(b"data: [DONE]")
                 if count and len(offsets) + count <= MAX_CHUNK_OFFSETS:
-                    offsets.extend([round(now - state["first_byte"], 4)] * count)
+                    offsets.extend([to_tenth_ms(now - state["first_byte"])] * count)
                 state["bytes"] += len(body)
                 state["events"] += count
             await send(message)

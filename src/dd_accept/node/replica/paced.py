@@ -40,7 +40,7 @@ from typing import Any
 
 import httptools
 
-from dd_accept.base.events import EventWriter, UpstreamAttempt
+from dd_accept.base.events import EventWriter, UpstreamAttempt, to_tenth_ms
 from dd_accept.node import event_loop
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.node.event_loop import LOOPS
@@ -129,7 +129,7 @@ class Stream:
             self.first_byte = now_wall
         offsets = self.offsets
         if len(offsets) + events <= MAX_CHUNK_OFFSETS:
-            offset = round(now_wall - self.first_byte, 4)
+            offset = to_tenth_ms(now_wall - self.first_byte)
             if events == 1:  # every token but the last: no list built per chunk
                 offsets.append(offset)
             else:
