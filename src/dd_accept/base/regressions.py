@@ -1,7 +1,7 @@
 """The check numbers whose worsening between two releases is a regression by itself.
 
 A release whose proxy forwards a token at twice the CPU, whose knee came down by more than
-a ladder step, or that holds every token a millisecond longer, passes every check of its
+two ladder steps, or that holds every token a millisecond longer, passes every check of its
 own run when the floors leave room for a slower machine; only the comparison with the
 release before it shows the change. Each metric is declared once here, with the direction
 that is worse and the tolerance that measured noise allows (benchmarks/capacity.py: five
@@ -78,16 +78,21 @@ class RegressionMetric:
         return baseline * (1 + allowed) + self.margin
 
 
-# Tolerances: the knee moves a whole ladder step (x1.5) between runs of one release, so a
-# regression is more than one step down; CPU per chunk spread by 26% over five runs; a chunk's
-# delay at light load is a fraction of a millisecond, so half a millisecond more is allowed.
+# Tolerances (ten runs of rc1 on the reference machine over two days, docs/benchmarks.md):
+# the knee moves up to two ladder steps (x1.5 each, a fall of 56%) between runs of one release
+# on a machine whose neighbours take its CPU (14,074 against 30,469 tokens/s: 54% lower), so a
+# regression is more than two steps down; CPU per chunk spread by 28% one day and 53% the next
+# (30.4-46.6 us), so 75% more is allowed, which still catches a proxy twice as expensive per
+# chunk; a chunk's delay at light load is a fraction of a millisecond, so half a millisecond
+# more is allowed. Runs compare on one machine in one session: across the two days the CPU
+# per chunk moved by 95% (23.9 against 46.6 us) with the machine, not the release.
 REGRESSION_METRICS: tuple[RegressionMetric, ...] = (
-    RegressionMetric("capacity.knee", KNEE_THROUGHPUT, "lower", 0.4, "output tokens/s", same=LADDER),
+    RegressionMetric("capacity.knee", KNEE_THROUGHPUT, "lower", 0.6, "output tokens/s", same=LADDER),
     RegressionMetric(
         "capacity.proxy_cpu_per_chunk",
         PROXY_CPU_PER_CHUNK,
         "higher",
-        0.5,
+        0.75,
         "us",
         same=LADDER,
         ladder_in="capacity.knee",
