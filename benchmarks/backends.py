@@ -105,11 +105,12 @@ def pin(pid: int, core: int) -> None:
 def wire_load(url: str, seconds: float, concurrency: int, max_tokens: int) -> dict[str, float]:
     """The capacity scenario's own load client (wire mode, uvloop) on core 1: a client that
     costs less per chunk than aiohttp's, so the server, not the client, fills its core first."""
+    records = max(100_000, int(seconds * 20_000))  # more than the window can send; its queue is built first
     with tempfile.TemporaryDirectory(prefix="dd-bench-client-") as scratch:
         events = Path(scratch) / "client.jsonl"
         argv = [
             sys.executable, "-m", "dd_accept.node.loadclient", "--mode", "wire", "--endpoint", url,
-            "--records", "10000000", "--concurrency", str(concurrency), "--max-tokens", str(max_tokens),
+            "--records", str(records), "--concurrency", str(concurrency), "--max-tokens", str(max_tokens),
             "--max-record-attempts", "1", "--duration-s", str(seconds), "--events", str(events), "--loop", "uvloop",
         ]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, check=True, preexec_fn=lambda: pin(0, 1))

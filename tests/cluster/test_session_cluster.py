@@ -52,12 +52,15 @@ def test_munge_key_never_leaves_the_cluster(slurm_cluster, tmp_path_factory):
     assert len(key) == 1024
     node_key = slurm_cluster.exec(["base64", "-w0", "/etc/munge/munge.key"], node="node1").stdout_tail
     assert base64.b64decode(node_key) == key, "all nodes share the cluster's key"
-    scanned = 0
+    # a file the cluster wrote into its shared directory: the scan must have read it
+    node_path, host_path = slurm_cluster.shared_path("munge-scan", "written-by-node1")
+    slurm_cluster.exec(["sh", "-c", f"mkdir -p /shared/munge-scan && hostname > {node_path}"], node="node1")
+    scanned = set()
     for root in (state_root(), tmp_path_factory.getbasetemp()):
         for path, content in file_contents_under(root):
-            scanned += 1
+            scanned.add(path)
             assert key not in content, f"munge key found on the host in {path.name}"
-    assert scanned > 0, "the cluster's own files are on the host, so the scan must read some"
+    assert host_path in scanned, "the scan reads the cluster's own files on the host"
 
 
 def test_shared_directory_is_the_same_on_every_node(slurm_cluster):

@@ -1,6 +1,7 @@
 """When the client takes an event to have arrived: when a reader could use it, at the blank
 line that ends it, not at its data line (a proxy holding back an event's end holds it)."""
 
+import dataclasses
 import itertools
 
 from hypothesis import example, given, settings
@@ -69,26 +70,35 @@ class LinesOnly(SseTally):
 
 _EVENT = st.one_of(
     st.binary(max_size=12).filter(lambda b: b"\n" not in b and b"\r" not in b).map(lambda b: b"data: " + b),
-    st.just(b"data: [DONE]"),
+    st.sampled_from([b"data: [DONE]", b"data:[DONE]", b"data:  [DONE] ", b"data: [DONE]x", b"data:"]),
     st.just(b"data:x"),
     st.just(b": keep-alive"),
+    st.just(b"event: message"),
 )
+_LINE_END = st.sampled_from([b"\n", b"\n", b"\r\n", b"\r"])  # LF twice as often: what proxies write
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     # each line's end, and whether a blank line ends its event (a proxy may drop or delay it)
-    events=st.lists(st.tuples(_EVENT, st.sampled_from([b"\n", b"\r\n", b"\r"]), st.booleans()), max_size=12),
+    events=st.lists(st.tuples(_EVENT, _LINE_END, st.sampled_from([True, True, False])), max_size=12),
     cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=10),
     ended=st.booleans(),
+    per_event=st.booleans(),  # also cut at every event's end: the reads the fast path takes
 )
-@example(events=[(b"data: a", b"\r", True), (b"data: b", b"\n", True)], cuts=[], ended=True)  # two events, one LF
-@example(events=[(b"data: a", b"\n", False), (b"data: b", b"\n", True)], cuts=[8], ended=True)  # no blank line
-@example(events=[(b"data: a", b"\n", True)] * 3, cuts=[9, 18], ended=False)  # the common case, read by read
-@example(events=[(b"data: data: q", b"\n", True)], cuts=[6], ended=True)  # a read that ends mid-line
-def test_the_fast_path_for_whole_events_concludes_what_the_line_loop_does(events, cuts, ended):
-    body = b"".join(line + eol + (eol if blank else b"") for line, eol, blank in events)
-    points = sorted({c % (len(body) + 1) for c in cuts} | {0, len(body)})
+# two events, one LF
+@example(events=[(b"data: a", b"\r", True), (b"data: b", b"\n", True)], cuts=[], ended=True, per_event=False)
+# no blank line
+@example(events=[(b"data: a", b"\n", False), (b"data: b", b"\n", True)], cuts=[8], ended=True, per_event=False)
+# the common case, read by read
+@example(events=[(b"data: a", b"\n", True)] * 3, cuts=[9, 18], ended=False, per_event=False)
+# a read that ends mid-line
+@example(events=[(b"data: data: q", b"\n", True)], cuts=[6], ended=True, per_event=False)
+def test_the_fast_path_for_whole_events_concludes_what_the_line_loop_does(events, cuts, ended, per_event):
+    pieces = [line + eol + (eol if blank else b"") for line, eol, blank in events]
+    body = b"".join(pieces)
+    ends = set(itertools.accumulate(len(piece) for piece in pieces)) if per_event else set()
+    points = sorted({c % (len(body) + 1) for c in cuts} | ends | {0, len(body)})
     reads = [body[a:b] for a, b in itertools.pairwise(points)]
     fast, lines = SseTally(), LinesOnly()
     for step, data in enumerate(reads):
@@ -102,6 +112,10 @@ def test_the_fast_path_for_whole_events_concludes_what_the_line_loop_does(events
         lines.chunks, lines.done, lines.size, lines.first, lines.last, lines.gaps, lines.offsets, lines.pending,
         lines.open,
     )  # fmt: skip
+    attempt = {"mode": "wire", "record": 0, "attempt": 0, "outcome": "ok"}
+    assert dataclasses.replace(fast.request(0.5, **attempt), t=0.0, started=0.0, latency_s=0.0) == dataclasses.replace(
+        lines.request(0.5, **attempt), t=0.0, started=0.0, latency_s=0.0
+    )
 
 
 def test_one_event_per_read_takes_the_fast_path_and_counts_as_the_line_loop():
