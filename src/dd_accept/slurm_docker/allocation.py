@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Self
 
 from dd_accept.base.errors import ClusterError
-from dd_accept.base.waiting import wait_until
+from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.slurm_docker.cluster import CONTROLLER
 from dd_accept.slurm_docker.interface import AllocationSite, Cluster
 from dd_accept.slurm_docker.records import CommandRecord, tail, utc_now_iso
@@ -152,6 +152,31 @@ def scancel_argv(target: str, signal_name: str | None = None) -> list[str]:
 ENDED_JOB_STATES = frozenset({"GONE", "COMPLETED", "CANCELLED", "NODE_FAIL", "FAILED", "TIMEOUT"})
 
 
+NODE_LIST_WAIT_S = 30.0
+
+
+def allocated_hosts(cluster: Cluster, job_id: str, timeout: float = NODE_LIST_WAIT_S) -> list[str]:
+    """The hosts of a granted allocation, from `squeue`, asked again until it names them.
+
+    Right after salloc reports the grant, a busy slurmctld may time out the query or list
+    the job without its nodes yet (CI saw an allocation recorded with none, and the scenario
+    failed on its first step as dd-accept's own error); each query is recorded."""
+
+    def node_list() -> str:
+        record = cluster.exec(["squeue", "-h", "-j", job_id, "-o", "%N"], timeout=10)
+        return record.stdout.strip() if record.ok else ""
+
+    try:
+        listed = wait_until(node_list, bool, timeout=timeout, what=f"the nodes of allocation {job_id}", interval=0.5)
+    except WaitTimeout as error:
+        reason = f"allocation {job_id} was granted but squeue names no node for it within {timeout:g} s"
+        raise ClusterError(reason) from error
+    hosts = cluster.exec(["scontrol", "show", "hostnames", listed], timeout=10).stdout.split()
+    if not hosts:
+        raise ClusterError(f"allocation {job_id}: scontrol expands its node list {listed!r} to no host")
+    return hosts
+
+
 @dataclass
 class Allocation:
     """A job allocation held with `salloc --no-shell`; steps run in it with `srun`."""
@@ -178,8 +203,11 @@ class Allocation:
         if not record.ok or match is None:
             raise ClusterError(f"allocation failed: {record.describe()}")
         job_id = match.group(1)
-        node_list = cluster.exec(["squeue", "-h", "-j", job_id, "-o", "%N"], timeout=10).stdout.strip()
-        hosts = cluster.exec(["scontrol", "show", "hostnames", node_list], timeout=10).stdout.split()
+        try:
+            hosts = allocated_hosts(cluster, job_id)
+        except ClusterError:
+            cluster.exec(scancel_argv(job_id), timeout=10)  # never leave a job nobody holds
+            raise
         cluster.allocated(job_id, hosts)
         return cls(cluster=cluster, job_id=job_id, nodes=tuple(hosts))
 

@@ -1,0 +1,53 @@
+"""An allocation knows its nodes: squeue is asked again until it names them, never taken as none."""
+
+import pytest
+
+from dd_accept.base.errors import ClusterError
+from dd_accept.slurm_docker.allocation import Allocation, allocated_hosts
+from dd_accept.slurm_docker.records import CommandRecord
+
+
+class ScriptedCluster:
+    """Answers each command with the next scripted (exit code, stdout) for its program."""
+
+    salloc_args: tuple[str, ...] = ()
+    time_limit = ""
+    allocation_timeout = 10.0
+
+    def __init__(self, **answers: list[tuple[int, str]]) -> None:
+        self.answers = answers
+        self.ran: list[tuple[str, ...]] = []
+        self.told: list[tuple[str, list[str]]] = []
+
+    def exec(self, argv, timeout=None, node="ctl"):
+        self.ran.append(tuple(argv))
+        code, out = self.answers[argv[0]].pop(0) if len(self.answers[argv[0]]) > 1 else self.answers[argv[0]][0]
+        err = "salloc: Granted job allocation 7\n" if argv[0] == "salloc" else ""
+        return CommandRecord(tuple(argv), node, "2026-12-02T00:00:00Z", 0.01, code, out[-100:], err, stdout=out)
+
+    def allocated(self, job_id, nodes):
+        self.told.append((job_id, list(nodes)))
+
+
+def test_a_node_list_squeue_shows_late_is_waited_for():
+    cluster = ScriptedCluster(
+        salloc=[(0, "")],
+        squeue=[(1, ""), (0, "\n"), (0, "node[1-2]\n")],  # a timed-out query, then the job without nodes
+        scontrol=[(0, "node1\nnode2\n")],
+    )
+    allocation = Allocation.acquire(cluster, nodes=2)  # type: ignore[arg-type]
+    assert (allocation.job_id, allocation.nodes, allocation.first_node) == ("7", ("node1", "node2"), "node1")
+    assert [argv[0] for argv in cluster.ran].count("squeue") == 3 and cluster.told == [("7", ["node1", "node2"])]
+
+
+def test_an_allocation_whose_nodes_never_show_is_refused_and_released():
+    cluster = ScriptedCluster(salloc=[(0, "")], squeue=[(0, "")], scontrol=[(0, "")], scancel=[(0, "")])
+    with pytest.raises(ClusterError, match="allocation 7 was granted but squeue names no node for it within 1 s"):
+        allocated_hosts(cluster, "7", timeout=1)  # type: ignore[arg-type]
+
+
+def test_acquire_cancels_the_job_it_could_not_place():
+    cluster = ScriptedCluster(salloc=[(0, "")], squeue=[(0, "node1")], scontrol=[(0, "")], scancel=[(0, "")])
+    with pytest.raises(ClusterError, match="expands its node list 'node1' to no host"):
+        Allocation.acquire(cluster)  # type: ignore[arg-type]
+    assert cluster.ran[-1] == ("scancel", "7") and cluster.told == []
