@@ -37,6 +37,7 @@ from rich.table import Table
 from dd_accept.base.events import ClientRequest, of_type, read_event_file
 from dd_accept.base.waiting import wait_until
 from dd_accept.fixtures.backends.local import LocalReplica, free_port
+from dd_accept.fixtures.deployment.clients import load_client_argv
 from dd_accept.fixtures.deployment.synthetic_replicas import PACED_REPLICA
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
 from dd_accept.sut.wheelhouse import build_wheelhouse, install_local
@@ -109,9 +110,11 @@ def wire_load(url: str, seconds: float, concurrency: int, max_tokens: int) -> di
     with tempfile.TemporaryDirectory(prefix="dd-bench-client-") as scratch:
         events = Path(scratch) / "client.jsonl"
         argv = [
-            sys.executable, "-m", "dd_accept.node.loadclient", "--mode", "wire", "--endpoint", url,
-            "--records", str(records), "--concurrency", str(concurrency), "--max-tokens", str(max_tokens),
-            "--max-record-attempts", "1", "--duration-s", str(seconds), "--events", str(events), "--loop", "uvloop",
+            *load_client_argv(
+                sys.executable, url, str(events), mode="wire", profile=None, name="backends", records=records,
+                concurrency=concurrency, max_tokens=max_tokens, max_record_attempts=1, duration_s=seconds,
+            ),
+            "--loop", "uvloop",
         ]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, check=True, preexec_fn=lambda: pin(0, 1))
         summary = json.loads(done.stdout.strip().splitlines()[-1])
@@ -224,15 +227,15 @@ def full_stack(seconds: float) -> dict[str, object]:
 
 def paired_runs(seconds: float, repeats: int, client: str, console: Console) -> list[dict]:
     """The paced replica and the reference back to back, the order alternating."""
+    servers = {"reference": reference, "paced_replica": paced_replica}
     pairs = []
     for index in range(repeats):
-        order = ("paced", "reference") if index % 2 else ("reference", "paced")
         measured = {}
-        for name in order:
-            console.print(f"pair {index + 1}/{repeats}: {'paced replica' if name == 'paced' else 'reference'}…")
-            measured[name] = paced_replica(seconds, client) if name == "paced" else reference(seconds, client)
-        ratio = measured["paced"]["chunks_per_core"] / measured["reference"]["chunks_per_core"]
-        pairs.append({"paced_replica": measured["paced"], "reference": measured["reference"], "ratio": round(ratio, 3)})
+        for name in sorted(servers, reverse=not index % 2):  # the reference first, then the other way
+            console.print(f"pair {index + 1}/{repeats}: {name.replace('_', ' ')}…")
+            measured[name] = servers[name](seconds, client)
+        ratio = measured["paced_replica"]["chunks_per_core"] / measured["reference"]["chunks_per_core"]
+        pairs.append(measured | {"ratio": round(ratio, 3)})
     return pairs
 
 

@@ -34,6 +34,7 @@ from rich.table import Table
 from dd_accept.base.events import ClientRequest, of_type, read_event_file
 from dd_accept.base.waiting import wait_until
 from dd_accept.fixtures.backends.local import LocalReplica, free_port
+from dd_accept.fixtures.deployment.clients import load_client_argv
 from dd_accept.fixtures.deployment.synthetic_replicas import ASGI_REPLICA, PACED_REPLICA
 from dd_accept.node.probe import probe
 from dd_accept.node.step_usage import process_usage
@@ -85,9 +86,11 @@ def measure(
         with tempfile.TemporaryDirectory(prefix="dd-headroom-") as scratch:
             events = Path(scratch) / "client.jsonl"
             client = [
-                sys.executable, "-m", "dd_accept.node.loadclient", "--mode", client_mode, "--endpoint", url,
-                "--records", "1000000", "--concurrency", str(STREAMS), "--max-tokens", str(TOKENS),
-                "--max-record-attempts", "1", "--duration-s", str(seconds), "--events", str(events),
+                *load_client_argv(
+                    sys.executable, url, str(events), mode=client_mode, profile=None, name="headroom",
+                    records=1_000_000, concurrency=STREAMS, max_tokens=TOKENS, max_record_attempts=1,
+                    duration_s=seconds,
+                ),
                 "--loop", loop,
             ]  # fmt: skip
             pids = {"proxy": [proxy.pid], "replicas": [r.process.pid for r in replicas]}  # type: ignore[union-attr]
