@@ -2,11 +2,11 @@
 
 rc1 counts its attempts and retries truly but writes none of the records it claims (its
 per-request record is logged at INFO with no handler) and counts no expired, stale or
-discarded connection and no timeout. `telemetry-logged` is rc1 with its records emitted,
+discarded connection and no timeout. `telemetry-logged` is rc1 with its records emitted (as JSON lines),
 cut streams logged (those its own drain bound ends at its window too), and connections and
 timeouts counted (keep-alive and read timeout 1 s, as its profile says; a terminal timeout
 where no retry followed): the positive control of every telemetry check.
-`telemetry-miscounted` is that, counting one attempt per request, logging only the last,
+`telemetry-miscounted` is that (its lines logfmt), counting one attempt per request, logging only the last,
 counting stale connections as expired and streaming timeouts as terminal, and exiting at its
 drain window without a record of the streams it cuts: the negative control of each, for its
 own reason.
@@ -49,6 +49,23 @@ def _telemetry(allocation, run, profile, progress):
     return run_telemetry(allocation, run, profile, OPTIONS, progress)
 
 
+def _shaped_telemetry(shapes):
+    """The scenario, keeping what shape the proxy's marked lines came in: `shapes` gets the
+    count of lines that are JSON objects and of logfmt lines (`level=... msg="..."`)."""
+
+    def scenario(allocation, run, profile, progress):
+        result = _telemetry(allocation, run, profile, progress)
+        marked = [
+            line for line in run.path("proxy.log")[1].read_text().splitlines() if profile.telemetry.log_marker in line
+        ]
+        shapes["marked"] = len(marked)
+        shapes["json"] = sum(line.startswith('{"time": ') and line.endswith('"}') for line in marked)
+        shapes["logfmt"] = sum(line.startswith("level=info ") and ' msg="slurm_proxy_' in line for line in marked)
+        return result
+
+    return scenario
+
+
 def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_profile, sut_cluster):
     result = _telemetry(sut_allocation, RunDirectory.create(sut_cluster), sut_profile, ProgressWriter(None, "t"))
     checks = {c.id: c for c in result.checks}
@@ -81,7 +98,12 @@ def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_pro
 
 
 def test_emitted_records_pass_the_record_checks(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    checks = run_with_fault(_telemetry, "telemetry-logged", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    """Its records are written as JSON lines, the record escaped inside the message: a correct
+    release's production logging, which a reader of the raw text would take for no record."""
+    shapes = {}
+    scenario = _shaped_telemetry(shapes)
+    checks = run_with_fault(scenario, "telemetry-logged", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    assert shapes["marked"] == shapes["json"] > 0, shapes
     log = checks["telemetry.request_log"]
     responses = RESPONSES + LIFECYCLE_RESPONSES
     assert log.verdict == "pass" and log.metrics["records"] == log.metrics["responses"] == responses, log
@@ -125,7 +147,10 @@ def test_emitted_records_pass_the_record_checks(sut_wheelhouse, sut_image, sut_p
 def test_miscounted_attempts_and_last_attempt_records_fail_each_for_its_reason(
     sut_wheelhouse, sut_image, sut_profile, tmp_path
 ):
-    checks = run_with_fault(_telemetry, "telemetry-miscounted", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    shapes = {}
+    scenario = _shaped_telemetry(shapes)
+    checks = run_with_fault(scenario, "telemetry-miscounted", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    assert shapes["marked"] == shapes["logfmt"] > 0, f"its records are logfmt lines, read all the same {shapes}"
     counters = checks["telemetry.attempt_counters"]
     assert counters.verdict == "fail" and "retry-429: attempts 24, observed 30" in counters.detail, counters
     log = checks["telemetry.request_log"]

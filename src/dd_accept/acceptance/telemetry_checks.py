@@ -19,14 +19,13 @@ appears (no record, no counter) fails, named after what is missing.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from dd_accept.acceptance.analysis import attempts_by_request
+from dd_accept.acceptance.log_shapes import log_records
 from dd_accept.acceptance.registry import check
 from dd_accept.base.events import ClientRequest, SutAttemptRecord, UpstreamAttempt
 from dd_accept.base.results import CheckResult
@@ -45,35 +44,6 @@ def find(document: Any, dotted: str) -> Any:
             return None
         value = value[key]
     return value
-
-
-def log_records(lines: list[str], marker: str) -> tuple[list[dict[str, Any]], int]:
-    """The records carrying `marker` on the proxy's output: a line that is itself a JSON
-    object naming the marker (structured logging), or the marker followed by one (rc1's
-    `slurm_proxy_request {json}`; anything after the object is ignored). Also how many
-    marked lines held no object at all: a record no operator's tooling could read."""
-    decoder = json.JSONDecoder()
-    records, malformed = [], 0
-    for line in lines:
-        at = line.find(marker)
-        if at < 0:
-            continue
-        record: Any = None
-        start = line.find("{")
-        if 0 <= start < at:  # the whole line may be the record, the marker one of its values
-            with contextlib.suppress(ValueError):
-                record, _ = decoder.raw_decode(line[start:])
-            if isinstance(record, dict) and isinstance(record.get("message"), str) and marker in record["message"]:
-                record = None  # the record is inside the message text: read it there
-        if not isinstance(record, dict):
-            after = line.find("{", at + len(marker))
-            with contextlib.suppress(ValueError):
-                record = decoder.raw_decode(line[after:])[0] if after >= 0 else None
-        if isinstance(record, dict):
-            records.append(record)
-        else:
-            malformed += 1
-    return records, malformed
 
 
 def status_of(value: Any) -> int | None:

@@ -288,6 +288,41 @@ _TELEMETRY_LOGGED = (
         "                if overload_seen:\n",
     ),
 )
+
+
+def _structured_logging(formatter: str) -> tuple[tuple[str, str, str], ...]:
+    """Edits that make the proxy's log handler write each line through `formatter`'s class body
+    instead of the bare message: what a production logging setup does (JSON lines, logfmt)."""
+    return (
+        (
+            PROXY,
+            "def main(arguments:",
+            f"class _StructuredLines(logging.Formatter):\n{formatter}\n\ndef main(arguments:",
+        ),
+        (
+            PROXY,
+            '    logging.basicConfig(level=logging.INFO, format="%(message)s")\n',
+            "    _handler = logging.StreamHandler()\n"
+            "    _handler.setFormatter(_StructuredLines())\n"
+            "    logging.basicConfig(level=logging.INFO, handlers=[_handler])\n",
+        ),
+    )
+
+
+# python-json-logger's shape: each record one JSON object, the logged text (with the request's
+# record inside it, escaped) its "message"
+_JSON_LINES = _structured_logging(
+    "    def format(self, record):\n"
+    '        return json.dumps({"time": self.formatTime(record), "level": record.levelname,'
+    ' "logger": record.name, "message": record.getMessage()})\n'
+)
+# logfmt: key=value pairs, the logged text quoted with its quotes and backslashes escaped
+_LOGFMT = _structured_logging(
+    "    def format(self, record):\n"
+    "        return f'level={record.levelname.lower()} logger={record.name} msg={json.dumps(record.getMessage())}'\n"
+)
+
+
 # What telemetry-logged's profile says differently: its keep-alive and read timeout.
 _TELEMETRY_LOGGED_PROFILE = (
     ("keepalive_seconds", 3.0),
@@ -556,8 +591,8 @@ FAULTS = {
             "least-connections, streams cut mid-way (by a replica, or by its own drain bound: it ends what "
             "still streams at its 10 s window and exits 0) logged as incomplete with the bytes sent, and "
             "expired, stale and discarded connections and terminal and streaming timeouts counted (keep-alive "
-            "3 s, read timeout 1 s)",
-            _TELEMETRY_LOGGED,
+            "3 s, read timeout 1 s), each line written as a JSON line (its record escaped inside the message)",
+            (*_TELEMETRY_LOGGED, *_JSON_LINES),
             fixes=_TELEMETRY_FINDINGS,
             telemetry_profile=_TELEMETRY_LOGGED_PROFILE,
         ),
@@ -568,7 +603,7 @@ FAULTS = {
             "last attempt, it logs each attempt against the next backend and each request's body and "
             "credential, it counts stale connections as expired and streaming timeouts as terminal, and at "
             "its drain window it exits without ending (or logging) the streams still running "
-            "(otherwise as telemetry-logged)",
+            "(otherwise as telemetry-logged, its lines written as logfmt)",
             (
                 *_TELEMETRY_LOGGED,
                 (
@@ -607,6 +642,7 @@ FAULTS = {
                     '                self.metrics.timeouts["terminal"] += 1\n',
                 ),
                 (PROXY, "    asyncio.get_running_loop().call_later(9.5, _end_streams)\n", ""),
+                *_LOGFMT,
             ),
             telemetry_profile=_TELEMETRY_LOGGED_PROFILE,
         ),
