@@ -250,3 +250,24 @@ def test_a_machine_its_hypervisor_took_is_harness_bound_and_the_knee_not_judged(
     assert knee.verdict == "fail" and knee.detail.startswith("not judged: the knee is bounded by the harness"), knee
     calm = curve(replace(level(0, 8, tokens=2749.0, delay_p95=20), machine_stolen=0.05), level(1, 12, delay_p95=48))
     assert "not judged" not in checks.knee(calm, floor=6000).detail, "a slow proxy on a calm machine is judged"
+
+
+def test_a_machine_short_of_cpu_leaves_the_run_not_judged_with_no_failed_check_of_the_suts():
+    """Machine trouble is exit 2 (the scenario's error), never a failed SUT check: headroom's
+    numbers are in the error; the cost per chunk, which the machine cannot make wrong, stays,
+    and so does a knee that met its floor all the same."""
+    stolen = curve(replace(level(0, 8, tokens=2749.0, delay_p95=20), machine_stolen=0.39), level(1, 12, delay_p95=48))
+    cost = checks.proxy_cpu_per_chunk(stolen, limit_us=150)
+    reported, error = checks.verdicts(checks.knee(stolen, floor=6000), cost, checks.harness_headroom(stolen))
+    assert [c.id for c in reported] == ["capacity.proxy_cpu_per_chunk"], reported
+    assert error.startswith("capacity not judged: the knee is bounded by the harness, not by the proxy"), error
+    assert "the machine's hypervisor took 39% of its CPU time at level 1" in error
+    assert "(stolen by its hypervisor 39%)" in error, "headroom's observed numbers travel with the error"
+    met, error = checks.verdicts(checks.knee(stolen, floor=2000), cost, checks.harness_headroom(stolen))
+    assert [c.id for c in met] == ["capacity.proxy_cpu_per_chunk", "capacity.knee"] and error is not None
+    assert all(c.verdict == "pass" for c in met)
+    calm = curve(replace(level(0, 8, tokens=2749.0, delay_p95=20), machine_stolen=0.05), level(1, 12, delay_p95=48))
+    judged, error = checks.verdicts(checks.knee(calm, floor=6000), cost, checks.harness_headroom(calm))
+    assert error is None and [c.verdict for c in judged] == ["fail", "pass", "pass"], "a calm machine's knee is judged"
+    unmeasured, error = checks.verdicts(checks.knee(curve(), floor=6000), cost, checks.harness_headroom(curve()))
+    assert error.startswith("capacity not judged: the cost is unknown"), error

@@ -238,9 +238,11 @@ def _judge(s: CapacityRun) -> None:
         if s.options.load.max_cpu_per_chunk_us is not None
         else bounds.max_proxy_cpu_us_per_chunk
     )
-    s.result.add(checks.knee(curve, floor))
-    s.result.add(checks.proxy_cpu_per_chunk(curve, limit))
-    s.result.add(checks.harness_headroom(curve))
+    judged, s.result.error = checks.verdicts(
+        checks.knee(curve, floor), checks.proxy_cpu_per_chunk(curve, limit), checks.harness_headroom(curve)
+    )
+    for check in judged:
+        s.result.add(check)
 
 
 PHASES: tuple[Phase[CapacityRun], ...] = (

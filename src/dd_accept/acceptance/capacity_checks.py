@@ -436,3 +436,18 @@ def harness_headroom(
             "proxy_core_share": round(level.proxy_core_share, 3),
         },
     )
+
+
+def verdicts(knee_check: CheckResult, cost: CheckResult, headroom: CheckResult) -> tuple[list[CheckResult], str | None]:
+    """What a capacity run reports: its checks, and why it could not be judged, if so.
+
+    A machine short of CPU (its hypervisor took it, the harness held it, nothing could be
+    measured) is the machine's trouble, not the SUT's: the run is not judged (exit 2, its
+    `error` carries headroom's numbers), and no check it made meaningless is reported as a
+    failure of the SUT. What such a machine cannot make wrong stays: the cost per chunk (read
+    at the cheapest levels, the proxy's own CPU) and a knee that met its floor all the same."""
+    if headroom.verdict == "pass":
+        return [knee_check, cost, headroom], None
+    kept = [cost] + ([knee_check] if knee_check.verdict == "pass" else [])
+    why = f"capacity {headroom.detail}; {headroom.observed}"
+    return kept, why
