@@ -66,7 +66,10 @@ MINIMAL = '[gate]\nname = "g"\nscenarios = ["overload"]\n'
         (MINIMAL.replace('"overload"', '"overlaod"'), "unknown scenario 'overlaod'"),
         (MINIMAL + '[thresholds]\nmax_error_rate = "low"\n', "thresholds.max_error_rate must be a number, got str"),
         (MINIMAL + "[thresholds]\nmax_error_rate = 1.5\n", "fraction from 0 to 1"),
-        (MINIMAL + "[thresholds]\nmax_ttft_p99_s = 2.0\n", "measured by scenario streaming"),
+        (
+            MINIMAL + "[thresholds]\nmax_ttft_p99_s = 2.0\n",
+            "replaced by [metrics.streaming] p99_ttft_ms = { max = MS }",
+        ),
         (MINIMAL + "[thresholds]\nmax_errors = 0\n", "unknown key thresholds.max_errors"),
         (MINIMAL + "allow_unsupported = ['health.probe_isolaton']\n", "unknown check 'health.probe_isolaton'"),
         (MINIMAL + "allow_unsupported = ['health.probe_isolation']\n", "a check of health, which the gate does not"),

@@ -163,7 +163,7 @@ def test_chunk_delays_line_up_the_replica_write_and_the_client_read_on_one_clock
         0, 8, [stream], [sent], window_s=1.0, proxy_cpu_s=0.1, replicas_cpu_s=0.1, client_cpu_s=0.1,
         proxy_rss_kb=1, machine_busy=0.2,
     )  # fmt: skip
-    assert measured.chunks == 3 and measured.chunk_delay_p95_ms == 5.0 and measured.added_ttft_p95_ms == 5.0
+    assert measured.chunks == 3 and measured.chunk_delay_p95_ms == 4.8 and measured.added_ttft_p95_ms == 5.0
     # an event the proxy dropped would shift every later pair: that stream is left out, counted
     dropped = replace(stream, chunks=2, chunk_offsets_s=[0.0, 0.012])
     unpaired = checks.measure_level(
@@ -176,7 +176,7 @@ def test_chunk_delays_line_up_the_replica_write_and_the_client_read_on_one_clock
     assert checks.measure_level(
         0, 8, [stream], [failed, sent], window_s=1.0, proxy_cpu_s=0.1, replicas_cpu_s=0.1, client_cpu_s=0.1,
         proxy_rss_kb=1, machine_busy=0.2,
-    ).chunk_delay_p95_ms == 5.0  # fmt: skip
+    ).chunk_delay_p95_ms == measured.chunk_delay_p95_ms  # fmt: skip
 
 
 def test_the_ladder_climbs_by_its_factor_in_whole_streams_or_rates():
@@ -269,5 +269,5 @@ def test_a_machine_short_of_cpu_leaves_the_run_not_judged_with_no_failed_check_o
     calm = curve(replace(level(0, 8, tokens=2749.0, delay_p95=20), machine_stolen=0.05), level(1, 12, delay_p95=48))
     judged, error = checks.verdicts(checks.knee(calm, floor=6000), cost, checks.harness_headroom(calm))
     assert error is None and [c.verdict for c in judged] == ["fail", "pass", "pass"], "a calm machine's knee is judged"
-    unmeasured, error = checks.verdicts(checks.knee(curve(), floor=6000), cost, checks.harness_headroom(curve()))
+    _, error = checks.verdicts(checks.knee(curve(), floor=6000), cost, checks.harness_headroom(curve()))
     assert error.startswith("capacity not judged: the cost is unknown"), error

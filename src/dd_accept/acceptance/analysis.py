@@ -94,13 +94,6 @@ def cooldown_breaches(events: list[Event], default_s: float, tolerance_s: float 
     return breaches
 
 
-def percentile(values: list[float], fraction: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(fraction * len(ordered)) - 1))]
-
-
 @dataclass(frozen=True, slots=True)
 class LimitBreach:
     at: float

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from dd_accept.acceptance.analysis import attempts_by_request, chunk_delays, lined_up, percentile
+from dd_accept.acceptance.analysis import attempts_by_request, chunk_delays, lined_up
 from dd_accept.acceptance.registry import check
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
+from dd_accept.base.percentiles import percentile
 from dd_accept.base.regressions import (
     KNEE_THROUGHPUT,
     LIGHT_CHUNK_DELAY,

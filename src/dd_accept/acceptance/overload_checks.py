@@ -16,11 +16,11 @@ from dd_accept.acceptance.analysis import (
     cooldown_breaches,
     expected_decreases,
     limit_breaches,
-    percentile,
     requests,
 )
 from dd_accept.acceptance.registry import check
 from dd_accept.base.events import Event, UpstreamAttempt
+from dd_accept.base.percentiles import percentile
 from dd_accept.base.results import CheckResult
 from dd_accept.fixtures.deployment import AdmissionSample, ColdStart
 

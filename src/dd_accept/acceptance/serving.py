@@ -32,16 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from dd_accept.base.events import ClientRequest, of_type, read_event_file
+from dd_accept.base.percentiles import percentile
 from dd_accept.base.results import PhaseRecord
 from dd_accept.base.serving_names import PERCENTILES
 
 
 def _percentile(ordered: list[float], percent: float) -> float:
-    """numpy's default percentile (linear interpolation between the closest ranks)."""
-    position = (len(ordered) - 1) * percent / 100
-    below = math.floor(position)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+    found = percentile(ordered, percent / 100)
+    assert found is not None, "a summary is made of values"
+    return found
 
 
 def _summary(name: str, values: list[float]) -> dict[str, float]:

@@ -85,8 +85,6 @@ def judge(
     limits = gate.thresholds
     if limits.max_error_rate is not None:
         checks.append(_threshold("gate.max_error_rate", results, "client_error_rate", limits.max_error_rate, ""))
-    if limits.max_ttft_p99_s is not None:
-        checks.append(_threshold("gate.max_ttft_p99", results, "ttft_p99_s", limits.max_ttft_p99_s, " s"))
     checks += [judge_metric(demand, results, baseline) for demand in gate.metrics]
     if baseline is not None:
         checks += judge_regressions(baseline, results, limits.capacity_tolerance)

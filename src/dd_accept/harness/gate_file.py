@@ -57,7 +57,6 @@ Thresholds = make_dataclass(
     "Thresholds",
     [
         ("max_error_rate", float | None, None),  # client-visible errors / requests where none are intended
-        ("max_ttft_p99_s", float | None, None),  # time to first token through the proxy, p99
         # With two SUTs: how much worse the candidate's capacity numbers may be than the
         # baseline's, a fraction (default: each metric's own, base.regressions).
         ("capacity_tolerance", float | None, None),
@@ -139,7 +138,6 @@ def _validate(gate: GateFile, source: str) -> GateFile:
     limits = gate.thresholds
     needs = (
         ("max_error_rate", limits.max_error_rate, "overload"),
-        ("max_ttft_p99_s", limits.max_ttft_p99_s, "streaming"),
         *((gate_key(f), getattr(limits, gate_key(f)), "drain") for f in user_options(DrainOptions)),
     )
     for key, value, scenario in needs:
@@ -191,11 +189,18 @@ def _validate(gate: GateFile, source: str) -> GateFile:
     return gate
 
 
+# The one way a gate bounds TTFT p99: vLLM's percentile of the serving metrics, in ms.
+TTFT_P99_DEMAND = "[metrics.streaming] p99_ttft_ms = { max = MS }"
+
+
 def parse_gate(text: str, source: str) -> GateFile:
     data = parse_toml(text, "gate file", source)
     cluster = data.get("cluster")
     if isinstance(cluster, dict) and isinstance(cluster.get("slurm"), str):
         cluster["slurm"] = [cluster["slurm"]]  # one release is a matrix of one
+    thresholds = data.get("thresholds")
+    if isinstance(thresholds, dict) and "max_ttft_p99_s" in thresholds:  # one TTFT p99 knob, vLLM's, in ms
+        raise _fail(source, f"thresholds.max_ttft_p99_s is replaced by {TTFT_P99_DEMAND}")
     metrics = data.pop("metrics", {})
     gate = build_table(GateFile, data, "", "gate file", source)
     gate = replace(gate, metrics=parse_metric_demands(metrics, source))
