@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from dd_accept.base.results import SCHEMA
 from tests.controls.controls import run_against_fault
 from tests.helpers import run_cli
 
@@ -31,7 +32,7 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(tmp_pa
     result = run_cli("--quiet", "run", "overload", "--replicas", "8", "--out", str(out), timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     results = json.loads((out / "results.json").read_text())
-    assert results["schema"] == "dd-accept/results/v3" and results["verdict"] == "pass"
+    assert results["schema"] == SCHEMA and results["verdict"] == "pass"
     (scenario,) = results["scenarios"]
     assert [c["id"] for c in scenario["checks"]] == [
         "overload.partial.completes",

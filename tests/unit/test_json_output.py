@@ -13,7 +13,7 @@ import pytest
 
 from dd_accept.base import documents
 from dd_accept.base.documents import SCHEMA_FILES
-from dd_accept.base.results import load_results
+from dd_accept.base.results import SCHEMA, load_results
 from dd_accept.harness.cli import JSON_COMMANDS
 from dd_accept.harness.runner import run_summary
 from dd_accept.reports.audit import Finding
@@ -77,7 +77,7 @@ def test_verify_audit_and_report_print_their_documents(tmp_path, sanitizer):  # 
     (tmp_path / "again").mkdir()
     results = run_cli("report", str(_bundle(tmp_path / "again", sanitizer)), "--format", "json")
     assert results.returncode == 0
-    assert document_of(results, "dd-accept/results/v3")["verdict"] == "pass"
+    assert document_of(results, SCHEMA)["verdict"] == "pass"
 
 
 def test_doctor_and_cluster_status_print_their_documents():

@@ -7,7 +7,7 @@ import pytest
 from dd_accept.acceptance.serving import by_phase, client_attempts, serving_block, serving_metrics
 from dd_accept.base.documents import problem
 from dd_accept.base.events import ClientRequest, EventWriter, QueueGauge
-from dd_accept.base.results import PhaseRecord, ScenarioResult, write_results
+from dd_accept.base.results import SCHEMA, PhaseRecord, ScenarioResult, write_results
 from dd_accept.base.serving_names import unit_of
 from dd_accept.reports.html import render_bundle
 from dd_accept.reports.render import markdown
@@ -85,11 +85,16 @@ def test_the_block_reads_the_clients_files_only_and_follows_the_results_schema(t
     assert len(client_attempts(tmp_path)) == 4
     block = serving_block(tmp_path, [PhaseRecord("drive", "all", 0.0, 200.0)])
     document = {
-        "schema": "dd-accept/results/v3", "verdict": "pass", "allow_unsupported": False, "sut": {},
+        "schema": SCHEMA, "verdict": "pass", "allow_unsupported": False, "sut": {},
         "scenarios": [{"name": "streaming", "verdict": "pass", "started": 1.0, "ended": 2.0, "error": None,
                        "checks": [], "phases": [], "serving": block}],
     }  # fmt: skip
-    assert problem(json.loads(json.dumps(document)), "dd-accept/results/v3") is None
+    assert problem(json.loads(json.dumps(document)), SCHEMA) is None
+    marked = serving_block(tmp_path, [PhaseRecord("drive", "all", 0.0, 200.0)], {"all": "a stalled replica"})
+    assert marked["phases"][0]["fault"] == "a stalled replica", "a fault by design is marked on its phase"
+    document["scenarios"][0]["serving"] = marked
+    assert problem(json.loads(json.dumps(document)), SCHEMA) is None
+    assert problem(json.loads(json.dumps(document)), "dd-accept/results/v3") is not None, "v4 added the mark"
     assert serving_block(tmp_path / "empty", []) is None
 
 

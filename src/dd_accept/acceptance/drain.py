@@ -178,7 +178,8 @@ PHASES: tuple[Phase[DrainRun], ...] = (
     # -- B: a stream longer than the window and the allowance
     Phase("deploy", "allowance: deploying the SUT's proxy", deploy_proxy),
     Phase("drive", "allowance: one stream longer than the allowance",
-          _streams("allowance", lambda o: 1, lambda o: o.long_tokens)),
+          _streams("allowance", lambda o: 1, lambda o: o.long_tokens),
+          fault="a stream longer than the drain allowance: forced by design"),
     Phase("stop", "allowance: TERM, then KILL after the allowance", _stop_endpoint("allowance", mark_forced=True)),
     Phase("judge", "allowance: what the stream saw", _judge_allowance),
     # -- C: the SUT's own cleanup stops an endpoint it launched (deploy, drive, stop, judge in one)

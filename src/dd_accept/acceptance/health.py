@@ -276,11 +276,24 @@ def _replicas(s: HealthRun) -> dict[str, int]:
 PHASES: tuple[Phase[HealthRun], ...] = (
     Phase("judge", "backend loss: detection", _detect_loss, numbers=_replicas),
     Phase("drive", "a healthy attempt (the baseline of the attempt checks)", _healthy_attempt, numbers=_replicas),
-    Phase("judge", "backend loss: the attempt", _loss_attempt, numbers=_replicas),
-    Phase("judge", "node loss: detection and the attempt", _node_loss, numbers=_replicas, applies=_may_lose_nodes),
+    Phase("judge", "backend loss: the attempt", _loss_attempt, numbers=_replicas, fault="a backend killed"),
+    Phase(
+        "judge",
+        "node loss: detection and the attempt",
+        _node_loss,
+        numbers=_replicas,
+        applies=_may_lose_nodes,
+        fault="a node frozen",
+    ),
     Phase("judge", "unresponsive backend: detection", _detect_unresponsive, numbers=_replicas),
-    Phase("judge", "unresponsive backend: the attempt", _unresponsive_attempt, numbers=_replicas),
-    Phase("judge", "probe isolation", _saturation, numbers=_saturating),
+    Phase(
+        "judge",
+        "unresponsive backend: the attempt",
+        _unresponsive_attempt,
+        numbers=_replicas,
+        fault="a backend that stops serving",
+    ),
+    Phase("judge", "probe isolation", _saturation, numbers=_saturating, fault="inference saturated on purpose"),
 )
 
 

@@ -99,6 +99,10 @@ class Phase(Generic[S]):
     # Whether it can run against this run's cluster (losing a node: only dd-accept's own);
     # one that cannot is left out of the run, and its checks with it.
     applies: Callable[[S], bool] = _always
+    # The fault it puts on the SUT's surroundings by design, in words ("" for none): its serving
+    # metrics are marked with it, and a gate's demands on serving metrics leave it out (a stalled
+    # replica's TTFT is the point of its phase, not the release's latency).
+    fault: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in PHASE_KINDS:
@@ -160,7 +164,8 @@ def run_phases(phases: Sequence[Phase[S]], state: S) -> ScenarioResult:
         result.ended = time.time()
         if problems and not failed:  # never replace the failure that brought us here
             raise problems[0]
-    result.serving = serving_block(state.run.host_path, result.phases)
+    faults = {phase.title: phase.fault for phase in work if phase.fault}
+    result.serving = serving_block(state.run.host_path, result.phases, faults)
     state.progress.emit("done", verdict=result.verdict())
     return result
 

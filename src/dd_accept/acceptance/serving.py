@@ -27,7 +27,7 @@ and TPOT are not measured. Only attempts that completed count towards latencies;
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -114,19 +114,31 @@ def client_attempts(run_directory: Path) -> list[ClientRequest]:
     return attempts
 
 
-def by_phase(attempts: Iterable[ClientRequest], phases: list[PhaseRecord]) -> list[dict[str, Any]]:
-    """The metrics of each phase in which attempts began (phases without any are left out)."""
+def in_phase(attempt: ClientRequest, phase: PhaseRecord) -> bool:
+    """Whether the attempt began in the phase: where its numbers belong."""
+    return phase.started <= attempt.began < (phase.ended if phase.ended is not None else math.inf)
+
+
+def by_phase(
+    attempts: Iterable[ClientRequest], phases: list[PhaseRecord], faults: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """The metrics of each phase in which attempts began (phases without any are left out),
+    each marked with the fault it drives by design (`faults`, by phase title), if any."""
     listed = list(attempts)
     measured = []
     for phase in phases:
-        end = phase.ended if phase.ended is not None else math.inf
-        inside = [a for a in listed if phase.started <= a.began < end]
+        inside = [a for a in listed if in_phase(a, phase)]
         if inside:
-            measured.append({"title": phase.title, "metrics": serving_metrics(inside)})
+            fault = (faults or {}).get(phase.title)
+            measured.append(
+                {"title": phase.title, "metrics": serving_metrics(inside)} | ({"fault": fault} if fault else {})
+            )
     return measured
 
 
-def serving_block(run_directory: Path, phases: list[PhaseRecord]) -> dict[str, Any] | None:
+def serving_block(
+    run_directory: Path, phases: list[PhaseRecord], faults: Mapping[str, str] | None = None
+) -> dict[str, Any] | None:
     """A scenario's `serving` in results.json: the whole scenario and each phase; None when
     no load client ran."""
     attempts = client_attempts(run_directory)
@@ -134,4 +146,8 @@ def serving_block(run_directory: Path, phases: list[PhaseRecord]) -> dict[str, A
         return None
     # `events`: where the bundle holds these attempts (events/<run directory>/), so a gate can
     # judge goodput under its own SLOs from the evidence alone.
-    return {"metrics": serving_metrics(attempts), "phases": by_phase(attempts, phases), "events": run_directory.name}
+    return {
+        "metrics": serving_metrics(attempts),
+        "phases": by_phase(attempts, phases, faults),
+        "events": run_directory.name,
+    }

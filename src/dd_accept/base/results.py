@@ -17,11 +17,12 @@ from dd_accept.base import documents
 from dd_accept.base.documents import SCHEMA_FILES
 from dd_accept.base.errors import UsageError
 
-SCHEMA = "dd-accept/results/v3"  # published as docs/schema/results-v3.json
+SCHEMA = "dd-accept/results/v4"  # published as docs/schema/results-v4.json
 # Every version dd-accept reads, by the `schema` a document names: bundles written before
 # `cluster` existed (v1) stay verifiable; a v1 document never carries v2's fields.
 READABLE_SCHEMAS = {
-    version: SCHEMA_FILES[version] for version in ("dd-accept/results/v1", "dd-accept/results/v2", SCHEMA)
+    version: SCHEMA_FILES[version]
+    for version in ("dd-accept/results/v1", "dd-accept/results/v2", "dd-accept/results/v3", SCHEMA)
 }
 Verdict = Literal["pass", "fail", "unsupported"]
 

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dd_accept.acceptance.serving import client_attempts, output_tokens, span_s, tpot_s
+from dd_accept.acceptance.serving import client_attempts, in_phase, output_tokens, span_s, tpot_s
 from dd_accept.base.errors import UsageError
 from dd_accept.base.events import ClientRequest
-from dd_accept.base.results import CheckResult
+from dd_accept.base.results import CheckResult, PhaseRecord
 from dd_accept.base.serving_names import METRIC_NAME, better, unit_of
 from dd_accept.base.toml_tables import build_table
 
@@ -105,7 +105,7 @@ def parse_metric_demands(table: Any, source: str) -> tuple[MetricDemand, ...]:
         for metric, bounds in metrics.items():
             where = f"metrics.{scenario}.{metric!r}"
             if not METRIC_NAME.fullmatch(metric):
-                raise UsageError(f"gate file {source}: {where}: unknown serving metric (see results-v3.json)")
+                raise UsageError(f"gate file {source}: {where}: unknown serving metric (see results-v4.json)")
             where = f"metrics.{scenario}.{metric}"
             unknown = sorted(set(bounds) - set(_BOUNDS)) if isinstance(bounds, dict) else []
             if unknown:
@@ -147,33 +147,65 @@ def _check_bounds(demand: MetricDemand, where: str, source: str) -> None:
         raise fail("vs_baseline is how many times worse than the baseline is allowed, at least 1")
 
 
-def _metric_of(results: dict[str, Any], scenario: str, metric: str) -> float | None:
-    for entry in results.get("scenarios", []):
-        if entry["name"] == scenario and entry.get("serving"):
-            value = entry["serving"]["metrics"].get(metric)
-            return float(value) if value is not None else None
-    return None
+def phase_values(results: dict[str, Any] | None, scenario: str, metric: str) -> tuple[dict[str, float], list[str]]:
+    """The metric in each of the scenario's phases that drives no fault by design, by title,
+    and the titles of the phases left out as faults. A scenario whose serving block lists no
+    phase (an older bundle's) is one phase, the whole scenario's."""
+    for entry in (results or {}).get("scenarios", []):
+        if entry["name"] != scenario or not entry.get("serving"):
+            continue
+        phases = entry["serving"].get("phases") or [{"title": scenario, "metrics": entry["serving"]["metrics"]}]
+        faults = [p["title"] for p in phases if p.get("fault")]
+        values = {
+            p["title"]: float(p["metrics"][metric]) for p in phases if not p.get("fault") and metric in p["metrics"]
+        }
+        return values, faults
+    return {}, []
 
 
 def judge_metric(demand: MetricDemand, candidate: dict[str, Any], baseline: dict[str, Any] | None) -> CheckResult:
-    value = _metric_of(candidate, demand.scenario, demand.metric)
-    before = _metric_of(baseline, demand.scenario, demand.metric) if baseline is not None else None
+    """The demand held in every phase of the scenario that drives no fault by design (a
+    stalled replica's TTFT is its phase's point, not the release's latency), against the
+    baseline's same phase where it asks for one; the worst phase is named."""
+    values, faults = phase_values(candidate, demand.scenario, demand.metric)
+    before_values = phase_values(baseline, demand.scenario, demand.metric)[0] if baseline is not None else {}
     unit = f" {unit_of(demand.metric)}".rstrip()
+    left_out = f"; left out as faults by design: {', '.join(faults)}" if faults else ""
+    higher = better(demand.metric) == "higher"
+
+    def broken_by(title: str) -> float:  # how far past its bounds a phase is (<= 0: within them)
+        value = values[title]
+        return max(
+            (value - limit if op == "<=" else limit - value) for op, limit in demand.bounds(before_values.get(title))
+        )
+
+    judged = [t for t in values if demand.vs_baseline is None or t in before_values]
+    if not judged:
+        wording = " and ".join(
+            f"{demand.metric} {'≤' if op == '<=' else '≥'} {v:.4g}{unit}" for op, v in demand.bounds(None)
+        )
+        expected = wording or f"{demand.metric} within {demand.vs_baseline:g} x the baseline's"
+        if values and demand.vs_baseline is not None:
+            observed = "the baseline did not measure it" if baseline is not None else "the gate has no baseline"
+        else:
+            observed = f"{demand.metric} was not measured in {demand.scenario} outside its fault phases"
+        return CheckResult.judge(demand.check_id, False, expected, observed, left_out.lstrip("; "))
+    worst = (
+        max(judged, key=broken_by)
+        if any(broken_by(t) > 0 for t in judged)
+        else (max(judged, key=lambda t: values[t]) if not higher else min(judged, key=lambda t: values[t]))
+    )
+    value, before = values[worst], before_values.get(worst)
     bounds = demand.bounds(before)
     expected = " and ".join(f"{demand.metric} {'≤' if op == '<=' else '≥'} {limit:.4g}{unit}" for op, limit in bounds)
-    if demand.vs_baseline is not None:
-        how = "/" if better(demand.metric) == "higher" else "x"
-        expected += f" (the baseline's {before:.4g}{unit} {how} {demand.vs_baseline:g})" if before is not None else ""
-        if before is None:
-            observed = "the baseline did not measure it" if baseline is not None else "the gate has no baseline"
-            return CheckResult.judge(demand.check_id, False, expected or f"within {demand.vs_baseline:g} x", observed)
-    if value is None:
-        return CheckResult.judge(
-            demand.check_id, False, expected, f"{demand.metric} was not measured in {demand.scenario}"
-        )
-    ok = all(value <= limit if op == "<=" else value >= limit for op, limit in bounds)
+    if demand.vs_baseline is not None and before is not None:
+        how = "/" if higher else "x"
+        expected += f" (the baseline's {before:.4g}{unit} {how} {demand.vs_baseline:g})"
+    ok = all(broken_by(t) <= 0 for t in judged)
+    observed = f"{value:.4g}{unit}" + (f" in {worst} (the worst of {len(judged)} phases)" if len(judged) > 1 else "")
     metrics = {demand.metric: value} | ({f"baseline_{demand.metric}": before} if before is not None else {})
-    return CheckResult.judge(demand.check_id, ok, expected, f"{value:.4g}{unit}", metrics=metrics)
+    detail = "; ".join(f"{t}: {values[t]:.4g}{unit}" for t in judged) + left_out
+    return CheckResult.judge(demand.check_id, ok, expected, observed, detail, metrics)
 
 
 def goodput(attempts: list[ClientRequest], slos: dict[str, float]) -> dict[str, float]:
@@ -217,7 +249,13 @@ def judge_goodput(section: GoodputSection, bundle: Path, results: dict[str, Any]
     events = (entry or {}).get("serving", {}).get("events") if entry else None
     if events is None or not (bundle / "events" / events).is_dir():
         return CheckResult.judge(check_id, False, expected, f"no client events of {section.scenario} in the bundle")
-    attempts = client_attempts(bundle / "events" / events)
+    faults = {p["title"] for p in entry["serving"].get("phases", []) if p.get("fault")}
+    by_design = [PhaseRecord(**p) for p in entry.get("phases", []) if p["title"] in faults]
+    attempts = [
+        a for a in client_attempts(bundle / "events" / events) if not any(in_phase(a, phase) for phase in by_design)
+    ]
+    if faults:
+        expected += f", outside the phases that drive a fault by design ({', '.join(sorted(faults))})"
     missing = _unmeasured(attempts, section.slos)
     if missing:
         names = ", ".join(name.upper() for name in missing)
