@@ -46,8 +46,12 @@ def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_wheelhous
     assert detected.verdict == "pass", detected
     assert "hung: /health 503, backends_ready 3" in detected.observed and detected.metrics["detected_after_s"] < 15
     unresponsive = checks["health.unresponsive.attempt_failed"]
-    assert unresponsive.verdict == "fail" and unresponsive.observed.startswith("the attempt succeeded (wait status 0)")
+    assert unresponsive.verdict == "fail", unresponsive
+    assert unresponsive.observed.startswith("/health 503: the attempt succeeded (wait status 0)"), unresponsive
     assert "48/48 records" in unresponsive.observed, unresponsive
+    # hung: its wait checks processes only, and the client's requests to the hung replica never end
+    assert "; hung: the controller did not end; client " in unresponsive.observed, unresponsive
+    assert unresponsive.detail.endswith("not failed as it must be: /health 503, hung"), unresponsive
     isolation = checks["health.probe_isolation"]
     assert isolation.verdict == "fail" and not isolation.observed.startswith("/health 200")
     node_seen = checks["health.node_loss.detected"]
@@ -120,8 +124,24 @@ def test_a_health_watching_wait_is_the_positive_control_of_unresponsive_attempt_
     checks = run_with_fault(health, "health-watching-wait", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     failed = checks["health.unresponsive.attempt_failed"]
     assert failed.verdict == "pass", failed
-    assert (
-        failed.observed.startswith("the controller's wait returned 70") and failed.metrics["attempt_ended_after_s"] < 5
-    )
+    assert failed.observed.startswith("/health 503: the controller's wait returned 70"), failed
+    assert "; hung: the controller's wait returned 70" in failed.observed, failed
+    # its watch asks with a 2 s timeout, every half second
+    assert failed.metrics["unhealthy_attempt_ended_after_s"] < 5 and failed.metrics["hung_attempt_ended_after_s"] < 8
     assert checks["health.backend_loss.attempt_failed"].verdict == "pass"
     assert checks["health.unresponsive.detected"].verdict == "pass"
+
+
+def test_a_wait_that_asks_without_a_timeout_misses_a_hung_backend(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+    """Negative control of the hung mode: the same watch with no timeout fails the 503
+    attempt with 70 and waits for ever on the hung replica. Backend loss, which its process
+    check still sees, keeps passing."""
+    health = _health(HEALTHY, LOSS_ATTEMPT, UNRESPONSIVE_ATTEMPT)
+    checks = run_with_fault(health, "health-wait-without-timeout", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    blind = checks["health.unresponsive.attempt_failed"]
+    print("health-wait-without-timeout:", blind.observed)
+    assert blind.verdict == "fail" and blind.detail.endswith("not failed as it must be: hung"), blind
+    assert blind.observed.startswith("/health 503: the controller's wait returned 70"), blind
+    assert "; hung: the controller did not end; client " in blind.observed, blind
+    assert blind.metrics["unhealthy_attempt_ended_after_s"] < 5 and "hung_attempt_ended_after_s" not in blind.metrics
+    assert checks["health.backend_loss.attempt_failed"].verdict == "pass"

@@ -45,6 +45,19 @@ def _seen(result, path):
     return tuple(result.metrics[f"{key}_{what}"] for what in ("counted", "seen_min", "seen"))
 
 
+def _connection_errors_retried(checks):
+    """rc1 retries connection errors on another backend (the brief): with replica 0 refusing
+    and replica 1 resetting, every request completed once, and its counters say so."""
+    failover = checks["telemetry.connection_errors"]
+    numbers = failover.metrics
+    assert failover.verdict == "pass", failover
+    assert numbers["completed"] == numbers["requests"] == OPTIONS.requests and numbers["served_twice"] == 0, failover
+    assert 1 <= numbers["resets_seen"] <= OPTIONS.connection_resets, failover
+    # least-connections tries replica 0 first while it refuses: attempts no replica saw
+    assert numbers["refused_attempts"] >= 1, failover
+    assert numbers["connection_error_retries"] == numbers["resets_seen"] + numbers["refused_attempts"], failover
+
+
 def _telemetry(allocation, run, profile, progress):
     return run_telemetry(allocation, run, profile, OPTIONS, progress)
 
@@ -91,6 +104,7 @@ def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_pro
         assert checks[name].verdict == "fail" and checks[name].observed.startswith("the proxy's metrics have no")
     leaks = checks["telemetry.no_payloads"]
     assert leaks.verdict == "pass", "rc1 writes no record, and so no payload"
+    _connection_errors_retried(checks)
     routing = checks["telemetry.probe_routing"]
     # rc1 counts its probe as a request in flight on replica 0: requests one at a time avoid it
     assert routing.verdict == "fail" and routing.metrics["probed_requests"] == 0, routing
@@ -139,6 +153,7 @@ def test_emitted_records_pass_the_record_checks(sut_wheelhouse, sut_image, sut_p
     assert cut.metrics["drain_cut_streams"] == cut.metrics["drain_logged_with_bytes"] == DRAINED, cut
     leaks = checks["telemetry.no_payloads"]
     assert leaks.verdict == "pass" and leaks.metrics["lines"] >= responses, f"records without payloads {leaks}"
+    _connection_errors_retried(checks)
     routing = checks["telemetry.probe_routing"]
     assert routing.verdict == "pass" and routing.metrics["probed_requests"] >= 1, routing
     assert routing.metrics["in_window"] >= OPTIONS.replicas, routing
@@ -194,3 +209,24 @@ def test_miscounted_attempts_and_last_attempt_records_fail_each_for_its_reason(
     assert leaks.metrics["response_lines"] == 0, "responses are not written"
     assert leaks.detail.startswith("prompt text on the proxy's output (line "), leaks
     assert checks["telemetry.probe_routing"].verdict == "pass", "untouched: probes still out of least-connections"
+
+
+def test_a_proxy_that_does_not_retry_connection_errors_fails_connection_errors_alone(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """Negative control of telemetry.connection_errors: a refused or reset attempt ends its
+    request with 502. Statuses still fail over, so the checks it does not touch keep rc1's
+    verdicts: its counters are true, it writes no record and no payload."""
+    checks = run_with_fault(_telemetry, "no-connection-retry", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    failover = checks["telemetry.connection_errors"]
+    numbers = failover.metrics
+    print("no-connection-retry:", failover.observed, "|", failover.detail)
+    assert failover.verdict == "fail" and numbers["completed"] < numbers["requests"] == OPTIONS.requests, failover
+    failed = int(numbers["requests"] - numbers["completed"])
+    assert f"{failed} of {OPTIONS.requests} requests did not complete: {failed}x 502" in failover.detail, failover
+    # each request whose first attempt met a connection error got the 502: a reset or a refusal
+    assert failed == numbers["resets_seen"] + numbers["refused_attempts"] and numbers["resets_seen"] >= 1, failover
+    assert numbers["connection_error_retries"] == 0, "nothing was retried, and the counter says so"
+    assert checks["telemetry.attempt_counters"].verdict == "pass", checks["telemetry.attempt_counters"]
+    assert checks["telemetry.no_payloads"].verdict == "pass"
+    assert checks["telemetry.request_log"].verdict == "fail" and checks["telemetry.request_log"].metrics["records"] == 0

@@ -21,19 +21,40 @@ def test_attempt_failed_requires_the_documented_status_before_the_client_finishe
     assert other.verdict == "fail" and "returned 1" in other.observed, "not just any non-zero status"
 
 
+def both(unhealthy, hung=None):
+    """The unresponsive attempt's outcomes in its two modes (hung as unhealthy unless given)."""
+    return {"/health 503": unhealthy, "hung": hung if hung is not None else unhealthy}
+
+
+FAILED_FAST = outcome(70, 3.0, 20, 48)
+
+
 def test_unresponsive_attempt_must_fail_not_succeed():
-    """rc1: the replica answers /health 503 but its process lives, so the attempt succeeds."""
-    rc1 = checks.unresponsive_attempt_failed(outcome(0, 22.0, 48, 48), 70, None)
-    assert rc1.verdict == "fail" and rc1.observed.startswith("the attempt succeeded (wait status 0)")
-    assert "no health monitor" in rc1.detail
-    assert checks.unresponsive_attempt_failed(outcome(70, 3.0, 20, 48), 70, None).verdict == "pass"
-    assert checks.unresponsive_attempt_failed(outcome(None, None, 20, 48), 70, None).verdict == "fail"
+    """rc1: the replica answers /health 503 but its process lives, so the attempt succeeds;
+    hung, its client waits on for the requests the replica never answers."""
+    rc1 = checks.unresponsive_attempt_failed(both(outcome(0, 22.0, 48, 48), outcome(None, None, 30, 48)), 70, None)
+    assert rc1.verdict == "fail" and rc1.observed.startswith("/health 503: the attempt succeeded (wait status 0)")
+    assert "hung: the controller did not end; client 30/48 records" in rc1.observed
+    assert "no health monitor" in rc1.detail and "not failed as it must be: /health 503, hung" in rc1.detail
+    assert checks.unresponsive_attempt_failed(both(FAILED_FAST), 70, None).verdict == "pass"
+    assert checks.unresponsive_attempt_failed(both(outcome(None, None, 20, 48)), 70, None).verdict == "fail"
+
+
+def test_a_wait_that_misses_a_hung_backend_fails_though_it_fails_a_503_one():
+    """The negative control the issue names: a wait that asks each backend's /health with no
+    timeout fails the 503 attempt and waits for ever on the hung one."""
+    blind = checks.unresponsive_attempt_failed(both(FAILED_FAST, outcome(None, None, 31, 48)), 70, None)
+    assert blind.verdict == "fail" and blind.detail.endswith("not failed as it must be: hung"), blind
+    assert blind.metrics == {"unhealthy_attempt_ended_after_s": 3.0}, "the hung attempt never ended"
+    only_one = checks.unresponsive_attempt_failed({"/health 503": FAILED_FAST}, 70, None)
+    assert only_one.verdict == "fail" and "hung (not driven)" in only_one.detail, "a mode not driven never passes"
 
 
 def test_a_declared_monitor_adds_its_time_bound():
-    assert checks.unresponsive_attempt_failed(outcome(70, 3.0, 20, 48), 70, 15.0).verdict == "pass"
-    late = checks.unresponsive_attempt_failed(outcome(70, 18.0, 40, 48), 70, 15.0)
+    assert checks.unresponsive_attempt_failed(both(FAILED_FAST), 70, 15.0).verdict == "pass"
+    late = checks.unresponsive_attempt_failed(both(FAILED_FAST, outcome(70, 18.0, 40, 48)), 70, 15.0)
     assert late.verdict == "fail" and "within the health monitor's 15s" in late.expected
+    assert late.metrics["hung_attempt_ended_after_s"] == 18.0
 
 
 def test_unresponsive_detected_needs_both_modes_reported_in_time():
@@ -60,7 +81,7 @@ def test_an_attempt_check_needs_a_healthy_attempt_that_succeeds():
     assert checks.attempt_failed(outcome(70, 0.4, 10), 70, healthy).verdict == "pass"
     always_failing = checks.attempt_failed(outcome(70, 0.4, 10), 70, outcome(70, 2.0, 5))
     assert always_failing.verdict == "fail" and "without a fault the attempt did not succeed" in always_failing.observed
-    unresponsive = checks.unresponsive_attempt_failed(outcome(70, 3.0, 20, 48), 70, None, outcome(70, 1.0, 3))
+    unresponsive = checks.unresponsive_attempt_failed(both(FAILED_FAST), 70, None, outcome(70, 1.0, 3))
     assert unresponsive.verdict == "fail"
 
 
@@ -115,3 +136,16 @@ def test_a_declared_recovery_must_produce_every_record():
     assert recovered.verdict == "pass" and "node_loss = 'recover'" in recovered.detail
     failed = checks.node_loss_attempt_failed(outcome(70, 41.0, 3), "recover", 70, SLURM, 15.0)
     assert failed.verdict == "fail" and "every record is produced" in failed.expected
+
+
+def test_a_declared_monitor_bounds_node_loss_from_the_loss_not_from_slurms_down():
+    """With a health monitor declared, a controller that fails the attempt only when Slurm
+    ends its launchers (rc1's 41 s) has missed its own monitor's bound: the node's replicas
+    stopped serving at the loss, and the monitor watches them, not Slurm."""
+    slurm_paced = checks.node_loss_attempt_failed(outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0, monitor_bound_s=15.0)
+    assert slurm_paced.verdict == "fail", slurm_paced
+    assert "within the declared health monitor's 15s of the node's loss" in slurm_paced.expected
+    watched = checks.node_loss_attempt_failed(outcome(70, 6.0, 0), "fail", 70, SLURM, 15.0, monitor_bound_s=15.0)
+    assert watched.verdict == "pass" and watched.metrics["attempt_ended_after_s"] == 6.0
+    undeclared = checks.node_loss_attempt_failed(outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0)
+    assert undeclared.verdict == "pass", "no monitor declared: Slurm's DOWN plus the bound, as before"

@@ -425,3 +425,59 @@ def test_a_health_probe_is_held_in_flight_until_released_and_its_window_kept(loc
     assert held[1] is None and status == 200, "held, then answered once released"
     start, end = replica.control("state")["probe_window"]
     assert start == held[0] and start + 0.4 < end <= answered + 0.05, (start, end, answered)
+
+
+async def _post_once(url, path="/v1/chat/completions"):
+    """One request on a new connection: its status, or the aiohttp error class it raised."""
+    body = {"model": "m", "max_tokens": 2, "stream": True, "messages": [{"role": "user", "content": "x"}]}
+    try:
+        async with (
+            aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as session,
+            session.post(f"{url}{path}", json=body) as response,
+        ):
+            await response.read()
+            return response.status
+    except aiohttp.ClientError as error:
+        return type(error).__name__
+
+
+def test_a_reset_request_is_read_then_its_connection_reset_unanswered(local_replica, tmp_path):
+    """The proxy's connection-error path, mid-request: the next 2 requests get no byte of a
+    response (a connection error the client library raises), the replica records each as
+    `reset` with no status, and the third is served."""
+    log = tmp_path / "replica.jsonl"
+    replica = local_replica(*FAST, "--events", str(log))
+    assert replica.control("reset", count=2)["reset_remaining"] == 2
+    seen = [asyncio.run(_post_once(replica.url)) for _ in range(3)]
+    assert all(s in ("ServerDisconnectedError", "ClientOSError") for s in seen[:2]) and seen[2] == 200, seen
+    records = wait_until(lambda: _upstream_records(log), lambda r: len(r) == 3, timeout=5, what="three records")
+    outcomes = [(a["outcome"], a["status"]) for a in records]
+    assert outcomes == [("reset", None), ("reset", None), ("ok", 200)], outcomes
+    assert replica.control("state")["reset_remaining"] == 0
+
+
+def test_a_refusing_replica_refuses_connections_then_listens_again(local_replica):
+    """Nothing listens on its port for the time asked (connection refused: the proxy's other
+    connection-error path), then it serves again, control plane included."""
+    replica = local_replica(*FAST)
+
+    async def pooled_then_refused():
+        """A pooled connection from before the refusal is closed too: the next request finds
+        it gone and its new connection refused, as a pool meets a restarting backend."""
+        body = {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{replica.url}/v1/chat/completions", json=body) as response:
+                await response.read()
+            refused = await asyncio.to_thread(replica.control, "refuse", seconds=1.5)
+            assert refused["refusing_until"] > time.time() and refused["closed"] >= 1, refused
+            await asyncio.sleep(0.1)
+            with pytest.raises(aiohttp.ClientConnectorError):
+                await session.post(f"{replica.url}/v1/chat/completions", json=body)
+
+    asyncio.run(pooled_then_refused())
+    assert asyncio.run(_post_once(replica.url)) == "ClientConnectorError"
+    back = wait_until(lambda: asyncio.run(_post_once(replica.url)), lambda got: got == 200, timeout=10,
+                      interval=0.2, what="the replica to listen again")  # fmt: skip
+    assert back == 200 and replica.control("state")["pid"] == replica.process.pid
+    with pytest.raises(ControlError, match="400"):
+        replica.control("refuse", seconds=0)

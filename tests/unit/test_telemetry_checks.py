@@ -692,3 +692,34 @@ def test_the_sut_attempt_records_are_placed_on_the_requests_of_the_same_backend_
     ]  # fmt: skip
     assert placed[0].attempt_started == 1.0 and placed[-1].attempt_started is None
     assert all(r.phase == "retry-429" for r in placed)
+
+
+def test_timeouts_beyond_a_run_are_judged_not_driven_present_monotone_and_unmoved_where_none_happened():
+    """rc1's profile puts both timeouts at 3600 s: no phase can drive them. A release whose
+    counters exist, never fall and stay still where replicas answer at once passes, saying it
+    was not driven (never a silent pass, never an unsupported that only --allow-unsupported
+    lets through); one whose counter moves there, or falls, fails naming where."""
+    slow = replace(CLAIMED, terminal_timeout_seconds=3600.0, streaming_timeout_seconds=3600.0)
+    base = retry_phase()
+    before, after = {**base.metrics_before, **ZERO}, {**base.metrics_after, **ZERO}
+    quiet = [replace(base, name=name, metrics_before=before, metrics_after=after) for name in ("steady", "retry-429")]
+    honest = checks.timeouts(ZERO, slow, [], None, quiet=quiet)
+    assert honest.verdict == "pass" and honest.metrics["driven"] == 0.0, honest
+    assert honest.detail.startswith(
+        "not driven: timeouts.terminal, timeouts.streaming (the profile's timeouts (3600.0 s"
+    )
+    assert "unmoved in the 2 phases where none of their events could happen" in honest.observed
+    moving = {"timeouts": {"terminal": 2, "streaming": 0}}
+    busy = [quiet[0], replace(quiet[1], metrics_after={**quiet[1].metrics_after, **moving})]
+    moved = checks.timeouts(moving, slow, [], None, quiet=busy)
+    assert moved.verdict == "fail" and "retry-429: timeouts.terminal counted 2 where none of its events" in moved.detail
+    reset = checks.timeouts(ZERO, slow, [], None, quiet=[replace(quiet[0], metrics_before={"timeouts": {
+        "terminal": 3, "streaming": 0}})])  # fmt: skip
+    assert (
+        reset.verdict == "fail" and "timeouts.terminal fell between two readings of the run (3, 0, 0)" in reset.detail
+    )
+    missing = checks.timeouts({}, slow, [], None, quiet=quiet)
+    assert missing.verdict == "fail" and missing.observed.startswith("the proxy's metrics have no"), "absent: no pass"
+    assert checks.timeouts(ZERO, slow, [], None).verdict == "unsupported", "no quiet window: nothing judged"
+    driven = timed_out(5, 2)
+    assert driven.verdict == "pass" and driven.metrics["driven"] == 1.0, "a driven run says so"

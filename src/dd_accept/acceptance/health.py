@@ -50,6 +50,9 @@ class HealthOptions:
     unresponsive_detect_timeout_s: float = 15.0  # the bound on the proxy's /health reporting it
     node_loss_detect_timeout_s: float = 15.0  # the bound on the proxy's /health reporting a lost node
     node_loss_attempt_bound_s: float = 15.0  # the controller's bound, counted from Slurm setting it DOWN
+    # With no health monitor declared: how long after a replica hangs the controller's verdict
+    # is waited for (a hung replica never ends the client's requests to it).
+    hung_patience_s: float = 15.0
     seed: int = 0
 
 
@@ -106,8 +109,16 @@ def _node_loss(s: HealthRun) -> None:
             return None  # a recovering controller is waited for until the client's deadline
         # Past its bound a failing controller has already failed the check: waiting on for the
         # client's deadline would only make a broken SUT's run longer.
-        late = lost_at + seen["slurm"].down_after_s + options.node_loss_attempt_bound_s + 2.0
+        late = lost_at + node_loss_bound(seen["slurm"].down_after_s) + 2.0
         return max(1.0, late - time.time())
+
+    def node_loss_bound(down_after_s: float) -> float:
+        """When, after the loss, a failing controller must have failed the attempt: within its
+        declared monitor's bound, else within the bound after Slurm set the node DOWN."""
+        monitor = s.profile.capabilities
+        if monitor.health_monitor:
+            return monitor.monitor_detect_seconds
+        return down_after_s + options.node_loss_attempt_bound_s
 
     try:
         outcome = _drilled_attempt(
@@ -130,7 +141,10 @@ def _node_loss(s: HealthRun) -> None:
     slurm, capabilities = seen["slurm"], s.profile.capabilities
     s.result.add(checks.node_loss_detected(seen["probe"], slurm, options.replicas, options.node_loss_detect_timeout_s))
     failure_status, bound = s.profile.cleanup.failure_status, options.node_loss_attempt_bound_s
-    attempt = checks.node_loss_attempt_failed(outcome, capabilities.node_loss, failure_status, slurm, bound, s.healthy)
+    monitor = capabilities.monitor_detect_seconds if capabilities.health_monitor else None
+    attempt = checks.node_loss_attempt_failed(
+        outcome, capabilities.node_loss, failure_status, slurm, bound, s.healthy, monitor_bound_s=monitor
+    )
     s.result.add(attempt)
 
 
@@ -244,14 +258,28 @@ def _detect_unresponsive(s: HealthRun) -> None:
     s.result.add(_unresponsive_detection(s.allocation, s.profile, s.options))
 
 
+# Each way a replica stops serving, the fault done to it in the attempt and the run directory
+# and replica ports it takes (another attempt's replicas may still hold theirs).
+_UNRESPONSIVE_FAULTS: dict[str, tuple[str, Callable[[deployment.ReplicaSet], object], int]] = {
+    "/health 503": ("unresponsive", lambda r: r.control([0], "health", ok=False), 200),
+    "hung": ("unresponsive-hung", lambda r: r.control([0], "hang", on=True), 250),
+}
+
+
 def _unresponsive_attempt(s: HealthRun) -> None:
-    outcome = _drilled_attempt(
-        s.allocation, s.profile, s.options, "unresponsive", lambda r: r.control([0], "health", ok=False),
-        records=48, port_offset=200,
-    )  # fmt: skip
+    """The attempt under the SUT's own wait, once per mode a replica stops serving in. A hung
+    replica never ends the client's requests to it: past the monitor's bound (or, with none
+    declared, the bound a monitor has by default) the controller's verdict is not waited for."""
     monitor = s.profile.capabilities
     bound = monitor.monitor_detect_seconds if monitor.health_monitor else None
-    s.result.add(checks.unresponsive_attempt_failed(outcome, s.profile.cleanup.failure_status, bound, s.healthy))
+    patience = (bound if bound is not None else s.options.hung_patience_s) + 2.0
+    outcomes = {}
+    for mode, (name, fault, offset) in _UNRESPONSIVE_FAULTS.items():
+        observe = None if mode == "/health 503" else (lambda proxy, at: max(1.0, at + patience - time.time()))
+        outcomes[mode] = _drilled_attempt(
+            s.allocation, s.profile, s.options, name, fault, records=48, port_offset=offset, observe=observe
+        )
+    s.result.add(checks.unresponsive_attempt_failed(outcomes, s.profile.cleanup.failure_status, bound, s.healthy))
 
 
 def _saturation(s: HealthRun) -> None:

@@ -97,42 +97,63 @@ def attempt_failed(outcome: AttemptOutcome, failure_status: int, healthy: Attemp
     )
 
 
+# How a required replica stops serving while it stays alive, by the words the check says it in:
+# its /health answers 503 (it knows it is sick), or it hangs (accepts connections, answers
+# nothing, /health included: a wait that asks it without a timeout waits for ever).
+UNRESPONSIVE_MODES = {"/health 503": "replica 0's /health began answering 503", "hung": "replica 0 hung"}
+
+
 @check("health.unresponsive.attempt_failed")
 def unresponsive_attempt_failed(
-    outcome: AttemptOutcome,
+    outcomes: dict[str, AttemptOutcome],
     failure_status: int,
     monitor_bound_s: float | None,
     healthy: AttemptOutcome | None = None,
 ) -> CheckResult:
-    """A required replica stays alive but its /health fails while it generates: the SUT's
-    controller path must fail the attempt (with the status it documents) rather than let it
-    succeed — the seed's "health failure still permits success". With a declared health
-    monitor the failure must also come within the monitor's bound."""
-    in_time = monitor_bound_s is None or (
-        outcome.ended_after_fault_s is not None and outcome.ended_after_fault_s <= monitor_bound_s
+    """A required replica stays alive but stops serving while it generates, in each of
+    UNRESPONSIVE_MODES: the SUT's controller path must fail the attempt (with the status it
+    documents) rather than let it succeed or wait on — the seed's "health failure still
+    permits success". With a declared health monitor the failure must also come within the
+    monitor's bound. A mode the run did not drive fails: never a pass on less."""
+
+    def failed_right(outcome: AttemptOutcome) -> bool:
+        in_time = monitor_bound_s is None or (
+            outcome.ended_after_fault_s is not None and outcome.ended_after_fault_s <= monitor_bound_s
+        )
+        return (
+            outcome.wait_status == failure_status
+            and not outcome.client_finished
+            and in_time
+            and outcome.running_at_fault
+        )
+
+    missing = [mode for mode in UNRESPONSIVE_MODES if mode not in outcomes]
+    wrong = [mode for mode, outcome in outcomes.items() if not failed_right(outcome)]
+    ok = not missing and not wrong and _baseline_ok(healthy)
+    expected = (
+        f"with replica 0's /health answering 503, and with replica 0 hung, the attempt fails with status "
+        f"{failure_status} instead of succeeding or waiting on; without the fault it succeeds"
     )
-    ok = (
-        outcome.wait_status == failure_status
-        and not outcome.client_finished
-        and in_time
-        and outcome.running_at_fault
-        and _baseline_ok(healthy)
-    )
-    expected = f"the attempt fails with status {failure_status} instead of succeeding; without the fault it succeeds"
     if monitor_bound_s is not None:
-        expected += f", within the health monitor's {monitor_bound_s:g}s"
+        expected += f"; each within the health monitor's {monitor_bound_s:g}s"
     detail = (
         "the profile declares no health monitor: nothing in the SUT watches a backend that is alive but unhealthy"
         if monitor_bound_s is None
         else "the profile declares a health monitor"
     )
+    if wrong or missing:
+        detail += "; not failed as it must be: " + ", ".join(wrong + [f"{m} (not driven)" for m in missing])
+    observed = "; ".join(
+        f"{mode}: {_attempt_observed(outcome, UNRESPONSIVE_MODES.get(mode, mode))}"
+        for mode, outcome in outcomes.items()
+    )
+    metrics = {
+        f"{'hung' if mode == 'hung' else 'unhealthy'}_attempt_ended_after_s": outcome.ended_after_fault_s
+        for mode, outcome in outcomes.items()
+        if outcome.ended_after_fault_s is not None
+    }
     return CheckResult.judge(
-        unresponsive_attempt_failed.check_id,
-        ok,
-        expected,
-        _attempt_observed(outcome, "replica 0's /health began answering 503") + _baseline_text(healthy),
-        detail,
-        {} if outcome.ended_after_fault_s is None else {"attempt_ended_after_s": outcome.ended_after_fault_s},
+        unresponsive_attempt_failed.check_id, ok, expected, observed + _baseline_text(healthy), detail, metrics
     )
 
 
@@ -228,24 +249,30 @@ def node_loss_attempt_failed(
     slurm: SlurmSawLoss,
     bound_s: float,
     healthy: AttemptOutcome | None = None,
+    monitor_bound_s: float | None = None,
 ) -> CheckResult:
     """The node carrying the attempt's required replicas dies mid-generation. What the
     controller must do is the profile's declaration: "fail" — the attempt fails with the
-    documented status, never finishing with the replicas gone, at the latest `bound_s` after
-    Slurm set the node DOWN (a controller that watches only its launchers learns of the loss
-    then); "recover" — every record is still produced and the attempt succeeds. Either way
-    the same attempt without the fault must succeed."""
+    documented status, never finishing with the replicas gone: within its declared health
+    monitor's bound of the loss (`monitor_bound_s`: a monitor watches the replicas, not
+    Slurm), or, with no monitor declared, at the latest `bound_s` after Slurm set the node
+    DOWN (a controller that watches only its launchers learns of the loss then); "recover" —
+    every record is still produced and the attempt succeeds. Either way the same attempt
+    without the fault must succeed."""
     ended = outcome.ended_after_fault_s
     if declared == "recover":
         ok = outcome.wait_status == 0 and outcome.client_finished
         expected = "the attempt recovers: every record is produced and the controller's wait returns 0"
     else:
-        in_time = ended is not None and ended <= slurm.down_after_s + bound_s
+        limit = monitor_bound_s if monitor_bound_s is not None else slurm.down_after_s + bound_s
+        in_time = ended is not None and ended <= limit
         ok = outcome.wait_status == failure_status and not outcome.client_finished and in_time
-        expected = (
-            f"the attempt fails with status {failure_status}, before the client finishes, "
-            f"within {bound_s:g}s of Slurm setting the node DOWN"
+        within = (
+            f"within the declared health monitor's {monitor_bound_s:g}s of the node's loss"
+            if monitor_bound_s is not None
+            else f"within {bound_s:g}s of Slurm setting the node DOWN"
         )
+        expected = f"the attempt fails with status {failure_status}, before the client finishes, {within}"
     ok = ok and outcome.running_at_fault and _baseline_ok(healthy)
     metrics = {"slurm_down_after_s": slurm.down_after_s}
     if ended is not None:

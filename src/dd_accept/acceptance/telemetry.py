@@ -23,6 +23,7 @@ from dd_accept.acceptance.analysis import attempts_by_request, requests, with_pr
 from dd_accept.acceptance.drain import stop_endpoint_step
 from dd_accept.acceptance.overload import SYNTHETIC_ONLY
 from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
+from dd_accept.base.errors import ClusterError
 from dd_accept.base.events import SUT_ATTEMPT_RECORDS, EventWriter, UpstreamAttempt
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
@@ -42,6 +43,10 @@ class TelemetryOptions:
     held_streams: int = 2  # replicas 0 and 1 each hold this many back past the proxy's timeouts
     drain_streams: int = 2  # running when the endpoint gets TERM, each longer than its drain allowance
     drain_itl_ms: int = 100  # their pace: a few hundred events, not thousands, over the allowance
+    # The connection-error phase: replica REFUSING's port refuses connections this long (the
+    # phase's requests take about a second), replica RESETTING resets this many requests.
+    refuse_seconds: float = 6.0
+    connection_resets: int = 4
     client_headers: tuple[str, ...] = ()
     seed: int = 0
 
@@ -62,6 +67,7 @@ class TelemetryRun(DeployedRun):
     timed_out_status: int | None = None  # what the client got for the request whose attempts all timed out
     last_metrics: dict[str, Any] = field(default_factory=dict)  # read before the drain phase stops the proxy
     drain_phase: checks.TelemetryPhase | None = None
+    connection_phase: checks.TelemetryPhase | None = None
     drain_killed_after_s: float | None = None  # the endpoint still ran at the allowance: KILLed then
 
 
@@ -220,6 +226,43 @@ def _cut_streams(s: TelemetryRun) -> None:
 
 def _stop_cutting(s: TelemetryRun) -> None:
     s.deployed[0].control(None, "cut", after_chunks=None)
+
+
+REFUSING, RESETTING = 0, 1  # the replicas that fail the connection-error phase's connections
+
+
+def _break_connections(s: TelemetryRun) -> None:
+    """Replica 0's port refuses connections (nothing listens) and replica 1 resets each of
+    the next requests it reads: the proxy's connection-error retry, both ways."""
+    replicas = s.deployed[0]
+    replicas.control([RESETTING], "reset", count=s.options.connection_resets)
+    replicas.control([REFUSING], "refuse", seconds=s.options.refuse_seconds)
+
+
+def _connection_errors(s: TelemetryRun) -> None:
+    s.connection_phase = _client_phase(s, "connection-errors")
+
+
+def _mend_connections(s: TelemetryRun) -> None:
+    """Both replicas serve again before the next phase: replica 0 listens once its time is
+    up (the control plane answers again), replica 1 resets nothing more."""
+    replicas = s.deployed[0]
+    wait_until(
+        lambda: _listening(s),
+        bool,
+        timeout=s.options.refuse_seconds + 10,
+        interval=0.5,
+        what=f"replica {REFUSING} to listen again",
+    )
+    replicas.control([RESETTING], "reset", count=0)
+
+
+def _listening(s: TelemetryRun) -> bool:
+    try:
+        s.deployed[0].control([REFUSING], "state")
+    except ClusterError:  # nothing listens yet: the control request was refused too
+        return False
+    return True
 
 
 def _counts(s: TelemetryRun, claim: str, counters: tuple[str, ...]) -> bool:
@@ -521,8 +564,16 @@ def _judge(s: TelemetryRun) -> None:
     )
     last = s.last_metrics
     s.result.add(checks.connection_lifecycle(last, telemetry, s.counted))
-    s.result.add(checks.timeouts(last, telemetry, s.counted_timeouts, s.timed_out_status))
+    s.result.add(checks.timeouts(last, telemetry, s.counted_timeouts, s.timed_out_status, quiet=phases))
     s.result.add(checks.probe_routing(s.probe_upstream, s.probe_window, 0, s.options.replicas, telemetry))
+    if s.connection_phase is not None:
+        phase = s.connection_phase
+        counted = (
+            (phase.delta(telemetry.attempts_metric), phase.delta(telemetry.retries_metric))
+            if telemetry.claimed("attempt_counters")
+            else None
+        )
+        s.result.add(checks.connection_errors(phase.client, phase.upstream, counted, REFUSING, RESETTING))
     s.result.add(checks.no_payloads(_settled_log(s), s.canary, checks.sent_secrets(s.options.client_headers)))
 
 
@@ -576,6 +627,20 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
         backends=SYNTHETIC_ONLY,
         fault="a health probe held on replica 0",
     ),
+    Phase(
+        "hold",
+        "replica 0 refuses connections, replica 1 resets each request it reads",
+        _break_connections,
+        backends=SYNTHETIC_ONLY,
+    ),
+    Phase(
+        "drive",
+        "requests while replicas refuse and reset connections",
+        _connection_errors,
+        backends=SYNTHETIC_ONLY,
+        fault="connections refused and reset",
+    ),
+    Phase("relieve", "replicas 0 and 1 serve again", _mend_connections, backends=SYNTHETIC_ONLY),
     Phase("drive", "reading the proxy's counters before it is stopped", _read_counters, backends=SYNTHETIC_ONLY),
     Phase(
         "stop",

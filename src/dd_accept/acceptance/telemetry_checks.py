@@ -19,12 +19,14 @@ appears (no record, no counter) fails, named after what is missing.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from dd_accept.acceptance.analysis import attempts_by_request
+from dd_accept.acceptance.failover_checks import connection_errors as connection_errors  # a telemetry check
 from dd_accept.acceptance.log_shapes import log_records
 from dd_accept.acceptance.registry import check
 from dd_accept.base.events import ClientRequest, SutAttemptRecord, UpstreamAttempt
@@ -832,11 +834,16 @@ def _counters_judged(
     what: str,
     not_driven: str,
     also_wrong: tuple[str, ...] = (),
+    quiet: list[TelemetryPhase] | None = None,
 ) -> CheckResult:
     """Each counter against the phase built to produce its event: it must have moved by what
     the replicas saw, and the event must have happened at all. A counter no phase could
-    produce in a run's time (`not_driven`) leaves the check `unsupported`, never `pass`.
-    `also_wrong`: what else the phases showed wrong (a status the client got)."""
+    produce in a run's time (`not_driven`) is judged on what can be: given `quiet` windows
+    (phases in which none of its events can happen), it must never decrease over the run's
+    readings and stay unmoved in each; it then passes saying it was *not driven* (metric
+    `driven` 0), and fails where it moved. Without quiet windows it leaves the check
+    `unsupported`, never `pass`. `also_wrong`: what else the phases showed wrong (a status
+    the client got)."""
     expected_text = f"the metrics count {what} ({', '.join(counters)}) as the replicas saw them"
     if not profile.claimed(claim):
         return _unclaimed(check_id, expected_text, claim)
@@ -879,11 +886,22 @@ def _counters_judged(
                 )
     wrong += also_wrong
     unjudged = [path for path in counters if path not in judged]
+    quiet_note = ""
+    if unjudged and quiet:
+        wrong += _moved_where_quiet(unjudged, quiet, metrics)
+        quiet_note = (
+            f"not driven: {', '.join(unjudged)} ({not_driven}); judged only present, never decreasing and unmoved "
+            f"in the {len(quiet)} phases where none of their events could happen"
+        )
     metrics_out = {"judged": float(len(judged)), "wrong": float(len(wrong) + len(never)), **numbers}
+    metrics_out["driven"] = float(not unjudged)
     if wrong or never:
         return CheckResult.judge(
             check_id, False, expected_text, "; ".join(observed), "; ".join(wrong + never), metrics_out
         )
+    if quiet_note:
+        shown = "; ".join(observed) or f"reported ({', '.join(f'{p}={find(metrics, p)}' for p in counters)})"
+        return CheckResult.judge(check_id, True, expected_text, f"{shown}; {quiet_note}", quiet_note, metrics_out)
     if unjudged:
         return CheckResult(
             check_id,
@@ -894,6 +912,22 @@ def _counters_judged(
             metrics_out,
         )
     return CheckResult.judge(check_id, True, expected_text, "; ".join(observed), "", metrics_out)
+
+
+def _moved_where_quiet(paths: list[str], quiet: list[TelemetryPhase], last: dict[str, Any]) -> list[str]:
+    """What the counters did that no correct one does where none of their events happened:
+    move in a quiet phase, or fall between two readings of the run (a reset counter)."""
+    wrong = []
+    readings = [document for phase in quiet for document in (phase.metrics_before, phase.metrics_after)] + [last]
+    for path in paths:
+        for phase in quiet:
+            moved = phase.delta(path)
+            if isinstance(moved, int | float) and moved != 0:
+                wrong.append(f"{phase.name}: {path} counted {_show(moved)} where none of its events could happen")
+        values = [v for document in readings if isinstance(v := find(document, path), int | float)]
+        if any(later < earlier for earlier, later in itertools.pairwise(values)):
+            wrong.append(f"{path} fell between two readings of the run ({', '.join(_show(v) for v in values)})")
+    return wrong
 
 
 # How many times over each phase waits out the SUT's own clock: an idle connection expires
@@ -927,6 +961,7 @@ def timeouts(
     profile: TelemetryProfile,
     phases: list[CountedPhase] | None = None,
     timed_out_status: int | None = None,
+    quiet: list[TelemetryPhase] | None = None,
 ) -> CheckResult:
     """The proxy counts terminal timeouts (an upstream attempt that got no first byte in
     time) and streaming timeouts (a stream that stalled mid-way), as the replicas saw the
@@ -935,7 +970,9 @@ def timeouts(
     attempt that timed out before its first byte, or only those no retry followed (the
     others being retries); either count passes, one that matches neither fails. The
     request whose every attempt timed out must get the status the profile documents
-    (`timeout_status`; `timed_out_status` is what the client got)."""
+    (`timeout_status`; `timed_out_status` is what the client got). Timeouts the profile puts
+    beyond a run's time are judged in the `quiet` phases (replicas answering at once: no
+    timeout can happen) and said to be *not driven*."""
     status_wrong = ()
     if phases and profile.timeout_status is not None and timed_out_status != profile.timeout_status:
         status_wrong = (
@@ -949,4 +986,5 @@ def timeouts(
         f"{profile.streaming_timeout_seconds} s mid-stream) waited out {TIMEOUT_WAITS:g} times over are beyond "
         f"the {LONGEST_WAIT_SECONDS:g} s a phase waits",
         status_wrong,
+        quiet,
     )  # fmt: skip

@@ -31,6 +31,8 @@ ACTIONS = (
     "delay",
     "close_idle",
     "health_delay",
+    "reset",
+    "refuse",
     "exit",
     "kill",
 )

@@ -107,6 +107,16 @@ _HEALTH_WATCHING_WAIT = (
     ),
 )
 
+# The same watch asking each backend without a timeout: a backend that answers 503 fails the
+# attempt; one that hangs (accepts, answers nothing) holds the wait for ever.
+_HEALTH_WAIT_WITHOUT_TIMEOUT = (
+    (
+        *_HEALTH_WATCHING_WAIT[0][:2],
+        _HEALTH_WATCHING_WAIT[0][2].replace("urlopen(sys.argv[1], timeout=2)", "urlopen(sys.argv[1])"),
+    ),
+    _HEALTH_WATCHING_WAIT[1],
+)
+
 
 # The seed's "enable these events in production", applied to rc1: its proxy logs each request
 # at INFO (`_record_final`) but configures no handler, so Python drops the records; each
@@ -449,6 +459,21 @@ FAULTS = {
             ((PROXY, "_MAXIMUM_UPSTREAM_ATTEMPTS = 3", "_MAXIMUM_UPSTREAM_ATTEMPTS = 5"),),
         ),
         Fault(
+            "no-connection-retry",
+            "data-designer-slurm",
+            "a connection error (refused, reset) or a timeout ends the request with 502 instead of being "
+            "retried on another backend: the failover a status code never drives",
+            (
+                (
+                    PROXY,
+                    "                if attempt + 1 < attempt_limit:\n"
+                    "                    self.metrics.retries[reason] += 1\n"
+                    "                    continue\n",
+                    "",
+                ),
+            ),
+        ),
+        Fault(
             "retry-after-lost",
             "data-designer-slurm",
             "Retry-After is treated as a hop-by-hop header and no longer restored",
@@ -533,6 +558,13 @@ FAULTS = {
             "(the positive control of health.unresponsive.attempt_failed)",
             _HEALTH_WATCHING_WAIT,
             fixes=frozenset({"health.unresponsive.attempt_failed"}),
+        ),
+        Fault(
+            "health-wait-without-timeout",
+            "data-designer-slurm",
+            "rc1's wait watches each required backend's /health as health-watching-wait does, but asks without "
+            "a timeout: a backend answering 503 fails the attempt, one that hangs holds the wait for ever",
+            _HEALTH_WAIT_WITHOUT_TIMEOUT,
         ),
         Fault(
             "probe-capacity",

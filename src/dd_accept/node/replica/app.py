@@ -50,6 +50,11 @@ class StreamCut(Exception):
     """Raised to abort a response mid-stream, as a crashing or cut-off backend would."""
 
 
+class ConnectionReset(Exception):
+    """Raised once a request is read, to reset its connection instead of answering it (the
+    control router resets the transport): the proxy sees a connection error mid-request."""
+
+
 class PeerGone(Exception):
     """The peer closed the connection while the replica held its response back (a proxy
     that timed the attempt out): the response ends there, recorded as `abandoned`."""
@@ -188,6 +193,8 @@ class ReplicaApp:
         close = self.control.close_connections
         forced = self.control.take_forced()
         body = await _read_body(receive)
+        if self.control.take_reset():
+            raise ConnectionReset("the request was read; its connection is reset unanswered")
         if forced is not None:
             await self._forced(send, forced, close)
             return
@@ -360,6 +367,9 @@ class RequestRecorder:
         except StreamCut:
             outcome = "cut"
             raise
+        except ConnectionReset:
+            outcome = "reset"
+            raise
         except PeerGone:
             outcome = "abandoned"  # nothing to send to a peer that left: the response ends here
         except BaseException:
@@ -396,6 +406,7 @@ class ControlRouter:
         token: str | None,
         shutdown: Callable[[int], None],
         connections: ConnectionTable | None = None,
+        refuse: Callable[[float], None] | None = None,
     ) -> None:
         self.app = app
         self.engine = engine
@@ -403,12 +414,18 @@ class ControlRouter:
         self.token = token
         self.shutdown = shutdown
         self.connections = connections
+        self.refuse = refuse
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(CONTROL_PREFIX):
             while self.control.hung and scope["type"] == "http":  # a backend that stopped serving
                 await asyncio.sleep(0.05)
-            await self.app(scope, receive, send)
+            try:
+                await self.app(scope, receive, send)
+            except ConnectionReset:
+                if self.connections is None:
+                    raise  # no transport to reset: uvicorn answers 500, as a crash would
+                await self.connections.reset(scope.get("client"))
             return
         if self.connections is not None:  # the harness's own connection: none of the proxy's
             self.connections.control_seen(scope.get("client"))
@@ -470,6 +487,20 @@ class ControlRouter:
             control.cut_after_chunks = None if after is None else int(after)
             count = body.get("count")
             control.cut_remaining = None if count is None else int(count)
+        elif action == "reset":
+            if self.connections is None:
+                raise ValueError("this replica does not track its connections")
+            self.control.reset_remaining = int(body.get("count", 1))
+        elif action == "refuse":  # nothing listens on the port for `seconds`, then it listens again
+            if self.refuse is None:
+                raise ValueError("this replica cannot stop listening")
+            seconds = float(body["seconds"])
+            if not 0 < seconds <= 120:
+                raise ValueError("seconds must be above 0 and at most 120")
+            self.control.refusing_until = time.time() + seconds
+            self.refuse(seconds)
+            if self.connections is not None:  # and the idle ones go, or a pool would reuse them
+                return {**self.state(), **self.connections.close_idle(lambda protocol: False)}
         elif action == "exit":
             code = int(body.get("code", 0))
             asyncio.get_running_loop().call_later(0.05, self.shutdown, code)
@@ -501,6 +532,8 @@ class ControlRouter:
             "open_connections_with_requests": sum(1 for carried in metrics.open_connections.values() if carried),
             "chunks_sent": int(metrics.chunks_sent._value.get()),
             "delay_remaining": self.control.delay_remaining,
+            "reset_remaining": self.control.reset_remaining,
+            "refusing_until": self.control.refusing_until,
             "probe_window": list(self.control.probe_window) if self.control.probe_window else None,
             **(self.connections.state() if self.connections is not None else {}),
         }
@@ -524,9 +557,10 @@ def build_app(
     events: EventWriter | None = None,
     task: int = 0,
     connections: ConnectionTable | None = None,
+    refuse: Callable[[float], None] | None = None,
 ) -> App:
     app: App = ReplicaApp(engine, control)
     for path in middleware:
         app = load_middleware(path)(app)
     recorder = RequestRecorder(app, engine, events, task)
-    return ControlRouter(recorder, engine, control, token, shutdown, connections)
+    return ControlRouter(recorder, engine, control, token, shutdown, connections, refuse)

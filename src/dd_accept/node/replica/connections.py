@@ -13,6 +13,9 @@ control requests are not the proxy's, and are not counted at all.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +73,24 @@ class ConnectionTable:
             if transport is not None:
                 transport.close()
         return {"closed": len(idle), "closed_with_requests": with_requests}
+
+    async def reset(self, peer: Any) -> None:
+        """Reset the connection from `peer` (RST: linger 0, then abort), as a crashed backend's
+        kernel does, and let the loss reach uvicorn before its handler returns (so it sends
+        nothing on it). Not an idle close of the proxy's: not counted as one."""
+        key = peer_key(peer)
+        for protocol in [p for p in self.open if peer_key(getattr(p, "_dd_peer", None)) == key]:
+            protocol._dd_closed_by_replica = True
+            transport: asyncio.Transport | None = getattr(protocol, "transport", None)
+            if transport is None:
+                continue
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError, AttributeError):  # no linger: abort() closes it anyway
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+        for _ in range(3):  # abort() reports the loss on the loop's next turns
+            await asyncio.sleep(0)
 
     def state(self) -> dict[str, int]:
         return {

@@ -80,6 +80,38 @@ class _QuietStreamCuts(logging.Filter):
         return True
 
 
+class Listener:
+    """Stops the server listening for a while and starts it again: a backend whose port
+    refuses connections (a restarting process), while the connections it accepted, the
+    harness's included, go on (the control plane closes the idle ones). uvicorn has no public
+    way to listen again, so the protocol factory it builds at start-up is rebuilt here the
+    way it builds it."""
+
+    def __init__(self, server: uvicorn.Server) -> None:
+        self.server = server
+        self.reopening: asyncio.Task[None] | None = None
+
+    def refuse(self, seconds: float) -> None:
+        for listening in self.server.servers:
+            listening.close()  # the listening socket only; accepted connections stay
+        if self.reopening is None or self.reopening.done():
+            self.reopening = asyncio.get_running_loop().create_task(self._listen_after(seconds))
+
+    async def _listen_after(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        config, server = self.server.config, self.server
+
+        def protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=server.server_state, app_state=server.lifespan.state
+            )
+
+        listening = await asyncio.get_running_loop().create_server(
+            protocol, host=config.host, port=config.port, backlog=config.backlog
+        )
+        server.servers = [listening]
+
+
 async def serve(args: argparse.Namespace) -> int:
     settings = EngineSettings(
         model=args.model,
@@ -98,6 +130,7 @@ async def serve(args: argparse.Namespace) -> int:
     control = ControlState()
     exit_code = 0
     server: uvicorn.Server | None = None
+    listener: Listener | None = None
 
     def shutdown(code: int) -> None:
         nonlocal exit_code
@@ -120,6 +153,7 @@ async def serve(args: argparse.Namespace) -> int:
         shutdown=shutdown,
         events=events,
         task=task,
+        refuse=lambda seconds: listener.refuse(seconds) if listener is not None else None,
     )
     host = "127.0.0.1" if args.local else "0.0.0.0"
     port = listen_port(args)
@@ -135,6 +169,7 @@ async def serve(args: argparse.Namespace) -> int:
         timeout_keep_alive=args.keep_alive_s,
     )
     server = uvicorn.Server(config)
+    listener = Listener(server)
     logging.getLogger("uvicorn.error").addFilter(_QuietStreamCuts())
     serving = asyncio.create_task(server.serve())
     scheduler = asyncio.create_task(engine.run_scheduler()) if settings.scheduled else None
