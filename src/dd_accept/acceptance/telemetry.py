@@ -466,16 +466,34 @@ def _timed_out(s: TelemetryRun) -> None:
 
 
 PROBE_HOLD_S = 4.0  # under rc1's 5 s probe timeout: the probe stays in flight while the requests run
+PROBE_ROUTING_RATE = 6.0  # requests a second: 24 over 4 s, the probe's window well inside them
 
 
 def _probe_routing(s: TelemetryRun) -> None:
     """Replica 0 holds the proxy's health probe in flight while requests go one at a time:
-    a proxy whose probes count as requests in least-connections sends replica 0 none."""
+    a proxy whose probes count as requests in least-connections sends replica 0 none.
+
+    The requests are paced (PROBE_ROUTING_RATE a second, each over in a few milliseconds:
+    still one at a time) and the probe is held only once the first of them has reached a
+    replica: a client step that starts late on a loaded machine (srun, the interpreter)
+    would otherwise begin after the probe's window and leave nothing to judge."""
     if not s.profile.telemetry.claimed("probe_routing"):
         return
     replicas, proxy = s.deployed
-    replicas.control([0], "health_delay", seconds=PROBE_HOLD_S)
+    o, name = s.options, "probe-routing"
+    client = deployment.run_client(
+        s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, headers=o.client_headers,
+        records=o.requests, concurrency=1, arrival="constant", rate=PROBE_ROUTING_RATE, max_tokens=o.tokens,
+        max_record_attempts=1, deadline_s=60, canary=s.canary,
+    )  # fmt: skip
     try:
+        with contextlib.suppress(WaitTimeout):  # no request arrived: the check finds none in the window
+            wait_until(
+                lambda: len(with_prefix(replicas.events(), f"{name}-")), bool, timeout=30, interval=0.05,
+                what="the first probe-routing request at a replica",
+                terminal=lambda _: "the load client ended" if client.finished else None,
+            )  # fmt: skip
+        replicas.control([0], "health_delay", seconds=PROBE_HOLD_S)
         with ThreadPoolExecutor(max_workers=1) as pool:
             probe = pool.submit(proxy.get, "/health", 15)
             try:
@@ -484,7 +502,9 @@ def _probe_routing(s: TelemetryRun) -> None:
                         lambda: replicas.control([0], "state")[0].get("probe_window"), bool, timeout=5,
                         interval=0.1, what="the proxy's health probe on replica 0",
                     )  # fmt: skip
-                _send(s, "probe-routing", s.options.requests, concurrency=1)
+                record = client.wait(timeout=120)
+                if not record.ok:
+                    raise RuntimeError(f"load client failed: {record.describe()}")
             finally:
                 replicas.control([0], "health_delay", seconds=0)  # and the probe held now is answered
                 probe.result()
@@ -493,7 +513,7 @@ def _probe_routing(s: TelemetryRun) -> None:
     window = replicas.control([0], "state")[0].get("probe_window")
     if window and window[1] is not None:
         s.probe_window = (float(window[0]), float(window[1]))
-    s.probe_upstream = with_prefix(replicas.events(), "probe-routing-")
+    s.probe_upstream = with_prefix(replicas.events(), f"{name}-")
 
 
 def _read_counters(s: TelemetryRun) -> None:
