@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.regressions import serving_worse
 from dd_accept.base.results import all_checks, where_judged
 from dd_accept.base.serving_names import better, unit_of
 from dd_accept.reports.archive import opened_bundle
@@ -165,11 +166,12 @@ def _flag(series: Series, index: int, tolerance: float) -> str:
 
 
 def _worse(before: float, now: float, better: str, tolerance: float) -> str:
-    if before == 0:  # from none at all: any error (lower is better) is a change beyond every tolerance
-        return f"{before:.4g} → {now:.4g}" if better == "lower" and now > 0 else ""
-    change = (now - before) / abs(before)
-    worse = -change if better == "higher" else change
-    return f"{before:.4g} → {now:.4g} ({change:+.0%})" if worse > tolerance else ""
+    """Why `now` is flagged against `before` under the one serving rule, or ""."""
+    if not serving_worse(better, before, now, tolerance):
+        return ""
+    if before == 0:  # from none at all: no fraction of it to state
+        return f"{before:.4g} → {now:.4g}"
+    return f"{before:.4g} → {now:.4g} ({(now - before) / abs(before):+.0%})"
 
 
 def to_csv(history: History) -> str:
