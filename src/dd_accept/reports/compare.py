@@ -2,25 +2,24 @@
 
 A release engineer's question is never "did it pass" alone but "what got worse since the
 last release": a verdict that flipped, or a key number (error rate, time to first token,
-drain time) that moved. The comparison reads only the two bundles' `results.json`.
+drain time) that moved. The comparison reads only the two bundles' `results.json`, each
+verified first (`reading`), and says how each verified.
 """
 
 from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from dd_accept.base.errors import UsageError
 from dd_accept.base.regressions import REGRESSION_METRICS, RegressionMetric, cheapest_median, per_level
-from dd_accept.base.results import load_results as read_results
 from dd_accept.base.results import where_judged
-from dd_accept.reports.archive import opened_bundle
+from dd_accept.reports.reading import Shown, banner_html, banner_markdown
 
 CHANGES = ("regressed", "fixed", "changed", "same", "added", "removed")
+ROLES = ("baseline", "candidate")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,10 +110,18 @@ class Comparison:
     metric_regressions: tuple[MetricRegression, ...] = ()
     # Numbers not compared, and why (two knees measured on different ladders).
     not_compared: tuple[str, ...] = ()
+    # How each bundle verified, by role ("baseline", "candidate"); empty where the bundles are
+    # the gate's own, just written.
+    bundles: tuple[Shown, ...] = ()
 
     @property
     def regressed(self) -> bool:
         return bool(self.regressions or self.metric_regressions)
+
+    @property
+    def by_role(self) -> list[tuple[str, Shown]]:
+        """(role, the bundle as read): nothing for the gate's own bundles."""
+        return list(zip(ROLES, self.bundles, strict=True)) if self.bundles else []
 
     def count(self, change: str) -> int:
         return sum(1 for check in self.checks if check.change == change)
@@ -162,23 +169,9 @@ def to_json(comparison: Comparison, exit_status: int) -> dict[str, Any]:
         "regressed": [check.id for check in comparison.regressions],
         "metric_regressions": [regression.to_json() for regression in comparison.metric_regressions],
         "not_compared": list(comparison.not_compared),
+        "verification": {role: bundle.verification.standing_json() for role, bundle in comparison.by_role},
         "exit_status": exit_status,
     }
-
-
-def load_results(bundle: Path, what: str = "compare") -> dict[str, Any]:
-    """`results.json` of a bundle directory or `.tar.gz`, read the one way every reader reads
-    a bundle (`archive.opened_bundle`), or a usage error naming the bundle."""
-    with opened_bundle(bundle, what) as directory:
-        return results_in(directory, bundle.name, what)
-
-
-def results_in(directory: Path, name: str, what: str) -> dict[str, Any]:
-    """`results.json` of a bundle already opened."""
-    path = directory / "results.json"
-    if not path.is_file():
-        raise UsageError(f"{what}: {name} holds no results.json")
-    return read_results(path, f"{what}: {name}/results.json")
 
 
 def checks_by_id(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -233,7 +226,13 @@ def _on_shared_levels(
     return was_read[1], now_read[1]
 
 
-def compare(baseline: dict[str, Any], candidate: dict[str, Any], tolerance: float | None = None) -> Comparison:
+def compare(
+    baseline: dict[str, Any],
+    candidate: dict[str, Any],
+    tolerance: float | None = None,
+    bundles: tuple[Shown, ...] = (),
+) -> Comparison:
+    """`bundles`: the two as read and verified (baseline, candidate), for what each page says of them."""
     before, after = checks_by_id(baseline), checks_by_id(candidate)
     worse, skipped = metric_regressions(before, after, tolerance)
     rows = []
@@ -252,6 +251,7 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any], tolerance: floa
         candidate_cluster=where_judged(candidate),
         metric_regressions=worse,
         not_compared=skipped,
+        bundles=bundles,
     )
 
 
@@ -261,6 +261,11 @@ def _number(value: float | None) -> str:
 
 def _metric_lines(check: CheckChange) -> list[str]:
     return [f"{m.name} {_number(m.baseline)} → {_number(m.candidate)} ({m.show_ratio()})" for m in check.metrics]
+
+
+def standing_lines(comparison: Comparison) -> list[tuple[bool, str]]:
+    """(verified, line) for each bundle: what a terminal prints above the tables."""
+    return [(s.verified, f"{role} {s.name}: {s.verification.standing}") for role, s in comparison.by_role]
 
 
 def to_table(comparison: Comparison) -> Table:
@@ -276,9 +281,10 @@ def to_table(comparison: Comparison) -> Table:
 
 
 def to_markdown(comparison: Comparison) -> str:
-    lines = [
-        "## dd-accept comparison",
-        "",
+    lines = ["## dd-accept comparison", ""]
+    lines += [banner_markdown(s, role).rstrip("\n") for role, s in comparison.by_role]
+    lines += [
+        *([""] if comparison.bundles else []),
         comparison.headline(),
         "",
         "| check | baseline | candidate | change | key numbers (baseline → candidate) |",
@@ -306,6 +312,7 @@ def to_html(comparison: Comparison) -> str:
             f"<td>{html.escape(check.baseline or '-')}</td><td>{html.escape(check.candidate or '-')}</td>"
             f"<td>{check.change}</td><td>{numbers}</td></tr>"
         )
+    banners = "\n".join(banner_html(s, role) for role, s in comparison.by_role)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>dd-accept comparison</title>
 <style>
@@ -314,6 +321,7 @@ table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding
 tr.regressed td {{ background: #fde2e2; }} tr.fixed td {{ background: #e2f7e2; }}
 tr.changed td, tr.added td, tr.removed td {{ background: #fff6d6; }}
 </style></head><body>
+{banners}
 <h1>dd-accept comparison</h1>
 <p id="headline">{html.escape(comparison.headline())}</p>
 <table id="comparison"><thead><tr><th>check</th><th>baseline</th><th>candidate</th><th>change</th>
