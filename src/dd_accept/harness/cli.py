@@ -33,7 +33,7 @@ from dd_accept.base.options import (
     given,
     parse_argv_values,
 )
-from dd_accept.base.regressions import REGRESSION_METRICS
+from dd_accept.base.regressions import REGRESSION_METRICS, SERVING_TOLERANCE
 from dd_accept.base.state import state_root
 from dd_accept.harness.console import ConsoleListener, fail_line
 from dd_accept.harness.doctor import run_checks
@@ -258,7 +258,9 @@ def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
     policy = _reading_policy(args)
     baseline = read_verified(Path(args.baseline), "compare", policy)
     candidate = read_verified(Path(args.candidate), "compare", policy)
-    comparison = compare.compare(baseline.results, candidate.results, args.tolerance, (baseline, candidate))
+    comparison = compare.compare(
+        baseline.results, candidate.results, args.tolerance, args.serving_tolerance, (baseline, candidate)
+    )
     regressed = args.fail_on_regression and comparison.regressed
     code = EXIT_CHECK_FAILED if regressed else EXIT_PASS
     console.emit(compare.to_json(comparison, code))
@@ -272,10 +274,11 @@ def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
         for verified, line in compare.standing_lines(comparison):
             _standing(console, verified, line)
         console.table(compare.to_table(comparison))
+        console.table(compare.serving_table(comparison))
     if regressed:
         if comparison.regressions:
             print(f"dd-accept compare: {len(comparison.regressions)} check(s) regressed", file=sys.stderr)
-        for worse in comparison.metric_regressions:
+        for worse in [*comparison.metric_regressions, *comparison.serving_regressions]:
             print(f"dd-accept compare: worse than the baseline: {worse.describe()}", file=sys.stderr)
     return code
 
@@ -658,9 +661,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare = commands.add_parser(
         "compare",
-        help="what changed between a baseline bundle and a candidate bundle, once both verified",
+        help="what changed between a baseline bundle and a candidate bundle: verdicts, key numbers, serving metrics",
         description="Verify both bundles as `verify` does (a bundle that does not verify is refused, exit 2, "
-        "unless --allow-unverified), then compare them check by check.",
+        "unless --allow-unverified), then compare them check by check and serving metric by serving metric.",
     )
     compare.add_argument("baseline", metavar="BUNDLE_A", help="baseline bundle directory or .tar.gz")
     compare.add_argument("candidate", metavar="BUNDLE_B", help="candidate bundle directory or .tar.gz")
@@ -673,8 +676,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--fail-on-regression",
         action="store_true",
-        help="exit 1 when a passing check now fails, or a capacity number (knee, proxy CPU per chunk) is worse "
-        "than the baseline's beyond its tolerance",
+        help="exit 1 when a passing check now fails, or a capacity number (knee, proxy CPU per chunk) or a "
+        "serving metric (TTFT, ITL, TPOT, E2EL, throughput, error rates) is worse than the baseline's beyond "
+        "its tolerance",
     )
     compare.add_argument(
         "--tolerance",
@@ -685,6 +689,14 @@ def build_parser() -> argparse.ArgumentParser:
         "own, from measured noise: "
         + ", ".join(f"{m.metric} {m.tolerance:g}" for m in REGRESSION_METRICS).replace("%", "%%")
         + ")",
+    )
+    compare.add_argument(
+        "--serving-tolerance",
+        type=_below_one,
+        default=SERVING_TOLERANCE,
+        metavar="FRACTION",
+        help="how much worse a serving metric of a scenario or phase may get, as a fraction of the baseline's "
+        "(default: %(default)g)",
     )
     add_reading_options(compare)
     compare.set_defaults(handler=_cmd_compare)
