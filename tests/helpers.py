@@ -32,6 +32,22 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300)
     )
 
 
+def sealed(directory: Path) -> Path:
+    """A directory holding a hand-made results.json (and any other files), made a bundle as a
+    run leaves it: a manifest of every file and the provenance naming it, so the readers,
+    which verify a bundle before they show it, read it as they read a run's."""
+    from dd_accept.reports.bundle import RunContext, provenance, write_manifest
+    from dd_accept.reports.digests import sha256_file
+    from dd_accept.reports.sanitize import Sanitizer
+
+    results = json.loads((directory / "results.json").read_text())
+    write_manifest(directory)
+    context = RunContext(["dd-accept", "run"], 0.0, 1.0, "0" * 64, "1" * 64, [], [], [])
+    statement = provenance(results, context, Sanitizer(), sha256_file(directory / "manifest.json"))
+    (directory / "provenance.json").write_text(json.dumps(statement, indent=2) + "\n")
+    return directory
+
+
 def labelled_objects(name: str | None = None) -> list[str]:
     """Containers, networks and volumes carrying the dd-accept label (of one cluster or all).
 

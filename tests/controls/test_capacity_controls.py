@@ -37,6 +37,9 @@ LEVEL_SECONDS, START = 2.0, 18
 SETTINGS = CapacitySettings(load=CapacityOptions(level_seconds=LEVEL_SECONDS, load_start=START))
 # Only the two lightest levels: where a chunk's delay is the proxy's own.
 NOT_JUDGED = "capacity not judged: the knee is bounded by the harness, not by the proxy"
+# The candidate of each comparison is a control's results.json in its scratch directory (beside
+# the variant's wheel), not a bundle: compared, marked NOT verified, instead of refused.
+UNSEALED = ("--allow-unverified",)
 LIGHT = CapacitySettings(load=CapacityOptions(level_seconds=LEVEL_SECONDS, load_start=START, load_levels=2))
 
 
@@ -145,7 +148,7 @@ def test_a_proxy_that_burns_cpu_per_event_is_caught_by_proxy_cpu_per_chunk(
     knee_before = before["capacity.knee"]["metrics"][KNEE_THROUGHPUT]
     assert checks["capacity.knee"].metrics[KNEE_THROUGHPUT] < knee_before, (knee_before, checks["capacity.knee"])
     # rc1 -> this release: the comparison says which number got worse, by how much, against what.
-    compared = run_cli("compare", str(bundle), str(tmp_path), "--fail-on-regression", "--format", "json")
+    compared = run_cli("compare", str(bundle), str(tmp_path), "--fail-on-regression", "--format", "json", *UNSEALED)
     assert compared.returncode == 1, compared.stderr
     document = json.loads(compared.stdout)
     worse = {r["metric"]: r for r in document["metric_regressions"]}
@@ -180,7 +183,7 @@ def test_a_proxy_that_blocks_per_event_is_caught_by_knee(rc1, sut_wheelhouse, su
     assert "chunk delay p95" in knee.observed, "broken for its delay, not for a failed request"
     assert knee_before is None or knee.metrics[KNEE_THROUGHPUT] < knee_before / 2, (knee_before, knee)
     assert checks["capacity.proxy_cpu_per_chunk"].verdict == "pass", checks["capacity.proxy_cpu_per_chunk"]
-    compared = run_cli("compare", str(bundle), str(tmp_path), "--fail-on-regression", "--format", "json")
+    compared = run_cli("compare", str(bundle), str(tmp_path), "--fail-on-regression", "--format", "json", *UNSEALED)
     document = json.loads(compared.stdout)
     if "capacity.knee" in before:
         assert compared.returncode == 1 and "capacity.knee" in document["regressed"], compared.stderr
@@ -211,7 +214,7 @@ def test_a_proxy_that_holds_every_chunk_is_caught_by_the_comparison_with_rc1(
     print("latency-per-chunk:", checks["capacity.knee"].observed, "| light chunk delay p50", was, "->", now)
     assert now >= was + 1.5, (was, now)
     assert checks["capacity.proxy_cpu_per_chunk"].verdict == "pass"
-    compared = run_cli("compare", str(bundle), str(tmp_path), "--fail-on-regression", "--format", "json")
+    compared = run_cli("compare", str(bundle), str(tmp_path), "--fail-on-regression", "--format", "json", *UNSEALED)
     assert compared.returncode == 1, compared.stderr
     worse = {r["metric"]: r for r in json.loads(compared.stdout)["metric_regressions"]}
     assert worse[LIGHT_CHUNK_DELAY]["baseline"] == was and worse[LIGHT_CHUNK_DELAY]["candidate"] == now

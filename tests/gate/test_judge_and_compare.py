@@ -8,7 +8,7 @@ from dd_accept.base.results import SCHEMA
 from dd_accept.harness.gate import judge
 from dd_accept.harness.gate_file import parse_gate
 from dd_accept.reports import compare
-from tests.helpers import run_cli
+from tests.helpers import run_cli, sealed
 
 GATE = """
 [gate]
@@ -103,6 +103,7 @@ def test_compare_cli_reads_directories_and_archives(tmp_path):
     for name, spec, failover in (("a", "sut==1.0", "pass"), ("b", "sut==1.1", "fail")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps(_results(spec, failover=failover)))
+        sealed(tmp_path / name)
     with tarfile.open(tmp_path / "b.tar.gz", "w:gz") as archive:
         archive.add(tmp_path / "b", arcname="b")
     same = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "a"), "--fail-on-regression")

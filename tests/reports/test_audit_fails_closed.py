@@ -19,6 +19,7 @@ import pytest
 
 from dd_accept.base.errors import UsageError
 from dd_accept.reports.audit import audit
+from dd_accept.reports.reading import ReadingPolicy, read_verified
 from dd_accept.reports.sanitize import Sanitizer
 from tests.helpers import run_cli
 
@@ -180,8 +181,10 @@ def test_a_malformed_bundle_is_exit_2_or_a_problem_never_a_traceback(tmp_path, d
         ["compare", str(bundle), str(bundle)],
     ):
         result = run_cli(*command)
-        if command[0] == "verify":  # report and compare read results.json only: other damage is not theirs
+        if command[0] == "verify":
             assert result.returncode in (1, 2), (command, result.stderr)
+        else:  # they verify first: whatever the damage, the bundle is refused in one line
+            assert result.returncode == 2 and result.stderr.count("\n") == 1, (command, result.stderr)
         assert "Traceback" not in result.stderr and "Traceback" not in result.stdout, result.stderr
 
 
@@ -264,7 +267,7 @@ def test_random_damage_to_a_bundle_never_escapes_as_a_traceback(tmp_path):
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from dd_accept.reports import compare, html
+    from dd_accept.reports import html
     from dd_accept.reports.verify import verify
     from tests.reports.test_bundle import _bundle
 
@@ -303,7 +306,8 @@ def test_random_damage_to_a_bundle_never_escapes_as_a_traceback(tmp_path):
         (pristine / name).write_text(json.dumps(document))
         with contextlib.suppress(UsageError):
             verify(pristine, [])
-        for reader in (lambda: compare.load_results(pristine), lambda: html.render_bundle(pristine)):
+        anyway = ReadingPolicy(allow_unverified=True)
+        for reader in (lambda: read_verified(pristine, "compare", anyway), lambda: html.render_bundle(pristine)):
             with contextlib.suppress(UsageError):
                 reader()
 

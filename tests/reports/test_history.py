@@ -9,7 +9,7 @@ import json
 import tarfile
 
 from dd_accept.base.results import CheckResult, ScenarioResult, write_results
-from tests.helpers import run_cli
+from tests.helpers import run_cli, sealed
 
 
 def _bundle(directory, started, ttft_p99, throughput, failover="pass", requests=64.0):
@@ -22,6 +22,7 @@ def _bundle(directory, started, ttft_p99, throughput, failover="pass", requests=
     checks = [CheckResult.judge("overload.partial.failover", failover == "pass", "x", "y", metrics={"failovers": 3})]
     scenario = ScenarioResult("streaming", checks=checks, started=started, ended=started + 10, serving=serving)
     write_results(directory / "results.json", [scenario], {"spec": "sut==1"}, False)
+    sealed(directory)
 
 
 def test_history_orders_by_time_and_flags_only_what_got_worse_beyond_the_tolerance(tmp_path):
@@ -60,7 +61,7 @@ def test_history_orders_by_time_and_flags_only_what_got_worse_beyond_the_toleran
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path):
     (tmp_path / "empty").mkdir()
-    (tmp_path / "broken").mkdir()
+    _bundle(tmp_path / "broken", 1_000.0, 100.0, 40.0)
     (tmp_path / "broken" / "results.json").write_text(json.dumps({"schema": "dd-accept/results/v3"}))
     _bundle(tmp_path / "ok", 1_000.0, 100.0, 40.0)
     (tmp_path / "plain.tar.gz").write_text("not an archive\n")
@@ -85,6 +86,7 @@ def _place(directory, started, ttft_p99, slurm):
     results = json.loads((directory / "results.json").read_text())
     results["cluster"] = {"kind": "docker", "slurm_release": slurm, "proctrack": "linuxproc"}
     (directory / "results.json").write_text(json.dumps(results))
+    sealed(directory)
 
 
 def test_an_improvement_is_never_flagged_and_a_creep_of_small_steps_is(tmp_path):

@@ -12,7 +12,7 @@ from rich.table import Table
 from dd_accept.harness.cli import build_parser
 from dd_accept.harness.console import ConsoleListener
 from tests.gate.test_judge_and_compare import _results
-from tests.helpers import run_cli
+from tests.helpers import run_cli, sealed
 
 LONG_ID = "overload.total.admission_decrease"
 
@@ -60,6 +60,7 @@ def test_a_piped_compare_prints_whole_check_ids(tmp_path):
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps(_results(failover="fail" if name == "b" else "pass")))
+        sealed(tmp_path / name)
     result = run_cli("compare", str(tmp_path / "a"), str(tmp_path / "b"), env={"COLUMNS": "60"})
     assert result.returncode == 0, result.stderr
     row = next(line for line in result.stdout.splitlines() if line.startswith("overload.partial.failover | "))
@@ -72,6 +73,7 @@ def test_no_color_before_or_after_the_command_removes_colour_even_where_it_is_fo
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps(_results(failover="fail" if name == "b" else "pass")))
+        sealed(tmp_path / name)
     argv = ["compare", str(tmp_path / "a"), str(tmp_path / "b")]
     colour = re.compile(r"\x1b\[(?:[0-9;]*;)?(?:3[0-8]|9[0-7]|4[0-8])(?:;[0-9;]*)?m")  # bold stays: not a colour
     coloured = run_cli(*argv, env={"FORCE_COLOR": "1", "TERM": "xterm-256color"})

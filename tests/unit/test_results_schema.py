@@ -21,7 +21,7 @@ from dd_accept.base.results import (
     schema_problem,
     write_results,
 )
-from tests.helpers import run_cli
+from tests.helpers import run_cli, sealed
 
 PUBLISHED = Path(__file__).parents[2] / "docs" / "schema"
 SHA = "ab" * 32
@@ -107,6 +107,7 @@ def test_report_and_compare_refuse_a_forged_results_file_in_one_line(tmp_path):
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     document = _document(bundle)
+    sealed(bundle)  # a bundle as a run leaves it, then forged: off its schema is said before the digests
     document["scenarios"][1]["checks"][0]["verdict"] = "PASS"
     (bundle / "results.json").write_text(json.dumps(document))
     for args in (["report", str(bundle), "--format", "md"], ["compare", str(bundle), str(bundle)]):

@@ -6,7 +6,9 @@ own run when the floors leave room for a slower machine; only the comparison wit
 release before it shows the change. Each metric is declared once here, with the direction
 that is worse and the tolerance that measured noise allows (benchmarks/capacity.py: five
 runs of rc1 on the reference machine, docs/benchmarks.md); the capacity checks write the
-metrics under these names, and `compare` and `gate` read them from here.
+metrics under these names, and `compare` and `gate` read them from here. The serving
+metrics every scenario's load clients measure (TTFT, ITL, TPOT, E2EL, throughput, error
+rates) have one rule for all of them, `serving_worse`, which `compare` and `history` share.
 """
 
 from __future__ import annotations
@@ -119,3 +121,27 @@ def per_level(metrics: dict[str, float], metric: str) -> dict[float, float]:
     """{load: value} of a metric written per level."""
     prefix = f"{metric}_at_"
     return {float(name.removeprefix(prefix)): value for name, value in metrics.items() if name.startswith(prefix)}
+
+
+# A serving metric worse than the baseline's by more than this fraction is a regression
+# (`compare`; `history` applies the same rule run after run, with its own --tolerance). Run
+# to run noise of the serving metrics themselves has not been measured; the nearest measured
+# numbers of one release on the reference machine (a chunk's delay at light load, the CPU per
+# chunk) moved by up to 53% (docs/benchmarks.md), so half again is allowed: a p99 that doubles
+# is caught, one that moves with the machine is not.
+SERVING_TOLERANCE = 0.5
+
+
+def serving_worse(better: str, baseline: float, candidate: float, tolerance: float) -> bool:
+    """Worse in the metric's own direction ("higher" or "lower" is better, serving_names.better)
+    by more than `tolerance`, a fraction of the baseline. From a baseline of none at all, any
+    rise of a lower-is-better number (errors where there were none) is beyond every tolerance."""
+    if baseline == 0:
+        return better == "lower" and candidate > 0
+    change = (candidate - baseline) / abs(baseline)
+    return (-change if better == "higher" else change) > tolerance
+
+
+def serving_bound(better: str, baseline: float, tolerance: float) -> float:
+    """The worst value `serving_worse` still allows: what a report states beside a regression."""
+    return baseline * (1 - tolerance) if better == "higher" else baseline * (1 + tolerance)

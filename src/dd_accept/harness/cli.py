@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from rich.markup import escape
 from rich.table import Table
 
 from dd_accept import __version__
@@ -32,7 +33,7 @@ from dd_accept.base.options import (
     given,
     parse_argv_values,
 )
-from dd_accept.base.regressions import REGRESSION_METRICS
+from dd_accept.base.regressions import REGRESSION_METRICS, SERVING_TOLERANCE
 from dd_accept.base.state import state_root
 from dd_accept.harness.console import ConsoleListener, fail_line
 from dd_accept.harness.doctor import run_checks
@@ -43,11 +44,11 @@ from dd_accept.harness.gate_file import load_gate
 from dd_accept.harness.runner import SCENARIOS, RunRequest, default_out, run
 from dd_accept.node.loadclient.workload import parse_header
 from dd_accept.reports import compare, history, render
-from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
 from dd_accept.reports.html import render_bundle
+from dd_accept.reports.reading import ReadingPolicy, Shown, banner_html, banner_markdown, opened_verified, read_verified
 from dd_accept.reports.share import sanitize_paths
-from dd_accept.reports.signing import load_private_key
+from dd_accept.reports.signing import load_private_key, load_public_key
 from dd_accept.reports.verify import Policy, verify
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
 from dd_accept.slurm_docker.cluster import list_clusters
@@ -254,8 +255,11 @@ def _cmd_gate(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
 
+    policy = _reading_policy(args)
+    baseline = read_verified(Path(args.baseline), "compare", policy)
+    candidate = read_verified(Path(args.candidate), "compare", policy)
     comparison = compare.compare(
-        compare.load_results(Path(args.baseline)), compare.load_results(Path(args.candidate)), args.tolerance
+        baseline.results, candidate.results, args.tolerance, args.serving_tolerance, (baseline, candidate)
     )
     regressed = args.fail_on_regression and comparison.regressed
     code = EXIT_CHECK_FAILED if regressed else EXIT_PASS
@@ -267,13 +271,27 @@ def _cmd_compare(args: argparse.Namespace, console: ConsoleListener) -> int:
     elif args.format == "json":
         print(json.dumps(console.document, indent=2))
     else:
+        for verified, line in compare.standing_lines(comparison):
+            _standing(console, verified, line)
         console.table(compare.to_table(comparison))
+        console.table(compare.serving_table(comparison))
     if regressed:
         if comparison.regressions:
             print(f"dd-accept compare: {len(comparison.regressions)} check(s) regressed", file=sys.stderr)
-        for worse in comparison.metric_regressions:
+        for worse in [*comparison.metric_regressions, *comparison.serving_regressions]:
             print(f"dd-accept compare: worse than the baseline: {worse.describe()}", file=sys.stderr)
     return code
+
+
+def _reading_policy(args: argparse.Namespace) -> ReadingPolicy:
+    """The one verification `report`, `compare` and `history` run before they show a bundle."""
+    public_key = load_public_key(Path(args.key)) if args.key else None
+    return ReadingPolicy(allow_unverified=args.allow_unverified, public_key=public_key)
+
+
+def _standing(console: ConsoleListener, verified: bool, line: str) -> None:
+    """A bundle's verification above what is shown of it; NOT verified in bold red on a terminal."""
+    console.out.print(line, style=None if verified else "bold red", markup=False, soft_wrap=True)
 
 
 def _cmd_history(args: argparse.Namespace, console: ConsoleListener) -> int:
@@ -283,9 +301,16 @@ def _cmd_history(args: argparse.Namespace, console: ConsoleListener) -> int:
               if target]  # fmt: skip
     _check_outputs([target for target, _ in chosen], bundles)
     outputs = dict(chosen)
-    points = history.load_points(bundles)
+    points = history.load_points(bundles, _reading_policy(args))
     trail = history.build_history(points, args.tolerance)
     write_all({target: render(trail) for target, render in outputs.items()}, "history")
+    evidence = Table(title=f"dd-accept history: {len(points)} bundles, how each verified")
+    for column in ("bundle", "started (UTC)", "sut", "evidence"):
+        evidence.add_column(column)
+    for point in points:
+        standing = escape(point.standing) if point.shown.verified else f"[bold red]{escape(point.standing)}[/bold red]"
+        evidence.add_row(point.name, history.iso(point.time), point.sut, standing)
+    console.table(evidence)
     table = Table(title=f"dd-accept history: {len(points)} bundles, oldest first")
     for column in ("series", "unit", "values", "first", "last", "min", "max", "flagged"):
         table.add_column(column)
@@ -401,16 +426,24 @@ def _cmd_verify(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 
 def _cmd_report(args: argparse.Namespace, console: ConsoleListener) -> int:
-    bundle = Path(args.bundle)
-    with opened_bundle(bundle, "report") as directory:
-        results = compare.results_in(directory, bundle.name, "report")
+    with opened_verified(Path(args.bundle), "report", _reading_policy(args)) as (directory, shown):
+        results = shown.results
         if args.format == "html":
-            sys.stdout.write(render_bundle(directory))
+            sys.stdout.write(render_bundle(directory, banner_html(shown)))
         elif args.format == "json":  # results.json itself, as it verified against the schema it names
             print(json.dumps(results, indent=2))
+        elif args.format == "md":
+            sys.stdout.write(banner_markdown(shown) + "\n" + render.markdown(results))
         else:
-            sys.stdout.write(render.markdown(results) if args.format == "md" else render.junit(results))
+            sys.stdout.write(render.junit(results))
+    _report_standing(shown)
     return EXIT_PASS
+
+
+def _report_standing(shown: Shown) -> None:
+    """On stderr for every format: JUnit XML and results.json have no place for it that their
+    schemas allow, and a person redirecting the HTML still sees it."""
+    print(f"dd-accept report: {shown.name}: {shown.verification.standing}", file=sys.stderr)
 
 
 def _cmd_doctor(args: argparse.Namespace, console: ConsoleListener) -> int:
@@ -462,6 +495,29 @@ def add_sut_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--profile", metavar="PROFILE.toml", help="SUT profile file (default: the built-in profile matching the SUT)"
     )
+
+
+def add_public_key(parser: argparse.ArgumentParser) -> None:
+    """`verify`'s and the readers' `--key`: one option, so a key checks a signature the same way in each."""
+    parser.add_argument(
+        "--key",
+        "--pubkey",
+        metavar="PUBLIC.pem",
+        help="Ed25519 public key the provenance's signature must verify with, the pair of `run --key` "
+        "(default: the signature is not checked)",
+    )
+
+
+def add_reading_options(parser: argparse.ArgumentParser) -> None:
+    """What `report`, `compare` and `history` take to read a bundle: each verifies it first,
+    as `verify` does, and refuses one that does not verify unless told to show it."""
+    parser.add_argument(
+        "--allow-unverified",
+        action="store_true",
+        help="show a bundle that does not verify (an edited file, no manifest), marked NOT verified with the "
+        "reason (default: refuse it, exit 2, naming what differs)",
+    )
+    add_public_key(parser)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -603,7 +659,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gate.set_defaults(handler=_cmd_gate)
 
-    compare = commands.add_parser("compare", help="what changed between a baseline bundle and a candidate bundle")
+    compare = commands.add_parser(
+        "compare",
+        help="what changed between a baseline bundle and a candidate bundle: verdicts, key numbers, serving metrics",
+        description="Verify both bundles as `verify` does (a bundle that does not verify is refused, exit 2, "
+        "unless --allow-unverified), then compare them check by check and serving metric by serving metric.",
+    )
     compare.add_argument("baseline", metavar="BUNDLE_A", help="baseline bundle directory or .tar.gz")
     compare.add_argument("candidate", metavar="BUNDLE_B", help="candidate bundle directory or .tar.gz")
     compare.add_argument(
@@ -615,8 +676,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument(
         "--fail-on-regression",
         action="store_true",
-        help="exit 1 when a passing check now fails, or a capacity number (knee, proxy CPU per chunk) is worse "
-        "than the baseline's beyond its tolerance",
+        help="exit 1 when a passing check now fails, or a capacity number (knee, proxy CPU per chunk) or a "
+        "serving metric (TTFT, ITL, TPOT, E2EL, throughput, error rates) is worse than the baseline's beyond "
+        "its tolerance",
     )
     compare.add_argument(
         "--tolerance",
@@ -628,13 +690,24 @@ def build_parser() -> argparse.ArgumentParser:
         + ", ".join(f"{m.metric} {m.tolerance:g}" for m in REGRESSION_METRICS).replace("%", "%%")
         + ")",
     )
+    compare.add_argument(
+        "--serving-tolerance",
+        type=_below_one,
+        default=SERVING_TOLERANCE,
+        metavar="FRACTION",
+        help="how much worse a serving metric of a scenario or phase may get, as a fraction of the baseline's "
+        "(default: %(default)g)",
+    )
+    add_reading_options(compare)
     compare.set_defaults(handler=_cmd_compare)
 
     trail = commands.add_parser(
         "history",
         help="each metric and verdict of many bundles over time, changes beyond a tolerance flagged",
         description="Follow every serving metric, check metric and verdict across bundles, oldest first; flag "
-        "a value that moved in its worse direction by more than the tolerance, or a check that stopped passing.",
+        "a value that moved in its worse direction by more than the tolerance, or a check that stopped passing. "
+        "Each bundle is verified first, as `verify` does: one that does not is refused (exit 2) unless "
+        "--allow-unverified, which marks it NOT verified on its row.",
     )
     trail.add_argument(
         "paths", nargs="+", metavar="BUNDLE_OR_DIR", help="bundles (directory or .tar.gz), or directories of them"
@@ -649,6 +722,7 @@ def build_parser() -> argparse.ArgumentParser:
     trail.add_argument("--html", metavar="FILE.html", help="write one self-contained page of charts (default: none)")
     trail.add_argument("--csv", metavar="FILE.csv", help="write every value in long form (default: none)")
     trail.add_argument("--fail-on-change", action="store_true", help="exit 1 when a change is flagged")
+    add_reading_options(trail)
     trail.set_defaults(handler=_cmd_history)
 
     audit = commands.add_parser("audit", help="scan files, directories and archives for secrets and host details")
@@ -672,13 +746,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="WHEEL.whl",
         help="a wheel to check against the provenance's subjects, repeatable (default: none)",
     )
-    verify.add_argument(
-        "--key",
-        "--pubkey",
-        metavar="PUBLIC.pem",
-        help="Ed25519 public key the provenance's signature must verify with, the pair of `run --key` "
-        "(default: the signature is not checked)",
-    )
+    add_public_key(verify)
     verify.add_argument("--require-signature", action="store_true", help="fail unless a signature verifies with --key")
     policy = verify.add_argument_group("policy: exit 1 unless the evidence shows it")
     policy.add_argument("--require-pass", action="store_true", help="the run's verdict is pass")
@@ -694,7 +762,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.set_defaults(handler=_cmd_verify)
 
-    report = commands.add_parser("report", help="re-render a bundle's report from the bundle alone")
+    report = commands.add_parser(
+        "report",
+        help="re-render a bundle's report from the bundle alone, once it verified",
+        description="Verify the bundle as `verify` does, then render it with a verified / NOT verified line "
+        "at the top (md, html; on stderr for every format). A bundle that does not verify is refused (exit 2) "
+        "unless --allow-unverified.",
+    )
     report.add_argument("bundle", metavar="BUNDLE", help="bundle directory or .tar.gz")
     report.add_argument(
         "--format",
@@ -702,6 +776,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="html",
         help="html (self-contained), md, junit (JUnit XML), or json: results.json, verified (default: %(default)s)",
     )
+    add_reading_options(report)
     report.set_defaults(handler=_cmd_report)
 
     sut = commands.add_parser("sut", help="prepare the system under test (wheelhouse, digests, node image)")

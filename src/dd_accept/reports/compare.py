@@ -1,26 +1,39 @@
 """Baseline against candidate, check by check: what changed between two bundles.
 
 A release engineer's question is never "did it pass" alone but "what got worse since the
-last release": a verdict that flipped, or a key number (error rate, time to first token,
-drain time) that moved. The comparison reads only the two bundles' `results.json`.
+last release": a verdict that flipped, a key number (error rate, time to first token, drain
+time) that moved, or a serving metric (TTFT, ITL, E2EL percentiles, throughput) that got
+worse while every check still passed. The comparison reads only the two bundles'
+`results.json`, each verified first (`reading`), and says how each verified.
 """
 
 from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from dd_accept.base.errors import UsageError
-from dd_accept.base.regressions import REGRESSION_METRICS, RegressionMetric, cheapest_median, per_level
-from dd_accept.base.results import load_results as read_results
+from dd_accept.base.regressions import (
+    REGRESSION_METRICS,
+    SERVING_TOLERANCE,
+    RegressionMetric,
+    cheapest_median,
+    per_level,
+    serving_bound,
+    serving_worse,
+)
 from dd_accept.base.results import where_judged
-from dd_accept.reports.archive import opened_bundle
+from dd_accept.base.serving_names import SUMMARY_COLUMNS, better, shown, unit_of
+from dd_accept.reports.reading import Shown, banner_html, banner_markdown
+from dd_accept.reports.render import md_text
 
 CHANGES = ("regressed", "fixed", "changed", "same", "added", "removed")
+ROLES = ("baseline", "candidate")
+# The serving metrics a table shows for each scenario (every one, and each phase's, is in the
+# --json document); a flagged one is shown wherever it is.
+SHOWN_SERVING = tuple(name for name, _ in SUMMARY_COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +111,63 @@ class MetricRegression:
 
 
 @dataclass(frozen=True, slots=True)
+class ServingChange:
+    """One serving metric of one scenario, or of one phase of it, in both bundles."""
+
+    scenario: str
+    phase: str | None  # None: the whole scenario
+    metric: MetricChange
+    tolerance: float
+
+    @property
+    def where(self) -> str:
+        return self.scenario if self.phase is None else f"{self.scenario} / {self.phase}"
+
+    @property
+    def better(self) -> str | None:
+        return better(self.metric.name)
+
+    @property
+    def regressed(self) -> bool:
+        """Worse than the baseline's beyond the tolerance (base.regressions.serving_worse); a
+        count, a spread or a number only one side measured is shown, never flagged."""
+        was, now, direction = self.metric.baseline, self.metric.candidate, self.better
+        if was is None or now is None or direction is None:
+            return False
+        return serving_worse(direction, was, now, self.tolerance)
+
+    def describe(self) -> str:
+        name, was, now = self.metric.name, self.metric.baseline, self.metric.candidate
+        bound = "at least" if self.better == "higher" else "at most"
+        limit = serving_bound(self.better or "lower", was or 0.0, self.tolerance)
+        return (
+            f"serving {self.where} {name}: baseline {_amount(name, was)}, candidate {_amount(name, now)} "
+            f"({self.metric.show_ratio()}; {bound} {_amount(name, limit)} allowed, tolerance {self.tolerance:.0%})"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        m = self.metric
+        return {
+            "scenario": self.scenario,
+            "phase": self.phase,
+            "name": m.name,
+            "baseline": m.baseline,
+            "candidate": m.candidate,
+            "ratio": m.ratio,
+            "better": self.better,
+            "regressed": self.regressed,
+        }
+
+
+def _amount(name: str, value: float | None) -> str:
+    """A serving number with its unit, as a person reads it (fractions as percentages)."""
+    if value is None:
+        return "-"
+    unit = unit_of(name)
+    return shown(name, value) if unit == "fraction" else f"{value:.4g} {unit}".strip()
+
+
+@dataclass(frozen=True, slots=True)
 class Comparison:
     baseline: str  # the SUT as the bundle names it
     candidate: str
@@ -111,10 +181,25 @@ class Comparison:
     metric_regressions: tuple[MetricRegression, ...] = ()
     # Numbers not compared, and why (two knees measured on different ladders).
     not_compared: tuple[str, ...] = ()
+    # Every serving metric of every scenario and phase either bundle measured.
+    serving: tuple[ServingChange, ...] = ()
+    serving_tolerance: float = SERVING_TOLERANCE
+    # How each bundle verified, by role ("baseline", "candidate"); empty where the bundles are
+    # the gate's own, just written.
+    bundles: tuple[Shown, ...] = ()
 
     @property
     def regressed(self) -> bool:
-        return bool(self.regressions or self.metric_regressions)
+        return bool(self.regressions or self.metric_regressions or self.serving_regressions)
+
+    @property
+    def by_role(self) -> list[tuple[str, Shown]]:
+        """(role, the bundle as read): nothing for the gate's own bundles."""
+        return list(zip(ROLES, self.bundles, strict=True)) if self.bundles else []
+
+    @property
+    def serving_regressions(self) -> list[ServingChange]:
+        return [change for change in self.serving if change.regressed]
 
     def count(self, change: str) -> int:
         return sum(1 for check in self.checks if check.change == change)
@@ -127,6 +212,8 @@ class Comparison:
         counts = ", ".join(f"{self.count(c)} {c}" for c in CHANGES if self.count(c))
         if self.metric_regressions:
             counts += f"; {len(self.metric_regressions)} number(s) worse beyond their tolerance"
+        if self.serving_regressions:
+            counts += f"; {len(self.serving_regressions)} serving metric(s) worse beyond the tolerance"
         before = f" on {self.baseline_cluster}" if self.baseline_cluster else ""
         after = f" on {self.candidate_cluster}" if self.candidate_cluster else ""
         return (
@@ -162,23 +249,15 @@ def to_json(comparison: Comparison, exit_status: int) -> dict[str, Any]:
         "regressed": [check.id for check in comparison.regressions],
         "metric_regressions": [regression.to_json() for regression in comparison.metric_regressions],
         "not_compared": list(comparison.not_compared),
+        "serving": [change.to_json() for change in comparison.serving],
+        "serving_regressions": [
+            {**change.to_json(), "tolerance": comparison.serving_tolerance, "description": change.describe()}
+            for change in comparison.serving_regressions
+        ],
+        "serving_tolerance": comparison.serving_tolerance,
+        "verification": {role: bundle.verification.standing_json() for role, bundle in comparison.by_role},
         "exit_status": exit_status,
     }
-
-
-def load_results(bundle: Path, what: str = "compare") -> dict[str, Any]:
-    """`results.json` of a bundle directory or `.tar.gz`, read the one way every reader reads
-    a bundle (`archive.opened_bundle`), or a usage error naming the bundle."""
-    with opened_bundle(bundle, what) as directory:
-        return results_in(directory, bundle.name, what)
-
-
-def results_in(directory: Path, name: str, what: str) -> dict[str, Any]:
-    """`results.json` of a bundle already opened."""
-    path = directory / "results.json"
-    if not path.is_file():
-        raise UsageError(f"{what}: {name} holds no results.json")
-    return read_results(path, f"{what}: {name}/results.json")
 
 
 def checks_by_id(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -233,7 +312,41 @@ def _on_shared_levels(
     return was_read[1], now_read[1]
 
 
-def compare(baseline: dict[str, Any], candidate: dict[str, Any], tolerance: float | None = None) -> Comparison:
+def _serving_of(results: dict[str, Any]) -> dict[tuple[str, str | None], dict[str, float]]:
+    """(scenario, phase title or None) -> its serving metrics, in the order the run wrote them."""
+    found: dict[tuple[str, str | None], dict[str, float]] = {}
+    for scenario in results.get("scenarios", []):
+        serving = scenario.get("serving")
+        if serving:
+            found[(scenario["name"], None)] = serving["metrics"]
+            for phase in serving["phases"]:
+                found.setdefault((scenario["name"], phase["title"]), phase["metrics"])
+    return found
+
+
+def serving_changes(
+    baseline: dict[str, Any], candidate: dict[str, Any], tolerance: float = SERVING_TOLERANCE
+) -> tuple[ServingChange, ...]:
+    """Each serving metric of each scenario and phase, paired by scenario name and phase title
+    (a capacity ladder's levels pair where both runs reached them)."""
+    before, after = _serving_of(baseline), _serving_of(candidate)
+    changes = []
+    for key in dict.fromkeys([*before, *after]):
+        was, now = before.get(key, {}), after.get(key, {})
+        measured = dict.fromkeys([*was, *now])
+        for name in [*(n for n in SHOWN_SERVING if n in measured), *(n for n in measured if n not in SHOWN_SERVING)]:
+            changes.append(ServingChange(key[0], key[1], MetricChange(name, was.get(name), now.get(name)), tolerance))
+    return tuple(changes)
+
+
+def compare(
+    baseline: dict[str, Any],
+    candidate: dict[str, Any],
+    tolerance: float | None = None,
+    serving_tolerance: float = SERVING_TOLERANCE,
+    bundles: tuple[Shown, ...] = (),
+) -> Comparison:
+    """`bundles`: the two as read and verified (baseline, candidate), for what each page says of them."""
     before, after = checks_by_id(baseline), checks_by_id(candidate)
     worse, skipped = metric_regressions(before, after, tolerance)
     rows = []
@@ -252,6 +365,9 @@ def compare(baseline: dict[str, Any], candidate: dict[str, Any], tolerance: floa
         candidate_cluster=where_judged(candidate),
         metric_regressions=worse,
         not_compared=skipped,
+        serving=serving_changes(baseline, candidate, serving_tolerance),
+        serving_tolerance=serving_tolerance,
+        bundles=bundles,
     )
 
 
@@ -261,6 +377,34 @@ def _number(value: float | None) -> str:
 
 def _metric_lines(check: CheckChange) -> list[str]:
     return [f"{m.name} {_number(m.baseline)} → {_number(m.candidate)} ({m.show_ratio()})" for m in check.metrics]
+
+
+def shown_serving(comparison: Comparison) -> list[ServingChange]:
+    """What a table shows of the serving metrics: each scenario's summary columns, and every
+    flagged one of a scenario or a phase (the --json document holds them all)."""
+    return [c for c in comparison.serving if c.regressed or (c.phase is None and c.metric.name in SHOWN_SERVING)]
+
+
+def _serving_cells(change: ServingChange) -> tuple[str, str, str, str, str]:
+    name = change.metric.name
+    return (
+        change.where,
+        name,
+        _amount(name, change.metric.baseline),
+        _amount(name, change.metric.candidate),
+        change.metric.show_ratio(),
+    )
+
+
+def standing_lines(comparison: Comparison) -> list[tuple[bool, str]]:
+    """(verified, line) for each bundle: what a terminal prints above the tables."""
+    return [(s.verified, f"{role} {s.name}: {s.verification.standing}") for role, s in comparison.by_role]
+
+
+def _worse(comparison: Comparison) -> list[str]:
+    return [r.describe() for r in comparison.metric_regressions] + [
+        c.describe() for c in comparison.serving_regressions
+    ]
 
 
 def to_table(comparison: Comparison) -> Table:
@@ -275,10 +419,21 @@ def to_table(comparison: Comparison) -> Table:
     return table
 
 
+def serving_table(comparison: Comparison) -> Table:
+    table = Table(title=f"serving metrics (worse by more than {comparison.serving_tolerance:.0%} is flagged)")
+    for column in ("scenario / phase", "metric", "baseline", "candidate", "change"):
+        table.add_column(column, overflow="fold")
+    for change in shown_serving(comparison):
+        *cells, ratio = _serving_cells(change)
+        table.add_row(*cells, f"[red]{ratio} worse[/red]" if change.regressed else ratio)
+    return table
+
+
 def to_markdown(comparison: Comparison) -> str:
-    lines = [
-        "## dd-accept comparison",
-        "",
+    lines = ["## dd-accept comparison", ""]
+    lines += [banner_markdown(s, role).rstrip("\n") for role, s in comparison.by_role]
+    lines += [
+        *([""] if comparison.bundles else []),
         comparison.headline(),
         "",
         "| check | baseline | candidate | change | key numbers (baseline → candidate) |",
@@ -288,9 +443,18 @@ def to_markdown(comparison: Comparison) -> str:
         change = f"**{check.change}**" if check.change in ("regressed", "fixed", "changed") else check.change
         numbers = "<br>".join(_metric_lines(check)).replace("|", "\\|")
         lines.append(f"| `{check.id}` | {check.baseline or '-'} | {check.candidate or '-'} | {change} | {numbers} |")
-    if comparison.metric_regressions:
+    serving = shown_serving(comparison)
+    if serving:
+        lines += ["", "### Serving metrics", "", "| scenario / phase | metric | baseline | candidate | change |"]
+        lines.append("|---|---|---:|---:|---|")
+        for change in serving:
+            where, name, was, now, ratio = _serving_cells(change)
+            flag = f"**{ratio} worse**" if change.regressed else ratio
+            lines.append(f"| {md_text(where)} | `{name}` | {was} | {now} | {flag} |")
+    worse = _worse(comparison)
+    if worse:
         lines += ["", "**Worse than the baseline beyond its tolerance:**", ""]
-        lines += [f"- {regression.describe()}" for regression in comparison.metric_regressions]
+        lines += [f"- {line}" for line in worse]
     if comparison.not_compared:
         lines += ["", "**Not compared:**", ""] + [f"- {note}" for note in comparison.not_compared]
     return "\n".join(lines) + "\n"
@@ -306,6 +470,7 @@ def to_html(comparison: Comparison) -> str:
             f"<td>{html.escape(check.baseline or '-')}</td><td>{html.escape(check.candidate or '-')}</td>"
             f"<td>{check.change}</td><td>{numbers}</td></tr>"
         )
+    banners = "\n".join(banner_html(s, role) for role, s in comparison.by_role)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>dd-accept comparison</title>
 <style>
@@ -314,6 +479,7 @@ table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding
 tr.regressed td {{ background: #fde2e2; }} tr.fixed td {{ background: #e2f7e2; }}
 tr.changed td, tr.added td, tr.removed td {{ background: #fff6d6; }}
 </style></head><body>
+{banners}
 <h1>dd-accept comparison</h1>
 <p id="headline">{html.escape(comparison.headline())}</p>
 <table id="comparison"><thead><tr><th>check</th><th>baseline</th><th>candidate</th><th>change</th>
@@ -321,15 +487,32 @@ tr.changed td, tr.added td, tr.removed td {{ background: #fff6d6; }}
 <tbody>
 {chr(10).join(rows)}
 </tbody></table>
-{_worse_html(comparison)}
+{_serving_html(comparison)}{_worse_html(comparison)}
 </body></html>
 """
 
 
+def _serving_html(comparison: Comparison) -> str:
+    serving = shown_serving(comparison)
+    if not serving:
+        return ""
+    rows = "".join(
+        f'<tr class="{"regressed" if change.regressed else "same"}">'
+        + "".join(f"<td>{html.escape(cell)}</td>" for cell in _serving_cells(change))
+        + "</tr>"
+        for change in serving
+    )
+    return (
+        f'<h2>Serving metrics</h2><table id="serving"><thead><tr><th>scenario / phase</th><th>metric</th>'
+        f"<th>baseline</th><th>candidate</th><th>change</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
 def _worse_html(comparison: Comparison) -> str:
     parts = []
-    if comparison.metric_regressions:
-        items = "".join(f"<li>{html.escape(r.describe())}</li>" for r in comparison.metric_regressions)
+    worse = _worse(comparison)
+    if worse:
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in worse)
         parts.append(f'<h2>Worse than the baseline beyond its tolerance</h2><ul id="metric-regressions">{items}</ul>')
     if comparison.not_compared:
         items = "".join(f"<li>{html.escape(note)}</li>" for note in comparison.not_compared)

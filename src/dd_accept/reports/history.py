@@ -3,8 +3,8 @@ beyond a tolerance flagged.
 
 ReFrame keeps a performance log and judges each run against references; a release team
 asks the same of dd-accept over weeks of bundles: did TTFT p99 creep up, did a check start
-failing, on which run. `history` reads the bundles' `results.json` (each held to its schema,
-as every reader does), orders them by when they ran, and follows every serving metric of
+failing, on which run. `history` reads the bundles' `results.json` (each verified first and
+held to its schema, as every reader does: `reading`), orders them by when they ran, and follows every serving metric of
 every scenario, every check's key numbers and every check's verdict. A change is flagged when
 a value moved in its worse direction by more than the tolerance against the run before it or
 against the best earlier run (a creep of small steps), or a verdict went from pass to anything else;
@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.regressions import serving_worse
 from dd_accept.base.results import all_checks, where_judged
 from dd_accept.base.serving_names import better, unit_of
-from dd_accept.reports.archive import opened_bundle
-from dd_accept.reports.compare import results_in
+from dd_accept.reports.reading import BANNER_STYLE, ReadingPolicy, Shown, read_verified
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +40,11 @@ class Point:
     sut: str
     where: str
     results: dict[str, Any]
+    shown: Shown  # how it verified
+
+    @property
+    def standing(self) -> str:
+        return self.shown.verification.standing
 
 
 @dataclass(slots=True)
@@ -85,16 +90,18 @@ def find_bundles(paths: list[Path]) -> list[Path]:
     return list({path.resolve(): path for path in reversed(found)}.values())[::-1]  # each bundle once
 
 
-def load_points(bundles: list[Path]) -> list[Point]:
+def load_points(bundles: list[Path], policy: ReadingPolicy) -> list[Point]:
+    """Each bundle verified first: the first that does not is refused, unless the policy
+    shows it (then marked NOT verified on its row)."""
     points = []
     for bundle in bundles:
-        with opened_bundle(bundle, "history") as directory:
-            results = results_in(directory, bundle.name, "history")
+        shown = read_verified(bundle, "history", policy)
+        results = shown.results
         starts = [s["started"] for s in results["scenarios"] if isinstance(s.get("started"), int | float)]
         if not starts or not _a_date(min(starts)):
             raise UsageError(f"history: {bundle.name} says no time its scenarios started that a calendar holds")
         sut = results.get("sut", {}).get("spec", "?")
-        points.append(Point(bundle.name, min(starts), sut, where_judged(results), results))
+        points.append(Point(bundle.name, min(starts), sut, where_judged(results), results, shown))
     return sorted(points, key=lambda p: p.time)
 
 
@@ -165,35 +172,38 @@ def _flag(series: Series, index: int, tolerance: float) -> str:
 
 
 def _worse(before: float, now: float, better: str, tolerance: float) -> str:
-    if before == 0:  # from none at all: any error (lower is better) is a change beyond every tolerance
-        return f"{before:.4g} → {now:.4g}" if better == "lower" and now > 0 else ""
-    change = (now - before) / abs(before)
-    worse = -change if better == "higher" else change
-    return f"{before:.4g} → {now:.4g} ({change:+.0%})" if worse > tolerance else ""
+    """Why `now` is flagged against `before` under the one serving rule, or ""."""
+    if not serving_worse(better, before, now, tolerance):
+        return ""
+    if before == 0:  # from none at all: no fraction of it to state
+        return f"{before:.4g} → {now:.4g}"
+    return f"{before:.4g} → {now:.4g} ({(now - before) / abs(before):+.0%})"
 
 
 def to_csv(history: History) -> str:
     """Long form, one row per bundle and value: what a spreadsheet pivots."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["bundle", "time_utc", "sut", "where", "kind", "name", "value", "unit", "verdict", "flag"])
+    writer.writerow(["bundle", "time_utc", "sut", "where", "kind", "name", "value", "unit", "verdict", "flag",
+                     "verified"])  # fmt: skip
     for i, point in enumerate(history.points):
-        stamp = _iso(point.time)
+        stamp = iso(point.time)
+        verified = "verified" if point.shown.verified else "NOT verified"
         for entry in history.series:
             value = entry.values[i]
             if value is not None:
                 kind, name = entry.key.split(" ", 1)
                 writer.writerow([point.name, stamp, point.sut, point.where, kind, name, f"{value:.6g}", entry.unit, "",
-                                 entry.flags[i]])  # fmt: skip
+                                 entry.flags[i], verified])  # fmt: skip
         for check_id, verdicts in history.verdicts.items():
             if verdicts[i] is not None:
                 flag = history.verdict_flags[check_id][i]
                 writer.writerow([point.name, stamp, point.sut, point.where, "verdict", check_id, "", "", verdicts[i],
-                                 flag])  # fmt: skip
+                                 flag, verified])  # fmt: skip
     return out.getvalue()
 
 
-def _iso(timestamp: float) -> str:
+def iso(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
@@ -226,9 +236,33 @@ def _chart(entry: Series) -> str:
     )
 
 
+def _bundles_html(history: History) -> tuple[str, str]:
+    """(the banner at the top, the bundles' table): how every bundle verified, NOT verified
+    ones first, so a chart drawn through an unverified bundle never passes for evidence."""
+    rows = "".join(
+        f"<tr><td><code>{escape(p.name)}</code></td><td>{iso(p.time)}</td><td>{escape(p.sut)}</td>"
+        f'<td style="{BANNER_STYLE[p.shown.verified]}">{escape(p.standing)}</td></tr>'
+        for p in sorted(history.points, key=lambda p: p.shown.verified)
+    )
+    unverified = sum(not p.shown.verified for p in history.points)
+    banner = (
+        f'<p class="verification not-verified" style="{BANNER_STYLE[False]}">NOT verified: {unverified} of '
+        f"{len(history.points)} bundles (listed below): what they show is not evidence</p>"
+        if unverified
+        else f'<p class="verification verified" style="{BANNER_STYLE[True]}">verified: every one of the '
+        f"{len(history.points)} bundles</p>"
+    )
+    table = (
+        f"<h2>Bundles</h2><table><tr><th>bundle</th><th>started</th><th>SUT</th><th>evidence</th></tr>{rows}</table>"
+    )
+    return banner, table
+
+
 def to_html(history: History) -> str:
-    head = "".join(f"<th title='{escape(p.sut)}'>{escape(p.name)}<br><small>{_iso(p.time)}</small></th>"
+    head = "".join(f"<th title='{escape(p.sut)}'>{escape(p.name)}<br><small>{iso(p.time)}</small>"
+                   f"<br><small>{'verified' if p.shown.verified else '<b>NOT verified</b>'}</small></th>"
                    for p in history.points)  # fmt: skip
+    banner, bundles = _bundles_html(history)
     rows = []
     for check_id, verdicts in history.verdicts.items():
         cells = "".join(
@@ -252,11 +286,13 @@ figcaption{{font-size:.75em;color:#555}} svg{{width:100%;background:#fafafa;bord
 .line{{fill:none;stroke:#1565c0;stroke-width:1.5}} .dot{{fill:#1565c0}} .flag{{fill:#c62828}}
 .tick{{font-size:9px;fill:#666}}
 </style></head><body>
+{banner}
 <h1>dd-accept history</h1>
 <p>{len(history.points)} bundles, oldest first; a change is flagged when a value moved in its worse
 direction by more than {history.tolerance:.0%} against the bundle before it, or a check stopped passing.</p>
 <h2>Flagged changes</h2><ul>{flagged or "<li>none</li>"}</ul>
 <h2>Verdicts</h2><table><tr><th>check</th>{head}</tr>{"".join(rows)}</table>
 <h2>Metrics</h2><div class="charts">{charts}</div>
+{bundles}
 </body></html>
 """

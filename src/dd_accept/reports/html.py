@@ -355,6 +355,7 @@ svg{width:100%;height:auto;background:#fafafa;border:1px solid #eee}
 .term{stroke:#b71c1c;stroke-width:2} .allowance{stroke:#757575;stroke-width:1.5;stroke-dasharray:2 2}
 code{font-size:.85em}
 </style></head><body>
+{{ banner }}
 <h1>dd-accept <span class="{{ results.verdict }}">{{ results.verdict | upper }}</span></h1>
 <p>SUT <code>{{ results.sut.spec }}</code>, profile <code>{{ results.sut.profile }}</code>
 {%- if where %}, judged on {{ where }}{% endif %}</p>
@@ -460,7 +461,10 @@ def capacity_chart(rows: list[dict[str, Any]], title: str) -> str:
     )
 
 
-def render_bundle(bundle: Path) -> str:
+def render_bundle(bundle: Path, banner: str = "") -> str:
+    """The bundle's report; `banner` (markup: `reading.banner_html`) goes above everything,
+    where `report` says how the bundle verified. The report written into the bundle has none:
+    the bundle cannot vouch for itself."""
     results = load_results(bundle / "results.json")
     commands = _read_jsonl(bundle / "commands.jsonl") if (bundle / "commands.jsonl").is_file() else []
     charts: list[str] = []
@@ -504,4 +508,5 @@ def render_bundle(bundle: Path) -> str:
         serving_rows=serving_rows,
         shown=shown,
         latency_charts=latency_charts,
+        banner=jinja2.filters.Markup(banner),
     )

@@ -37,12 +37,19 @@ from dd_accept.reports.bundle import (
 from dd_accept.reports.digests import sha256_file
 from dd_accept.reports.signing import check_signature, load_public_key
 
+# How a reader states the signature of a bundle that verified (check_signature's words).
+SIGNATURE_SHOWN = {
+    "absent": "unsigned",
+    "not checked (no --key given)": "signed, signature not checked (no --key given)",
+}
+
 
 @dataclass
 class Verification:
     problems: list[str] = field(default_factory=list)  # the bundle is not whole, or not signed as required
     signature: str = "absent"
     unmet: list[str] = field(default_factory=list)  # a whole bundle that does not show what the policy asks
+    files: int = 0  # the files the manifest lists, each held to its digest
 
     @property
     def exit_status(self) -> int:
@@ -60,6 +67,27 @@ class Verification:
             "problems": list(self.problems),
             "unmet": list(self.unmet),
             "exit_status": self.exit_status,
+        }
+
+    @property
+    def standing(self) -> str:
+        """The line a reader (`report`, `compare`, `history`) shows above a bundle: what was
+        verified, or the first reason it was not, so the reader never has to guess."""
+        if self.problems:
+            more = len(self.problems) - 1
+            return f"NOT verified: {self.problems[0]}" + (f" (and {more} more)" if more else "")
+        signature = SIGNATURE_SHOWN.get(self.signature, f"signature {self.signature}")
+        files = "1 file matches" if self.files == 1 else f"{self.files} files match"
+        return f"verified: {files} the manifest, the provenance agrees, the audit is clean; {signature}"
+
+    def standing_json(self) -> dict[str, Any]:
+        """The same, in a reader's --json document."""
+        return {
+            "verified": not self.problems,
+            "standing": self.standing,
+            "files": self.files,
+            "signature": self.signature,
+            "problems": list(self.problems),
         }
 
 
@@ -201,18 +229,43 @@ def verify_directory(
     require_signature: bool = False,
     policy: Policy | None = None,
 ) -> Verification:
-    verification = Verification()
-    problems = verification.problems
     try:
-        manifest = _load(bundle / "manifest.json", "manifest.json")
-        problems += _guarded("manifest.json", lambda: _manifest_problems(bundle, manifest))
-        statement = _load(bundle / "provenance.json", "provenance.json")
-        results = _load(bundle / "results.json", "results.json")
+        return _verified(bundle, bundle.name, "verify", wheels, public_key, require_signature, policy)
     except _Problem as problem:  # not a bundle at all: bad input, exit 2 in one line
         raise UsageError(f"verify: {bundle.name} is not a readable dd-accept bundle: {problem}") from None
+
+
+def verify_for_reading(bundle: Path, name: str, what: str, public_key: Any = None) -> Verification:
+    """`verify`'s checks, for a command that shows the bundle (`report`, `compare`,
+    `history`). A directory that is no bundle at all (no manifest) is one that does not
+    verify, with that as its reason, so `--allow-unverified` can still show it; a results.json
+    off its schema stays an error: nothing could show it."""
+    try:
+        return _verified(bundle, name, what, [], public_key)
+    except _Problem as problem:
+        return Verification(problems=[str(problem)])
+
+
+def _verified(
+    bundle: Path,
+    name: str,
+    what: str,
+    wheels: list[Path],
+    public_key: Any = None,
+    require_signature: bool = False,
+    policy: Policy | None = None,
+) -> Verification:
+    verification = Verification()
+    problems = verification.problems
+    manifest = _load(bundle / "manifest.json", "manifest.json")
+    problems += _guarded("manifest.json", lambda: _manifest_problems(bundle, manifest))
+    files = manifest.get("files")
+    verification.files = len(files) if isinstance(files, list) else 0
+    statement = _load(bundle / "provenance.json", "provenance.json")
+    results = _load(bundle / "results.json", "results.json")
     shape = schema_problem(results)
     if shape:
-        raise UsageError(f"verify: {bundle.name}/results.json does not follow {schema_of(results)} ({shape})")
+        raise UsageError(f"{what}: {name}/results.json does not follow {schema_of(results)} ({shape})")
     problems += _guarded("provenance.json", lambda: _statement_problems(bundle, statement, results))
     subjects = _subjects(statement) or {}
     for wheel in wheels:
