@@ -105,3 +105,28 @@ def test_errors_from_none_are_flagged_and_counts_never(was, now, flagged):
 
     comparison = compare.compare(results(was), results(now))
     assert bool(comparison.serving_regressions) == flagged and comparison.regressed == flagged
+
+
+def _phased(p99_normal, p99_stalled):
+    """Results whose streaming scenario has a normal phase and one that drives a fault by design."""
+    phases = [
+        {"title": "streams", "metrics": {**REQUIRED, "p99_ttft_ms": p99_normal}},
+        {"title": "routing with one replica stalled", "metrics": {**REQUIRED, "p99_ttft_ms": p99_stalled},
+         "fault": "replica 0 stalls its streams"},
+    ]  # fmt: skip
+    whole = {**REQUIRED, "p99_ttft_ms": max(p99_normal, p99_stalled)}
+    return {"scenarios": [{"name": "streaming", "checks": [], "serving": {"metrics": whole, "phases": phases}}]}
+
+
+def test_a_phase_that_drives_a_fault_by_design_is_shown_never_flagged_and_its_pool_with_it():
+    """The stalled replica's TTFT p99 (1.4 s, and noisy) tripling is the fault's, not the
+    release's: shown, marked, not flagged; nor is the scenario's whole that pools it. The
+    normal phase beside it is still held to the baseline (negative control)."""
+    noisy = compare.compare(_phased(40.0, 1400.0), _phased(40.0, 4200.0))
+    changes = {(c.phase, c.metric.name): c for c in noisy.serving}
+    stalled = changes[("routing with one replica stalled", "p99_ttft_ms")]
+    assert stalled.metric.ratio == 3.0 and not stalled.regressed and stalled.fault == "replica 0 stalls its streams"
+    assert not changes[(None, "p99_ttft_ms")].regressed and changes[(None, "p99_ttft_ms")].fault
+    assert noisy.serving_regressions == [] and stalled.to_json()["fault"] == "replica 0 stalls its streams"
+    slower = compare.compare(_phased(40.0, 1400.0), _phased(130.0, 1400.0))
+    assert [(c.phase, c.metric.name) for c in slower.serving_regressions] == [("streams", "p99_ttft_ms")]

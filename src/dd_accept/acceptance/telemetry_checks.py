@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dd_accept.acceptance.analysis import attempts_by_request
-from dd_accept.acceptance.failover_checks import connection_errors as connection_errors  # a telemetry check
 from dd_accept.acceptance.log_shapes import log_records
 from dd_accept.acceptance.registry import check
+from dd_accept.acceptance.telemetry_failover_checks import connection_errors as connection_errors  # a telemetry check
 from dd_accept.base.events import ClientRequest, SutAttemptRecord, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 from dd_accept.node.loadclient.workload import CREDENTIAL_CANARY, PROMPT_CANARY

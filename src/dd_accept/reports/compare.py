@@ -118,6 +118,9 @@ class ServingChange:
     phase: str | None  # None: the whole scenario
     metric: MetricChange
     tolerance: float
+    # Why its numbers are shown and never flagged: the phase drives a fault by design (results
+    # v4 marks it), or the scenario's whole pools such phases with the others.
+    fault: str = ""
 
     @property
     def where(self) -> str:
@@ -132,7 +135,7 @@ class ServingChange:
         """Worse than the baseline's beyond the tolerance (base.regressions.serving_worse); a
         count, a spread or a number only one side measured is shown, never flagged."""
         was, now, direction = self.metric.baseline, self.metric.candidate, self.better
-        if was is None or now is None or direction is None:
+        if was is None or now is None or direction is None or self.fault:
             return False
         return serving_worse(direction, was, now, self.tolerance)
 
@@ -156,6 +159,7 @@ class ServingChange:
             "ratio": m.ratio,
             "better": self.better,
             "regressed": self.regressed,
+            **({"fault": self.fault} if self.fault else {}),
         }
 
 
@@ -312,30 +316,44 @@ def _on_shared_levels(
     return was_read[1], now_read[1]
 
 
-def _serving_of(results: dict[str, Any]) -> dict[tuple[str, str | None], dict[str, float]]:
-    """(scenario, phase title or None) -> its serving metrics, in the order the run wrote them."""
+POOLED_WITH_FAULTS = "the scenario's whole pools phases that drive a fault by design"
+
+
+def _serving_of(
+    results: dict[str, Any],
+) -> tuple[dict[tuple[str, str | None], dict[str, float]], dict[tuple[str, str | None], str]]:
+    """(scenario, phase title or None) -> its serving metrics, in the order the run wrote them;
+    and the same keys -> the fault by design that makes its numbers noise to a comparison."""
     found: dict[tuple[str, str | None], dict[str, float]] = {}
+    faults: dict[tuple[str, str | None], str] = {}
     for scenario in results.get("scenarios", []):
         serving = scenario.get("serving")
         if serving:
             found[(scenario["name"], None)] = serving["metrics"]
             for phase in serving["phases"]:
                 found.setdefault((scenario["name"], phase["title"]), phase["metrics"])
-    return found
+                if phase.get("fault"):
+                    faults[(scenario["name"], phase["title"])] = phase["fault"]
+                    faults[(scenario["name"], None)] = POOLED_WITH_FAULTS
+    return found, faults
 
 
 def serving_changes(
     baseline: dict[str, Any], candidate: dict[str, Any], tolerance: float = SERVING_TOLERANCE
 ) -> tuple[ServingChange, ...]:
     """Each serving metric of each scenario and phase, paired by scenario name and phase title
-    (a capacity ladder's levels pair where both runs reached them)."""
-    before, after = _serving_of(baseline), _serving_of(candidate)
+    (a capacity ladder's levels pair where both runs reached them). A phase either run marks
+    as driving a fault by design (a stalled replica's TTFT), and a scenario's whole that pools
+    such phases, are shown and never flagged: their numbers are the fault's, and as noisy."""
+    (before, faults_before), (after, faults_after) = _serving_of(baseline), _serving_of(candidate)
     changes = []
     for key in dict.fromkeys([*before, *after]):
         was, now = before.get(key, {}), after.get(key, {})
+        fault = faults_after.get(key) or faults_before.get(key) or ""
         measured = dict.fromkeys([*was, *now])
         for name in [*(n for n in SHOWN_SERVING if n in measured), *(n for n in measured if n not in SHOWN_SERVING)]:
-            changes.append(ServingChange(key[0], key[1], MetricChange(name, was.get(name), now.get(name)), tolerance))
+            change = MetricChange(name, was.get(name), now.get(name))
+            changes.append(ServingChange(key[0], key[1], change, tolerance, fault))
     return tuple(changes)
 
 

@@ -1,7 +1,7 @@
 """telemetry.connection_errors as a pure function: connection errors (refused, reset) are
 retried on another backend; each part of the rule has a control that names its numbers."""
 
-from dd_accept.acceptance.failover_checks import connection_error_retries, connection_errors
+from dd_accept.acceptance.telemetry_failover_checks import connection_error_retries, connection_errors
 from tests.unit.test_telemetry_checks import attempt, response
 
 # a: reset on replica 1, then served by 2; b: refused on 0 (no replica saw it), served by 3; c: served by 2
