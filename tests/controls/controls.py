@@ -31,7 +31,7 @@ def run_with_fault(scenario, fault_name, wheelhouse, base_image, profile, tmp_pa
 
     try:
         return run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, f"ctl-{fault_name}", nodes, installed)
-    finally:  # a variant's wheel differs on every build, so its image is never reused: 1 GB a control
+    finally:  # 1 GB a control, and only this control installs this variant
         client.images.remove(image, force=True)
 
 

@@ -1,37 +1,95 @@
-"""Overload controls: faults in the client's admission controller, and the positive control."""
+"""Overload controls: faults in the client's admission controller, and the positive control.
+
+Each runs as a release engineer hands a candidate over: `--sut DIR`, a directory holding the
+released runtime's wheel beside an engine wheel rebuilt from the released one (the fault's
+variant, or the same code under a new version). The profile follows the runtime wheel;
+every wheel of the directory is installed and attested by its sha256 (issue #32)."""
 
 import json
+import shutil
 
 import pytest
 
+from dd_accept.base.hashing import sha256_file
 from dd_accept.base.results import SCHEMA
-from tests.controls.controls import run_against_fault
+from dd_accept.sut.variants import FAULTS, make_variant, rebuild_wheel
 from tests.helpers import run_cli
 
 pytestmark = pytest.mark.cluster
 
-
-def test_missing_cooldown_is_caught_by_total_cooldown(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    checks = run_against_fault("no-cooldown", sut_wheelhouse, sut_image, sut_profile, tmp_path)
-    cooldown = checks["overload.total.cooldown"]
-    assert cooldown.verdict == "fail" and cooldown.metrics["cooldown_breaches"] > 0, cooldown
-    assert cooldown.metrics["cooldown_windows_judged"] > 0 and "admitted" in cooldown.detail
-    assert checks["overload.total.retry_after"].verdict == "pass"
+RUNTIME = "data_designer_slurm-1.0.0rc1-py3-none-any.whl"
 
 
-def test_missing_increase_is_caught_by_recovery(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    checks = run_against_fault("no-increase", sut_wheelhouse, sut_image, sut_profile, tmp_path)
-    recovery = checks["overload.recovery"]
-    assert recovery.verdict == "fail" and "low point 4, highest after recovery None;" in recovery.observed, recovery
-    assert recovery.metrics["limit_breaches"] == 0
-    assert checks["overload.total.admission_decrease"].verdict == "pass"
+def _directory(sut_wheelhouse, tmp_path, fault=None):
+    """The released runtime's wheel beside the released engine rebuilt (with `fault`: its variant)."""
+    released = {w.name: sut_wheelhouse.path / w.file for w in sut_wheelhouse.wheels}
+    directory = tmp_path / "wheels"
+    directory.mkdir()
+    shutil.copy2(released["data-designer-slurm"], directory)
+    if fault:
+        assert FAULTS[fault].distribution == "data-designer-engine"
+        make_variant(released["data-designer-engine"], FAULTS[fault], directory)
+    else:
+        rebuild_wheel(released["data-designer-engine"], directory, "rebuilt")
+    assert len(list(directory.iterdir())) == 2
+    return directory
 
 
-def test_positive_control_rc1_passes_every_overload_check_through_the_cli(tmp_path):
+def _run(directory, tmp_path, code):
+    """`dd-accept run overload --sut DIR`; (results, stdout) after checking the evidence names
+    every wheel of DIR with its sha256 and installed the directory's engine."""
     out = tmp_path / "evidence"
-    result = run_cli("--quiet", "run", "overload", "--replicas", "8", "--out", str(out), timeout=900)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = run_cli(
+        "--quiet", "run", "overload", "--replicas", "8", "--sut", str(directory), "--out", str(out), timeout=900
+    )
+    assert result.returncode == code, result.stdout + result.stderr
     results = json.loads((out / "results.json").read_text())
+    wheels = {wheel.name: sha256_file(wheel) for wheel in directory.iterdir()}
+    assert results["sut"]["spec"] == "wheel_dir:wheels" and results["sut"]["profile"] == "data-designer-slurm-1.0"
+    assert {w["file"]: w["sha256"] for w in results["sut"]["wheels"]} == wheels
+    statement = json.loads((out / "provenance.json").read_text())
+    assert {s["name"]: s["digest"]["sha256"] for s in statement["subject"]} == wheels
+    assert all(f"{digest}  {file}" in result.stdout for file, digest in wheels.items())
+    configuration = {c["name"]: c for c in statement["predicate"]["configuration"]}
+    runtime = configuration["sut-runtime-source"]["annotations"]
+    assert runtime["wheel"] == RUNTIME and "data_designer/slurm/runtime/proxy.py" in runtime["files"]
+    (engine,) = [f for f in wheels if f.startswith("data_designer_engine-")]
+    installed = configuration["dependency-lock:node-sut"]["annotations"]["lock"].splitlines()
+    assert f"data-designer-engine=={engine.split('-')[1]}" in installed, "the directory's engine is what ran"
+    return results, result.stdout
+
+
+def _checks(results):
+    (scenario,) = results["scenarios"]
+    return {check["id"]: check for check in scenario["checks"]}
+
+
+def test_missing_cooldown_is_caught_by_total_cooldown(sut_wheelhouse, tmp_path):
+    directory = _directory(sut_wheelhouse, tmp_path, "no-cooldown")
+    checks = _checks(_run(directory, tmp_path, 1)[0])
+    cooldown = checks["overload.total.cooldown"]
+    assert cooldown["verdict"] == "fail" and cooldown["metrics"]["cooldown_breaches"] > 0, cooldown
+    assert cooldown["metrics"]["cooldown_windows_judged"] > 0 and "admitted" in cooldown["detail"]
+    assert checks["overload.total.retry_after"]["verdict"] == "pass"
+
+
+def test_missing_increase_is_caught_by_recovery(sut_wheelhouse, tmp_path):
+    directory = _directory(sut_wheelhouse, tmp_path, "no-increase")
+    checks = _checks(_run(directory, tmp_path, 1)[0])
+    recovery = checks["overload.recovery"]
+    assert recovery["verdict"] == "fail" and "low point 4, highest after recovery None;" in recovery["observed"], (
+        recovery
+    )
+    assert recovery["metrics"]["limit_breaches"] == 0
+    assert checks["overload.total.admission_decrease"]["verdict"] == "pass"
+
+
+def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wheelhouse, tmp_path):
+    """rc1's runtime beside its engine rebuilt under a new version: the directory the issue's
+    release engineer passed (`run overload --sut DIR --replicas 8`), judged as rc1 is."""
+    directory = _directory(sut_wheelhouse, tmp_path)
+    out = tmp_path / "evidence"
+    results, stdout = _run(directory, tmp_path, 0)
     assert results["schema"] == SCHEMA and results["verdict"] == "pass"
     (scenario,) = results["scenarios"]
     assert [c["id"] for c in scenario["checks"]] == [
@@ -56,8 +114,7 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(tmp_pa
     assert [phase["kind"] for phase in scenario["phases"]][:3] == ["deploy", "deploy", "hold"]
     cooldown = next(c for c in scenario["checks"] if c["id"] == "overload.total.cooldown")
     assert cooldown["metrics"]["cooldown_windows_judged"] > 0 and cooldown["metrics"]["cooldown_breaches"] == 0
-    assert results["sut"]["wheels"][0]["file"] == "data_designer_slurm-1.0.0rc1-py3-none-any.whl"
-    assert "5410c6bca7c035c4cb215cc0319071e00acab3f124a8ebb9a44d24daaa4d4520" in result.stdout
+    assert "5410c6bca7c035c4cb215cc0319071e00acab3f124a8ebb9a44d24daaa4d4520  " + RUNTIME in stdout
     # the run left a complete bundle that verifies, as a directory and as a .tar.gz
     for name in ("manifest.json", "provenance.json", "redactions.json", "commands.jsonl", "summary.md", "junit.xml"):
         assert (out / name).is_file(), name
@@ -74,8 +131,6 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(tmp_pa
 def test_run_reports_a_failed_check_with_exit_1(tmp_path, sut_wheelhouse):
     """A faulty SUT given through --sut fails the run with exit status 1 (not 2), for its
     reason only, on Slurm 24.11 (Debian trixie, Python 3.13) as on the default release."""
-    from dd_accept.sut.variants import FAULTS, make_variant
-
     (wheel,) = [w for w in sut_wheelhouse.wheels if w.name == "data-designer-slurm"]
     variant = make_variant(sut_wheelhouse.path / wheel.file, FAULTS["five-attempts"], tmp_path / "wheels")
     out = tmp_path / "evidence"
@@ -95,8 +150,6 @@ def test_run_reports_a_failed_check_with_exit_1(tmp_path, sut_wheelhouse):
 def test_a_proxy_that_never_serves_is_a_failed_check_not_an_environment_error(tmp_path, sut_wheelhouse):
     """A SUT behaviour the scenario waits on that never happens is judged: exit 1, a failed
     check named after the behaviour, never exit 2 ("could not be judged")."""
-    from dd_accept.sut.variants import FAULTS, make_variant
-
     (wheel,) = [w for w in sut_wheelhouse.wheels if w.name == "data-designer-slurm"]
     variant = make_variant(sut_wheelhouse.path / wheel.file, FAULTS["endpoint-exits-at-start"], tmp_path / "wheels")
     out = tmp_path / "evidence"

@@ -59,9 +59,11 @@ RUN_ELSEWHERE = {
     ),
     "make test": (".ci/run", "verbatim: CI runs it", ("make test",)),
     "dd-accept run overload --replicas 8": (
-        "tests/controls/test_overload_client_faults.py::test_positive_control_rc1_passes_every_overload_check_through_the_cli",
-        "verbatim, with --out in the test's directory",
-        ('"run", "overload", "--replicas", "8"',),
+        "tests/controls/test_overload_client_faults.py::_run",
+        "equivalent: with --sut, a directory of rc1's runtime wheel and its engine rebuilt under a new "
+        "version (issue #32's release engineer), and --out in the test's directory; the positive control "
+        "(test_positive_control_rc1_passes_every_overload_check_through_the_cli) and both engine-fault controls run it",
+        ('"run", "overload", "--replicas", "8", "--sut", str(directory)',),
     ),
     "dd-accept run all": (
         "tests/existing/test_existing_cluster.py::test_drain_health_and_streaming_judge_rc1_as_on_the_docker_cluster",

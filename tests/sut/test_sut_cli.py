@@ -8,9 +8,9 @@ from dd_accept.base.state import state_root
 from tests.helpers import run_cli
 
 
-def _wheel(path, name="ddcanary", requires=(), extra_files=()):
-    dist = f"{name}-1.0.dist-info"
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n" + "".join(
+def _wheel(path, name="ddcanary", requires=(), extra_files=(), version="1.0"):
+    dist = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
         f"Requires-Dist: {r}\n" for r in requires
     )
     with zipfile.ZipFile(path, "w") as archive:
@@ -108,3 +108,20 @@ def test_a_source_directory_is_built_into_the_wheelhouse_with_its_digest(tmp_pat
     assert build_wheelhouse(spec).path == wheelhouse.path, "an unchanged source tree is not rebuilt"
     (source / "ddcanary_src" / "__init__.py").write_text("VALUE = 2\n")
     assert build_wheelhouse(spec).path != wheelhouse.path, "an edited source tree is"
+
+
+def test_a_directory_of_several_wheels_is_fetched_whole_with_each_digest(tmp_path, monkeypatch):
+    """Every wheel of a --sut directory is the SUT: each is pinned for the node's install over
+    the dependency set they resolve to together, and each digest is recorded."""
+    from dd_accept.base.hashing import sha256_file
+    from dd_accept.sut.spec import SutSpec
+    from dd_accept.sut.wheelhouse import build_wheelhouse
+
+    monkeypatch.setenv("DD_ACCEPT_STATE_DIR", str(tmp_path / "state"))
+    directory = tmp_path / "wheels"
+    directory.mkdir()
+    _wheel(directory / "ddcanary-1.0-py3-none-any.whl", requires=["ddcanary-engine==1.0"])
+    _wheel(directory / "ddcanary_engine-1.0+rebuilt-py3-none-any.whl", name="ddcanary_engine", version="1.0+rebuilt")
+    wheelhouse = build_wheelhouse(SutSpec.parse(str(directory)))
+    assert {w.file: w.sha256 for w in wheelhouse.sut_wheels} == {w.name: sha256_file(w) for w in directory.iterdir()}
+    assert {"ddcanary==1.0", "ddcanary-engine==1.0+rebuilt"} <= set(wheelhouse.install_requirements())

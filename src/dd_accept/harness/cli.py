@@ -41,7 +41,7 @@ from dd_accept.harness.doctor import to_json as doctor_document
 from dd_accept.harness.dry_run import print_plan
 from dd_accept.harness.gate import resolve_suts, run_gate
 from dd_accept.harness.gate_file import load_gate
-from dd_accept.harness.runner import SCENARIOS, RunRequest, default_out, run
+from dd_accept.harness.runner import SCENARIOS, RunRequest, default_out, parse_sut, run
 from dd_accept.node.loadclient.workload import parse_header
 from dd_accept.reports import compare, history, render
 from dd_accept.reports.audit import audit
@@ -53,8 +53,8 @@ from dd_accept.reports.verify import Policy, verify
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
 from dd_accept.slurm_docker.cluster import list_clusters
 from dd_accept.slurm_docker.sut_image import build_node_image
-from dd_accept.sut.profile import load_profile, profile_for
-from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
+from dd_accept.sut.profile import choose_profile, load_profile
+from dd_accept.sut.spec import DEFAULT_SUT
 from dd_accept.sut.wheelhouse import build_wheelhouse
 
 EXIT_INTERRUPTED = 130
@@ -178,16 +178,15 @@ def _cmd_cluster_prune(args: argparse.Namespace, console: ConsoleListener) -> in
 
 def _cmd_sut_prepare(args: argparse.Namespace, console: ConsoleListener) -> int:
 
-    spec = SutSpec.parse(args.sut)
+    spec = parse_sut(args.sut, args.profile)
     profile = load_profile(Path(args.profile)) if args.profile else None
     client = engine.connect()
     with console:
         wheelhouse = build_wheelhouse(spec, console)
-        sut_wheel = wheelhouse.sut_wheels[0]
-        profile = profile or profile_for(sut_wheel.name, sut_wheel.version)
+        choice = choose_profile(wheelhouse.sut_wheels, profile, spec.display)
         image = build_node_image(client, wheelhouse, console)
     # Whole digests in sha256sum's format, so they can be checked with `sha256sum -c`.
-    print(f"SUT {spec.display} (profile {profile.name}); wheel digests:")
+    print(f"SUT {spec.display} ({choice.describe()}); wheel digests:")
     for wheel in wheelhouse.sut_wheels:
         print(f"{wheel.sha256}  {wheel.file}")
     print(f"{len(wheelhouse.wheels)} wheels in the wheelhouse; wheelhouse digest {wheelhouse.digest}")

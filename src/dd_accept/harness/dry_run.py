@@ -2,7 +2,8 @@
 
 The SUT's profile decides the proxy's command line and the middleware, so it is needed; it
 comes from `--profile`, or from the built-in profiles by the SUT's pinned name and version
-(a requirement `name==version` or a wheel's file name). Nothing is fetched.
+(a requirement `name==version`, or the file names of a wheel or a directory of wheels: the
+wheel a built-in profile names decides). Nothing is fetched.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import argparse
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.utils import parse_wheel_filename
 
 from dd_accept.acceptance.overload import PHASES
 from dd_accept.acceptance.phases import plan_phases
@@ -22,20 +22,23 @@ from dd_accept.fixtures.backends.vllm import vllm_backend
 from dd_accept.fixtures.deployment import SCENARIO_ALLOCATION, scenario_job_name
 from dd_accept.slurm_docker.allocation import salloc_argv, scancel_argv
 from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
-from dd_accept.sut.profile import SutProfile, load_profile, profile_for
+from dd_accept.sut.profile import SutProfile, choose_profile, load_profile, profile_for
 from dd_accept.sut.spec import SutSpec
 
 
-def _profile(spec: SutSpec, profile: str | None) -> SutProfile:
-    if profile:
-        return load_profile(Path(profile))
-    if spec.kind == "wheel":
-        name, version, *_ = parse_wheel_filename(Path(spec.value).name)
-        return profile_for(str(name), str(version))
+def _profile(spec: SutSpec, profile: str | None) -> tuple[SutProfile, str]:
+    """The profile, and how it was chosen (as the plan's header says it)."""
+    given = load_profile(Path(profile)) if profile else None
+    if spec.local_wheels():
+        choice = choose_profile(spec.local_wheels(), given, spec.display)
+        return choice.profile, choice.describe()
+    if given is not None:
+        return given, f"profile {given.name} from --profile"
     if spec.kind == "requirement":
         pins = [s.version for s in Requirement(spec.value).specifier if s.operator == "=="]
         if len(pins) == 1:
-            return profile_for(spec.names[0], pins[0])
+            chosen = profile_for(spec.names[0], pins[0])
+            return chosen, f"profile {chosen.name}"
     raise UsageError(f"--dry-run cannot tell the profile of --sut {spec.display} without fetching it; pass --profile")
 
 
@@ -49,7 +52,7 @@ def print_plan(
     except ValueError as error:
         raise UsageError(str(error)) from None
     spec = SutSpec.parse(args.sut)
-    profile = _profile(spec, args.profile)
+    profile, chosen = _profile(spec, args.profile)
     if cluster.mode == "existing":
         if not cluster.run_dir or not Path(cluster.run_dir).is_absolute():
             raise UsageError("--cluster existing needs --run-dir DIR, an absolute path every node shares")
@@ -70,7 +73,7 @@ def print_plan(
     sections.append(("release", [PlannedCommand("release the allocation", scancel_argv(JOB))]))
     replicas = f"vLLM ({backend.model}, {backend.gpus_per_replica} GPU(s) each)" if backend else "synthetic"
     header = [
-        f"dd-accept dry run: overload against {spec.display} (profile {profile.name})",
+        f"dd-accept dry run: overload against {spec.display} ({chosen})",
         f"{options.replicas} {replicas} replicas on a{'n existing' if cluster.mode == 'existing' else ' docker'} "
         "Slurm cluster; nothing below has been run",
         "$JOB, $NODE and the step ids are known once salloc answers; the token is made per run",

@@ -40,9 +40,8 @@ from dd_accept.base.results import CheckResult, all_checks, load_results
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import GateFile
 from dd_accept.harness.gate_metrics import judge_goodput, judge_metric
-from dd_accept.harness.runner import RunRequest, as_given, prepare_out, run
+from dd_accept.harness.runner import RunRequest, as_given, parse_sut, prepare_out, run
 from dd_accept.reports import compare, gate_page
-from dd_accept.sut.spec import SutSpec
 
 SCHEMA = "dd-accept/gate/v1"
 
@@ -350,5 +349,5 @@ def resolve_suts(gate: GateFile, cli_suts: list[str]) -> list[str]:
     if compared and len(suts) != 2:
         raise UsageError(f"{compared[0]} compares with a baseline: the gate needs two SUTs (baseline, candidate)")
     for sut in suts:
-        SutSpec.parse(sut)  # a path that is not there, or not a wheel: said before anything starts
+        parse_sut(sut, gate.gate.profile)  # a path that is not there, or not a wheel: said before anything starts
     return suts

@@ -49,7 +49,7 @@ from dd_accept.reports.signing import load_private_key
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.login_node import open_existing
 from dd_accept.slurm_docker.sut_image import build_node_image
-from dd_accept.sut.profile import load_profile, profile_for
+from dd_accept.sut.profile import choose_profile, load_profile
 from dd_accept.sut.spec import SutSpec
 from dd_accept.sut.wheelhouse import DEFAULT_NODE, build_wheelhouse
 
@@ -187,15 +187,24 @@ class ProgressFollower:
             self.console.on_detail(text)
 
 
+def parse_sut(text: str, profile: str | None) -> SutSpec:
+    """`--sut`, validated before anything is fetched: a local SUT's wheels are known by their
+    file names, so one none of whose wheels has a built-in profile (and no --profile) is
+    refused here, as is a directory holding one project in two versions."""
+    spec = SutSpec.parse(text)
+    if not profile and spec.local_wheels():
+        choose_profile(spec.local_wheels(), None, spec.display)
+    return spec
+
+
 def run(request: RunRequest, console: ConsoleListener) -> int:
 
     request.scenarios()  # validate before anything is created
-    spec = SutSpec.parse(request.sut)
+    spec = parse_sut(request.sut, request.profile)
     sign_key = None
     if request.sign_key is not None:
         sign_key = load_private_key(request.sign_key)
-    if request.profile:
-        load_profile(Path(request.profile))
+    given = load_profile(Path(request.profile)) if request.profile else None
     existing = _existing_cluster(request)
     client = engine.connect() if existing is None else None
     out = prepare_out(request.out or default_out(request.scenario))
@@ -205,9 +214,8 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
         with console:
             release = request.cluster.release
             wheelhouse = build_wheelhouse(spec, console, RELEASES[release] if existing is None else DEFAULT_NODE)
-            wheel = wheelhouse.sut_wheels[0]
-            if not request.profile:
-                profile_for(wheel.name, wheel.version)
+            choice = choose_profile(wheelhouse.sut_wheels, given, spec.display)
+            console.on_step(choice.describe())
             if existing is None:
                 image = build_node_image(client, wheelhouse, console, release).tag
             else:
@@ -225,7 +233,8 @@ def run(request: RunRequest, console: ConsoleListener) -> int:
                     handle.write(existing.records.to_jsonl())
             console.on_step("writing the evidence bundle")
             run_dir = Path(request.cluster.run_dir) if request.cluster.run_dir else None
-            _write_evidence(raw, out, wheelhouse, image, started_wall, sign_key, run_dir)
+            runtime = choice.wheel or wheelhouse.sut_wheels[0]
+            _write_evidence(raw, out, wheelhouse, runtime, image, started_wall, sign_key, run_dir)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # nothing half-written is left behind
         out.with_name(out.name + ".tar.gz").unlink(missing_ok=True)
@@ -247,6 +256,7 @@ def _write_evidence(
     raw: Path,
     out: Path,
     wheelhouse: Any,
+    runtime: Any,
     image: str | None,
     started: float,
     sign_key: Any = None,
@@ -257,7 +267,7 @@ def _write_evidence(
     if run_dir is not None:
         roots[str(run_dir)] = "<run-dir>"
     sanitizer = Sanitizer(path_roots=roots)
-    context = gather(raw, wheelhouse, image, ["dd-accept", *sys.argv[1:]], started, time.time())
+    context = gather(raw, wheelhouse, runtime, image, ["dd-accept", *sys.argv[1:]], started, time.time())
     write_bundle(raw, out, context, sanitizer, sign_key)
 
 

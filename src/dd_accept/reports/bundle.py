@@ -48,6 +48,7 @@ class RunContext:
     node_lock: list[str]
     images: dict[str, str] = field(default_factory=dict)  # tag → image id
     versions: dict[str, str] = field(default_factory=dict)  # slurm, kernel, docker engine
+    runtime_wheel: str = ""  # the SUT wheel runtime_files are read from (the one its profile follows)
 
 
 def _iso(timestamp: float) -> str:
@@ -122,7 +123,7 @@ def provenance(
         {
             "name": "sut-runtime-source",
             "digest": {"sha256": context.runtime_source_digest},
-            "annotations": {"files": context.runtime_files},
+            "annotations": {"files": context.runtime_files, "wheel": context.runtime_wheel},
         },
         {
             "name": "dependency-lock:harness",

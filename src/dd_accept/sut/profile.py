@@ -8,9 +8,11 @@ types are rejected with the file and key named, so a typo cannot silently change
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Generic, Protocol, TypeVar
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
@@ -230,10 +232,65 @@ def load_profile(path: Path) -> SutProfile:
     return parse_profile(read_user_text(path, "--profile"), path.name)
 
 
+class NamedWheel(Protocol):
+    """What a profile is chosen by: a wheel's file, canonical distribution name and version."""
+
+    @property
+    def file(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+
+
+W = TypeVar("W", bound=NamedWheel)
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileChoice(Generic[W]):
+    """The profile that drives a SUT and the wheel it follows (the runtime the profile names)."""
+
+    profile: SutProfile
+    wheel: W | None  # None: a --profile naming none of the SUT's wheels
+    builtin: bool
+
+    def describe(self) -> str:
+        if self.builtin:
+            return f"profile {self.profile.name}, chosen by {self.wheel.file}"
+        return f"profile {self.profile.name} from --profile" + (f", for {self.wheel.file}" if self.wheel else "")
+
+
+def choose_profile(wheels: Sequence[W], given: SutProfile | None = None, sut: str = "") -> ProfileChoice[W]:
+    """The profile for a SUT of these wheels: `given` (--profile), else the built-in profile
+    that one of them matches. A SUT may be several wheels (the runtime beside its engine):
+    the profile follows the wheel it names, whichever file comes first. A usage error naming
+    the fix when no wheel has a built-in profile."""
+    if given is not None:
+        ranked = [w for w in wheels if given.matches(w.name, w.version)]
+        ranked += [w for w in wheels if canonicalize_name(w.name) == canonicalize_name(given.profile.distribution)]
+        return ProfileChoice(given, ranked[0] if ranked else None, builtin=False)
+    profiles = builtin_profiles()
+    for profile in profiles:
+        for wheel in wheels:
+            if profile.matches(wheel.name, wheel.version):
+                return ProfileChoice(profile, wheel, builtin=True)
+    known = ", ".join(f"{p.profile.distribution} {p.profile.versions}" for p in profiles)
+    found = ", ".join(f"{w.name} {w.version}" for w in wheels)
+    if len(wheels) == 1:
+        raise UsageError(f"no built-in profile for {found} (built in: {known}); pass --profile FILE")
+    raise UsageError(
+        f"no built-in profile for any wheel of --sut {sut}: {found} (built in: {known}); pass --profile FILE"
+    )
+
+
 def profile_for(distribution: str, version: str) -> SutProfile:
     """The built-in profile for a SUT distribution and version, or a usage error naming the fix."""
-    for profile in builtin_profiles():
-        if profile.matches(distribution, version):
-            return profile
-    known = ", ".join(f"{p.profile.distribution} {p.profile.versions}" for p in builtin_profiles())
-    raise UsageError(f"no built-in profile for {distribution} {version} (built in: {known}); pass --profile FILE")
+    wheel = _Named(f"{distribution}-{version}", distribution, version)
+    return choose_profile([wheel]).profile
+
+
+@dataclass(frozen=True, slots=True)
+class _Named:
+    file: str
+    name: str
+    version: str

@@ -1,8 +1,9 @@
 """`--sut SPEC`: which system under test, validated before anything is built or started.
 
 A SPEC is a requirement (`data-designer-slurm==1.0.0rc1`, the default), a local `.whl`,
-a directory of wheels, or a source directory that builds a wheel. Errors name the file by
-its base name only: host paths never appear in output that may end up in evidence.
+a directory of wheels (several of the SUT's projects, each in one version: the runtime
+beside a candidate engine build), or a source directory that builds a wheel. Errors name
+the file by its base name only: host paths never appear in output that may end up in evidence.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Literal
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 from dd_accept.base.errors import UsageError
 
@@ -38,6 +40,33 @@ def validate_wheel(path: Path) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class WheelName:
+    """A wheel as its file name states it: what a profile is chosen by before anything is fetched."""
+
+    file: str
+    name: str  # canonical
+    version: str
+
+    @classmethod
+    def of(cls, path: Path) -> WheelName:
+        name, version, *_ = parse_wheel_filename(path.name)
+        return cls(path.name, str(canonicalize_name(name)), str(version))
+
+
+def _one_version_each(directory: Path, wheels: list[Path]) -> None:
+    """Refuse a directory holding one project in two versions: which one the SUT is would be a guess.
+    Builds of one version for several platforms are one version (the node's build is used)."""
+    versions: dict[str, dict[Version, str]] = {}
+    for wheel in wheels:
+        name, version, *_ = parse_wheel_filename(wheel.name)
+        versions.setdefault(str(canonicalize_name(name)), {}).setdefault(version, wheel.name)
+    for name, found in sorted(versions.items()):
+        if len(found) > 1:
+            files = ", ".join(found[version] for version in sorted(found))
+            raise UsageError(f"--sut {directory.name} holds {len(found)} versions of {name} ({files}); keep one")
+
+
+@dataclass(frozen=True, slots=True)
 class SutSpec:
     kind: SutKind
     value: str  # the requirement text, or an absolute path
@@ -47,6 +76,14 @@ class SutSpec:
     def display(self) -> str:
         """How the SUT is named in output and evidence (no host path)."""
         return self.value if self.kind == "requirement" else f"{self.kind}:{Path(self.value).name}"
+
+    def local_wheels(self) -> tuple[WheelName, ...]:
+        """The wheels a local SUT is made of, by file name (none for a requirement or a source)."""
+        if self.kind == "wheel":
+            return (WheelName.of(Path(self.value)),)
+        if self.kind == "wheel_dir":
+            return tuple(WheelName.of(wheel) for wheel in sorted(Path(self.value).glob("*.whl")))
+        return ()
 
     @classmethod
     def parse(cls, text: str) -> SutSpec:
@@ -73,6 +110,7 @@ class SutSpec:
         wheels = sorted(path.glob("*.whl"))
         if wheels:
             names = tuple(sorted({canonicalize_name(validate_wheel(wheel)) for wheel in wheels}))
+            _one_version_each(path, wheels)
             return cls("wheel_dir", str(path), names)
         if (path / "pyproject.toml").is_file() or (path / "setup.py").is_file():
             return cls("source_dir", str(path), ())

@@ -844,27 +844,45 @@ def _record_hash(data: bytes) -> str:
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
+# Every entry of a rebuilt wheel carries this time, so the same edits of the same wheel give
+# the same bytes: its wheelhouse and node image are built once and reused by later runs.
+_ENTRY_TIME = (1980, 1, 1, 0, 0, 0)
+
+
 def make_variant(base: Path, fault: Fault, out_dir: Path) -> Path:
     """Write `base` with the fault applied as a new wheel in `out_dir` and return its path."""
+    return rebuild_wheel(base, out_dir, f"ddfault.{fault.name.replace('-', '.')}", fault.edits, f"fault {fault.name}")
+
+
+def rebuild_wheel(
+    base: Path, out_dir: Path, local: str, edits: tuple[tuple[str, str, str], ...] = (), what: str = "rebuild"
+) -> Path:
+    """Write `base` again as `out_dir`/NAME-VERSION+LOCAL-...whl with `edits` applied (none: a
+    rebuild of the same code, as a candidate build of a released project is) and return it.
+    The same input gives the same bytes."""
     name, version, rest = base.name.split("-", 2)
-    new_version = f"{version}+ddfault.{fault.name.replace('-', '.')}"
+    new_version = f"{version}+{local}"
     old_info, new_info = f"{name}-{version}.dist-info", f"{name}-{new_version}.dist-info"
     files: dict[str, bytes] = {}
+    modes: dict[str, int] = {}  # each entry's permission bits, as the base wheel has them
     with zipfile.ZipFile(base) as archive:
         for entry in archive.infolist():
             files[entry.filename] = archive.read(entry)
-    for file, old, new in fault.edits:
+            modes[entry.filename] = entry.external_attr
+    for file, old, new in edits:
         text = files[file].decode()
         if text.count(old) != 1:
-            raise UsageError(f"fault {fault.name}: expected exactly one match in {file}, found {text.count(old)}")
+            raise UsageError(f"{what}: expected exactly one match in {file}, found {text.count(old)}")
         files[file] = text.replace(old, new).encode()
     renamed: dict[str, bytes] = {}
+    renamed_modes: dict[str, int] = {}
     for path, data in files.items():
+        mode = modes[path]
         if path.startswith(old_info + "/"):
             path = new_info + path[len(old_info) :]
             if path.endswith("/METADATA"):
                 data = data.decode().replace(f"\nVersion: {version}\n", f"\nVersion: {new_version}\n", 1).encode()
-        renamed[path] = data
+        renamed[path], renamed_modes[path] = data, mode
     record_path = f"{new_info}/RECORD"
     rows = io.StringIO()
     writer = csv.writer(rows, lineterminator="\n")
@@ -877,5 +895,7 @@ def make_variant(base: Path, fault: Fault, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for path, data in renamed.items():
-            archive.writestr(path, data)
+            entry = zipfile.ZipInfo(path, _ENTRY_TIME)
+            entry.external_attr = renamed_modes.get(path, 0o644 << 16)
+            archive.writestr(entry, data, compress_type=zipfile.ZIP_DEFLATED)
     return target

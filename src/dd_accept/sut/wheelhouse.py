@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging import tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from dd_accept.base.errors import UsageError
@@ -43,15 +44,53 @@ IGNORED_SOURCE_DIRECTORIES = frozenset(
 )
 
 
-def node_platform_args(node: SlurmRelease = DEFAULT_NODE) -> list[str]:
+def _node_platforms(node: SlurmRelease) -> list[str]:
     machine = platform.machine()
-    tags = [f"manylinux_2_{minor}_{machine}" for minor in range(node.glibc_minor, 16, -1)]
-    tags += [f"manylinux2014_{machine}", f"manylinux2010_{machine}", f"manylinux1_{machine}"]
+    platforms = [f"manylinux_2_{minor}_{machine}" for minor in range(node.glibc_minor, 16, -1)]
+    return [*platforms, f"manylinux2014_{machine}", f"manylinux2010_{machine}", f"manylinux1_{machine}"]
+
+
+def node_platform_args(node: SlurmRelease = DEFAULT_NODE) -> list[str]:
     args = ["--only-binary=:all:", "--python-version", node.python, "--implementation", "cp"]
     args += ["--abi", node.python_tag]
-    for tag in tags:
+    for tag in _node_platforms(node):
         args += ["--platform", tag]
     return args
+
+
+def _node_tag_ranks(node: SlurmRelease) -> dict[tags.Tag, int]:
+    """The wheel tags the node's interpreter installs, most preferred first (as pip ranks them)."""
+    version = tuple(int(part) for part in node.python.split("."))
+    platforms = _node_platforms(node)
+    supported = [*tags.cpython_tags(version, [node.python_tag], platforms)]
+    supported += tags.compatible_tags(version, node.python_tag, platforms)
+    ranks: dict[tags.Tag, int] = {}
+    for rank, tag in enumerate(supported):
+        ranks.setdefault(tag, rank)
+    return ranks
+
+
+def builds_for_node(wheels: list[Path], node: SlurmRelease, sut: str) -> list[Path]:
+    """One wheel per project of a wheel directory. The spec refuses a project in two versions;
+    one version in several builds (one per platform) gets the build the node ranks first, as
+    pip would: given two files of one project, pip refuses both."""
+    by_project: dict[str, list[Path]] = {}
+    for wheel in wheels:
+        by_project.setdefault(str(canonicalize_name(parse_wheel_filename(wheel.name)[0])), []).append(wheel)
+    ranks = _node_tag_ranks(node)
+    unsupported = len(ranks)
+
+    def rank(wheel: Path) -> int:
+        return min(ranks.get(tag, unsupported) for tag in parse_wheel_filename(wheel.name)[3])
+
+    chosen = []
+    for name, builds in sorted(by_project.items()):
+        best = min(builds, key=lambda build: (rank(build), build.name))
+        if len(builds) > 1 and rank(best) == unsupported:
+            files = ", ".join(build.name for build in builds)
+            raise UsageError(f"--sut {sut}: no build of {name} installs on the node's Python {node.python} ({files})")
+        chosen.append(best)
+    return sorted(chosen)
 
 
 def _tree_digest(root: Path) -> str:
@@ -149,7 +188,7 @@ def build_wheelhouse(
         evict_wheelhouses(root)
         scratch = Path(tempfile.mkdtemp(prefix="tmp-", dir=root))
         try:
-            requirements, extra, sut_names = _resolve_inputs(spec, scratch, listener)
+            requirements, extra, sut_names = _resolve_inputs(spec, scratch, listener, node)
             listener.on_step(f"fetching wheels for {spec.display} (Python {node.python})")
             _pip(
                 ["download", "-q", "-d", str(scratch), *extra, *node_platform_args(node), *requirements],
@@ -182,7 +221,7 @@ def evict_wheelhouses(root: Path, keep: int = KEEP_WHEELHOUSES, now: float | Non
 
 
 def _resolve_inputs(
-    spec: SutSpec, scratch: Path, listener: BuildListener
+    spec: SutSpec, scratch: Path, listener: BuildListener, node: SlurmRelease
 ) -> tuple[list[str], list[str], tuple[str, ...]]:
     """(requirements for pip download, extra pip options, the SUT's distribution names)."""
     harness = list(HARNESS_REQUIREMENTS)
@@ -193,7 +232,9 @@ def _resolve_inputs(
         shutil.copy2(spec.value, copied)
         return [str(copied), *harness], [], spec.names
     if spec.kind == "wheel_dir":
-        wheels = sorted(Path(spec.value).glob("*.whl"))
+        # Every project of the directory is installed, each from its own wheel, over the
+        # dependency set they resolve to together (the index supplies the rest).
+        wheels = builds_for_node(sorted(Path(spec.value).glob("*.whl")), node, spec.display)
         for wheel in wheels:
             shutil.copy2(wheel, scratch / wheel.name)
         return [str(scratch / w.name) for w in wheels] + harness, ["--find-links", str(scratch)], spec.names
