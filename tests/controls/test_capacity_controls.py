@@ -116,7 +116,7 @@ def test_a_proxy_starved_of_cpu_is_not_judged_by_harness_headroom(sut_allocation
     python = sut_allocation.cluster.layout.python
     node = sut_allocation.first_node
     hogs = sut_allocation.start_step(
-        [python, "-c", "while True: pass"], options=["-J", "hog", "-N1", "-n2", f"--nodelist={node}"]
+        [python, "-c", "while True: pass"], options=["-J", "hog", "-N1", "-n4", f"--nodelist={node}"]
     )
     try:
         result = run_capacity(
