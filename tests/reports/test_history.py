@@ -107,3 +107,18 @@ def test_bundles_from_different_places_are_series_of_their_own(tmp_path):
     assert result.returncode == 0 and "flagged: " not in result.stderr, result.stderr
     names = {row["name"] for row in csv.DictReader(io.StringIO((tmp_path / "h.csv").read_text()))}
     assert {"streaming p99_ttft_ms @ Slurm 22.05, linuxproc", "streaming p99_ttft_ms @ Slurm 26.05, linuxproc"} <= names
+
+
+def test_a_dot_directory_under_an_evidence_directory_is_scratch_and_not_a_bundle(tmp_path):
+    """A run writes `.NAME.raw` beside its bundle while it runs: a history read in that
+    moment (or after a killed run) must not refuse the directory for it."""
+    runs = tmp_path / "evidence"
+    _bundle(runs / "a-filed", 1_000.0, 100.0, 40.0)
+    scratch = runs / ".b-running.raw"
+    scratch.mkdir()
+    (scratch / "results.json").write_text("{}")  # half-written: would not verify
+    result = run_cli("history", str(runs), "--fail-on-change")
+    assert result.returncode == 0, result.stderr
+    assert "history: 1 bundles" in result.stdout and ".b-running" not in result.stdout
+    named = run_cli("history", str(scratch))  # named on purpose: read, and refused as any bundle
+    assert named.returncode == 2 and "does not verify" in named.stderr

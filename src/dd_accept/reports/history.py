@@ -81,13 +81,20 @@ def find_bundles(paths: list[Path]) -> list[Path]:
         if not path.exists():
             raise UsageError(f"history: {path.name}: no such file or directory")
         if path.is_dir() and not (path / "results.json").is_file():
-            found += sorted(p.parent for p in path.rglob("results.json"))
-            found += sorted(p for p in path.rglob("*.tar.gz") if not p.with_suffix("").with_suffix("").is_dir())
+            found += sorted(p.parent for p in path.rglob("results.json") if not _hidden(p, path))
+            archives = (p for p in path.rglob("*.tar.gz") if not _hidden(p, path))
+            found += sorted(p for p in archives if not p.with_suffix("").with_suffix("").is_dir())
         else:
             found.append(path)
     if not found:
         raise UsageError("history: no bundle found (a bundle holds results.json)")
     return list({path.resolve(): path for path in reversed(found)}.values())[::-1]  # each bundle once
+
+
+def _hidden(found: Path, root: Path) -> bool:
+    """A dot-directory under the one named is scratch (a run's `.NAME.raw` while it writes,
+    an editor's or a tool's own), never a bundle someone filed."""
+    return any(part.startswith(".") for part in found.relative_to(root).parts)
 
 
 def load_points(bundles: list[Path], policy: ReadingPolicy) -> list[Point]:
