@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from contextlib import contextmanager
 
 from dd_accept.acceptance.overload import OverloadOptions, run_overload
 from dd_accept.base.progress import ProgressWriter
@@ -18,6 +19,14 @@ from dd_accept.sut.variants import FAULTS, make_variant
 def run_with_fault(scenario, fault_name, wheelhouse, base_image, profile, tmp_path, *, nodes=1):
     """Run `scenario(allocation, run, profile, progress)` on a cluster whose SUT carries the
     fault; returns {check id: CheckResult}."""
+    with faulty_image(fault_name, wheelhouse, base_image, profile, tmp_path) as (image, profile, installed):
+        return run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, f"ctl-{fault_name}", nodes, installed)
+
+
+@contextmanager
+def faulty_image(fault_name, wheelhouse, base_image, profile, tmp_path):
+    """The image of rc1 with one fault, its profile, and the check that the variant is what a
+    cluster of it installed; the image is removed after."""
     fault = FAULTS[fault_name]
     profile = fault.profile(profile)  # what the variant changed that its profile states
     (wheel,) = [w for w in wheelhouse.wheels if w.name == fault.distribution]
@@ -30,14 +39,15 @@ def run_with_fault(scenario, fault_name, wheelhouse, base_image, profile, tmp_pa
         assert found.stdout_tail.strip() == "1", "the variant must be what is installed"
 
     try:
-        return run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, f"ctl-{fault_name}", nodes, installed)
+        yield image, profile, installed
     finally:  # 1 GB a control, and only this control installs this variant
         client.images.remove(image, force=True)
 
 
-def run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, name, nodes=1, before=None):
-    """Run `scenario` on a cluster of its own (`nodes` compute nodes; a scenario that loses a
-    node needs one beyond its allocation); returns {check id: CheckResult}."""
+@contextmanager
+def own_allocation(image, wheelhouse, name, before=None, nodes=1):
+    """An exclusive allocation on a cluster of its own (`nodes` compute nodes), kept for as
+    many runs as the caller makes."""
     # The base image is the session's (--dd-slurm): its release is the one whose Python the
     # wheelhouse was fetched for, and the cluster's layout must follow it.
     release = next(r.version for r in RELEASES.values() if r.python == wheelhouse.python)
@@ -46,8 +56,14 @@ def run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, name, nod
         if before is not None:
             before(cluster)
         with Allocation.acquire(cluster, extra=["--exclusive"]) as allocation:
-            run = RunDirectory.create(cluster)
-            result = scenario(allocation, run, profile, ProgressWriter(None, "control"))
+            yield allocation, cluster
+
+
+def run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, name, nodes=1, before=None):
+    """Run `scenario` on a cluster of its own (`nodes` compute nodes; a scenario that loses a
+    node needs one beyond its allocation); returns {check id: CheckResult}."""
+    with own_allocation(image, wheelhouse, name, before, nodes) as (allocation, cluster):
+        result = scenario(allocation, RunDirectory.create(cluster), profile, ProgressWriter(None, "control"))
     assert result.error is None, result.error
     write_results(tmp_path / "results.json", [result], {}, False)  # refuses what the published schema does not allow
     return {check.id: check for check in result.checks}

@@ -10,6 +10,7 @@ fault's results exits 1 naming the number that got worse, its two values and the
 
 import json
 import re
+from dataclasses import asdict
 
 import pytest
 
@@ -25,7 +26,8 @@ from dd_accept.base.regressions import (
     per_level,
 )
 from dd_accept.fixtures.deployment import RunDirectory
-from tests.controls.controls import run_with_fault
+from dd_accept.harness.gate_rounds import judge_round_regressions
+from tests.controls.controls import faulty_image, own_allocation, run_with_fault
 from tests.helpers import run_cli
 
 # Capacity saturates both cores on purpose: no other cluster test runs beside it (tests/conftest.py).
@@ -40,6 +42,7 @@ NOT_JUDGED = "capacity not judged: the knee is bounded by the harness, not by th
 # The candidate of each comparison is a control's results.json in its scratch directory (beside
 # the variant's wheel), not a bundle: compared, marked NOT verified, instead of refused.
 UNSEALED = ("--allow-unverified",)
+QUIET = ProgressWriter(None, "round")
 LIGHT = CapacitySettings(load=CapacityOptions(level_seconds=LEVEL_SECONDS, load_start=START, load_levels=2))
 
 
@@ -221,3 +224,55 @@ def test_a_proxy_that_holds_every_chunk_is_caught_by_the_comparison_with_rc1(
     # Two levels only: the knee and the cost at the cheapest levels are not compared with rc1's ladder.
     notes = json.loads(compared.stdout)["not_compared"]
     assert PROXY_CPU_PER_CHUNK not in worse and any(n.startswith("capacity.proxy_cpu_per_chunk") for n in notes)
+
+
+# Three levels from 18 streams: the cheapest-median of the cost reads all three in each run,
+# and none of them saturates a proxy paying 60 us more per event (from 60 streams up on 2
+# cores its one event loop ran out, and a cost per chunk read there is the core's, not the
+# proxy's: 57 against 73 us, x1.27, for the 60 us fault).
+ROUND = CapacitySettings(load=CapacityOptions(level_seconds=LEVEL_SECONDS, load_start=START, load_levels=3))
+
+
+def _as_results(result) -> dict:
+    checks = {c.id: c for c in result.checks}
+    print(f"round: {checks['capacity.proxy_cpu_per_chunk'].observed} | not judged: {result.error}")
+    return {"scenarios": [{"name": result.name, "checks": [asdict(check) for check in result.checks]}]}
+
+
+def test_a_proxy_costlier_per_chunk_is_caught_by_interleaved_rounds_and_rc1_against_itself_is_not(
+    sut_allocation, sut_cluster, sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """Negative and positive control of a gate's capacity rounds, judged by the gate's own
+    code (harness.gate_rounds): 60 us of CPU on every event, within the single-run bound of
+    150 us where rc1 forwards a chunk for 30-46 us; rc1 and the variant measured in turn, three
+    runs each, separate with the rank test's smallest p and an interval of the ratio above
+    x1.25 (at these light levels rc1 pays 80-100 us a chunk, its idle loop's wake-ups). rc1
+    measured in turn against itself (three runs beside those) is not a regression."""
+    rc1 = {"a": [], "b": []}
+    variant = []
+    with faulty_image("cpu-per-chunk-60us", sut_wheelhouse, sut_image, sut_profile, tmp_path) as built:
+        image, profile, installed = built
+        with own_allocation(image, sut_wheelhouse, "ctl-rounds", installed) as (allocation, cluster):
+
+            def of_rc1(side):
+                run = run_capacity(sut_allocation, RunDirectory.create(sut_cluster), sut_profile, ROUND, QUIET)
+                rc1[side].append(_as_results(run))
+
+            def of_variant():
+                run = run_capacity(allocation, RunDirectory.create(cluster), profile, ROUND, QUIET)
+                variant.append(_as_results(run))
+
+            for number in range(3):  # a b v | v b a | a b v ... : neither side always first or last
+                steps = [lambda: of_rc1("a"), lambda: of_rc1("b"), of_variant]
+                for step in steps if number % 2 == 0 else steps[::-1]:
+                    step()
+    cost = "gate.regression.capacity.proxy_cpu_per_chunk.proxy_cpu_us_per_chunk"
+    caught = {c.id: c for c in judge_round_regressions(rc1["a"], variant, 3)}[cost]
+    itself = {c.id: c for c in judge_round_regressions(rc1["a"], rc1["b"], 3)}[cost]
+    print("cpu-per-chunk-60us:", caught.observed, "| rc1 against itself:", itself.observed)
+    assert caught.verdict == "fail" and caught.metrics["p"] == 0.05, caught
+    assert caught.metrics["ratio_low"] > 1.25 and 1.3 < caught.metrics["ratio"] < 4, caught  # 60 us on top of rc1's
+    assert itself.verdict == "pass" and itself.metrics["ratio_low"] < 1.25, itself
+    # what the fault does not touch: its own run still passes every behavioural bound of the scenario
+    single = {c["id"]: c for c in variant[0]["scenarios"][0]["checks"]}
+    print("single run of the variant:", single["capacity.proxy_cpu_per_chunk"]["observed"])

@@ -122,3 +122,44 @@ def test_a_dot_directory_under_an_evidence_directory_is_scratch_and_not_a_bundle
     assert "history: 1 bundles" in result.stdout and ".b-running" not in result.stdout
     named = run_cli("history", str(scratch))  # named on purpose: read, and refused as any bundle
     assert named.returncode == 2 and "does not verify" in named.stderr
+
+
+def _capacity_bundle(directory, started, knee, cost, light_delay, ladder_start=18.0):
+    directory.mkdir(parents=True)
+    ladder = {"ladder_mode": 0.0, "ladder_start": ladder_start, "ladder_factor": 1.5, "level_seconds": 3.0}
+    checks = [
+        CheckResult.judge("capacity.knee", True, "x", "y", metrics={
+            "knee_output_throughput": knee, "light_chunk_delay_p50_ms": light_delay, **ladder}),
+        CheckResult.judge("capacity.proxy_cpu_per_chunk", True, "x", "y", metrics={"proxy_cpu_us_per_chunk": cost}),
+    ]  # fmt: skip
+    scenario = ScenarioResult("capacity", checks=checks, started=started, ended=started + 10)
+    write_results(directory / "results.json", [scenario], {"spec": "sut==1"}, False)
+    sealed(directory)
+
+
+def test_declared_check_numbers_are_flagged_under_their_own_rule_and_only_on_one_ladder(tmp_path):
+    """The knee, the CPU per chunk and a light chunk's delay have a worse direction and a
+    measured noise (base.regressions): history flags them under that rule (tolerance and
+    margin), never under its own --tolerance, and a run on another ladder starts a series of
+    its own instead of reading as a fall."""
+    runs = tmp_path / "evidence"
+    _capacity_bundle(runs / "a", 1_000.0, 20_000.0, 30.0, 0.30)
+    _capacity_bundle(runs / "b", 2_000.0, 12_000.0, 45.0, 0.40)  # knee -40%, cost +50%: within 60% / 75%
+    _capacity_bundle(runs / "c", 3_000.0, 7_000.0, 80.0, 0.70)  # knee -42% (-65% since a), cost +78%
+    _capacity_bundle(runs / "d", 4_000.0, 2_000.0, 80.0, 0.70, ladder_start=40.0)  # another ladder
+    table = tmp_path / "history.csv"
+    result = run_cli("history", str(runs), "--tolerance", "0.1", "--csv", str(table))
+    assert result.returncode == 0, result.stderr
+    flagged = sorted(line for line in result.stderr.splitlines() if line.startswith("flagged: "))
+    assert len(flagged) == 2, flagged
+    assert flagged[0].startswith("flagged: check capacity.knee knee_output_throughput [ladder ")
+    assert flagged[0].endswith("in c: 2e+04 → 7000 (-65%) since the best"), flagged
+    assert flagged[1].startswith("flagged: check capacity.proxy_cpu_per_chunk proxy_cpu_us_per_chunk [ladder ")
+    assert flagged[1].endswith("in c: 45 → 80 (+78%)"), flagged
+    # 0.3 → 0.7 ms is +133%, inside the delay's margin of half a millisecond on top of its 50%
+    assert not any("light_chunk_delay" in line for line in flagged)
+    # history's own --tolerance (10%) would have flagged b's knee; d's ladder is a series of its own
+    rows = list(csv.DictReader(io.StringIO(table.read_text())))
+    knees = {r["name"] for r in rows if "knee_output_throughput" in r["name"] and r["value"]}
+    assert len(knees) == 2, knees
+    assert [r["bundle"] for r in rows if r["name"] in knees and float(r["value"]) == 2000] == ["d"]

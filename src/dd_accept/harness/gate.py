@@ -40,6 +40,7 @@ from dd_accept.base.results import CheckResult, all_checks, load_results
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import GateFile
 from dd_accept.harness.gate_metrics import judge_goodput, judge_metric
+from dd_accept.harness.gate_rounds import ROLES, judge_round_regressions, later_rounds, round_name
 from dd_accept.harness.runner import RunRequest, as_given, parse_sut, prepare_out, run
 from dd_accept.reports import compare, gate_page
 
@@ -233,6 +234,18 @@ def _judge_release(
         (base / "comparison.html").write_text(compare.to_html(comparison))
         console.table(compare.to_table(comparison))
     checks = judge(gate, candidate, base / "candidate", baseline)
+    rounds = gate.gate.capacity_rounds
+    if baseline is not None and rounds > 1:  # the rounds judge the declared numbers, not one run each
+        checks = [c for c in checks if not c.id.startswith("gate.regression.")]
+        runs = {
+            role: [
+                load_results(path)
+                for n in range(1, rounds + 1)
+                if (path := base / round_name(role, n) / "results.json").is_file()
+            ]
+            for role in ROLES
+        }
+        checks += judge_round_regressions(runs["baseline"], runs["candidate"], rounds)
     return ReleaseVerdict(release, prefix, codes, candidate, checks, comparison)
 
 
@@ -248,11 +261,16 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
     try:
         for release in releases:
             try:
+                where = f" on Slurm {release}" if in_matrix else ""
                 for role, sut in roles.items():
-                    where = f" on Slurm {release}" if in_matrix else ""
                     console.on_step(f"gate {gate.gate.name}: {role} {sut}{where}")
                     request = _request(gate, sut, out / prefixes[release] / role, sign_key, release)
                     codes[release][role] = run(request, console)
+                for role, number in later_rounds(gate.gate.capacity_rounds) if len(roles) == 2 else []:
+                    name = round_name(role, number)
+                    console.on_step(f"gate {gate.gate.name}: capacity round {number} of {role} {roles[role]}{where}")
+                    request = _request(gate, roles[role], out / prefixes[release] / name, sign_key, release)
+                    codes[release][name] = run(replace(request, scenario="capacity"), console)
             except DDAcceptError as error:
                 if not in_matrix or release is None:
                     raise
@@ -330,12 +348,17 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
     console.table(table)
     written = "gate.md, gate.json, gate.html" + (", comparison.md, comparison.html" if "baseline" in roles else "")
     print(f"gate: {out.name}/{written}" + (" (one directory per Slurm release)" if in_matrix else ""))
-    if not_run or any(part.codes.get("candidate") == EXIT_USAGE for part in parts):
+    if not_run or any(_not_judged(part.codes) for part in parts):
         code = EXIT_USAGE  # the machine could not run all of it: judged as far as it ran, written
     else:
         code = EXIT_PASS if verdict == "pass" else EXIT_CHECK_FAILED
     console.emit({**document, "directory": str(as_given(out)), "exit_status": code})
     return code
+
+
+def _not_judged(codes: dict[str, int]) -> bool:
+    """The candidate's run, or any capacity round, could not be judged (exit 2): the machine's."""
+    return any(code == EXIT_USAGE for role, code in codes.items() if role == "candidate" or "-" in role)
 
 
 def resolve_suts(gate: GateFile, cli_suts: list[str]) -> list[str]:
@@ -346,6 +369,8 @@ def resolve_suts(gate: GateFile, cli_suts: list[str]) -> list[str]:
     compared = [f"metrics.{d.scenario}.{d.metric}" for d in gate.metrics if d.vs_baseline is not None]
     if gate.thresholds.capacity_tolerance is not None:
         compared.append("thresholds.capacity_tolerance")
+    if gate.gate.capacity_rounds > 1:
+        compared.append("gate.capacity_rounds")
     if compared and len(suts) != 2:
         raise UsageError(f"{compared[0]} compares with a baseline: the gate needs two SUTs (baseline, candidate)")
     for sut in suts:

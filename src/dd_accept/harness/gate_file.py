@@ -14,6 +14,7 @@ from pathlib import Path
 from dd_accept.acceptance.catalog import CHECKS
 from dd_accept.acceptance.scenarios import ALL_SCENARIOS
 from dd_accept.base.errors import UsageError
+from dd_accept.base.noisy_comparison import FEWEST_ROUNDS
 from dd_accept.base.options import (
     BackendOptions,
     CapacityOptions,
@@ -41,7 +42,15 @@ class GateSection:
     out: str | None = None
     allow_unsupported: tuple[str, ...] = ()
     sign_key: str | None = None
+    # With two SUTs: how many times each runs the capacity scenario, in turn (baseline,
+    # candidate, candidate, baseline, ...), so its numbers are judged with the statistics of
+    # noisy benchmarks (base.noisy_comparison) instead of one run's tolerance. 1: one run each.
+    capacity_rounds: int = 1
 
+
+# Each round is a capacity run of each SUT (about a minute and a half on 2 cores); the exact
+# rank test enumerates C(2n, n) splits, 3,432 at seven.
+MOST_ROUNDS = 7
 
 # Each section's keys are derived from the option models (base.options), so a gate file
 # accepts exactly what `dd-accept run` accepts, under the same bounds.
@@ -129,6 +138,13 @@ def _validate(gate: GateFile, source: str) -> GateFile:
     if not 1 <= len(gate.gate.suts) <= 2:
         raise _fail(source, f"gate.suts must name one SUT, or two (baseline, candidate); got {len(gate.gate.suts)}")
     chosen = gate.scenarios()
+    if not 1 <= gate.gate.capacity_rounds <= MOST_ROUNDS:
+        raise _fail(source, f"gate.capacity_rounds is from 1 to {MOST_ROUNDS}, got {gate.gate.capacity_rounds}")
+    if gate.gate.capacity_rounds > 1 and "capacity" not in chosen:
+        raise _fail(source, "gate.capacity_rounds repeats scenario capacity, which the gate does not run")
+    if 1 < gate.gate.capacity_rounds < FEWEST_ROUNDS:
+        raise _fail(source, f"gate.capacity_rounds: {FEWEST_ROUNDS} rounds or more are needed for the rank test "
+                    "to say anything at 5% (1 keeps one run each)")  # fmt: skip
     for check in gate.gate.allow_unsupported:
         owner = next((scenario for scenario, checks in CHECKS.items() if check in checks), None)
         if owner is None:

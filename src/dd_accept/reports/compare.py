@@ -316,6 +316,27 @@ def _on_shared_levels(
     return was_read[1], now_read[1]
 
 
+def round_values(declared: RegressionMetric, runs: list[dict[str, dict[str, Any]]]) -> list[float]:
+    """Each run's value of a declared number, for interleaved rounds (base.noisy_comparison):
+    a per-level metric read on the levels every run reached (as `_on_shared_levels` reads
+    two), so a candidate whose knee came early is compared where all of them forwarded."""
+    metrics = [run.get(declared.check, {}).get("metrics", {}) for run in runs]
+    if declared.per_level:
+        levels = [per_level(m, declared.metric) for m in metrics]
+        shared = set.intersection(*(set(found) for found in levels)) if levels else set()
+        if shared:
+            reads = [cheapest_median({load: found[load] for load in shared}) for found in levels]
+            return [read[1] for read in reads if read is not None]
+    return [float(m[declared.metric]) for m in metrics if declared.metric in m]
+
+
+def ladders_differ(declared: RegressionMetric, runs: list[dict[str, dict[str, Any]]]) -> list[str]:
+    """The ladder keys on which the runs disagree: numbers from different ladders never compare."""
+    ladder = declared.ladder_in or declared.check
+    seen = [run.get(ladder, {}).get("metrics", {}) for run in runs]
+    return [key for key in declared.same if len({repr(m.get(key)) for m in seen}) > 1]
+
+
 POOLED_WITH_FAULTS = "the scenario's whole pools phases that drive a fault by design"
 
 

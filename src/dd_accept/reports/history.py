@@ -7,7 +7,8 @@ failing, on which run. `history` reads the bundles' `results.json` (each verifie
 held to its schema, as every reader does: `reading`), orders them by when they ran, and follows every serving metric of
 every scenario, every check's key numbers and every check's verdict. A change is flagged when
 a value moved in its worse direction by more than the tolerance against the run before it or
-against the best earlier run (a creep of small steps), or a verdict went from pass to anything else;
+against the best earlier run (a creep of small steps), a check number dd-accept declares
+(base.regressions) got worse under its own rule, or a verdict went from pass to anything else;
 bundles judged in different places (Slurm releases, process tracking, a site's cluster) have
 series of their own. It prints a table, writes one self-contained HTML page (a chart per
 metric, a verdict grid; no script, nothing fetched) and a CSV in long
@@ -17,6 +18,7 @@ form for spreadsheets.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,10 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from dd_accept.base.errors import UsageError
-from dd_accept.base.regressions import serving_worse
+from dd_accept.base.regressions import REGRESSION_METRICS, RegressionMetric, serving_worse
 from dd_accept.base.results import all_checks, where_judged
 from dd_accept.base.serving_names import better, unit_of
 from dd_accept.reports.reading import BANNER_STYLE, ReadingPolicy, Shown, read_verified
+
+# The check numbers dd-accept knows the worse direction and the noise of (base.regressions).
+DECLARED = {(declared.check, declared.metric): declared for declared in REGRESSION_METRICS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,7 @@ class Series:
     unit: str
     better: str | None  # "higher", "lower", or None: not flagged (counts, check metrics)
     values: list[float | None] = field(default_factory=list)
+    declared: RegressionMetric | None = None  # a check number's own rule (base.regressions); else history's
     flags: list[str] = field(default_factory=list)  # per point: "" or why it is flagged
 
 
@@ -120,19 +126,31 @@ def _a_date(timestamp: float) -> bool:
     return timestamp > 0
 
 
-def _numbers(results: dict[str, Any], place: str) -> dict[str, tuple[float, str, str | None]]:
-    """series key -> (value, unit, which way is better) for one bundle. A check's key numbers
-    are shown, never flagged: which way is better is the check's to say, not history's. With
-    bundles from several places (Slurm releases, process tracking, a site's cluster), each
-    place has series of its own: numbers from different clusters are not one trend."""
+def _numbers(results: dict[str, Any], place: str) -> dict[str, tuple[float, str, str | None, RegressionMetric | None]]:
+    """series key -> (value, unit, which way is better, own tolerance) for one bundle. A
+    check's key numbers are shown, and flagged only where dd-accept declares which way is
+    worse and by how much its noise moves it (base.regressions: the capacity knee, CPU per
+    chunk, a light chunk's delay), under that tolerance and only between runs on one ladder
+    (a series per ladder): which way is better is otherwise the check's to say, not history's.
+    With bundles from several places (Slurm releases, process tracking, a site's cluster),
+    each place has series of its own: numbers from different clusters are not one trend."""
     at = f" @ {place}" if place else ""
-    numbers: dict[str, tuple[float, str, str | None]] = {}
+    numbers: dict[str, tuple[float, str, str | None, RegressionMetric | None]] = {}
     for scenario in results["scenarios"]:
         for name, value in ((scenario.get("serving") or {}).get("metrics") or {}).items():
-            numbers[f"serving {scenario['name']} {name}{at}"] = (value, unit_of(name), better(name))
-    for check in all_checks(results):
+            numbers[f"serving {scenario['name']} {name}{at}"] = (value, unit_of(name), better(name), None)
+    checks = {check["id"]: check for check in all_checks(results)}
+    for check in checks.values():
         for name, value in check.get("metrics", {}).items():
-            numbers[f"check {check['id']} {name}{at}"] = (value, unit_of(name), None)
+            declared = DECLARED.get((check["id"], name))
+            if declared is None:
+                numbers[f"check {check['id']} {name}{at}"] = (value, unit_of(name), None, None)
+                continue
+            ladder = checks.get(declared.ladder_in or declared.check, {}).get("metrics", {})
+            on = hashlib.sha256(repr([ladder.get(key) for key in declared.same]).encode()).hexdigest()[:6]
+            better_way = "higher" if declared.worse == "lower" else "lower"
+            key = f"check {check['id']} {name}{at}" + (f" [ladder {on}]" if declared.same else "")
+            numbers[key] = (value, declared.unit, better_way, declared)
     return numbers
 
 
@@ -142,8 +160,8 @@ def build_history(points: list[Point], tolerance: float) -> History:
     keys = list(dict.fromkeys(key for numbers in per_point for key in numbers))
     series = []
     for key in keys:
-        unit, direction = next((n[key][1], n[key][2]) for n in per_point if key in n)
-        entry = Series(key, unit, direction, [n[key][0] if key in n else None for n in per_point])
+        unit, direction, own = next((n[key][1], n[key][2], n[key][3]) for n in per_point if key in n)
+        entry = Series(key, unit, direction, [n[key][0] if key in n else None for n in per_point], declared=own)
         entry.flags = [_flag(entry, i, tolerance) for i in range(len(points))]
         series.append(entry)
     by_point = [{c["id"]: c["verdict"] for c in all_checks(p.results)} for p in points]
@@ -169,18 +187,26 @@ def _flag(series: Series, index: int, tolerance: float) -> str:
     earlier = [v for v in series.values[:index] if v is not None]
     if now is None or not earlier or series.better is None:
         return ""
-    step = _worse(earlier[-1], now, series.better, tolerance)
+
+    def worse(before: float, after: float) -> str:
+        return _worse(before, after, series.better or "lower", tolerance, series.declared)
+
+    step = worse(earlier[-1], now)
     if step:
         return step
     best = max(earlier) if series.better == "higher" else min(earlier)
-    drift = _worse(best, now, series.better, tolerance)
+    drift = worse(best, now)
     # A creep is flagged where it crosses the tolerance, not again on every run that stays past it.
-    return drift + " since the best" if drift and not _worse(best, earlier[-1], series.better, tolerance) else ""
+    return drift + " since the best" if drift and not worse(best, earlier[-1]) else ""
 
 
-def _worse(before: float, now: float, better: str, tolerance: float) -> str:
-    """Why `now` is flagged against `before` under the one serving rule, or ""."""
-    if not serving_worse(better, before, now, tolerance):
+def _worse(before: float, now: float, better: str, tolerance: float, declared: RegressionMetric | None) -> str:
+    """Why `now` is flagged against `before`, or "": under a declared check number's own rule
+    (its tolerance and margin), else under the one serving rule."""
+    if declared is not None:
+        if not declared.regressed(before, now):
+            return ""
+    elif not serving_worse(better, before, now, tolerance):
         return ""
     if before == 0:  # from none at all: no fraction of it to state
         return f"{before:.4g} → {now:.4g}"

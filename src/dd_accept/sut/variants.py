@@ -720,6 +720,23 @@ FAULTS = {
             ),
         ),
         Fault(
+            "cpu-per-chunk-60us",
+            "data-designer-slurm",
+            "the proxy spends 60 us of CPU on every SSE event it forwards (a per-token hook that parses each "
+            "event): within the profile's 150 us bound where rc1 forwards a chunk for 30-46 us, and two or three "
+            "times that cost",
+            (
+                (
+                    PROXY,
+                    "                await downstream.write(chunk)\n",
+                    '                _until = time.process_time() + 0.00006 * chunk.count(b"data: ")\n'
+                    "                while time.process_time() < _until:\n"
+                    "                    pass\n"
+                    "                await downstream.write(chunk)\n",
+                ),
+            ),
+        ),
+        Fault(
             "latency-per-chunk",
             "data-designer-slurm",
             "the proxy holds every chunk 2 ms before it forwards it (an awaited hook per chunk), without "
