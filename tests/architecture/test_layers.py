@@ -87,8 +87,8 @@ def test_no_import_of_dd_accept_hides_inside_a_function() -> None:
 def test_the_layer_order_is_the_one_the_readme_draws() -> None:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     layers = next(c for c in config["contracts"] if c["id"] == "layers")["layers"]
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "contributing.md").read_text()
     drawn = readme[readme.index("<!-- layers -->") : readme.index("<!-- /layers -->")]
     picture = drawn.split("```")[1]
     rows = [re.split(r"\s{2,}", line)[0] for line in picture.splitlines() if line and not line.startswith(" ")]
-    assert rows == layers, "README draws other layers, or another order, than pyproject.toml"
+    assert rows == layers, "docs/contributing.md draws other layers, or another order, than pyproject.toml"

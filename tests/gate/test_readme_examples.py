@@ -26,10 +26,14 @@ REPOSITORY = Path(__file__).parents[2]
 WHEEL = "data_designer_slurm-1.0.0rc1-py3-none-any.whl"
 
 
+# The user documentation: the README's one screen and the pages it links.
+USER_DOCS = ("README.md", *sorted(str(p.relative_to(REPOSITORY)) for p in (REPOSITORY / "docs").glob("*.md")))
+
+
 def readme_examples() -> list[str]:
-    """Each command of the README's ```sh blocks (continuations joined, comments and a
+    """Each command of the user docs' ```sh blocks (continuations joined, comments and a
     leading `$ ` removed); output lines shown in a block are not commands."""
-    text = (REPOSITORY / "README.md").read_text()
+    text = "\n".join((REPOSITORY / name).read_text() for name in USER_DOCS)
     commands = []
     for block in re.findall(r"```sh\n(.*?)```", text, re.S):
         for command in block.replace("\\\n", " ").splitlines():
@@ -63,6 +67,12 @@ RUN_ELSEWHERE = {
         "equivalent: with --sut, a directory of rc1's runtime wheel and its engine rebuilt under a new "
         "version (issue #32's release engineer), and --out in the test's directory; the positive control "
         "(test_positive_control_rc1_passes_every_overload_check_through_the_cli) and both engine-fault controls run it",
+        ('"run", "overload", "--replicas", "8", "--sut", str(directory)',),
+    ),
+    "dd-accept run overload --replicas 8 --sut ./dist/my.whl": (
+        "tests/controls/test_overload_client_faults.py::_run",
+        "equivalent: --sut a directory holding rc1's wheels (a .whl is the same path through the wheelhouse), "
+        "--out in the test's directory",
         ('"run", "overload", "--replicas", "8", "--sut", str(directory)',),
     ),
     "dd-accept run all": (
@@ -127,10 +137,14 @@ RUN_HERE = {  # needs no cluster: run below, verbatim
     "dd-accept history evidence/ --html history.html --csv history.csv",
     "dd-accept history evidence/ --fail-on-change",
 }
+IN_THE_CHECKOUT = {  # the README's auditor path, on the shipped sample bundle (docs/sample/)
+    "dd-accept verify docs/sample/rc1-overload --key docs/sample/rc1-overload.pub --require-signature",
+    "dd-accept report docs/sample/rc1-overload --format md",
+}
 
 
 def test_every_example_is_run_by_a_test():
-    assert sorted(readme_examples()) == sorted([*RUN_ELSEWHERE, *RUN_HERE])
+    assert set(readme_examples()) == {*RUN_ELSEWHERE, *RUN_HERE, *IN_THE_CHECKOUT}
 
 
 @pytest.mark.parametrize("example", sorted(RUN_ELSEWHERE))
@@ -185,10 +199,10 @@ def test_the_auditors_and_ci_examples_run_verbatim(tmp_path):
         "command -v jq >/dev/null || jq() { python3 -c "
         "'import json,sys; print(json.dumps(json.load(sys.stdin)[sys.argv[1][1:]]))' \"$1\"; }"
     )
-    for example in sorted(RUN_HERE):
+    for example in sorted(RUN_HERE | IN_THE_CHECKOUT):
         result = subprocess.run(
             ["bash", "-o", "pipefail", "-c", f"{no_jq}\n{example}"],
-            cwd=tmp_path, capture_output=True, text=True, timeout=600,
+            cwd=REPOSITORY if example in IN_THE_CHECKOUT else tmp_path, capture_output=True, text=True, timeout=600,
             env={"PATH": f"{shim}:/usr/local/bin:/usr/bin:/bin", "HOME": str(tmp_path)},
         )  # fmt: skip
         assert result.returncode == 0, (example, result.stdout[-2000:], result.stderr[-2000:])

@@ -12,6 +12,7 @@ from dd_accept.reports.digests import sha256_file
 from dd_accept.reports.sanitize import Sanitizer
 from dd_accept.reports.signing import pae
 from dd_accept.reports.verify import verify
+from tests.helpers import run_cli
 from tests.reports.test_bundle import _context, _raw
 
 
@@ -142,3 +143,18 @@ def test_the_provenance_must_list_the_same_passed_and_failed_checks(tmp_path):
     problems = verify(out, []).problems
     assert "provenance.json: passedTests differ from the check verdicts in results.json" in problems
     assert "provenance.json: failedTests differ from the check verdicts in results.json" in problems
+
+
+def test_verify_says_what_it_verified_and_a_bundle_that_does_not_verify_vouches_for_nothing(tmp_path):
+    out, public = _signed(tmp_path)
+    done = run_cli("verify", str(out), "--key", str(public), "--require-pass")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
+    files = len(json.loads((out / "manifest.json").read_text())["files"])
+    assert said["files"] == f"{files} listed in the manifest, each held to its sha256"
+    assert said["policy --require-pass"] == "met" and said["signature"].startswith("verified (key id ")
+    assert said["verdict"].startswith("pass (") and said["sut"], said
+    (out / "results.json").write_text((out / "results.json").read_text().replace('"pass"', '"fail"', 1))
+    broken = run_cli("verify", str(out), "--key", str(public), "--json")
+    document = json.loads(broken.stdout)
+    assert broken.returncode == 1 and document["facts"] == {} and document["problems"], document

@@ -2,7 +2,7 @@
 
 A check is a pure function returning a `CheckResult`. `@check("scenario.name")` records its
 id (or ids, for one function that judges several modes) with its scenario, so the catalog
-that gate files are validated against, the README's check table and `dd-accept run`'s list
+that gate files are validated against, the check table of docs/checks.md and `dd-accept run`'s list
 of scenarios are all derived from the functions themselves, not from a hand-kept list. The
 wrapper also refuses a result whose id is not one it registered: a check that reports
 under a name nobody can select in a gate is a harness fault, found the first time it runs.

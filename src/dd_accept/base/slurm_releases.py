@@ -7,7 +7,7 @@ so its node image comes from Debian's package archive like the default one, and 
 node's Python (which the SUT's wheels are fetched for) is the suite's.
 
 Everything that differs between releases is a field of `SlurmRelease`; the image recipe,
-the slurm.conf template, option choices and the README's table are derived from it.
+the slurm.conf template, option choices and the docs' table (docs/cluster-and-sut.md) are derived from it.
 """
 
 from __future__ import annotations

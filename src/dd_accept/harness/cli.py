@@ -49,7 +49,7 @@ from dd_accept.reports.html import render_bundle
 from dd_accept.reports.reading import ReadingPolicy, Shown, banner_html, banner_markdown, opened_verified, read_verified
 from dd_accept.reports.share import sanitize_paths
 from dd_accept.reports.signing import load_private_key, load_public_key
-from dd_accept.reports.verify import Policy, verify
+from dd_accept.reports.verify import Policy, facts_lines, verify
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
 from dd_accept.slurm_docker.cluster import list_clusters
 from dd_accept.slurm_docker.sut_image import build_node_image
@@ -409,6 +409,8 @@ def _cmd_verify(args: argparse.Namespace, console: ConsoleListener) -> int:
     console.emit(verification.to_json(bundle.name))
     for problem in verification.problems + verification.unmet:
         print(problem)
+    for line in facts_lines(verification):
+        print(line)
     print(f"signature: {verification.signature}")
     if verification.problems:
         print(f"dd-accept verify: {len(verification.problems)} problem(s): the bundle does not verify", file=sys.stderr)

@@ -15,6 +15,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, UsageError
-from dd_accept.base.results import all_checks, schema_of, schema_problem
+from dd_accept.base.results import all_checks, schema_of, schema_problem, where_judged
 from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
 from dd_accept.reports.bundle import (
@@ -50,6 +51,7 @@ class Verification:
     signature: str = "absent"
     unmet: list[str] = field(default_factory=list)  # a whole bundle that does not show what the policy asks
     files: int = 0  # the files the manifest lists, each held to its digest
+    facts: dict[str, Any] = field(default_factory=dict)  # what it vouches for (verified_facts)
 
     @property
     def exit_status(self) -> int:
@@ -67,6 +69,7 @@ class Verification:
             "problems": list(self.problems),
             "unmet": list(self.unmet),
             "exit_status": self.exit_status,
+            "facts": self.facts,
         }
 
     @property
@@ -109,26 +112,61 @@ class Policy:
                 raise UsageError(f"verify: --require-sut {self.require_sut!r} is not NAME==VERSION") from None
 
 
-def policy_problems(results: dict[str, Any], policy: Policy) -> list[str]:
+def policy_outcomes(results: dict[str, Any], policy: Policy) -> list[tuple[str, str]]:
+    """Each policy asked, as `--require-... VALUE`, with why it is unmet ("" when it is met)."""
     verdicts = {c["id"]: c["verdict"] for c in all_checks(results)}
-    problems = []
-    if policy.require_pass and results["verdict"] != "pass":
-        failing = [check for check, verdict in verdicts.items() if verdict != "pass"]
-        errors = [s["name"] for s in results["scenarios"] if s.get("error")]
-        why = f"not passing: {', '.join(failing)}" if failing else f"not judged: {', '.join(errors) or 'nothing ran'}"
-        problems.append(f"policy --require-pass: the run's verdict is {results['verdict']} ({why})")
+    outcomes = []
+    if policy.require_pass:
+        why = ""
+        if results["verdict"] != "pass":
+            failing = [check for check, verdict in verdicts.items() if verdict != "pass"]
+            errors = [s["name"] for s in results["scenarios"] if s.get("error")]
+            shown = (
+                f"not passing: {', '.join(failing)}" if failing else f"not judged: {', '.join(errors) or 'nothing ran'}"
+            )
+            why = f"the run's verdict is {results['verdict']} ({shown})"
+        outcomes.append(("--require-pass", why))
     for check_id in policy.require_checks:
         verdict = verdicts.get(check_id)
-        if verdict != "pass":
-            problems.append(f"policy --require-check {check_id}: {verdict or 'not in the results'}")
+        outcomes.append((f"--require-check {check_id}", "" if verdict == "pass" else verdict or "not in the results"))
     if policy.require_sut is not None:
         wanted = Requirement(policy.require_sut)
         wheels = [_name_and_version(w["file"]) for w in results["sut"].get("wheels", [])]
         named = [w[1] for w in wheels if w is not None and w[0] == canonicalize_name(wanted.name)]
+        why = ""
         if not any(wanted.specifier.contains(version, prereleases=True) for version in named):
             found = ", ".join(f"{wanted.name} {v}" for v in named) or f"no {wanted.name} wheel"
-            problems.append(f"policy --require-sut {policy.require_sut}: the judged wheels have {found}")
-    return problems
+            why = f"the judged wheels have {found}"
+        outcomes.append((f"--require-sut {policy.require_sut}", why))
+    return outcomes
+
+
+def policy_problems(results: dict[str, Any], policy: Policy) -> list[str]:
+    return [f"policy {asked}: {why}" for asked, why in policy_outcomes(results, policy) if why]
+
+
+def verified_facts(results: dict[str, Any], subjects: dict[str, str], files: int, policy: Policy | None) -> dict:
+    """What a verification vouches for, in the words an auditor records: the verdict, the SUT
+    and the digest of each wheel tested, the scenarios, when, for how long and where they ran,
+    how many files the manifest holds, and each policy asked. Read from results the provenance
+    agrees with, so only for a bundle that verified."""
+    scenarios = results.get("scenarios", [])
+    starts = [s["started"] for s in scenarios if isinstance(s.get("started"), int | float)]
+    ends = [s["ended"] for s in scenarios if isinstance(s.get("ended"), int | float)]
+    started = datetime.fromtimestamp(min(starts), UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return {
+        "verdict": results.get("verdict"),
+        "sut": results.get("sut", {}).get("spec"),
+        "wheels": {name: digest for name, digest in sorted(subjects.items()) if name.endswith(".whl")},
+        "scenarios": {s["name"]: s.get("verdict") for s in scenarios},
+        "started": started if starts else None,
+        "duration_s": round(max(ends) - min(starts), 1) if starts and ends else None,
+        "where": where_judged(results) or None,
+        "files": files,
+        "policies": [{"policy": asked, "met": not why} for asked, why in policy_outcomes(results, policy)]
+        if policy is not None
+        else [],
+    }
 
 
 def _name_and_version(file: str) -> tuple[str, Version] | None:
@@ -280,6 +318,8 @@ def _verified(
     problems += [f"audit: {finding}" for finding in audit([bundle])]
     if policy is not None:
         verification.unmet = policy_problems(results, policy)
+    if not problems:  # a bundle that does not verify vouches for nothing: its claims are not shown as facts
+        verification.facts = verified_facts(results, subjects, verification.files, policy)
     return verification
 
 
@@ -298,3 +338,19 @@ def verify(
     public_key = load_public_key(pubkey) if pubkey is not None else None
     with opened_bundle(bundle, "verify") as directory:
         return verify_directory(directory, wheels, public_key, require_signature, policy)
+
+
+def facts_lines(verification: Verification) -> list[str]:
+    """`verify`'s account of what it checked, a line per fact (the --json `facts` in words)."""
+    facts = verification.facts
+    if not facts:
+        return []
+    lines = [f"verdict: {facts['verdict']} ({', '.join(f'{n} {v}' for n, v in facts['scenarios'].items())})"]
+    lines.append(f"sut: {facts['sut']}")
+    lines += [f"wheel: {name} sha256:{digest}" for name, digest in facts["wheels"].items()]
+    if facts["started"]:
+        took = f" for {facts['duration_s']:.0f} s" if facts["duration_s"] is not None else ""
+        lines.append(f"ran: {facts['started']}{took}" + (f" on {facts['where']}" if facts["where"] else ""))
+    lines.append(f"files: {facts['files']} listed in the manifest, each held to its sha256")
+    lines += [f"policy {p['policy']}: {'met' if p['met'] else 'NOT met'}" for p in facts["policies"]]
+    return lines

@@ -4,7 +4,7 @@ Slurm learns that a node died only from its pings: the node is flagged NOT_RESPO
 ping goes unanswered, and set DOWN once it has been silent for `SlurmdTimeout` (counted from
 its last answer); only then are its jobs ended and their `srun` launchers told. Measured
 with the node frozen and SlurmdTimeout=45: DOWN 41 s after the loss on 22.05, 51 s on 24.11,
-50 s on 26.05 (README, "Node loss"). A controller that watches its launchers learns of the
+50 s on 26.05 (docs/cluster-and-sut.md, "Node loss"). A controller that watches its launchers learns of the
 loss at that moment, not before.
 """
 

@@ -359,7 +359,7 @@ class Fault:
         return dataclasses.replace(base, telemetry=dataclasses.replace(base.telemetry, **dict(self.telemetry_profile)))
 
 
-# What the released rc1 fails, for true reasons (README, "What it finds"): the expected
+# What the released rc1 fails, for true reasons (docs/checks.md, "What it finds"): the expected
 # verdicts of the false-alarm benchmark and of the login-node comparison.
 # rc1's telemetry findings: the seed's records and counters it does not emit (telemetry-logged fixes them all).
 _TELEMETRY_FINDINGS = frozenset(
