@@ -26,3 +26,14 @@ CHECKS: dict[str, tuple[str, ...]] = {
     for scenario in SCENARIOS
 }
 ALL_CHECKS = frozenset(check for checks in CHECKS.values() for check in checks)
+
+# What each check judges, in one line (`dd-accept checks`): the first sentence of its rule.
+ENDPOINT_STARTS_SUMMARY = (
+    "The SUT's proxy starts as a Slurm step and serves: a proxy that never serves fails here, "
+    "never as could not be judged."
+)
+SUMMARIES: dict[str, str] = {
+    check_id: ENDPOINT_STARTS_SUMMARY if check_id.endswith(f".{ENDPOINT_STARTS}") else REGISTRY[check_id].summary
+    for checks in CHECKS.values()
+    for check_id in checks
+}

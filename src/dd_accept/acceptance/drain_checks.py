@@ -68,6 +68,9 @@ def _show(counts: Counter[str]) -> str:
 def scancel_step(
     streams: list[ClientRequest], stop_at: float, endpoint: StepEnd, steps_left: list[str], window_s: float
 ) -> CheckResult:
+    """`scancel --signal=TERM` of the endpoint's step lets every stream in flight finish with
+    [DONE] inside the drain window, and the step exits 0 with no step left behind (the brief's
+    drain contract, fact 3)."""
     flying = in_flight(streams, stop_at)
     counts = _outcomes(flying, stop_at, None)
     ok = (

@@ -19,6 +19,8 @@ class Probe:
 
 @check("health.backend_loss.detected")
 def backend_loss_detected(probe: Probe | None, replicas: int, has_monitor: bool, bound_s: float = 15.0) -> CheckResult:
+    """A replica's process killed is reported by the proxy's /health (503, one backend fewer
+    ready) within the bound, with or without a health monitor the profile declares."""
     ready = (probe.body or {}).get("backends_ready") if probe else None
     in_time = probe is not None and probe.seconds_after_loss <= bound_s
     ok = probe is not None and probe.status == 503 and ready == replicas - 1 and in_time
@@ -188,6 +190,8 @@ def unresponsive_detected(found: dict[str, Probe | None], replicas: int, bound_s
 
 @check("health.probe_isolation")
 def probe_isolation(probe: Probe, saturated: int, limit_s: float = 5.0) -> CheckResult:
+    """/health answers 200 in time while every upstream connection is held by a stream: its
+    probes do not queue behind the traffic they watch."""
     ok = probe.status == 200 and probe.elapsed_s <= limit_s
     return CheckResult.judge(
         probe_isolation.check_id,

@@ -22,6 +22,7 @@ from dd_accept.base.results import CheckResult
 class RegisteredCheck:
     id: str
     function: str  # module.qualname: where the rule is written
+    summary: str = ""  # the first sentence of the rule's docstring: what `dd-accept checks` lists
 
     @property
     def scenario(self) -> str:
@@ -33,6 +34,18 @@ REGISTRY: dict[str, RegisteredCheck] = {}
 F = TypeVar("F", bound=Callable[..., CheckResult])
 
 
+def first_sentence(docstring: str) -> str:
+    """The rule in one line: the docstring's first paragraph up to its first full stop outside
+    parentheses (a "(the seed. ...)" aside is part of the sentence)."""
+    paragraph = " ".join(docstring.strip().split("\n\n", 1)[0].split())
+    depth = 0
+    for index, char in enumerate(paragraph):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth <= 0 and char == "." and (index + 1 == len(paragraph) or paragraph[index + 1] == " "):
+            return paragraph[:index] + "."
+    return paragraph.rstrip(":;, ") + "." if paragraph else ""  # a paragraph that leads into a list
+
+
 def check(*ids: str) -> Callable[[F], F]:
     if not ids or any(id_.count(".") < 1 for id_ in ids):
         raise ValueError(f"a check id is scenario.name, got {ids!r}")
@@ -42,7 +55,7 @@ def check(*ids: str) -> Callable[[F], F]:
         for id_ in ids:
             if id_ in REGISTRY and REGISTRY[id_].function != where:
                 raise ValueError(f"check {id_} is registered twice: {REGISTRY[id_].function} and {where}")
-            REGISTRY[id_] = RegisteredCheck(id_, where)
+            REGISTRY[id_] = RegisteredCheck(id_, where, first_sentence(function.__doc__ or ""))
 
         @functools.wraps(function)
         def judged(*args: Any, **kwargs: Any) -> CheckResult:

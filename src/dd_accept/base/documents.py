@@ -33,6 +33,7 @@ SCHEMA_FILES = {
     "dd-accept/gate/v1": "gate-v1.json",
     "dd-accept/doctor/v1": "doctor-v1.json",
     "dd-accept/cluster-status/v1": "cluster-status-v1.json",
+    "dd-accept/checks/v1": "checks-v1.json",
     "dd-accept/error/v1": "error-v1.json",
 }
 

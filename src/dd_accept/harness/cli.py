@@ -35,6 +35,7 @@ from dd_accept.base.options import (
 )
 from dd_accept.base.regressions import REGRESSION_METRICS, SERVING_TOLERANCE
 from dd_accept.base.state import state_root
+from dd_accept.harness.checks_command import add_checks_command
 from dd_accept.harness.console import ConsoleListener, fail_line
 from dd_accept.harness.doctor import run_checks
 from dd_accept.harness.doctor import to_json as doctor_document
@@ -726,6 +727,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_reading_options(trail)
     trail.set_defaults(handler=_cmd_history)
 
+    add_checks_command(commands)
+
     audit = commands.add_parser("audit", help="scan files, directories and archives for secrets and host details")
     audit.add_argument("paths", nargs="+", metavar="PATH", help="files, directories, .tar.gz, .whl or .zip")
     audit.add_argument("--licences", action="store_true", help="also require a declared licence in wheels")
@@ -795,7 +798,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands with a machine-readable result: `--json` prints it (its schema under docs/schema/).
-JSON_COMMANDS = ("run", "verify", "audit", "compare", "gate", "doctor", "cluster status")
+JSON_COMMANDS = ("run", "verify", "audit", "compare", "gate", "doctor", "cluster status", "checks")
 _NO_COLOR_HELP = "no colour, even on a terminal (as the NO_COLOR environment variable)"
 _JSON_HELP = "print one JSON document on stdout (schema in docs/schema/); the human output goes to stderr"
 
