@@ -99,3 +99,10 @@ def test_a_small_overload_run_plans_and_one_replica_is_refused():
         run_cli("run", "overload", "--replicas", "3", "--overloaded", "3", "--dry-run"),
         "--overloaded must be at least 1 and below --replicas",
     )
+
+
+def test_an_option_is_never_taken_from_its_first_letters():
+    """`--replica 8` is a typo, not `--replicas 8`: one line, exit 2, nothing run."""
+    result = run_cli("run", "overload", "--replica", "8", "--dry-run")
+    assert result.returncode == 2 and "unrecognized arguments: --replica 8" in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1 and not result.stdout

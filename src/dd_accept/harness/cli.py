@@ -63,7 +63,13 @@ DEFAULT_CLUSTER = "dd-accept"
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit 2, as for every other bad input."""
+    """argparse, but a usage error is one line and exit 2, as for every other bad input, and
+    no option is taken from its first letters (`--replica` is not `--replicas`: a typo in a CI
+    job must not become another option the day one is added that shares its start)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         fail_line(f"{message} (see `{self.prog} --help`)")
@@ -591,7 +597,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", metavar="DIR", help="output directory (default: evidence/<utc-time>-<scenario>/); must be new"
     )
 
-    add_arguments(run.add_argument, OverloadOptions)  # every option defined once, in base.options
+    overload = run.add_argument_group("overload scenario: replicas, queue depth and the admission it drives")
+    add_arguments(overload.add_argument, OverloadOptions)  # every option defined once, in base.options
     run.add_argument(
         "--client-header",
         action="append",
@@ -622,7 +629,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="parallel allocations for several scenarios (default: %(default)s)",
     )
     run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
-    add_arguments(run.add_argument, DrainOptions)
+    drain = run.add_argument_group("drain scenario: the window and allowance (default: the SUT profile's)")
+    add_arguments(drain.add_argument, DrainOptions)
     capacity = run.add_argument_group("capacity scenario: the load ladder and its SLO")
     add_arguments(capacity.add_argument, CapacityOptions)
     where = run.add_argument_group("where to run (default: a dockerized Slurm cluster on this machine)")
