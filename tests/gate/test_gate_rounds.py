@@ -14,6 +14,7 @@ from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import parse_gate
 from dd_accept.harness.gate_rounds import later_rounds
 from tests.gate.test_judge_and_compare import SCENARIO, _results
+from tests.helpers import run_cli
 
 ROUNDS = """
 [gate]
@@ -143,3 +144,17 @@ def test_rounds_the_test_cannot_use_are_refused_before_anything_runs(rounds, sce
 def test_rounds_need_a_baseline():
     with pytest.raises(UsageError, match=r"gate\.capacity_rounds compares with a baseline"):
         gate_module.resolve_suts(parse_gate(ROUNDS, "r.toml"), ["sut==2"])
+
+
+def test_gate_check_validates_says_what_would_run_and_runs_nothing(tmp_path):
+    config = tmp_path / "r.toml"
+    config.write_text(ROUNDS + 'suts = ["data-designer-slurm==1.0.0rc1", "data-designer-slurm==1.0.0rc2"]\n')
+    result = run_cli("gate", "--config", str(config), "--check", "--out", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    assert "gate file r.toml: valid; gate 'r' runs overload, capacity" in result.stdout
+    assert "baseline: data-designer-slurm==1.0.0rc1" in result.stdout and "capacity rounds: 3" in result.stdout
+    assert not (tmp_path / "out").exists()  # nothing started, nothing written
+    config.write_text(ROUNDS.replace("capacity_rounds = 3", "capacity_rounds = 2"))
+    wrong = run_cli("gate", "--config", str(config), "--check")
+    assert wrong.returncode == 2 and "3 rounds or more are needed" in wrong.stderr and not wrong.stdout
+    assert run_cli("--json", "gate", "--config", str(config), "--check").returncode == 2

@@ -40,7 +40,7 @@ from dd_accept.harness.console import ConsoleListener, fail_line
 from dd_accept.harness.doctor import run_checks
 from dd_accept.harness.doctor import to_json as doctor_document
 from dd_accept.harness.dry_run import print_plan
-from dd_accept.harness.gate import resolve_suts, run_gate
+from dd_accept.harness.gate import describe_gate, resolve_suts, run_gate
 from dd_accept.harness.gate_file import load_gate
 from dd_accept.harness.runner import SCENARIOS, RunRequest, default_out, parse_sut, run
 from dd_accept.node.loadclient.workload import parse_header
@@ -256,6 +256,9 @@ def _cmd_gate(args: argparse.Namespace, console: ConsoleListener) -> int:
     sign_key = args.key or gate.gate.sign_key
     if sign_key:
         load_private_key(Path(sign_key))  # a bad key is said once, before any release runs
+    if args.check_only:
+        print(describe_gate(gate, suts, Path(args.config).name))
+        return EXIT_PASS
     return run_gate(gate, suts, out, console, Path(sign_key) if sign_key else None)
 
 
@@ -667,6 +670,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PRIVATE.pem",
         help="Ed25519 private key to sign each bundle's provenance with (default: gate.sign_key, else unsigned)",
     )
+    gate.add_argument(
+        "--check",
+        dest="check_only",
+        action="store_true",
+        help="validate the gate file, its SUTs and key, say what it would run, and run nothing",
+    )
     gate.set_defaults(handler=_cmd_gate)
 
     compare = commands.add_parser(
@@ -838,8 +847,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr if args.json else sys.stdout)  # --json: stdout is for documents only
         return EXIT_USAGE
     command = _command_name(args)
-    if args.json and (command not in JSON_COMMANDS or getattr(args, "dry_run", False)):
-        where = "--dry-run" if command == "run" else f"`{command}`"
+    if args.json and (
+        command not in JSON_COMMANDS or getattr(args, "dry_run", False) or getattr(args, "check_only", False)
+    ):
+        where = {"run": "--dry-run", "gate": "gate --check"}.get(command, f"`{command}`")
         parser.error(f"--json is not available for {where}; it is for: {', '.join(JSON_COMMANDS)}")
     _interrupt_on_term()
     console = ConsoleListener(quiet=args.quiet, no_color=args.no_color)

@@ -356,6 +356,24 @@ def run_gate(gate: GateFile, suts: list[str], out: Path, console: ConsoleListene
     return code
 
 
+def describe_gate(gate: GateFile, suts: list[str], source: str) -> str:
+    """What a valid gate file would run, in the words `gate --check` prints."""
+    roles = ("baseline", "candidate") if len(suts) == 2 else ("candidate",)
+    releases = ", ".join(str(r) for r in gate.releases()) if gate.cluster.slurm else "the default Slurm release"
+    lines = [f"gate file {source}: valid; gate {gate.gate.name!r} runs {', '.join(gate.scenarios())} on {releases}"]
+    lines += [f"  {role}: {sut}" for role, sut in zip(roles, suts, strict=True)]
+    if gate.gate.capacity_rounds > 1:
+        lines.append(f"  capacity rounds: {gate.gate.capacity_rounds} of each SUT, in turn")
+    demands = [f"metrics.{d.scenario}.{d.metric}" for d in gate.metrics]
+    demands += [f"thresholds.{name}" for name in ("max_error_rate", "capacity_tolerance")
+                if getattr(gate.thresholds, name) is not None]  # fmt: skip
+    demands += ["goodput"] if gate.goodput is not None else []
+    lines.append(f"  demands beyond every check passing: {', '.join(demands) or 'none'}")
+    if gate.gate.allow_unsupported:
+        lines.append(f"  may be unsupported: {', '.join(gate.gate.allow_unsupported)}")
+    return "\n".join(lines)
+
+
 def _not_judged(codes: dict[str, int]) -> bool:
     """The candidate's run, or any capacity round, could not be judged (exit 2): the machine's."""
     return any(code == EXIT_USAGE for role, code in codes.items() if role == "candidate" or "-" in role)
