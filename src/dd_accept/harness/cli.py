@@ -45,7 +45,7 @@ from dd_accept.harness.gate_file import load_gate
 from dd_accept.harness.runner import SCENARIOS, RunRequest, default_out, parse_sut, run
 from dd_accept.node.loadclient.workload import parse_header
 from dd_accept.reports import compare, history, render
-from dd_accept.reports.audit import audit
+from dd_accept.reports.audit import audit, baseline_text, read_baseline
 from dd_accept.reports.html import render_bundle
 from dd_accept.reports.reading import ReadingPolicy, Shown, banner_html, banner_markdown, opened_verified, read_verified
 from dd_accept.reports.share import sanitize_paths
@@ -385,16 +385,27 @@ def _below_one(text: str) -> float:
 
 def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
 
-    findings = audit([Path(p) for p in args.paths], licences=args.licences)
+    accepted_keys = read_baseline(Path(args.baseline)) if args.baseline else set()
+    everything = audit([Path(p) for p in args.paths], licences=args.licences)
+    if args.write_baseline:
+        target = Path(args.write_baseline)
+        if not target.parent.is_dir():
+            raise UsageError(f"audit: cannot write {target}: its directory does not exist")
+        target.write_text(baseline_text(everything))
+        print(f"dd-accept audit: {sum(1 for f in everything if f.fingerprint)} finding(s) written to {target}")
+        return EXIT_PASS
+    findings = [f for f in everything if f.baseline_key() not in accepted_keys]
+    accepted = len(everything) - len(findings)
     code = EXIT_CHECK_FAILED if findings else EXIT_PASS
     document = {"schema": "dd-accept/audit/v1", "clean": not findings, "exit_status": code, "paths": len(args.paths)}
-    console.emit({**document, "findings": [finding.to_json() for finding in findings]})
+    console.emit({**document, "accepted": accepted, "findings": [finding.to_json() for finding in findings]})
     for finding in findings:
-        print(finding)  # location and rule only: never the matched text
+        print(finding)  # location, rule and the line as sanitized: never the matched text
+    also = f"; {accepted} accepted by the baseline" if accepted else ""
     if findings:
-        print(f"dd-accept audit: {len(findings)} finding(s)", file=sys.stderr)
+        print(f"dd-accept audit: {len(findings)} finding(s){also}", file=sys.stderr)
     else:
-        print(f"dd-accept audit: clean ({len(args.paths)} path(s))")
+        print(f"dd-accept audit: clean ({len(args.paths)} path(s){also})")
     return code
 
 
@@ -749,6 +760,14 @@ def build_parser() -> argparse.ArgumentParser:
     audit = commands.add_parser("audit", help="scan files, directories and archives for secrets and host details")
     audit.add_argument("paths", nargs="+", metavar="PATH", help="files, directories, .tar.gz, .whl or .zip")
     audit.add_argument("--licences", action="store_true", help="also require a declared licence in wheels")
+    audit.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="accepted findings (file, rule, sha256 of the line) not to report; a changed line is found again",
+    )
+    audit.add_argument(
+        "--write-baseline", metavar="FILE", help="write every finding as a baseline to review, and exit 0"
+    )
     audit.set_defaults(handler=_cmd_audit)
 
     sanitize = commands.add_parser(

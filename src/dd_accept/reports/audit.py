@@ -13,13 +13,16 @@ bundle recorded (`redactions.json`), not for the auditor's own.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import re
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dd_accept.base.errors import UsageError
+from dd_accept.base.user_files import read_user_text
 from dd_accept.reports.archive import Member, walk
 from dd_accept.reports.sanitize import Sanitizer, sanitizer_for_audit
 
@@ -31,12 +34,30 @@ TEXT_SNIFF = 8192
 class Finding:
     location: str
     rule: str
+    # The line as the sanitizer leaves it (what matched replaced by its placeholder), so a
+    # person sees why it matched without the audit printing what it found; "" for none.
+    excerpt: str = field(default="", compare=False)
+    # sha256 of the line as it is, first 16 hex: what an audit baseline accepts (a line that
+    # changes is found again, wherever it moved).
+    fingerprint: str = field(default="", compare=False)
 
     def __str__(self) -> str:
-        return f"{self.location}: {self.rule}"
+        return f"{self.location}: {self.rule}" + (f"  | {self.excerpt}" if self.excerpt else "")
 
     def to_json(self) -> dict[str, str]:
-        return {"location": self.location, "rule": self.rule}
+        found = {"location": self.location, "rule": self.rule}
+        return found | ({"excerpt": self.excerpt, "fingerprint": self.fingerprint} if self.fingerprint else {})
+
+    def baseline_key(self) -> tuple[str, str, str]:
+        """What a baseline entry names: the file (without its line, which moves), rule, line."""
+        return (
+            self.location.rsplit(":", 1)[0] if self.location[-1:].isdigit() else self.location,
+            self.rule,
+            self.fingerprint,
+        )
+
+
+EXCERPT_CHARS = 100
 
 
 def text_codec(data: bytes) -> str | None:
@@ -74,10 +95,28 @@ def audit_member(member: Member, sanitizer: Sanitizer) -> list[Finding]:
     if member.data is None:
         return [Finding(member.location, f"unscannable ({member.problem})")]
     before = len(sanitizer.places)
-    sanitizer.file_text(decode(member.data), member.location)
+    text = decode(member.data)
+    sanitizer.file_text(text, member.location)
     seen = sorted({(line, rule) for _, line, rule in sanitizer.places[before:]})
     del sanitizer.places[before:]
-    return [Finding(f"{member.location}:{line}" if line else member.location, rule) for line, rule in seen]
+    lines = text.split("\n")
+    found = []
+    for line, rule in seen:
+        raw = lines[line - 1] if 0 < line <= len(lines) else ""
+        found.append(Finding(f"{member.location}:{line}" if line else member.location, rule, *_shown(raw, sanitizer)))
+    return found
+
+
+def _shown(raw: str, sanitizer: Sanitizer) -> tuple[str, str]:
+    """(excerpt, fingerprint) of a line that matched: the excerpt is the line sanitized (its
+    places not kept), cut to EXCERPT_CHARS; nothing for a match with no line (a JSON value)."""
+    if not raw:
+        return "", ""
+    before = len(sanitizer.places)
+    cleaned = " ".join(sanitizer.text(raw, "excerpt").split())
+    del sanitizer.places[before:]
+    excerpt = cleaned if len(cleaned) <= EXCERPT_CHARS else cleaned[: EXCERPT_CHARS - 1] + "…"
+    return excerpt, hashlib.sha256(raw.strip().encode()).hexdigest()[:16]
 
 
 def licence_findings(path: Path) -> list[Finding]:
@@ -109,6 +148,26 @@ def recorded_identity(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError, AttributeError):
         return None
     return identity if isinstance(identity, dict) else None
+
+
+def read_baseline(path: Path) -> set[tuple[str, str, str]]:
+    """An audit baseline (`audit --write-baseline`): one accepted finding a line, `FILE<TAB>RULE<TAB>FINGERPRINT`;
+    `#` starts a comment, where a reviewer says why it is accepted."""
+    accepted = set()
+    for number, line in enumerate(read_user_text(path, "--baseline").splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        parts = line.split("\t")
+        if len(parts) != 3 or not re.fullmatch(r"[0-9a-f]{16}", parts[2].strip()):
+            raise UsageError(f"audit: --baseline {path.name}:{number}: not FILE<TAB>RULE<TAB>FINGERPRINT")
+        accepted.add((parts[0], parts[1], parts[2].strip()))
+    return accepted
+
+
+def baseline_text(findings: list[Finding]) -> str:
+    lines = ["# dd-accept audit baseline: accepted findings (file, rule, sha256 of the line); say why beside each"]
+    lines += sorted({"\t".join(f.baseline_key()) for f in findings if f.fingerprint})
+    return "\n".join(lines) + "\n"
 
 
 def audit(paths: list[Path], sanitizer: Sanitizer | None = None, licences: bool = False) -> list[Finding]:
