@@ -6,9 +6,17 @@ import re
 import shutil
 import subprocess
 
-from dd_accept.base.events import AdmissionChange, ClientRequest, QueueGauge, SutAttemptRecord, UpstreamAttempt
+from dd_accept.base.events import (
+    ADMISSION_PROBE_PATH,
+    AdmissionChange,
+    ClientRequest,
+    QueueGauge,
+    SutAttemptRecord,
+    UpstreamAttempt,
+)
 from dd_accept.reports.bundle import write_bundle
 from dd_accept.reports.sanitize import Sanitizer
+from tests.helpers import run_cli
 from tests.reports.test_bundle import _context, _results
 
 CHROMIUM_FLAGS = [
@@ -34,6 +42,8 @@ def _bundle(tmp_path):
     run = raw / "runs" / "run-1"
     (run / "replicas").mkdir(parents=True)
     results = {**_results("fail"), "cluster": {"kind": "docker", "slurm_release": "24.11", "proctrack": "cgroup"}}
+    metrics = {"requests": 7.0, "completed": 3.0, "error_rate": 0.0, "rate_limited_rate": 0.57}
+    results["scenarios"][0]["serving"] = {"metrics": metrics, "phases": [], "events": "run-1"}
     (raw / "results.json").write_text(json.dumps(results))
     client = []
     for n, limit in enumerate([8, 8, 6, 6, 4, 4, 5]):
@@ -66,6 +76,12 @@ def _bundle(tmp_path):
     ]  # fmt: skip
     (run / "sut").mkdir()
     (run / "sut" / "attempt-records.jsonl").write_text(_jsonl(sut))
+    # the harness's own admission probes: a 404 by design, never the SUT's error
+    upstream += [
+        UpstreamAttempt(t=99.0 + n / 10, replica=1, path=ADMISSION_PROBE_PATH, outcome="ok", started=99.0 + n / 10,
+                        duration_s=0.01, status=404)
+        for n in range(3)
+    ]  # fmt: skip
     queue = [QueueGauge(t=t, waiting=w, running=0) for t, w in ((100.0, 0), (101.0, 2), (104.0, 0))]
     (run / "replicas" / "events-0.jsonl").write_text(_jsonl(upstream + queue))
     # a drain phase: TERM at 110, KILL at 122; one stream completes, one is forced, one is lost
@@ -94,7 +110,7 @@ def test_the_report_is_self_contained_and_draws_every_chart(tmp_path):
     # queue depth per replica, replica outcomes
     assert html.count("<svg") == 6
     assert 'class="limit"' in html and 'class="sig"' in html and "m429" in html
-    assert "overload.total.attempts" in html and ", judged on Slurm 24.11, cgroup</p>" in html
+    assert "overload.total.attempts" in html and ", judged on Slurm 24.11, cgroup; ran 1970-01-01 " in html
     assert "Queue depth per replica" in html and "replica 0: deepest queue 2" in html
     assert "in flight at TERM: 1 completed, 1 forced, 1 lost" in html
     assert 'class="window"' in html and 'class="term"' in html and 'class="allowance"' in html
@@ -109,6 +125,29 @@ def test_the_report_is_self_contained_and_draws_every_chart(tmp_path):
     assert "<title>the SUT logged: backend 0, no response</title>" in html
     assert "blue squares: the SUT's own record of each attempt (3 records" in html and "1 match no attempt" in html
     assert html.count("blue squares") == 1, "only the phase the records are of"
+    assert "<title>replica 1: 3 of the harness&#x27;s admission probes</title>" in html, "grey, not red"
+    assert "of status 404" not in html
+
+
+def _ids_and_links(html):
+    return set(re.findall(r' id="([^"]+)"', html)), set(re.findall(r' href="#([^"]+)"', html))
+
+
+def test_failures_come_first_and_every_check_links_its_charts_and_evidence(tmp_path):
+    bundle = _bundle(tmp_path)
+    html = (bundle / "report.html").read_text()
+    ids, links = _ids_and_links(html)
+    assert links and links <= ids, links - ids  # every in-page link lands
+    results = json.loads((bundle / "results.json").read_text())
+    failing = [c["id"] for s in results["scenarios"] for c in s["checks"] if c["verdict"] != "pass"]
+    assert failing and html.index('id="not-passing"') < html.index('id="scenario-'), "failures first"
+    assert all(f"check-{c}" in ids and f"#check-{c}" in html for c in failing)
+    # a scenario whose events are in the bundle: each of its checks links to the run's charts and files
+    run = next(s["serving"]["events"] for s in results["scenarios"] if s.get("serving"))
+    assert f"run-{run}" in ids and f'href="events/{run}/"' in html and (bundle / "events" / run).is_dir()
+    assert "cannot vouch for itself" in html
+    report = run_cli("report", str(bundle), "--format", "html")
+    assert report.returncode == 0 and "cannot vouch for itself" not in report.stdout, "report's banner says it"
 
 
 def test_the_report_renders_in_headless_chromium_without_console_errors(tmp_path):
@@ -126,6 +165,8 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(tmp_path
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert dom.stdout.count("<svg") == 6 and "<path" in dom.stdout and "<rect" in dom.stdout
     assert ":CONSOLE(" not in dom.stderr, dom.stderr[-2000:]
+    ids, links = _ids_and_links(dom.stdout)  # as the browser built the page
+    assert "not-passing" in ids and links and links <= ids, links - ids
     shot = tmp_path / "report.png"
     subprocess.run(
         [

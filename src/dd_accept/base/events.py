@@ -38,6 +38,11 @@ def to_tenth_ms(seconds: float) -> float:
     return round(seconds * 10000) / 10000
 
 
+# The path the harness probes each replica's queue admission on (a 429 or a 404, never routed
+# to the SUT's proxy): its requests are the harness's, never the SUT's errors.
+ADMISSION_PROBE_PATH = "/dd-accept/admission-probe"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EventBase:
     KIND: ClassVar[str]

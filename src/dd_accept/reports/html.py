@@ -15,7 +15,7 @@ import itertools
 import json
 import math
 from collections import Counter, defaultdict
-from datetime import datetime
+from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import jinja2
 from dd_accept.base.capacity_curve import CURVE_FILE, CURVE_KIND
 from dd_accept.base.drain_outcomes import MARKS, classify
 from dd_accept.base.events import (
+    ADMISSION_PROBE_PATH,
     SUT_ATTEMPT_RECORDS,
     AdmissionChange,
     ClientRequest,
@@ -106,10 +107,12 @@ def admission_chart(events: list[dict[str, Any]], title: str) -> str:
     )
 
 
-def replica_chart(replica_events: list[dict[str, Any]]) -> str:
+def replica_chart(replica_events: list[dict[str, Any]], title: str = "") -> str:
+    """What each replica answered, by status; the harness's own admission probes (a 404 or a
+    429 by design, never routed through the SUT) in grey, not as the SUT's errors."""
     by_replica: dict[int, Counter[str]] = defaultdict(Counter)
     for event in of_type(readable_events(replica_events), UpstreamAttempt):
-        by_replica[int(event.replica)][str(event.status)] += 1
+        by_replica[int(event.replica)]["probe" if event.path == ADMISSION_PROBE_PATH else str(event.status)] += 1
     if not by_replica:
         return ""
     top = max(sum(c.values()) for c in by_replica.values())
@@ -120,18 +123,23 @@ def replica_chart(replica_events: list[dict[str, Any]]) -> str:
         for status, count in sorted(counts.items()):
             h = (height - 30) * count / top
             y -= h
-            colour = COLOURS["ok"] if status == "200" else COLOURS["rate_limited"] if status == "429" else "#c62828"
+            colour = {"200": COLOURS["ok"], "429": COLOURS["rate_limited"], "probe": PROBE_GREY}.get(status, "#c62828")
+            what = "the harness's admission probes" if status == "probe" else f"status {status}"
             parts.append(
                 f'<rect x="{x}" y="{y:.1f}" width="{bar}" height="{h:.1f}" fill="{colour}">'
-                f"<title>replica {replica}: {count} of status {escape(status)}</title></rect>"
+                f"<title>replica {replica}: {count} of {escape(what)}</title></rect>"
             )
         parts.append(f'<text x="{x + bar / 2}" y="{height + 4}" class="tick" text-anchor="middle">{replica}</text>')
     width = 60 + len(by_replica) * (bar + 14)
     return (
-        "<figure><figcaption>Requests each replica answered (green 200, amber 429, red other)</figcaption>"
+        f"<figure><figcaption>Requests each replica answered{' — ' + escape(title) if title else ''} (green 200, "
+        "amber 429, red other; grey: the harness's own admission probes, not the SUT's)</figcaption>"
         f'<svg viewBox="0 0 {max(width, 200)} {height + 10}" role="img" aria-label="replica outcomes">'
         f"{''.join(parts)}</svg></figure>"
     )
+
+
+PROBE_GREY = "#bdbdbd"
 
 
 def attempt_colour(attempt: UpstreamAttempt) -> str:
@@ -236,7 +244,7 @@ def timeline_chart(
     )
 
 
-def queue_chart(queues: dict[str, list[dict[str, Any]]]) -> str:
+def queue_chart(queues: dict[str, list[dict[str, Any]]], title: str = "") -> str:
     """Each replica's waiting queue over time (one row per replica, shared time axis): shows
     which replicas were held in overload, how deep, and when they were relieved."""
     series = {name: _timed(rows, QueueGauge) for name, rows in queues.items()}
@@ -267,7 +275,8 @@ def queue_chart(queues: dict[str, list[dict[str, Any]]]) -> str:
             f'<path d="{"".join(points)}" class="queue"><title>{escape(name)}: deepest queue {deepest}</title></path>'
         )
     return (
-        f"<figure><figcaption>Queue depth per replica over time (waiting requests; full height = {top})"
+        f"<figure><figcaption>Queue depth per replica over time{' — ' + escape(title) if title else ''} "
+        f"(waiting requests; full height = {top})"
         f"</figcaption>"
         f'<svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="queue depth per replica">'
         f"{_axis(t0, t1, height)}{''.join(parts)}</svg></figure>"
@@ -358,14 +367,24 @@ code{font-size:.85em}
 {{ banner }}
 <h1>dd-accept <span class="{{ results.verdict }}">{{ results.verdict | upper }}</span></h1>
 <p>SUT <code>{{ results.sut.spec }}</code>, profile <code>{{ results.sut.profile }}</code>
-{%- if where %}, judged on {{ where }}{% endif %}</p>
+{%- if where %}, judged on {{ where }}{% endif %}{% if when %}; ran {{ when }}{% endif %}</p>
+{% if not banner %}<p class="unverified">This page is the bundle's own and cannot vouch for itself:
+<code>dd-accept verify</code> the bundle, or read it with <code>dd-accept report</code>, which verifies it
+first.</p>{% endif %}
+{% if failing %}<section id="not-passing"><h2>Not passing ({{ failing | length }})</h2><ul>
+{% for s, c in failing %}<li><a href="#check-{{ c.id }}"><code>{{ c.id }}</code></a> <strong>{{ c.verdict }}</strong>:
+{{ c.observed }}{% if c.detail %} <small>({{ c.detail }})</small>{% endif %}</li>
+{% endfor %}</ul></section>{% endif %}
 <ul>{% for w in results.sut.wheels %}
 <li><code>{{ w.file }}</code> sha256 <code>{{ w.sha256 }}</code></li>{% endfor %}</ul>
 {% for scenario in results.scenarios %}
-<h2>{{ scenario.name }} — {{ scenario.verdict }}</h2>
+<h2 id="scenario-{{ scenario.name }}">{{ scenario.name }} — {{ scenario.verdict }}</h2>
 {% if scenario.error %}<p><strong>Not judged:</strong> {{ scenario.error }}</p>{% endif %}
+{% set run = run_of.get(scenario.name) %}
 <table><tr><th>check</th><th>verdict</th><th>expected</th><th>observed</th></tr>
-{% for c in scenario.checks %}<tr class="{{ c.verdict }}"><td><code>{{ c.id }}</code></td><td>{{ c.verdict }}</td>
+{% for c in scenario.checks %}<tr class="{{ c.verdict }}" id="check-{{ c.id }}"><td><code>{{ c.id }}</code>
+{%- if run %}<br><small><a href="#run-{{ run }}">charts</a> · <a href="events/{{ run }}/">events</a>
+{%- if run in logs %} · <a href="logs/{{ run }}/">logs</a>{% endif %}</small>{% endif %}</td><td>{{ c.verdict }}</td>
 <td>{{ c.expected }}</td><td>{{ c.observed }}{% if c.detail %}<br><small>{{ c.detail }}</small>{% endif %}</td></tr>
 {% endfor %}</table>
 {% if scenario.serving %}
@@ -378,7 +397,9 @@ code{font-size:.85em}
 {% endif %}
 {% endfor %}
 <h2>Charts</h2>
-{% for chart in charts %}{{ chart }}{% endfor %}
+{% for name, charts in runs %}<section id="run-{{ name }}"><h3>Run {{ name }}</h3>
+{% for chart in charts %}{{ chart }}{% endfor %}</section>
+{% endfor %}
 </body></html>
 """,
     autoescape=True,
@@ -464,12 +485,16 @@ def capacity_chart(rows: list[dict[str, Any]], title: str) -> str:
 def render_bundle(bundle: Path, banner: str = "") -> str:
     """The bundle's report; `banner` (markup: `reading.banner_html`) goes above everything,
     where `report` says how the bundle verified. The report written into the bundle has none:
-    the bundle cannot vouch for itself."""
+    the bundle cannot vouch for itself, and says so where the banner would be.
+
+    Failures come first, each linked to its row; each check links to its run's charts and to
+    the run's event and log files in the bundle; each chart is labelled with its run and phase."""
     results = load_results(bundle / "results.json")
     commands = _read_jsonl(bundle / "commands.jsonl") if (bundle / "commands.jsonl").is_file() else []
-    charts: list[str] = []
+    runs: list[tuple[str, list[str]]] = []
     events = bundle / "events"
     for run in sorted(p for p in events.iterdir() if p.is_dir()) if events.is_dir() else []:
+        charts: list[str] = []
         per_replica = {
             f"replica {f.stem.removeprefix('events-')}": _read_jsonl(f)
             for f in sorted((run / "replicas").glob("*.jsonl"))
@@ -493,20 +518,37 @@ def render_bundle(bundle: Path, banner: str = "") -> str:
                 admission_chart(rows, title),
                 timeline_chart(rows, commands, title, replica_events, phase_records),
             ]
-        charts += [queue_chart(per_replica), replica_chart(replica_events)]
+        charts += [queue_chart(per_replica, run.name), replica_chart(replica_events, run.name)]
+        runs.append((run.name, [jinja2.filters.Markup(c) for c in charts if c]))
     where = where_judged(results)
     latency_charts = {
         s["name"]: jinja2.filters.Markup(latency_chart(s["serving"]["metrics"], s["name"]))
         for s in results["scenarios"]
         if s.get("serving")
     }
+    present = {name for name, _ in runs}
     return TEMPLATE.render(
         results=results,
         where=where,
-        charts=[jinja2.filters.Markup(c) for c in charts if c],
+        runs=runs,
         columns=SUMMARY_COLUMNS,
         serving_rows=serving_rows,
         shown=shown,
         latency_charts=latency_charts,
         banner=jinja2.filters.Markup(banner),
+        when=_when(results),
+        failing=[(s, c) for s in results["scenarios"] for c in s.get("checks", []) if c.get("verdict") != "pass"],
+        run_of={s["name"]: r for s in results["scenarios"] if (r := (s.get("serving") or {}).get("events")) in present},
+        logs={name for name in present if (bundle / "logs" / name).is_dir()},
     )
+
+
+def _when(results: dict[str, Any]) -> str:
+    """When the run started (UTC) and how long its scenarios took, for the report's top."""
+    scenarios = results.get("scenarios", [])
+    starts = [s["started"] for s in scenarios if isinstance(s.get("started"), int | float)]
+    ends = [s["ended"] for s in scenarios if isinstance(s.get("ended"), int | float)]
+    if not starts:
+        return ""
+    started = datetime.fromtimestamp(min(starts), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return started + (f", for {max(ends) - min(starts):.0f} s" if ends else "")
