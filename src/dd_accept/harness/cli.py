@@ -45,7 +45,7 @@ from dd_accept.harness.gate_file import load_gate
 from dd_accept.harness.runner import SCENARIOS, RunRequest, default_out, parse_sut, run
 from dd_accept.node.loadclient.workload import parse_header
 from dd_accept.reports import compare, history, render
-from dd_accept.reports.audit import audit, baseline_text, read_baseline
+from dd_accept.reports.audit import Baseline, audit, read_baseline
 from dd_accept.reports.html import render_bundle
 from dd_accept.reports.reading import ReadingPolicy, Shown, banner_html, banner_markdown, opened_verified, read_verified
 from dd_accept.reports.share import sanitize_paths
@@ -385,16 +385,17 @@ def _below_one(text: str) -> float:
 
 def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
 
-    accepted_keys = read_baseline(Path(args.baseline)) if args.baseline else set()
+    baseline = read_baseline(Path(args.baseline)) if args.baseline else None
     everything = audit([Path(p) for p in args.paths], licences=args.licences)
     if args.write_baseline:
         target = Path(args.write_baseline)
         if not target.parent.is_dir():
             raise UsageError(f"audit: cannot write {target}: its directory does not exist")
-        target.write_text(baseline_text(everything))
-        print(f"dd-accept audit: {sum(1 for f in everything if f.fingerprint)} finding(s) written to {target}")
+        written = Baseline.of(everything)
+        target.write_text(written.text())
+        print(f"dd-accept audit: {len(written.accepted)} finding(s) written to {target.name}")
         return EXIT_PASS
-    findings = [f for f in everything if f.baseline_key() not in accepted_keys]
+    findings = [f for f in everything if baseline is None or not baseline.accepts(f)]
     accepted = len(everything) - len(findings)
     code = EXIT_CHECK_FAILED if findings else EXIT_PASS
     document = {"schema": "dd-accept/audit/v1", "clean": not findings, "exit_status": code, "paths": len(args.paths)}

@@ -16,6 +16,8 @@ import codecs
 import hashlib
 import json
 import re
+import secrets
+import tarfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,7 @@ from dd_accept.base.errors import UsageError
 from dd_accept.base.user_files import read_user_text
 from dd_accept.reports.archive import Member, walk
 from dd_accept.reports.sanitize import Sanitizer, sanitizer_for_audit
+from dd_accept.reports.secrets import PLACEHOLDER
 
 PRINTABLE_RUN = re.compile(rb"[\x20-\x7e\t]{6,}")
 TEXT_SNIFF = 8192
@@ -34,30 +37,30 @@ TEXT_SNIFF = 8192
 class Finding:
     location: str
     rule: str
-    # The line as the sanitizer leaves it (what matched replaced by its placeholder), so a
-    # person sees why it matched without the audit printing what it found; "" for none.
+    # Why it matched, never what: the few characters before the first placeholder of the line
+    # as the sanitizer leaves it (`sorted(attempts, key=[redacted:secret_name]`), nothing after
+    # it, digit-bearing words masked, control characters escaped; only for plain-text lines.
     excerpt: str = field(default="", compare=False)
-    # sha256 of the line as it is, first 16 hex: what an audit baseline accepts (a line that
-    # changes is found again, wherever it moved).
-    fingerprint: str = field(default="", compare=False)
+    # The line itself, for `--write-baseline` only (never printed): it is salted and hashed
+    # there, so a baseline accepts this line and a changed one is found again.
+    line_text: str = field(default="", compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"{self.location}: {self.rule}" + (f"  | {self.excerpt}" if self.excerpt else "")
 
     def to_json(self) -> dict[str, str]:
         found = {"location": self.location, "rule": self.rule}
-        return found | ({"excerpt": self.excerpt, "fingerprint": self.fingerprint} if self.fingerprint else {})
+        return found | ({"excerpt": self.excerpt} if self.excerpt else {})
 
-    def baseline_key(self) -> tuple[str, str, str]:
-        """What a baseline entry names: the file (without its line, which moves), rule, line."""
-        return (
-            self.location.rsplit(":", 1)[0] if self.location[-1:].isdigit() else self.location,
-            self.rule,
-            self.fingerprint,
-        )
+    def file(self) -> str:
+        """The location without its line number, which moves as the file is edited."""
+        return re.sub(r":\d+$", "", self.location)
 
 
-EXCERPT_CHARS = 100
+# How much of the line before a placeholder an excerpt shows.
+EXCERPT_BEFORE = 32
+_PLACEHOLDER_START = PLACEHOLDER.split("{", 1)[0]
+_DIGIT_WORD = re.compile(r"\b(?=\w*\d)\w{4,}\b")  # a word with a digit: an ID, a PIN, a password
 
 
 def text_codec(data: bytes) -> str | None:
@@ -93,30 +96,55 @@ def decode(data: bytes) -> str:
 
 def audit_member(member: Member, sanitizer: Sanitizer) -> list[Finding]:
     if member.data is None:
-        return [Finding(member.location, f"unscannable ({member.problem})")]
+        return [Finding(_shown_location(member.location, sanitizer), f"unscannable ({member.problem})")]
     before = len(sanitizer.places)
     text = decode(member.data)
     sanitizer.file_text(text, member.location)
     seen = sorted({(line, rule) for _, line, rule in sanitizer.places[before:]})
     del sanitizer.places[before:]
     lines = text.split("\n")
+    # JSON and JSON lines are judged value by value (keys, escapes decoded): a line of them
+    # read as plain text would not be redacted as the finding was, so they show no excerpt.
+    plain = not member.location.endswith((".json", ".jsonl"))
+    location = _shown_location(member.location, sanitizer)
     found = []
     for line, rule in seen:
-        raw = lines[line - 1] if 0 < line <= len(lines) else ""
-        found.append(Finding(f"{member.location}:{line}" if line else member.location, rule, *_shown(raw, sanitizer)))
+        raw = lines[line - 1] if plain and 0 < line <= len(lines) else ""
+        excerpt = _excerpt(raw, rule, sanitizer) if raw else ""
+        found.append(Finding(f"{location}:{line}" if line else location, rule, excerpt, raw))
     return found
 
 
-def _shown(raw: str, sanitizer: Sanitizer) -> tuple[str, str]:
-    """(excerpt, fingerprint) of a line that matched: the excerpt is the line sanitized (its
-    places not kept), cut to EXCERPT_CHARS; nothing for a match with no line (a JSON value)."""
-    if not raw:
-        return "", ""
+def _quietly(sanitizer: Sanitizer, text: str) -> str:
+    """`text` as the sanitizer leaves it, its redactions neither counted as findings nor kept."""
     before = len(sanitizer.places)
-    cleaned = " ".join(sanitizer.text(raw, "excerpt").split())
+    cleaned = sanitizer.text(text, "excerpt")
     del sanitizer.places[before:]
-    excerpt = cleaned if len(cleaned) <= EXCERPT_CHARS else cleaned[: EXCERPT_CHARS - 1] + "…"
-    return excerpt, hashlib.sha256(raw.strip().encode()).hexdigest()[:16]
+    return cleaned
+
+
+def _shown_location(location: str, sanitizer: Sanitizer) -> str:
+    """A file or member name as printed: sanitized like its contents (a name can hold a secret)."""
+    return _escaped(_quietly(sanitizer, location))
+
+
+def _excerpt(raw: str, rule: str, sanitizer: Sanitizer) -> str:
+    """The sanitized line up to and with the rule's placeholder (else its first one), at most EXCERPT_BEFORE characters
+    before it; words holding a digit masked (what the sanitizer did not catch is not printed
+    either); control characters escaped, so a file cannot write to the reader's terminal."""
+    cleaned = " ".join(_quietly(sanitizer, raw).split())
+    own = cleaned.find(PLACEHOLDER.format(rule))
+    at = own if own >= 0 else cleaned.find(_PLACEHOLDER_START)
+    if at < 0:
+        return ""
+    close = cleaned.find("]", at)
+    head = cleaned[max(0, at - EXCERPT_BEFORE) : at]
+    head = ("…" if at > EXCERPT_BEFORE else "") + _DIGIT_WORD.sub("…", head)
+    return _escaped(head + cleaned[at : close + 1 if close > at else len(cleaned)])
+
+
+def _escaped(text: str) -> str:
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 def licence_findings(path: Path) -> list[Finding]:
@@ -139,35 +167,85 @@ def licence_findings(path: Path) -> list[Finding]:
 
 
 def recorded_identity(path: Path) -> dict[str, Any] | None:
-    """The user and host names a bundle recorded (keyed digests), if `path` is a bundle."""
-    record = path / "redactions.json" if path.is_dir() else None
-    if record is None or not record.is_file():
+    """The user and host names a bundle recorded (keyed digests), if `path` is a bundle: its
+    directory, or its archive (`NAME.tar.gz` holding `NAME/redactions.json`), so an archived
+    bundle is audited for the same names as the directory it was made from."""
+    text = None
+    if path.is_dir() and (path / "redactions.json").is_file():
+        try:
+            text = (path / "redactions.json").read_text()
+        except OSError:
+            return None
+    elif path.is_file() and path.name.endswith((".tar.gz", ".tgz")):
+        text = _archived_record(path)
+    if text is None:
         return None
     try:
-        identity = json.loads(record.read_text()).get("host_identity")
-    except (OSError, ValueError, AttributeError):
+        identity = json.loads(text).get("host_identity")
+    except (ValueError, AttributeError):
         return None
     return identity if isinstance(identity, dict) else None
 
 
-def read_baseline(path: Path) -> set[tuple[str, str, str]]:
-    """An audit baseline (`audit --write-baseline`): one accepted finding a line, `FILE<TAB>RULE<TAB>FINGERPRINT`;
-    `#` starts a comment, where a reviewer says why it is accepted."""
-    accepted = set()
+def _archived_record(path: Path) -> str | None:
+    try:
+        with tarfile.open(path, "r:*") as archive:
+            for info in archive:
+                parts = info.name.strip("/").split("/")
+                if len(parts) == 2 and parts[1] == "redactions.json" and info.isfile() and info.size < 1 << 20:
+                    handle = archive.extractfile(info)
+                    return handle.read().decode("utf-8", errors="replace") if handle else None
+    except (OSError, tarfile.TarError, EOFError):
+        return None
+    return None
+
+
+BASELINE_HEADER = "# dd-accept audit baseline"
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """Reviewed findings an audit accepts: by file, rule and a salted sha256 of the line. The
+    salt is the baseline's own, so its digests say nothing outside it, and the line's text is
+    never written; a line that changes (or the same secret on a new line) is found again."""
+
+    salt: str
+    accepted: frozenset[tuple[str, str, str]]
+
+    def digest(self, finding: Finding) -> str:
+        return hashlib.sha256(f"{self.salt}\0{finding.line_text.strip()}".encode()).hexdigest()[:32]
+
+    def accepts(self, finding: Finding) -> bool:
+        return bool(finding.line_text) and (finding.file(), finding.rule, self.digest(finding)) in self.accepted
+
+    @classmethod
+    def of(cls, findings: list[Finding]) -> Baseline:
+        fresh = cls(secrets.token_hex(16), frozenset())
+        return cls(fresh.salt, frozenset((f.file(), f.rule, fresh.digest(f)) for f in findings if f.line_text))
+
+    def text(self) -> str:
+        lines = [f"{BASELINE_HEADER}: accepted findings (file, rule, salted sha256 of the line); say why beside each"]
+        lines += [f"# salt: {self.salt}", *sorted("\t".join(entry) for entry in self.accepted)]
+        return "\n".join(lines) + "\n"
+
+
+def read_baseline(path: Path) -> Baseline:
+    """An audit baseline (`audit --write-baseline`): `# salt: HEX`, then one accepted finding a
+    line, `FILE<TAB>RULE<TAB>DIGEST`; any other `#` line is a reviewer's comment."""
+    salt, accepted = "", set()
     for number, line in enumerate(read_user_text(path, "--baseline").splitlines(), 1):
+        if line.startswith("# salt: "):
+            salt = line.removeprefix("# salt: ").strip()
+            continue
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         parts = line.split("\t")
-        if len(parts) != 3 or not re.fullmatch(r"[0-9a-f]{16}", parts[2].strip()):
-            raise UsageError(f"audit: --baseline {path.name}:{number}: not FILE<TAB>RULE<TAB>FINGERPRINT")
+        if len(parts) != 3 or not re.fullmatch(r"[0-9a-f]{32}", parts[2].strip()):
+            raise UsageError(f"audit: --baseline {path.name}:{number}: not FILE<TAB>RULE<TAB>DIGEST")
         accepted.add((parts[0], parts[1], parts[2].strip()))
-    return accepted
-
-
-def baseline_text(findings: list[Finding]) -> str:
-    lines = ["# dd-accept audit baseline: accepted findings (file, rule, sha256 of the line); say why beside each"]
-    lines += sorted({"\t".join(f.baseline_key()) for f in findings if f.fingerprint})
-    return "\n".join(lines) + "\n"
+    if not re.fullmatch(r"[0-9a-f]{32}", salt):
+        raise UsageError(f"audit: --baseline {path.name}: no `# salt: HEX` line (write one with --write-baseline)")
+    return Baseline(salt, frozenset(accepted))
 
 
 def audit(paths: list[Path], sanitizer: Sanitizer | None = None, licences: bool = False) -> list[Finding]:

@@ -102,11 +102,14 @@ CLI_FLAG = re.compile(rf"(?<![\w-])--{_CANDIDATE}([A-Za-z][A-Za-z0-9-]{{0,63}}+)
 # ?name=value, &name=value, ;name=value
 QUERY = re.compile(rf"([?&;]){_CANDIDATE}([A-Za-z0-9_.\-]{{1,64}}+)=")
 # A value: quoted (a closing quote, or the end of the line: never fails after it started),
-# or a bare run. Whatever starts with a scheme word (`Bearer …`) keeps its credential.
+# bracketed (a list, a dict, a tuple: to its first closing bracket, or the line's end, so a
+# value that starts with `[` is never cut to its bracket), or a bare run. Whatever starts
+# with a scheme word (`Bearer …`) keeps its credential.
 VALUE = re.compile(
     r"\\\"[^\"\n]*+(?:\"|$)"  # \"…\" (JSON-encoded quotes)
     r"|\"(?:[^\"\\\n]|\\.)*+(?:\"|$)"  # "…" with escapes
     r"|'[^'\n]*+(?:'|$)"  # '…'
+    r"|\[[^\]\n]*+(?:\]|$)|\{[^}\n]*+(?:\}|$)|\([^)\n]*+(?:\)|$)"  # [...], {...}, (...)
     r"|(?:Bearer|Basic|Token|Digest)[ \t]++[^\s\"',;}\]]++"  # a scheme and its credential
     r"|[^\s\"',;}\]&#]++",
     re.M | re.I,
