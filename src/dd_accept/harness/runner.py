@@ -40,6 +40,7 @@ from dd_accept.base.serving_names import SUMMARY_COLUMNS, serving_rows, shown
 from dd_accept.base.slurm_releases import RELEASES
 from dd_accept.base.state import state_root
 from dd_accept.harness.console import ConsoleListener
+from dd_accept.harness.github_actions import annotate
 from dd_accept.harness.provenance import gather
 from dd_accept.reports.audit import audit
 from dd_accept.reports.bundle import write_bundle
@@ -355,6 +356,7 @@ def _report(out: Path, console: ConsoleListener, seconds: float) -> int:
     for finding in findings:
         print(f"audit: {finding}", file=sys.stderr)
     print(f"evidence: {out.name}/ and {out.name}.tar.gz ({seconds:.0f}s); check it with `dd-accept verify`")
+    annotate(results, out.name)
     for error in errors:
         print(f"dd-accept: error: scenario {error}", file=sys.stderr)
     if findings:
