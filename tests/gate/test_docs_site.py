@@ -31,3 +31,13 @@ def test_the_readme_links_only_pages_that_exist_and_fits_one_screen():
     for target in re.findall(r"\]\(([^)#]+)", readme):
         assert (REPOSITORY / target).exists(), target
     assert len(readme.split()) < 450 and max(len(line) for line in readme.splitlines()) <= 130
+
+
+def test_the_user_docs_name_no_test_internals():
+    """Test files and fault variants are the contributors' (docs/contributing.md, docs/benchmarks.md);
+    a user's page says what is checked, not where the test is."""
+    contributors = {"contributing.md", "benchmarks.md"}
+    pages = [REPOSITORY / "README.md", *(p for p in (REPOSITORY / "docs").glob("*.md") if p.name not in contributors)]
+    for page in pages:
+        named = re.findall(r"tests/[\w/]+\.py|test_\w+\.py", page.read_text())
+        assert not named, (page.name, named)
