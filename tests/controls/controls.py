@@ -9,6 +9,7 @@ from dd_accept.acceptance.overload import OverloadOptions, run_overload
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import write_results
 from dd_accept.base.slurm_releases import RELEASES
+from dd_accept.base.state import file_lock, state_root
 from dd_accept.fixtures.deployment import RunDirectory
 from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine
 from dd_accept.slurm_docker.allocation import Allocation
@@ -32,7 +33,15 @@ def faulty_image(fault_name, wheelhouse, base_image, profile, tmp_path):
     (wheel,) = [w for w in wheelhouse.wheels if w.name == fault.distribution]
     variant = make_variant(wheelhouse.path / wheel.file, fault, tmp_path)
     client = engine.connect()
-    image = build_overlay_image(client, base_image, [variant])
+    # Two controls may install one variant at once (no-failover: the proxy-fault and the vLLM
+    # controls): each runs its own tag of the image and removes only that, so one control's
+    # cleanup never takes the image from under the other's cluster.
+    with file_lock(state_root() / "locks" / "variant-tags.lock"):
+        shared = build_overlay_image(client, base_image, [variant])
+        image = f"{shared}-{uuid.uuid4().hex[:8]}"
+        repository, tag = image.rsplit(":", 1)
+        client.images.get(shared).tag(repository, tag)
+        client.images.remove(shared)  # untags the shared name; the layers stay under this control's tag
 
     def installed(cluster):
         found = cluster.exec(["grep", "-c", "ddfault", "/opt/sut/dd-accept-freeze.txt"], node="node1")
@@ -40,7 +49,7 @@ def faulty_image(fault_name, wheelhouse, base_image, profile, tmp_path):
 
     try:
         yield image, profile, installed
-    finally:  # 1 GB a control, and only this control installs this variant
+    finally:  # 1 GB a control: removed once the last control's tag of it is
         client.images.remove(image, force=True)
 
 
