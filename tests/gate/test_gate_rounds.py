@@ -12,7 +12,7 @@ from dd_accept.base.regressions import KNEE_THROUGHPUT, PROXY_CPU_PER_CHUNK, at_
 from dd_accept.harness import gate as gate_module
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import parse_gate
-from dd_accept.harness.gate_rounds import later_rounds
+from dd_accept.harness.gate_rounds import judge_round_regressions, later_rounds
 from tests.gate.test_judge_and_compare import SCENARIO, _results
 from tests.helpers import run_cli
 
@@ -158,3 +158,37 @@ def test_gate_check_validates_says_what_would_run_and_runs_nothing(tmp_path):
     wrong = run_cli("gate", "--config", str(config), "--check")
     assert wrong.returncode == 2 and "3 rounds or more are needed" in wrong.stderr and not wrong.stdout
     assert run_cli("--json", "gate", "--config", str(config), "--check").returncode == 2
+
+
+def _run(costs: dict[float, float], knee: float = 20_000.0) -> dict:
+    """One capacity run's results as the rounds read them: its cost per level (the cheapest
+    three's median as its own number) and its knee on the shared ladder."""
+    levels = {at_level(PROXY_CPU_PER_CHUNK, load): cost for load, cost in costs.items()}
+    own = sorted(costs.values())[:3][min(1, len(costs) - 1)] if costs else None
+    cost_metrics = {**levels, **({PROXY_CPU_PER_CHUNK: own} if own is not None else {})}
+    checks = [
+        {"id": "capacity.knee", "verdict": "pass", "metrics": {KNEE_THROUGHPUT: knee, "light_chunk_delay_p50_ms": 0.3,
+                                                               **LADDER}},
+        {"id": "capacity.proxy_cpu_per_chunk", "verdict": "pass", "metrics": cost_metrics},
+    ]  # fmt: skip
+    return {"scenarios": [{"name": "capacity", "checks": checks}]}
+
+
+def test_per_level_costs_are_read_on_the_levels_every_run_of_both_suts_reached():
+    """A baseline run that broke early reached only the light levels, where idle wake-ups cost
+    most (170 us at 8 streams): read per side, the baseline would look dearer than a candidate
+    twice as costly. Read on the levels all six runs reached, the candidate is x2."""
+    rc1 = {8: 170.0, 16: 110.0, 32: 75.0, 60: 50.0, 90: 45.0, 135: 42.0}
+    short = {load: cost for load, cost in rc1.items() if load <= 16}
+    baselines = [_run(rc1), _run(rc1), _run(short, knee=6_000.0)]
+    candidates = [_run({load: 2 * cost for load, cost in rc1.items()}) for _ in range(3)]
+    cost = {c.id: c for c in judge_round_regressions(baselines, candidates, 3)}[COST]
+    assert cost.verdict == "fail" and cost.metrics["ratio"] == 2.0, cost
+
+
+def test_a_baseline_run_without_the_number_fails_it_as_not_judged_never_skips_it():
+    baselines = [{"scenarios": [{"name": "capacity", "checks": []}]}, _run({18: 30.0}), _run({18: 31.0})]
+    candidates = [_run({18: 30.0}), _run({18: 30.5}), _run({18: 31.5})]
+    checks = {c.id: c for c in judge_round_regressions(baselines, candidates, 3)}
+    assert checks and all(c.verdict == "fail" for c in checks.values()), checks
+    assert "not judged" in checks[COST].detail, checks[COST]

@@ -375,8 +375,10 @@ def describe_gate(gate: GateFile, suts: list[str], source: str) -> str:
 
 
 def _not_judged(codes: dict[str, int]) -> bool:
-    """The candidate's run, or any capacity round, could not be judged (exit 2): the machine's."""
-    return any(code == EXIT_USAGE for role, code in codes.items() if role == "candidate" or "-" in role)
+    """The candidate's run, or with capacity rounds any run of either SUT, could not be judged
+    (exit 2): the machine's. Rounds judge the baseline's runs as numbers, so its first run counts too."""
+    rounds = any("-" in role for role in codes)
+    return any(code == EXIT_USAGE for role, code in codes.items() if role == "candidate" or rounds)
 
 
 def resolve_suts(gate: GateFile, cli_suts: list[str]) -> list[str]:

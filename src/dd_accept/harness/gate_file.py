@@ -142,6 +142,9 @@ def _validate(gate: GateFile, source: str) -> GateFile:
         raise _fail(source, f"gate.capacity_rounds is from 1 to {MOST_ROUNDS}, got {gate.gate.capacity_rounds}")
     if gate.gate.capacity_rounds > 1 and "capacity" not in chosen:
         raise _fail(source, "gate.capacity_rounds repeats scenario capacity, which the gate does not run")
+    if gate.gate.capacity_rounds > 1 and gate.thresholds.capacity_tolerance is not None:
+        raise _fail(source, "thresholds.capacity_tolerance is the single comparison's; with gate.capacity_rounds "
+                    "the rounds' statistics judge the capacity numbers: set one or the other")  # fmt: skip
     if 1 < gate.gate.capacity_rounds < FEWEST_ROUNDS:
         raise _fail(source, f"gate.capacity_rounds: {FEWEST_ROUNDS} rounds or more are needed for the rank test "
                     "to say anything at 5% (1 keeps one run each)")  # fmt: skip

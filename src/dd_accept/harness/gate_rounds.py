@@ -41,21 +41,27 @@ def round_name(role: str, number: int) -> str:
 def judge_round_regressions(
     baselines: list[dict[str, Any]], candidates: list[dict[str, Any]], planned: int
 ) -> list[CheckResult]:
-    """Each declared number the baseline's first run measured, judged on every round: failed
-    when the candidate's runs are worse (Mann-Whitney at 5% and the whole interval of the
-    ratio beyond the metric's smallest change), or when a run planned did not measure it (a
-    gate never passes what it could not judge)."""
+    """Every declared number, judged on every round: failed when the candidate's runs are worse
+    (judge_rounds), or when a run planned did not measure it, or measured it on another ladder
+    (a gate never passes what it could not judge). A per-level number is read on the levels
+    every run of both SUTs reached, so an early-broken run moves neither side to its light,
+    wake-up-dominated levels alone."""
     before = [checks_by_id(results) for results in baselines]
     after = [checks_by_id(results) for results in candidates]
     found = []
     for declared in REGRESSION_METRICS:
-        if not before or declared.metric not in before[0].get(declared.check, {}).get("metrics", {}):
+        if len(before) < planned or len(after) < planned:  # a round wrote no results at all
+            found.append(_judged(declared, round_values(declared, before), round_values(declared, after), planned))
             continue
         differ = ladders_differ(declared, before + after)
         if differ:  # one gate's runs share one ladder: a run without it (not judged) measured nothing to compare
             found.append(_not_judged(declared, planned, f"the runs' ladders differ ({', '.join(differ)})"))
             continue
-        found.append(_judged(declared, round_values(declared, before), round_values(declared, after), planned))
+        values = round_values(declared, before + after)
+        if len(values) < len(before) + len(after):  # a run that did not measure it
+            found.append(_judged(declared, round_values(declared, before), round_values(declared, after), planned))
+            continue
+        found.append(_judged(declared, values[: len(before)], values[len(before) :], planned))
     return found
 
 
@@ -64,8 +70,10 @@ def _expected(declared: RegressionMetric, planned: int) -> str:
     direction = "lower" if declared.worse == "lower" else "higher"
     return (
         f"over {planned} interleaved runs each, the candidate's {declared.metric} is not {direction} than the "
-        f"baseline's by more than {change} (Mann-Whitney one-sided p <= {SIGNIFICANCE:g} and the whole "
-        f"{CONFIDENCE:.0%} interval of the ratio of medians beyond {change})"
+        f"baseline's by more than {change}"
+        + (f" and {declared.margin:g} {declared.unit}" if declared.margin else "")
+        + f" (a regression needs Mann-Whitney one-sided p <= {SIGNIFICANCE:g}, the ratio of medians beyond "
+        f"{change} and its whole {CONFIDENCE:.0%} interval beyond half of that)"
     )
 
 
@@ -76,17 +84,28 @@ def _not_judged(declared: RegressionMetric, planned: int, why: str) -> CheckResu
     )
 
 
-def _judged(declared: RegressionMetric, was: list[float], now: list[float], planned: int) -> CheckResult:
+def _judged(
+    declared: RegressionMetric,
+    was: list[float],
+    now: list[float],
+    planned: int,
+    baseline_runs: int | None = None,
+    candidate_runs: int | None = None,
+) -> CheckResult:
     if len(was) < planned or len(now) < planned:
-        measured = f"measured in {len(was)} of {planned} baseline runs and {len(now)} of {planned} candidate runs"
+        seen = (
+            len(was) if baseline_runs is None else baseline_runs,
+            len(now) if candidate_runs is None else candidate_runs,
+        )
+        measured = f"measured in {seen[0]} of {planned} baseline runs and {seen[1]} of {planned} candidate runs"
         return _not_judged(declared, planned, measured)
     expected, check_id = _expected(declared, planned), f"gate.regression.{declared.check}.{declared.metric}"
-    verdict = judge_rounds(was, now, declared.worse, declared.smallest_change)
-    metrics = {"p": round(verdict.p, 4), "rounds": float(planned)}
-    if verdict.interval is not None:
-        interval = verdict.interval
-        metrics |= {"ratio": round(interval.ratio, 4), "ratio_low": round(interval.low, 4)}
-        metrics |= {"ratio_high": round(interval.high, 4)}
+    verdict = judge_rounds(was, now, declared.worse, declared.smallest_change, declared.margin)
+    if verdict.interval is None:  # a baseline median of 0: no ratio to judge, never a pass by default
+        return _not_judged(declared, planned, verdict.show(declared.unit))
+    interval = verdict.interval
+    metrics = {"p": round(verdict.p, 4), "rounds": float(planned), "ratio": round(interval.ratio, 4)}
+    metrics |= {"ratio_low": round(interval.low, 4), "ratio_high": round(interval.high, 4)}
     return CheckResult.judge(
         check_id,
         not verdict.worse,
