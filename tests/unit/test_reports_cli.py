@@ -11,7 +11,7 @@ def test_audit_exit_statuses_and_output_never_show_the_secret(tmp_path):
     dirty.write_text("a\nkey nvapi-ddcanary0123456789abcdefgh\n")
     result = run_cli("audit", str(dirty))
     assert result.returncode == 1
-    assert result.stdout.strip() == "dirty.txt:2: ngc_key"
+    assert result.stdout.strip() == "dirty.txt:2: ngc_key  | key [redacted:ngc_key]"  # why, never what
     assert "nvapi-ddcanary" not in result.stdout + result.stderr
 
 

@@ -764,10 +764,13 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument(
         "--baseline",
         metavar="FILE",
-        help="accepted findings (file, rule, sha256 of the line) not to report; a changed line is found again",
+        help="accepted findings (file, rule, salted sha256 of the line) not to report; a changed line is found "
+        "again (default: none)",
     )
     audit.add_argument(
-        "--write-baseline", metavar="FILE", help="write every finding as a baseline to review, and exit 0"
+        "--write-baseline",
+        metavar="FILE",
+        help="write every finding as a baseline to review, and exit 0 (default: audit, write nothing)",
     )
     audit.set_defaults(handler=_cmd_audit)
 
