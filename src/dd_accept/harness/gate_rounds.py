@@ -49,19 +49,17 @@ def judge_round_regressions(
     before = [checks_by_id(results) for results in baselines]
     after = [checks_by_id(results) for results in candidates]
     found = []
+    complete = len(before) >= planned and len(after) >= planned  # else a round wrote no results at all
     for declared in REGRESSION_METRICS:
-        if len(before) < planned or len(after) < planned:  # a round wrote no results at all
-            found.append(_judged(declared, round_values(declared, before), round_values(declared, after), planned))
-            continue
-        differ = ladders_differ(declared, before + after)
+        differ = ladders_differ(declared, before + after) if complete else []
         if differ:  # one gate's runs share one ladder: a run without it (not judged) measured nothing to compare
             found.append(_not_judged(declared, planned, f"the runs' ladders differ ({', '.join(differ)})"))
             continue
-        values = round_values(declared, before + after)
-        if len(values) < len(before) + len(after):  # a run that did not measure it
+        values = round_values(declared, before + after) if complete else []
+        if complete and len(values) == len(before) + len(after):
+            found.append(_judged(declared, values[: len(before)], values[len(before) :], planned))
+        else:  # a run that did not measure it: each side's own count says which
             found.append(_judged(declared, round_values(declared, before), round_values(declared, after), planned))
-            continue
-        found.append(_judged(declared, values[: len(before)], values[len(before) :], planned))
     return found
 
 
@@ -84,20 +82,9 @@ def _not_judged(declared: RegressionMetric, planned: int, why: str) -> CheckResu
     )
 
 
-def _judged(
-    declared: RegressionMetric,
-    was: list[float],
-    now: list[float],
-    planned: int,
-    baseline_runs: int | None = None,
-    candidate_runs: int | None = None,
-) -> CheckResult:
+def _judged(declared: RegressionMetric, was: list[float], now: list[float], planned: int) -> CheckResult:
     if len(was) < planned or len(now) < planned:
-        seen = (
-            len(was) if baseline_runs is None else baseline_runs,
-            len(now) if candidate_runs is None else candidate_runs,
-        )
-        measured = f"measured in {seen[0]} of {planned} baseline runs and {seen[1]} of {planned} candidate runs"
+        measured = f"measured in {len(was)} of {planned} baseline runs and {len(now)} of {planned} candidate runs"
         return _not_judged(declared, planned, measured)
     expected, check_id = _expected(declared, planned), f"gate.regression.{declared.check}.{declared.metric}"
     verdict = judge_rounds(was, now, declared.worse, declared.smallest_change, declared.margin)
