@@ -204,6 +204,15 @@ def all_checks(results: dict[str, Any]) -> list[dict[str, Any]]:
     return [check for scenario in results.get("scenarios", []) for check in scenario.get("checks", [])]
 
 
+def run_span(results: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(when the first scenario started, when the last ended), Unix time; None where no
+    scenario recorded one. What `verify`, the report and `history` say of when a run ran."""
+    scenarios = results.get("scenarios", [])
+    starts = [s["started"] for s in scenarios if isinstance(s.get("started"), int | float)]
+    ends = [s["ended"] for s in scenarios if isinstance(s.get("ended"), int | float)]
+    return (min(starts) if starts else None, max(ends) if ends else None)
+
+
 def where_judged(results: dict[str, Any]) -> str:
     """Where a run's checks ran, in words ("Slurm 24.11, cgroup"; "an existing cluster")."""
     cluster = results.get("cluster") or {}

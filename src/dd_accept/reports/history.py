@@ -28,7 +28,7 @@ from typing import Any
 
 from dd_accept.base.errors import UsageError
 from dd_accept.base.regressions import REGRESSION_METRICS, RegressionMetric, serving_worse
-from dd_accept.base.results import all_checks, where_judged
+from dd_accept.base.results import all_checks, run_span, where_judged
 from dd_accept.base.serving_names import better, unit_of
 from dd_accept.reports.reading import BANNER_STYLE, ReadingPolicy, Shown, read_verified
 
@@ -110,11 +110,11 @@ def load_points(bundles: list[Path], policy: ReadingPolicy) -> list[Point]:
     for bundle in bundles:
         shown = read_verified(bundle, "history", policy)
         results = shown.results
-        starts = [s["started"] for s in results["scenarios"] if isinstance(s.get("started"), int | float)]
-        if not starts or not _a_date(min(starts)):
+        began, _ = run_span(results)
+        if began is None or not _a_date(began):
             raise UsageError(f"history: {bundle.name} says no time its scenarios started that a calendar holds")
         sut = results.get("sut", {}).get("spec", "?")
-        points.append(Point(bundle.name, min(starts), sut, where_judged(results), results, shown))
+        points.append(Point(bundle.name, began, sut, where_judged(results), results, shown))
     return sorted(points, key=lambda p: p.time)
 
 

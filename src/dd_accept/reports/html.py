@@ -36,7 +36,7 @@ from dd_accept.base.events import (
     of_type,
     readable_events,
 )
-from dd_accept.base.results import load_results, where_judged
+from dd_accept.base.results import load_results, run_span, where_judged
 from dd_accept.base.serving_names import LATENCIES, SUMMARY_COLUMNS, serving_rows, shown
 
 WIDTH, ROW = 860, 14
@@ -545,10 +545,8 @@ def render_bundle(bundle: Path, banner: str = "") -> str:
 
 def _when(results: dict[str, Any]) -> str:
     """When the run started (UTC) and how long its scenarios took, for the report's top."""
-    scenarios = results.get("scenarios", [])
-    starts = [s["started"] for s in scenarios if isinstance(s.get("started"), int | float)]
-    ends = [s["ended"] for s in scenarios if isinstance(s.get("ended"), int | float)]
-    if not starts:
+    began, ended = run_span(results)
+    if began is None:
         return ""
-    started = datetime.fromtimestamp(min(starts), UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    return started + (f", for {max(ends) - min(starts):.0f} s" if ends else "")
+    started = datetime.fromtimestamp(began, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return started + (f", for {ended - began:.0f} s" if ended is not None else "")

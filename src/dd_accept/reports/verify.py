@@ -24,7 +24,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, UsageError
-from dd_accept.base.results import all_checks, schema_of, schema_problem, where_judged
+from dd_accept.base.results import all_checks, run_span, schema_of, schema_problem, where_judged
 from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
 from dd_accept.reports.bundle import (
@@ -151,16 +151,17 @@ def verified_facts(results: dict[str, Any], subjects: dict[str, str], files: int
     how many files the manifest holds, and each policy asked. Read from results the provenance
     agrees with, so only for a bundle that verified."""
     scenarios = results.get("scenarios", [])
-    starts = [s["started"] for s in scenarios if isinstance(s.get("started"), int | float)]
-    ends = [s["ended"] for s in scenarios if isinstance(s.get("ended"), int | float)]
-    started = datetime.fromtimestamp(min(starts), UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    began, ended = run_span(results)
+    started = None
+    if began is not None:
+        started = datetime.fromtimestamp(began, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     return {
         "verdict": results.get("verdict"),
         "sut": results.get("sut", {}).get("spec"),
         "wheels": {name: digest for name, digest in sorted(subjects.items()) if name.endswith(".whl")},
         "scenarios": {s["name"]: s.get("verdict") for s in scenarios},
-        "started": started if starts else None,
-        "duration_s": round(max(ends) - min(starts), 1) if starts and ends else None,
+        "started": started,
+        "duration_s": round(ended - began, 1) if began is not None and ended is not None else None,
         "where": where_judged(results) or None,
         "files": files,
         "policies": [{"policy": asked, "met": not why} for asked, why in policy_outcomes(results, policy)]
