@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shlex
+import stat
 import subprocess
 import sys
 from collections import Counter
@@ -36,8 +37,8 @@ def sealed(directory: Path) -> Path:
     """A directory holding a hand-made results.json (and any other files), made a bundle as a
     run leaves it: a manifest of every file and the provenance naming it, so the readers,
     which verify a bundle before they show it, read it as they read a run's."""
+    from dd_accept.base.hashing import sha256_file
     from dd_accept.reports.bundle import RunContext, provenance, write_manifest
-    from dd_accept.reports.digests import sha256_file
     from dd_accept.reports.sanitize import Sanitizer
 
     results = json.loads((directory / "results.json").read_text())
@@ -61,8 +62,9 @@ def labelled_objects(name: str | None = None) -> list[str]:
     return found
 
 
-def file_contents_under(root: Path) -> Iterator[tuple[Path, bytes]]:
-    """Every file under root with its bytes, as it is when read.
+def file_contents_under(root: Path, changed_since: float = 0.0) -> Iterator[tuple[Path, bytes]]:
+    """Every file under root (last changed at `changed_since` or later) with its bytes, as
+    it is when read.
 
     Other xdist workers create and remove run directories under the same state root while
     this walks it, so a file or directory that is gone by the time it is read is passed over
@@ -72,7 +74,8 @@ def file_contents_under(root: Path) -> Iterator[tuple[Path, bytes]]:
         for name in names:
             path = Path(directory, name)
             try:
-                if path.is_file():
+                info = path.stat()
+                if stat.S_ISREG(info.st_mode) and info.st_mtime >= changed_since:
                     yield path, path.read_bytes()
             except FileNotFoundError:
                 continue

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from dd_accept.reports.digests import sha256_file
+from dd_accept.base.hashing import sha256_file
 from tests.helpers import run_cli
 from tests.unit.test_json_output import document_of
 

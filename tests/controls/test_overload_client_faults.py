@@ -7,6 +7,7 @@ every wheel of the directory is installed and attested by its sha256 (issue #32)
 
 import json
 import shutil
+from xml.etree import ElementTree
 
 import pytest
 
@@ -119,6 +120,14 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wh
     for name in ("manifest.json", "provenance.json", "redactions.json", "commands.jsonl", "summary.md", "junit.xml"):
         assert (out / name).is_file(), name
     assert list((out / "events").rglob("events-*.jsonl")) and list((out / "logs").rglob("proxy.log"))
+    # each check is named by the judge phase that judged it, and its testcase takes the time
+    # of the phases that gathered its evidence (the partial checks: deploying and driving)
+    judged = {check: p["title"] for p in scenario["phases"] for check in p["judged"]}
+    assert judged["overload.partial.completes"] == "partial overload: completion and failover", judged
+    assert set(judged) == {c["id"] for c in scenario["checks"]}
+    testcases = ElementTree.parse(out / "junit.xml").iter("testcase")
+    cases = {case.get("name"): float(case.get("time")) for case in testcases}
+    assert set(cases) == set(judged) and all(seconds > 0 for seconds in cases.values()), cases
     assert not list(tmp_path.glob(".*.raw")), "raw run outputs are removed"
     for bundle in (out, tmp_path / "evidence.tar.gz"):
         verified = run_cli("verify", str(bundle))

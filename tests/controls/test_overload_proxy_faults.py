@@ -52,7 +52,7 @@ def test_admission_that_never_rejects_is_a_failed_check_not_an_error(sut_wheelho
     """A SUT fault the scenario waits on is judged (exit 1), never 'could not be judged'. No
     record gets through an overloaded replica that never rejects, so each phase lasts as long
     as the client's deadline: shorter ones here show the same findings sooner."""
-    options = OverloadOptions(partial_deadline_s=45.0, total_deadline_s=60.0)
+    options = OverloadOptions(partial_deadline_s=20.0, total_deadline_s=25.0)
     checks = run_against_fault("admission-never-rejects", sut_wheelhouse, sut_image, sut_profile, tmp_path, options)
     admission = checks["overload.admission.rejects"]
     assert admission.verdict == "fail" and "threshold 0, depth 7: 404: 2" in admission.observed, admission

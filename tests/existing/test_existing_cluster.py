@@ -158,7 +158,7 @@ def test_a_run_dir_the_compute_nodes_do_not_share_is_exit_2(login_node):
         "--sut", f"{LOGIN}/sut-wheels/{wheel.file}", "--out", f"{LOGIN}/not-written",
     )  # fmt: skip
     assert record.exit_code == 2, record.describe()
-    expected = "--run-dir login-only is not shared with the compute nodes (a job could not read it there within 5 s"
+    expected = "/tmp/login-only is not shared with the compute nodes (a job could not read it there within 5 s"
     assert expected in record.stderr_tail
     assert record.stderr_tail.count("\n") == 1
     assert not (login / "not-written").exists()

@@ -70,7 +70,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         ([str(tmp_path / "nothing")], "nothing: no such file or directory"),
         ([str(tmp_path / "broken")], "does not follow dd-accept/results/v3"),
         ([str(tmp_path / "empty"), "--tolerance", "ten"], "expected a fraction"),
-        ([str(tmp_path / "ok"), "--html", str(tmp_path / "no-such-dir" / "h.html")], "cannot write h.html"),
+        ([str(tmp_path / "ok"), "--html", str(tmp_path / "no-such-dir" / "h.html")], "write …/no-such-dir/h.html"),
         ([str(tmp_path / "ok"), "--csv", str(tmp_path / "ok" / "results.json")], "inside a bundle it reads"),
         ([str(tmp_path / "ok"), "--csv", str(tmp_path / "h"), "--html", str(tmp_path / "h")], "name the same file"),
         ([str(tmp_path / "plain.tar.gz")], "is not a readable bundle directory or .tar.gz"),

@@ -86,7 +86,7 @@ def _bundle(tmp_path):
     (run / "replicas" / "events-0.jsonl").write_text(_jsonl(upstream + queue))
     # a drain phase: TERM at 110, KILL at 122; one stream completes, one is forced, one is lost
     streams = [
-        ClientRequest(t=112.0, started=108.0, mode="raw", record=0, attempt=0, outcome="ok", done=True),
+        ClientRequest(t=112.0, started=108.0, mode="raw", record=0, attempt=0, outcome="ok", done=True, ttft_s=0.02),
         ClientRequest(t=122.1, started=108.5, mode="raw", record=1, attempt=0, outcome="error"),
         ClientRequest(t=111.0, started=109.0, mode="raw", record=2, attempt=0, outcome="error"),
     ]
@@ -107,8 +107,8 @@ def test_the_report_is_self_contained_and_draws_every_chart(tmp_path):
     html = (_bundle(tmp_path) / "report.html").read_text()
     assert "<script" not in html and not re.search(r"(src|href)=\"(https?:)?//", html), "nothing fetched"
     # admission limit + request timeline (total), drain timeline + request timeline (allowance),
-    # queue depth per replica, replica outcomes
-    assert html.count("<svg") == 6
+    # queue depth per replica, replica outcomes, the latency CDF
+    assert html.count("<svg") == 7 and "TTFT distribution — run-1" in html and "allowance (1)" in html
     assert 'class="limit"' in html and 'class="sig"' in html and "m429" in html
     assert "overload.total.attempts" in html and ", judged on Slurm 24.11, cgroup; ran 1970-01-01 " in html
     assert "Queue depth per replica" in html and "replica 0: deepest queue 2" in html
@@ -163,7 +163,7 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(tmp_path
         check=False,
     )
     assert dom.returncode == 0, dom.stderr[-2000:]
-    assert dom.stdout.count("<svg") == 6 and "<path" in dom.stdout and "<rect" in dom.stdout
+    assert dom.stdout.count("<svg") == 7 and "<path" in dom.stdout and "<rect" in dom.stdout
     assert ":CONSOLE(" not in dom.stderr, dom.stderr[-2000:]
     ids, links = _ids_and_links(dom.stdout)  # as the browser built the page
     assert "not-passing" in ids and links and links <= ids, links - ids

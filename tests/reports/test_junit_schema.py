@@ -103,3 +103,33 @@ def test_suites_carry_time_timestamp_and_the_sut_and_cluster_as_properties(schem
         "dd-accept.cluster.slurm_release": "24.11",
         "dd-accept.cluster.proctrack": "cgroup",
     }
+
+
+def test_a_testcase_takes_the_time_of_the_phases_that_gathered_its_evidence(schema):
+    """A check's time runs from the previous phase that judged a check (the scenario's start
+    for the first) to the end of the phase that judged it: a CI dashboard shows which checks
+    are slow. Checks judged together share their span; one no phase names gets no time."""
+
+    def phase(kind, started, ended, judged=()):
+        return {"kind": kind, "title": kind, "started": started, "ended": ended, "outcome": "done", "judged": judged}
+
+    results = _results()
+    results["scenarios"][0] |= {
+        "started": 100.0,
+        "ended": 190.0,
+        "phases": [
+            phase("deploy", 100.0, 110.0),
+            phase("drive", 110.0, 140.5),
+            phase("judge", 140.5, 141.0, ["overload.recovery"]),
+            phase("drive", 141.0, 180.0),
+            phase("judge", 180.0, 180.25, ["overload.total.cooldown"]),
+            phase("stop", 180.25, 190.0),
+        ],
+    }
+    document = junit(results)
+    schema.validate(document)
+    root = ElementTree.fromstring(document)
+    times = {case.get("name"): case.get("time") for case in root.iter("testcase")}
+    assert times["overload.recovery"] == "41.000"  # deploy, drive and its judgment: 100 -> 141
+    assert times["overload.total.cooldown"] == "39.250"  # from the previous judgment: 141 -> 180.25
+    assert times["health.probe_isolation"] is None  # no phase recorded it: not invented

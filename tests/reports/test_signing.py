@@ -7,8 +7,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.hashing import sha256_file
 from dd_accept.reports.bundle import write_bundle, write_manifest
-from dd_accept.reports.digests import sha256_file
 from dd_accept.reports.sanitize import Sanitizer
 from dd_accept.reports.signing import pae
 from dd_accept.reports.verify import verify
@@ -81,7 +81,7 @@ def test_a_key_that_is_not_a_key_is_a_usage_error(tmp_path):
     out, _ = _signed(tmp_path)
     bogus = tmp_path / "bogus.pub"
     bogus.write_text("not a key")
-    with pytest.raises(UsageError, match=r"--key bogus\.pub: not a PEM public key"):
+    with pytest.raises(UsageError, match=rf"--key …/{tmp_path.name}/bogus\.pub: not a PEM public key"):
         verify(out, [], bogus)
 
 

@@ -97,8 +97,9 @@ def test_one_project_in_two_versions_is_refused_in_one_line(tmp_path):
     directory = _directory(tmp_path, RUNTIME, ENGINE, REBUILT_ENGINE)
     with pytest.raises(UsageError) as refused:
         SutSpec.parse(str(directory))
+    shown = f"…/{tmp_path.name}/wheels"  # the path the user gave, but for the host's part
     assert str(refused.value) == (
-        f"--sut wheels holds 2 versions of data-designer-engine ({ENGINE}, {REBUILT_ENGINE}); keep one"
+        f"--sut {shown} holds 2 versions of data-designer-engine ({ENGINE}, {REBUILT_ENGINE}); keep one"
     )
 
 
@@ -134,7 +135,7 @@ def test_run_and_its_dry_run_choose_by_the_runtime_wheel_and_refuse_bad_director
     two = _directory(tmp_path / "two", RUNTIME, ENGINE, REBUILT_ENGINE)
     for directory, needle in [
         (unmatched, "no built-in profile for any wheel of --sut wheel_dir:wheels: data-designer-engine 1.0.0rc1, "),
-        (two, "--sut wheels holds 2 versions of data-designer-engine ("),
+        (two, "--sut …/two/wheels holds 2 versions of data-designer-engine ("),
     ]:
         out = tmp_path / "evidence"
         for command in (

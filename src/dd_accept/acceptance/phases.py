@@ -183,6 +183,7 @@ def recorded(result: ScenarioResult, kind: PhaseKind, title: str) -> Iterator[Ph
     run's load levels, one per level reached)."""
     record = PhaseRecord(kind, title, started=time.time())
     result.phases.append(record)
+    before = len(result.checks)
     try:
         yield record
     except BaseException:
@@ -190,6 +191,7 @@ def recorded(result: ScenarioResult, kind: PhaseKind, title: str) -> Iterator[Ph
         raise
     finally:
         record.ended = time.time()
+        record.judged = [check.id for check in result.checks[before:]]
 
 
 def plan_phases(phases: Sequence[Phase[Any]], planner: Planner) -> list[tuple[Phase[Any], list[PlannedCommand]]]:

@@ -26,6 +26,7 @@ SCHEMA_FILES = {
     "dd-accept/results/v2": "results-v2.json",
     "dd-accept/results/v3": "results-v3.json",
     "dd-accept/results/v4": "results-v4.json",
+    "dd-accept/results/v5": "results-v5.json",
     "dd-accept/run/v1": "run-v1.json",
     "dd-accept/verify/v1": "verify-v1.json",
     "dd-accept/audit/v1": "audit-v1.json",

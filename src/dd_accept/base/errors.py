@@ -9,6 +9,7 @@ from __future__ import annotations
 EXIT_PASS = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C or TERM: 128 + SIGINT, as a shell reports it
 
 
 class DDAcceptError(Exception):

@@ -17,12 +17,11 @@ from dd_accept.base import documents
 from dd_accept.base.documents import SCHEMA_FILES
 from dd_accept.base.errors import UsageError
 
-SCHEMA = "dd-accept/results/v4"  # published as docs/schema/results-v4.json
+SCHEMA = "dd-accept/results/v5"  # published as docs/schema/results-v5.json
 # Every version dd-accept reads, by the `schema` a document names: bundles written before
 # `cluster` existed (v1) stay verifiable; a v1 document never carries v2's fields.
 READABLE_SCHEMAS = {
-    version: SCHEMA_FILES[version]
-    for version in ("dd-accept/results/v1", "dd-accept/results/v2", "dd-accept/results/v3", SCHEMA)
+    version: SCHEMA_FILES[version] for version in (*(f"dd-accept/results/v{n}" for n in range(1, 5)), SCHEMA)
 }
 Verdict = Literal["pass", "fail", "unsupported"]
 
@@ -63,6 +62,9 @@ class PhaseRecord:
     started: float
     ended: float | None = None
     outcome: str = "done"  # or "interrupted": it raised, and the stop phases ran next
+    # The checks it judged, by id: a check's time (a JUnit testcase's) runs from the previous
+    # phase that judged any to the end of this one, the phases that gathered its evidence.
+    judged: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)

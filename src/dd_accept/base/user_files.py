@@ -12,6 +12,7 @@ import stat
 from pathlib import Path
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.shown_paths import shown_path
 
 MAX_USER_FILE_BYTES = 1024 * 1024  # keys, gate files and profiles are a few KiB
 
@@ -21,18 +22,18 @@ def read_user_file(path: Path, what: str, limit: int = MAX_USER_FILE_BYTES) -> b
     try:
         info = path.stat()
     except FileNotFoundError:
-        raise UsageError(f"{what} {path.name}: no such file") from None
+        raise UsageError(f"{what} {shown_path(path)}: no such file") from None
     except OSError as error:
-        raise UsageError(f"{what} {path.name}: cannot be read ({error.strerror})") from None
+        raise UsageError(f"{what} {shown_path(path)}: cannot be read ({error.strerror})") from None
     if not stat.S_ISREG(info.st_mode):
-        raise UsageError(f"{what} {path.name}: not a regular file (a directory, FIFO, device or socket)")
+        raise UsageError(f"{what} {shown_path(path)}: not a regular file (a directory, FIFO, device or socket)")
     if info.st_size > limit:
-        raise UsageError(f"{what} {path.name}: larger than {limit // 1024} KiB, which no such file is")
+        raise UsageError(f"{what} {shown_path(path)}: larger than {limit // 1024} KiB, which no such file is")
     try:
         with open(path, "rb") as handle:
             return handle.read(limit + 1)
     except OSError as error:
-        raise UsageError(f"{what} {path.name}: cannot be read ({error.strerror})") from None
+        raise UsageError(f"{what} {shown_path(path)}: cannot be read ({error.strerror})") from None
 
 
 def read_user_text(path: Path, what: str, limit: int = MAX_USER_FILE_BYTES) -> str:
@@ -40,4 +41,4 @@ def read_user_text(path: Path, what: str, limit: int = MAX_USER_FILE_BYTES) -> s
     try:
         return read_user_file(path, what, limit).decode("utf-8")
     except UnicodeDecodeError:
-        raise UsageError(f"{what} {path.name}: not UTF-8 text") from None
+        raise UsageError(f"{what} {shown_path(path)}: not UTF-8 text") from None

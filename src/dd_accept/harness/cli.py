@@ -21,7 +21,7 @@ from rich.table import Table
 
 from dd_accept import __version__
 from dd_accept.base.documents import checked
-from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, DDAcceptError, UsageError
+from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_PASS, EXIT_USAGE, DDAcceptError, UsageError
 from dd_accept.base.options import (
     BackendOptions,
     CapacityOptions,
@@ -34,6 +34,7 @@ from dd_accept.base.options import (
     parse_argv_values,
 )
 from dd_accept.base.regressions import REGRESSION_METRICS, SERVING_TOLERANCE
+from dd_accept.base.shown_paths import shown_path
 from dd_accept.base.state import state_root
 from dd_accept.harness.checks_command import add_checks_command
 from dd_accept.harness.console import ConsoleListener, fail_line
@@ -58,7 +59,6 @@ from dd_accept.sut.profile import choose_profile, load_profile
 from dd_accept.sut.spec import DEFAULT_SUT
 from dd_accept.sut.wheelhouse import build_wheelhouse
 
-EXIT_INTERRUPTED = 130
 DEFAULT_CLUSTER = "dd-accept"
 
 
@@ -344,9 +344,9 @@ def _check_outputs(targets: list[Path], inputs: list[Path]) -> None:
         raise UsageError("history: --html and --csv name the same file")
     for target, where in zip(targets, resolved, strict=True):
         if any(where == bundle.resolve() or bundle.resolve() in where.parents for bundle in inputs):
-            raise UsageError(f"history: {target.name} is inside a bundle it reads; write it elsewhere")
+            raise UsageError(f"history: {shown_path(target)} is inside a bundle it reads; write it elsewhere")
         if not where.parent.is_dir():
-            raise UsageError(f"history: cannot write {target.name}: its directory does not exist")
+            raise UsageError(f"history: cannot write {shown_path(target)}: its directory does not exist")
 
 
 def write_all(files: dict[Path, str], what: str) -> None:

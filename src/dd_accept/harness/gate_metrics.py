@@ -105,7 +105,7 @@ def parse_metric_demands(table: Any, source: str) -> tuple[MetricDemand, ...]:
         for metric, bounds in metrics.items():
             where = f"metrics.{scenario}.{metric!r}"
             if not METRIC_NAME.fullmatch(metric):
-                raise UsageError(f"gate file {source}: {where}: unknown serving metric (see results-v4.json)")
+                raise UsageError(f"gate file {source}: {where}: unknown serving metric (see results-v5.json)")
             where = f"metrics.{scenario}.{metric}"
             unknown = sorted(set(bounds) - set(_BOUNDS)) if isinstance(bounds, dict) else []
             if unknown:

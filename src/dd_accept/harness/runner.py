@@ -27,6 +27,7 @@ from rich.table import Table
 from dd_accept.acceptance.scenarios import ALL_SCENARIOS, ALONE, SCENARIO_NAMES
 from dd_accept.acceptance.scenarios import SCENARIOS as DECLARED
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
+from dd_accept.base.hashing import sha256_file
 from dd_accept.base.options import (
     BackendOptions,
     CapacityOptions,
@@ -37,6 +38,7 @@ from dd_accept.base.options import (
 )
 from dd_accept.base.results import load_results
 from dd_accept.base.serving_names import SUMMARY_COLUMNS, serving_rows, shown
+from dd_accept.base.shown_paths import shown_path
 from dd_accept.base.slurm_releases import RELEASES
 from dd_accept.base.state import state_root
 from dd_accept.harness.console import ConsoleListener
@@ -44,7 +46,6 @@ from dd_accept.harness.github_actions import annotate
 from dd_accept.harness.provenance import gather
 from dd_accept.reports.audit import audit
 from dd_accept.reports.bundle import write_bundle
-from dd_accept.reports.digests import sha256_file
 from dd_accept.reports.sanitize import Sanitizer
 from dd_accept.reports.signing import load_private_key
 from dd_accept.slurm_docker import engine
@@ -108,7 +109,7 @@ def default_out(scenario: str) -> Path:
 def prepare_out(out: Path) -> Path:
     """A fresh output directory: an existing non-empty one is never overwritten."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"--out {out.name} already exists and is not empty; choose another directory")
+        raise UsageError(f"--out {shown_path(out)} already exists and is not empty; choose another directory")
     out.mkdir(parents=True, exist_ok=True)
     return out.resolve()
 

@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE
 from dd_accept.node.environment import TOKEN_ENV
 
 ACTIONS = (
@@ -78,16 +79,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2:
         print(f"usage: control URL ACTION [key=value ...]; actions: {', '.join(ACTIONS)}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     urls, action, pairs = args[0].split(","), args[1], args[2:]
     body = {key: _value(value) for key, _, value in (pair.partition("=") for pair in pairs)}
-    status = 0
+    status = EXIT_PASS
     for url in urls:  # one exec can steer every replica: a comma-separated list of URLs
         try:
             print(json.dumps(control(url, action, body)))
         except (ControlError, OSError) as error:
             print(json.dumps({"url": url, "error": str(error)}))
-            status = 1
+            status = EXIT_CHECK_FAILED  # a replica did not take the action: the caller judges it
     return status
 
 

@@ -13,6 +13,8 @@ import time
 import urllib.error
 import urllib.request
 
+from dd_accept.base.errors import EXIT_PASS
+
 
 def probe(url: str, timeout: float = 5.0) -> dict[str, object]:
     started = time.monotonic()
@@ -50,7 +52,7 @@ def main() -> int:
             print(json.dumps(row | ({"at_s": round(time.monotonic() - started, 4)} if repeat > 1 else {})), flush=True)
         if round_ + 1 < repeat:
             time.sleep(max(0.0, started + (round_ + 1) * every - time.monotonic()))
-    return 0
+    return EXIT_PASS
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dd_accept.base.errors import EXIT_PASS
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -98,7 +100,7 @@ def usage(steps: list[str]) -> dict[str, object]:
 
 def main() -> int:
     print(json.dumps(usage(sys.argv[1:])))
-    return 0
+    return EXIT_PASS
 
 
 if __name__ == "__main__":

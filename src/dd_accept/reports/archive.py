@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.shown_paths import shown_path
 
 # Evidence files are megabytes; a log that is not is read up to here and reported beyond it.
 MAX_FILE_BYTES = 64 * 1024 * 1024  # one file or decompressed member
@@ -49,13 +50,13 @@ def refuse_special(path: Path, what: str) -> None:
     try:
         mode = path.lstat().st_mode
     except FileNotFoundError:
-        raise UsageError(f"{what}: {path.name}: no such file or directory") from None
+        raise UsageError(f"{what}: {shown_path(path)}: no such file or directory") from None
     except OSError as error:
-        raise UsageError(f"{what}: {path.name}: cannot be read ({error.strerror})") from None
+        raise UsageError(f"{what}: {shown_path(path)}: cannot be read ({error.strerror})") from None
     if stat.S_ISLNK(mode):
-        raise UsageError(f"{what}: {path.name} is a symbolic link; give the file it points to")
+        raise UsageError(f"{what}: {shown_path(path)} is a symbolic link; give the file it points to")
     if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-        raise UsageError(f"{what}: {path.name} is not a regular file or directory (a FIFO, device or socket)")
+        raise UsageError(f"{what}: {shown_path(path)} is not a regular file or directory (a FIFO, device or socket)")
 
 
 def read_regular(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
@@ -212,11 +213,11 @@ def check_bundle_directory(bundle: Path, what: str) -> None:
     """A bundle directory holds regular files and directories only (links are not followed)."""
     refuse_special(bundle, what)
     if not bundle.is_dir():
-        raise UsageError(f"{what}: {bundle.name} is not a bundle directory or .tar.gz")
+        raise UsageError(f"{what}: {shown_path(bundle)} is not a bundle directory or .tar.gz")
     for path in bundle.rglob("*"):
         mode = path.lstat().st_mode
         if stat.S_ISLNK(mode) or not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            raise UsageError(f"{what}: {bundle.name}/{path.relative_to(bundle)} is a link or special file")
+            raise UsageError(f"{what}: {shown_path(bundle)}/{path.relative_to(bundle)} is a link or special file")
 
 
 @contextmanager
@@ -240,7 +241,7 @@ def opened_bundle(path: Path, what: str) -> Iterator[Path]:
                         continue
                     total += info.size
                     if info.size > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
-                        raise UsageError(f"{what}: {path.name} holds more than the size limit")
+                        raise UsageError(f"{what}: {shown_path(path)} holds more than the size limit")
                     target.parent.mkdir(parents=True, exist_ok=True)
                     handle = archive.extractfile(info)
                     target.write_bytes(handle.read() if handle is not None else b"")
@@ -248,7 +249,8 @@ def opened_bundle(path: Path, what: str) -> Iterator[Path]:
                 yield Path(scratch) / top.pop()
     except (tarfile.TarError, EOFError, OSError, zipfile.BadZipFile, lzma.LZMAError) as error:
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]  # tarfile's can span lines
-        raise UsageError(f"{what}: {path.name} is not a readable bundle directory or .tar.gz ({reason})") from None
+        shown = shown_path(path)
+        raise UsageError(f"{what}: {shown} is not a readable bundle directory or .tar.gz ({reason})") from None
 
 
 def _strict_bundle_members(archive: tarfile.TarFile, name: str, what: str) -> list[tarfile.TarInfo]:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.shown_paths import shown_path
 from dd_accept.base.user_files import read_user_text
 from dd_accept.reports.archive import Member, walk
 from dd_accept.reports.sanitize import Sanitizer, sanitizer_for_audit
@@ -241,10 +242,11 @@ def read_baseline(path: Path) -> Baseline:
             continue
         parts = line.split("\t")
         if len(parts) != 3 or not re.fullmatch(r"[0-9a-f]{32}", parts[2].strip()):
-            raise UsageError(f"audit: --baseline {path.name}:{number}: not FILE<TAB>RULE<TAB>DIGEST")
+            raise UsageError(f"audit: --baseline {shown_path(path)}:{number}: not FILE<TAB>RULE<TAB>DIGEST")
         accepted.add((parts[0], parts[1], parts[2].strip()))
     if not re.fullmatch(r"[0-9a-f]{32}", salt):
-        raise UsageError(f"audit: --baseline {path.name}: no `# salt: HEX` line (write one with --write-baseline)")
+        shown = shown_path(path)
+        raise UsageError(f"audit: --baseline {shown}: no `# salt: HEX` line (write one with --write-baseline)")
     return Baseline(salt, frozenset(accepted))
 
 

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from dd_accept import __version__
+from dd_accept.base.hashing import sha256_file
 from dd_accept.base.results import all_checks, load_results
 from dd_accept.reports import render
-from dd_accept.reports.digests import lock_digest, sha256_file
+from dd_accept.reports.digests import lock_digest
 from dd_accept.reports.html import render_bundle
 from dd_accept.reports.sanitize import Sanitizer
 from dd_accept.reports.signing import sign_bundle

@@ -8,10 +8,6 @@ from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
-from dd_accept.base.hashing import sha256_file
-
-__all__ = ["sha256_file"]
-
 # The SUT files that run at the edge of the allocation: proxy, middleware, shell helpers.
 RUNTIME_SUFFIXES = (".sh",)
 RUNTIME_NAMES = ("proxy.py", "backpressure.py")

@@ -30,6 +30,7 @@ from dd_accept.base.errors import UsageError
 from dd_accept.base.regressions import REGRESSION_METRICS, RegressionMetric, serving_worse
 from dd_accept.base.results import all_checks, run_span, where_judged
 from dd_accept.base.serving_names import better, unit_of
+from dd_accept.base.shown_paths import shown_path
 from dd_accept.reports.reading import BANNER_STYLE, ReadingPolicy, Shown, read_verified
 
 # The check numbers dd-accept knows the worse direction and the noise of (base.regressions).
@@ -85,7 +86,7 @@ def find_bundles(paths: list[Path]) -> list[Path]:
     found: list[Path] = []
     for path in paths:
         if not path.exists():
-            raise UsageError(f"history: {path.name}: no such file or directory")
+            raise UsageError(f"history: {shown_path(path)}: no such file or directory")
         if path.is_dir() and not (path / "results.json").is_file():
             found += sorted(p.parent for p in path.rglob("results.json") if not _hidden(p, path))
             archives = (p for p in path.rglob("*.tar.gz") if not _hidden(p, path))
@@ -112,7 +113,7 @@ def load_points(bundles: list[Path], policy: ReadingPolicy) -> list[Point]:
         results = shown.results
         began, _ = run_span(results)
         if began is None or not _a_date(began):
-            raise UsageError(f"history: {bundle.name} says no time its scenarios started that a calendar holds")
+            raise UsageError(f"history: {shown_path(bundle)} says no time its scenarios started that a calendar holds")
         sut = results.get("sut", {}).get("spec", "?")
         points.append(Point(bundle.name, began, sut, where_judged(results), results, shown))
     return sorted(points, key=lambda p: p.time)

@@ -38,6 +38,7 @@ from dd_accept.base.events import (
 )
 from dd_accept.base.results import load_results, run_span, where_judged
 from dd_accept.base.serving_names import LATENCIES, SUMMARY_COLUMNS, serving_rows, shown
+from dd_accept.reports.latency_cdf import latency_cdf_chart
 
 WIDTH, ROW = 860, 14
 COLOURS = {"ok": "#2e7d32", "rate_limited": "#f9a825", "truncated": "#c62828", "error": "#c62828"}
@@ -503,6 +504,7 @@ def render_bundle(bundle: Path, banner: str = "") -> str:
         marks = {m.get("phase"): m for m in _read_jsonl(run / MARKS)} if (run / MARKS).is_file() else {}
         sut_file = run.joinpath(*SUT_ATTEMPT_RECORDS)
         sut_records = of_type(readable_events(_read_jsonl(sut_file)), SutAttemptRecord) if sut_file.is_file() else None
+        latencies: dict[str, list[ClientRequest]] = {}
         for client in sorted(run.glob("*.jsonl")):
             if client.name == CURVE_FILE:
                 charts.insert(0, capacity_chart(_read_jsonl(client), run.name))
@@ -510,6 +512,7 @@ def render_bundle(bundle: Path, banner: str = "") -> str:
             if client.name == MARKS:
                 continue
             rows = _read_jsonl(client)
+            latencies[client.stem] = of_type(readable_events(rows), ClientRequest)
             title = f"{run.name} / {client.stem}"
             if client.stem in marks:
                 charts.append(drain_chart(rows, marks[client.stem], title))
@@ -518,6 +521,7 @@ def render_bundle(bundle: Path, banner: str = "") -> str:
                 admission_chart(rows, title),
                 timeline_chart(rows, commands, title, replica_events, phase_records),
             ]
+        charts.append(latency_cdf_chart(latencies, run.name))
         charts += [queue_chart(per_replica, run.name), replica_chart(replica_events, run.name)]
         runs.append((run.name, [jinja2.filters.Markup(c) for c in charts if c]))
     where = where_judged(results)

@@ -95,6 +95,23 @@ def _timing(scenario: dict[str, Any]) -> dict[str, str]:
     return timing
 
 
+def check_seconds(scenario: dict[str, Any]) -> dict[str, float]:
+    """Check id -> the seconds its evidence took: from the end of the previous phase that
+    judged a check (the scenario's start for the first) to the end of the phase that judged
+    it. Checks judged together share their span; a check no phase names (a v4 bundle) has none."""
+    seconds: dict[str, float] = {}
+    since = scenario.get("started")
+    for phase in scenario.get("phases", []):
+        judged, ended = phase.get("judged") or [], phase.get("ended")
+        if not judged or not isinstance(ended, int | float):
+            continue
+        start = since if isinstance(since, int | float) and since <= ended else phase.get("started", ended)
+        for check_id in judged:
+            seconds.setdefault(check_id, max(0.0, ended - start))
+        since = ended
+    return seconds
+
+
 def junit(results: dict[str, Any]) -> str:
     errors = [s for s in results["scenarios"] if s.get("error")]
     root = ElementTree.Element("testsuites", name="dd-accept", tests=str(len(all_checks(results)) + len(errors)))
@@ -120,9 +137,11 @@ def junit(results: dict[str, Any]) -> str:
         if scenario.get("error"):
             case = ElementTree.SubElement(suite, "testcase", classname=xml_text(scenario["name"]), name="scenario")
             ElementTree.SubElement(case, "error", message=xml_text(scenario["error"][:500]))
+        seconds = check_seconds(scenario)
         for check in cases:
-            name = xml_text(check["id"])
-            case = ElementTree.SubElement(suite, "testcase", classname=xml_text(scenario["name"]), name=name)
+            name, took = xml_text(check["id"]), seconds.get(check["id"])
+            timing = {} if took is None else {"time": f"{took:.3f}"}
+            case = ElementTree.SubElement(suite, "testcase", classname=xml_text(scenario["name"]), name=name, **timing)
             message = xml_text(f"expected {check['expected']}; observed {check['observed']}")
             if check["verdict"] == "fail":
                 ElementTree.SubElement(case, "failure", message=message[:1000]).text = xml_text(check.get("detail", ""))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.shown_paths import shown_path
 from dd_accept.reports.archive import walk
 from dd_accept.reports.audit import decode, text_codec
 from dd_accept.reports.sanitize import Sanitizer
@@ -26,7 +27,7 @@ class Shared:
 
 def sanitize_paths(paths: list[Path], out: Path, sanitizer: Sanitizer | None = None) -> Shared:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UsageError(f"sanitize: --out {out.name} already exists and is not empty; choose another directory")
+        raise UsageError(f"sanitize: --out {shown_path(out)} already exists and is not empty; choose another directory")
     members = [member for path in paths for member in walk(path, "sanitize")]  # every input checked first
     shared = Shared(sanitizer or Sanitizer())
     out.mkdir(parents=True, exist_ok=True)

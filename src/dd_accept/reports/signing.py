@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.shown_paths import shown_path
 from dd_accept.base.user_files import read_user_file
 
 PAYLOAD_TYPE = "application/vnd.in-toto+json"
@@ -38,9 +39,9 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(read_user_file(path, "--key"), password=None)
     except (ValueError, TypeError):
-        raise UsageError(f"--key {path.name}: not an unencrypted PEM private key") from None
+        raise UsageError(f"--key {shown_path(path)}: not an unencrypted PEM private key") from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise UsageError(f"--key {path.name}: not an Ed25519 key")
+        raise UsageError(f"--key {shown_path(path)}: not an Ed25519 key")
     return key
 
 
@@ -48,9 +49,9 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     try:
         key = serialization.load_pem_public_key(read_user_file(path, "--key"))
     except ValueError:
-        raise UsageError(f"--key {path.name}: not a PEM public key") from None
+        raise UsageError(f"--key {shown_path(path)}: not a PEM public key") from None
     if not isinstance(key, Ed25519PublicKey):
-        raise UsageError(f"--key {path.name}: not an Ed25519 key")
+        raise UsageError(f"--key {shown_path(path)}: not an Ed25519 key")
     return key
 
 

@@ -24,7 +24,9 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, UsageError
+from dd_accept.base.hashing import sha256_file
 from dd_accept.base.results import all_checks, run_span, schema_of, schema_problem, where_judged
+from dd_accept.base.shown_paths import shown_path
 from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
 from dd_accept.reports.bundle import (
@@ -35,7 +37,6 @@ from dd_accept.reports.bundle import (
     test_result,
     tests_by_verdict,
 )
-from dd_accept.reports.digests import sha256_file
 from dd_accept.reports.signing import check_signature, load_public_key
 
 # How a reader states the signature of a bundle that verified (check_signature's words).
@@ -271,7 +272,7 @@ def verify_directory(
     try:
         return _verified(bundle, bundle.name, "verify", wheels, public_key, require_signature, policy)
     except _Problem as problem:  # not a bundle at all: bad input, exit 2 in one line
-        raise UsageError(f"verify: {bundle.name} is not a readable dd-accept bundle: {problem}") from None
+        raise UsageError(f"verify: {shown_path(bundle)} is not a readable dd-accept bundle: {problem}") from None
 
 
 def verify_for_reading(bundle: Path, name: str, what: str, public_key: Any = None) -> Verification:
@@ -333,7 +334,7 @@ def verify(
 ) -> Verification:
     for wheel in wheels:
         if not wheel.is_file():
-            raise UsageError(f"verify: --wheel {wheel.name}: no such file")
+            raise UsageError(f"verify: --wheel {shown_path(wheel)}: no such file")
     if require_signature and pubkey is None:
         raise UsageError("verify: --require-signature needs --key PUBLIC.pem (the signer's public key)")
     public_key = load_public_key(pubkey) if pubkey is not None else None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import dd_accept
 from dd_accept.base.errors import ClusterError, EnvironmentProblem, UsageError
 from dd_accept.base.options import ClusterOptions, flag
+from dd_accept.base.shown_paths import shown_path
 from dd_accept.base.state import file_lock
 from dd_accept.slurm_docker import step_exit
 from dd_accept.slurm_docker.cluster import CONTROLLER, reported_versions
@@ -46,16 +47,17 @@ def missing_slurm_commands(path: str | None = None) -> list[str]:
 
 def check_run_dir(run_dir: Path) -> Path:
     """An absolute, existing, writable directory, or a usage error saying which it is not."""
+    shown = shown_path(run_dir)
     if not run_dir.is_absolute():
-        raise UsageError(f"--run-dir must be an absolute path every node sees, got a relative one ({run_dir.name})")
+        raise UsageError(f"--run-dir must be an absolute path every node sees, got a relative one ({shown})")
     if not run_dir.is_dir():
-        raise UsageError(f"--run-dir {run_dir.name}: no such directory (it must exist and be shared by every node)")
+        raise UsageError(f"--run-dir {shown}: no such directory (it must exist and be shared by every node)")
     probe = run_dir / f".dd-accept-write-{uuid.uuid4().hex[:8]}"
     try:
         probe.write_text("ok")
         probe.unlink()
     except OSError:
-        raise UsageError(f"--run-dir {run_dir.name} is not writable") from None
+        raise UsageError(f"--run-dir {shown_path(run_dir)} is not writable") from None
     return run_dir
 
 
@@ -329,6 +331,6 @@ class ExistingCluster:
         if marker.name not in (record.stdout.strip(), replied.strip()):
             printed = "printed nothing" if not record.stdout.strip() else "printed something else"
             raise UsageError(
-                f"--run-dir {self.run_dir.name} is not shared with the compute nodes (a job could not read it "
+                f"--run-dir {shown_path(self.run_dir)} is not shared with the compute nodes (a job could not read it "
                 f"there within {tries} s; it {printed} and wrote nothing back)"
             )

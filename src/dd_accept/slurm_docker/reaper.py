@@ -23,6 +23,7 @@ import time
 
 import docker
 
+from dd_accept.base.errors import EXIT_PASS, EXIT_USAGE
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.cluster import remove_owned
 from dd_accept.slurm_docker.ownership import LABEL_OWNER, RELEASED, Owner
@@ -56,20 +57,20 @@ def main(argv: list[str]) -> int:
     cluster, owner_label = argv
     owner = Owner.parse(owner_label)
     if owner is None:
-        return 2
+        return EXIT_USAGE
     stdin = sys.stdin.buffer.fileno()
     watching_pipe, seen, last_look = True, False, time.monotonic()
     while True:
         if watching_pipe and select.select([stdin], [], [], POLL_S)[0]:
             data = os.read(stdin, 64)
             if data.startswith(RELEASED):
-                return 0
+                return EXIT_PASS
             watching_pipe = bool(data)  # end of file: the creator is gone (the owner may not be)
         elif not watching_pipe:
             time.sleep(POLL_S)
         if owner.gone():
             reap(cluster, owner_label)
-            return 0
+            return EXIT_PASS
         if time.monotonic() - last_look > LOOK_S:  # removed by someone else (the last xdist worker out)
             last_look = time.monotonic()
             try:
@@ -79,7 +80,7 @@ def main(argv: list[str]) -> int:
             if owned:
                 seen = True
             elif seen:
-                return 0
+                return EXIT_PASS
 
 
 POLL_S = 0.5  # how often the owner is looked up

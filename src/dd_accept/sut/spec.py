@@ -18,6 +18,7 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.shown_paths import shown_path
 
 DEFAULT_SUT = "data-designer-slurm==1.0.0rc1"
 SutKind = Literal["requirement", "wheel", "wheel_dir", "source_dir"]
@@ -28,14 +29,14 @@ def validate_wheel(path: Path) -> str:
     try:
         name, *_ = parse_wheel_filename(path.name)
     except InvalidWheelFilename:
-        raise UsageError(f"--sut {path.name} is not a wheel: the file name is not a wheel name") from None
+        raise UsageError(f"--sut {shown_path(path)} is not a wheel: the file name is not a wheel name") from None
     try:
         with zipfile.ZipFile(path) as archive:
             names = archive.namelist()
     except (zipfile.BadZipFile, OSError):
-        raise UsageError(f"--sut {path.name} is not a wheel: it is not a zip archive") from None
+        raise UsageError(f"--sut {shown_path(path)} is not a wheel: it is not a zip archive") from None
     if not any(entry.endswith(".dist-info/WHEEL") for entry in names):
-        raise UsageError(f"--sut {path.name} is not a wheel: it has no .dist-info/WHEEL")
+        raise UsageError(f"--sut {shown_path(path)} is not a wheel: it has no .dist-info/WHEEL")
     return str(name)
 
 
@@ -63,7 +64,7 @@ def _one_version_each(directory: Path, wheels: list[Path]) -> None:
     for name, found in sorted(versions.items()):
         if len(found) > 1:
             files = ", ".join(found[version] for version in sorted(found))
-            raise UsageError(f"--sut {directory.name} holds {len(found)} versions of {name} ({files}); keep one")
+            raise UsageError(f"--sut {shown_path(directory)} holds {len(found)} versions of {name} ({files}); keep one")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +104,7 @@ class SutSpec:
     @classmethod
     def _from_path(cls, path: Path) -> SutSpec:
         if not path.exists():
-            raise UsageError(f"--sut {path.name}: no such file or directory")
+            raise UsageError(f"--sut {shown_path(path)}: no such file or directory")
         path = path.resolve()
         if path.is_file():
             return cls("wheel", str(path), (canonicalize_name(validate_wheel(path)),))
@@ -114,4 +115,4 @@ class SutSpec:
             return cls("wheel_dir", str(path), names)
         if (path / "pyproject.toml").is_file() or (path / "setup.py").is_file():
             return cls("source_dir", str(path), ())
-        raise UsageError(f"--sut {path.name} is a directory with neither wheels nor a pyproject.toml")
+        raise UsageError(f"--sut {shown_path(path)} is a directory with neither wheels nor a pyproject.toml")

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from dd_accept.base.errors import EXIT_PASS, EXIT_USAGE
 from dd_accept.base.events import EventWriter
 from dd_accept.node import event_loop
 from dd_accept.node.event_loop import LOOPS
@@ -89,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workload = workload_from_args(args)
     except ValueError as error:
         print(f"loadclient: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     events = EventWriter(args.events, source="client")
     try:
         if args.mode in RAW_CLIENTS:
@@ -98,11 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             summary = asyncio.run(importlib.import_module(args.adapter).run_sut(workload, events))
     except ValueError as error:  # a workload this client cannot send (wire: an https endpoint)
         print(f"loadclient: {error}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     finally:
         events.close()
     print(json.dumps({**summary, "mode": args.mode, "events": events.counts}))
-    return 0
+    return EXIT_PASS
 
 
 if __name__ == "__main__":

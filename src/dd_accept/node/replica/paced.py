@@ -40,6 +40,7 @@ from typing import Any
 
 import httptools
 
+from dd_accept.base.errors import EXIT_INTERRUPTED, EXIT_PASS, EXIT_USAGE
 from dd_accept.base.events import EventWriter, UpstreamAttempt, to_tenth_ms
 from dd_accept.node import event_loop
 from dd_accept.node.environment import TOKEN_ENV
@@ -476,7 +477,7 @@ async def serve(args: argparse.Namespace) -> int:
     server.close()
     if replica.events is not None:
         replica.events.close()
-    return 0
+    return EXIT_PASS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -493,14 +494,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.ttft_ms < 0 or not (args.itl_ms == 0 or args.itl_ms >= 1):
         print("paced replica: --ttft-ms must be >= 0, --itl-ms 0 or at least 1 (whole ms ticks)", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         return event_loop.run(serve(args), args.loop)
     except OSError as error:  # the port is taken, or the address cannot be bound
         print(f"paced replica: cannot listen: {error.strerror}", file=sys.stderr)
-        return 1
+        return EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

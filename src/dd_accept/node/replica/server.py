@@ -22,6 +22,7 @@ from pathlib import Path
 
 import uvicorn
 
+from dd_accept.base.errors import EXIT_INTERRUPTED
 from dd_accept.base.events import EventWriter, QueueGauge
 from dd_accept.node import event_loop
 from dd_accept.node.environment import TOKEN_ENV
@@ -234,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return event_loop.run(serve(args), args.loop)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":
