@@ -1,6 +1,6 @@
 """The report draws a capacity run's curve from the bundle's capacity-curve.jsonl alone."""
 
-from dd_accept.reports.html import capacity_chart
+from dd_accept.reports.serving_charts import capacity_chart
 
 
 def row(load, tokens, delay, broken=""):

@@ -4,7 +4,7 @@ import itertools
 import re
 
 from dd_accept.base.events import ClientRequest
-from dd_accept.reports.latency_cdf import HEIGHT, MOST_POINTS, cdf_points, latency_cdf_chart
+from dd_accept.reports.serving_charts import HEIGHT, MOST_POINTS, cdf_points, latency_cdf_chart
 
 
 def _ok(n, ttft_ms=None, e2el_ms=None, outcome="ok"):

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
 from html import escape
@@ -22,7 +21,7 @@ from typing import Any
 
 import jinja2
 
-from dd_accept.base.capacity_curve import CURVE_FILE, CURVE_KIND
+from dd_accept.base.capacity_curve import CURVE_FILE
 from dd_accept.base.drain_outcomes import MARKS, classify
 from dd_accept.base.events import (
     ADMISSION_PROBE_PATH,
@@ -37,10 +36,10 @@ from dd_accept.base.events import (
     readable_events,
 )
 from dd_accept.base.results import load_results, run_span, where_judged
-from dd_accept.base.serving_names import LATENCIES, SUMMARY_COLUMNS, serving_rows, shown
-from dd_accept.reports.latency_cdf import latency_cdf_chart
+from dd_accept.base.serving_names import SUMMARY_COLUMNS, serving_rows, shown
+from dd_accept.reports.serving_charts import WIDTH, capacity_chart, latency_cdf_chart, latency_chart
 
-WIDTH, ROW = 860, 14
+ROW = 14
 COLOURS = {"ok": "#2e7d32", "rate_limited": "#f9a825", "truncated": "#c62828", "error": "#c62828"}
 SIGNAL_COMMANDS = ("scancel", "kill")
 
@@ -405,82 +404,6 @@ first.</p>{% endif %}
 """,
     autoescape=True,
 )
-
-
-def latency_chart(metrics: dict[str, float], title: str) -> str:
-    """Each latency's distribution as its percentiles on a log scale: a bar from p50 to p99,
-    p90 marked, the mean a tick (ms, vLLM's definitions; acceptance.serving)."""
-    rows = [name for name in LATENCIES if f"p50_{name}_ms" in metrics]
-    values = [metrics[f"{key}_{name}_ms"] for name in rows for key in ("mean", "p50", "p90", "p99")]
-    positive = [v for v in values if v > 0]
-    if not positive:
-        return ""
-    low, high = math.log10(min(positive)) - 0.1, math.log10(max(positive)) + 0.1
-    left, width, height = 60, WIDTH - 80, 28 * len(rows)
-
-    def x(ms: float) -> float:
-        return left + width * (math.log10(max(ms, 10**low)) - low) / max(high - low, 1e-6)
-
-    ticks = "".join(
-        f'<line x1="{x(10**e):.1f}" y1="0" x2="{x(10**e):.1f}" y2="{height}" class="grid"/>'
-        f'<text x="{x(10**e):.1f}" y="{height + 12}" class="tick">{10**e:g} ms</text>'
-        for e in range(math.floor(low), math.ceil(high) + 1)
-        if low <= e <= high
-    )
-    marks = []
-    for i, name in enumerate(rows):
-        y = 14 + 28 * i
-        p50, p90, p99, mean = (metrics[f"{key}_{name}_ms"] for key in ("p50", "p90", "p99", "mean"))
-        marks.append(
-            f'<text x="4" y="{y + 4}" class="tick">{name.upper()}</text>'
-            f'<line x1="{x(p50):.1f}" y1="{y}" x2="{x(p99):.1f}" y2="{y}" class="span" stroke="#1565c0"/>'
-            f'<circle cx="{x(p90):.1f}" cy="{y}" r="4" fill="#f9a825"/>'
-            f'<line x1="{x(mean):.1f}" y1="{y - 7}" x2="{x(mean):.1f}" y2="{y + 7}" class="term"/>'
-            f'<text x="{x(p99) + 6:.1f}" y="{y + 4}" class="tick">'
-            f"p50 {p50:.3g} · p90 {p90:.3g} · p99 {p99:.3g} ms</text>"
-        )
-    return (
-        f"<figure><figcaption>Latency percentiles — {escape(title)} (bar p50 to p99, dot p90, tick mean; log scale)"
-        f'</figcaption><svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="latency percentiles">'
-        f"{ticks}{''.join(marks)}</svg></figure>"
-    )
-
-
-def capacity_chart(rows: list[dict[str, Any]], title: str) -> str:
-    """The capacity curve: output tokens/s at each load level (bars; red where the level broke
-    the SLO) and each chunk's delay p95 (line, right-hand scale), the knee marked."""
-    levels = [r for r in rows if r.get("kind") == CURVE_KIND and isinstance(r.get("output_throughput"), int | float)]
-    if not levels:
-        return ""
-    left, height, right = 60, 160, WIDTH - 60
-    step = (right - left) / len(levels)
-    top_tokens = max(max(r["output_throughput"] for r in levels), 1.0)
-    delays = [r["chunk_delay_p95_ms"] for r in levels if isinstance(r.get("chunk_delay_p95_ms"), int | float)]
-    top_delay = max(max(delays, default=1.0), 1.0)
-    served = [i for i, r in enumerate(levels) if not r.get("slo_broken")]
-    knee = next((i for i in reversed(served) if i + 1 >= len(levels) or levels[i + 1].get("slo_broken")), None)
-    parts, points = [], []
-    for i, row in enumerate(levels):
-        x = left + i * step
-        bar = height * row["output_throughput"] / top_tokens
-        colour = "#c62828" if row.get("slo_broken") else ("#1565c0" if i == knee else "#90caf9")
-        reason = f": {row['slo_broken']}" if row.get("slo_broken") else ""
-        parts.append(
-            f'<rect x="{x + 4:.1f}" y="{height - bar:.1f}" width="{step - 8:.1f}" height="{bar:.1f}" fill="{colour}">'
-            f"<title>{row['load']:g} {escape(str(row.get('unit', '')))}: {row['output_throughput']:.0f} tok/s"
-            f"{escape(reason)}</title></rect>"
-            f'<text x="{x + step / 2:.1f}" y="{height + 12}" class="tick" text-anchor="middle">{row["load"]:g}</text>'
-        )
-        if isinstance(row.get("chunk_delay_p95_ms"), int | float):
-            points.append(f"{x + step / 2:.1f},{height - height * row['chunk_delay_p95_ms'] / top_delay:.1f}")
-    unit = escape(str(levels[0].get("unit", "")))
-    return (
-        f"<figure><figcaption>Capacity — {escape(title)}: output tokens/s per load level ({unit}; up to "
-        f"{top_tokens:.0f}), dark blue the knee, red a level that broke the SLO; line: chunk delay p95 "
-        f'(up to {top_delay:.1f} ms)</figcaption><svg viewBox="0 0 {WIDTH} {height + 18}" role="img" '
-        f'aria-label="capacity curve">{"".join(parts)}'
-        f'<polyline points="{" ".join(points)}" fill="none" stroke="#f9a825" stroke-width="2"/></svg></figure>'
-    )
 
 
 def render_bundle(bundle: Path, banner: str = "") -> str:
