@@ -98,13 +98,14 @@ def test_a_health_endpoint_that_ignores_probes_is_caught_by_detected(sut_wheelho
 
 
 def test_an_ignored_required_step_is_caught_by_attempt_failed(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    health = _health(LOSS_DETECTION, HEALTHY, LOSS_ATTEMPT, NODE_LOSS)
+    # node_loss.detected is the check it must leave passing (backend loss's detection, judged
+    # the same way, would only add its 14 s)
+    health = _health(HEALTHY, LOSS_ATTEMPT, NODE_LOSS)
     fault = "require-running-ignored"
     checks = run_with_fault(health, fault, sut_wheelhouse, sut_image, sut_profile, tmp_path, nodes=2)
     failed = checks["health.backend_loss.attempt_failed"]
     assert failed.verdict == "fail", failed
     assert "client 24/24 records" in failed.observed and "returned 70" not in failed.observed, failed
-    assert checks["health.backend_loss.detected"].verdict == "pass"
     # Slurm ends the lost node's steps; a wait that ignores them is still waiting for the
     # client when the bound after Slurm's DOWN has passed.
     node_attempt = checks["health.node_loss.attempt_failed"]
