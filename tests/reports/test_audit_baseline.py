@@ -85,6 +85,10 @@ def test_a_reviewed_baseline_accepts_what_it_names_and_a_changed_line_is_found_a
     written = run_cli("audit", str(tree), "--write-baseline", str(baseline))
     text = baseline.read_text()
     assert written.returncode == 0 and text.startswith("# dd-accept audit baseline") and "# salt: " in text
+    assert f"written to …/{tmp_path.name}/audit-baseline.tsv" in written.stdout and str(tmp_path) not in written.stdout
+    nowhere = run_cli("audit", str(tree), "--write-baseline", str(tmp_path / "absent" / "b.tsv"))
+    assert nowhere.returncode == 2 and nowhere.stderr.count("\n") == 1, nowhere.stderr
+    assert "audit: cannot write …/absent/b.tsv: its directory does not exist" in nowhere.stderr, nowhere.stderr
     assert SECRET not in text and "lambda" not in text, "the baseline holds digests, never the lines"
     accepted = run_cli("audit", str(tree), "--baseline", str(baseline))
     assert accepted.returncode == 0 and "accepted by the baseline" in accepted.stdout, accepted.stdout

@@ -20,7 +20,7 @@ def shown_path(path: Path | str) -> str:
     """How an error line names `path` (see the module's docstring)."""
     given = Path(path)
     if not given.is_absolute():
-        return os.path.normpath(given) if str(given) else "."
+        return os.path.normpath(given)
     absolute = Path(os.path.normpath(given))
     for base, prefix in _bases():
         try:

@@ -345,8 +345,13 @@ def _check_outputs(targets: list[Path], inputs: list[Path]) -> None:
     for target, where in zip(targets, resolved, strict=True):
         if any(where == bundle.resolve() or bundle.resolve() in where.parents for bundle in inputs):
             raise UsageError(f"history: {shown_path(target)} is inside a bundle it reads; write it elsewhere")
-        if not where.parent.is_dir():
-            raise UsageError(f"history: cannot write {shown_path(target)}: its directory does not exist")
+        refuse_missing_directory(where, target, "history")
+
+
+def refuse_missing_directory(where: Path, target: Path, what: str) -> None:
+    """An output file whose directory does not exist is a usage error, before anything runs."""
+    if not where.parent.is_dir():
+        raise UsageError(f"{what}: cannot write {shown_path(target)}: its directory does not exist")
 
 
 def write_all(files: dict[Path, str], what: str) -> None:
@@ -389,11 +394,10 @@ def _cmd_audit(args: argparse.Namespace, console: ConsoleListener) -> int:
     everything = audit([Path(p) for p in args.paths], licences=args.licences)
     if args.write_baseline:
         target = Path(args.write_baseline)
-        if not target.parent.is_dir():
-            raise UsageError(f"audit: cannot write {target}: its directory does not exist")
+        refuse_missing_directory(target, target, "audit")
         written = Baseline.of(everything)
         target.write_text(written.text())
-        print(f"dd-accept audit: {len(written.accepted)} finding(s) written to {target.name}")
+        print(f"dd-accept audit: {len(written.accepted)} finding(s) written to {shown_path(target)}")
         return EXIT_PASS
     findings = [f for f in everything if baseline is None or not baseline.accepts(f)]
     accepted = len(everything) - len(findings)

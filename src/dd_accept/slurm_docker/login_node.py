@@ -57,7 +57,7 @@ def check_run_dir(run_dir: Path) -> Path:
         probe.write_text("ok")
         probe.unlink()
     except OSError:
-        raise UsageError(f"--run-dir {shown_path(run_dir)} is not writable") from None
+        raise UsageError(f"--run-dir {shown} is not writable") from None
     return run_dir
 
 
