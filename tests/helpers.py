@@ -10,12 +10,15 @@ import stat
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import docker
 
 from dd_accept.base.events import parse_event
+
+REPOSITORY = Path(__file__).parents[1]
 
 LABEL = "io.dd-accept.cluster"
 
@@ -81,29 +84,117 @@ def file_contents_under(root: Path, changed_since: float = 0.0) -> Iterator[tupl
                 continue
 
 
-def _normalized(argv: list[str]) -> tuple[str, ...]:
-    """A recorded command with what only a run knows (job id, node, run directory) as the plan writes it."""
+def _normalized(argv: Sequence[str], job: str, node: str, helper: str | None = None) -> tuple[str, ...]:
+    """A recorded command with what only a run knows (job ids, nodes, run directories,
+    canary) as the plan writes it; `helper` is a job of the scenario's own on another node
+    (health's node to lose), any other docker node that node."""
     text = "\0".join(argv)
-    text = re.sub(r"--jobid=\d+", "--jobid=$JOB", text)
-    text = re.sub(r"\bnode1\b", "$NODE", text)
-    text = re.sub(r"(run|admission-default)-[0-9a-f]{8}", r"\1-<id>", text)
+    text = text.replace(f"--jobid={job}\0", "--jobid=$JOB\0")
+    text = re.sub(rf"\b{re.escape(node)}\b", "$NODE", text)
+    if helper is not None:
+        text = text.replace(f"--jobid={helper}\0", "--jobid=$NODE_JOB\0")
+        text = re.sub(r"\bnode\d+\b", "$LOST_NODE", text)
+    text = re.sub(r"(/runs/[a-z][a-z-]*)-[0-9a-f]{8}\b", r"\1-<id>", text)
+    text = re.sub(r"(--(?:response-)?canary\0)[0-9a-f]{8,32}\b", r"\1<per-run canary>", text)
     return tuple(text.split("\0"))
 
 
-def assert_the_dry_run_planned_what_the_run_did(commands_file: Path, *dry_run_args: str, srun_steps: int) -> None:
-    """The plan and the run agree both ways: every salloc and srun `run overload --dry-run
-    ARGS` prints is in a real run's command records, and every srun the run issued is in
-    the plan (a phase that starts a step without declaring it fails here)."""
-    plan = run_cli("run", "overload", "--dry-run", *dry_run_args)
-    assert plan.returncode == 0, plan.stderr
-    planned = [shlex.split(line) for line in plan.stdout.splitlines() if line and not line.startswith("#")]
-    planned = [tuple(c[c.index("srun") :]) if "srun" in c else tuple(c) for c in planned if c[0] != "scancel"]
-    assert [c[0] for c in planned] == ["salloc", *["srun"] * srun_steps]
-    recorded = {_normalized(json.loads(line)["argv"]) for line in commands_file.read_text().splitlines()}
-    missing = [" ".join(command) for command in planned if command not in recorded]
+def _runs_named(row: Sequence[str]) -> set[str]:
+    return set(re.findall(r"/runs/[a-z][a-z-]*-[0-9a-f]{8}\b", " ".join(row)))
+
+
+def recorded_by_job(records: list[dict]) -> dict[str, set[tuple[str, ...]]]:
+    """A run's allocations and what each submitted to Slurm, normalized as a plan writes
+    them, by the job name its salloc asked for: its salloc and sruns, the drills it ran on
+    the controller's host for it (by the run directories they share with its sruns), and a
+    job of its own on another node (`--exclude` of its node), with that job's salloc; by
+    job id too."""
+    rows = [tuple(row["argv"]) for row in records]
+    jobs: dict[str, tuple[str, ...]] = {}
+    for row, record in zip(rows, records, strict=True):
+        granted = re.search(r"Granted job allocation (\d+)", record.get("stderr_tail", ""))
+        if row[0] == "salloc" and granted:
+            jobs[granted.group(1)] = row
+
+    def node_of(job: str) -> str | None:
+        nodes = Counter(
+            a.split("=", 1)[1] for r in rows if f"--jobid={job}" in r for a in r if a.startswith("--nodelist=")
+        )
+        return nodes.most_common(1)[0][0] if nodes else None
+
+    def name_of(salloc: tuple[str, ...]) -> str:
+        return next(a.split("=", 1)[1] for a in salloc if a.startswith("--job-name="))
+
+    found: dict[str, set[tuple[str, ...]]] = {}
+    for job, salloc in jobs.items():
+        node = node_of(job)
+        excluded = [a.split("=", 1)[1] for a in salloc if a.startswith("--exclude=")]
+        if node is None or excluded:
+            continue  # a helper job: recorded with the scenario job whose node it excludes
+        helpers = [(j, s) for j, s in jobs.items() if f"--exclude={node}" in s]
+        helper = (helpers[0][0], node_of(helpers[0][0]) or "") if helpers else None
+        submitted = [
+            r for r in rows if "srun" in r and any(f"--jobid={j}" in r for j in [job, *(h[0] for h in helpers)])
+        ]
+        runs = set().union(*map(_runs_named, submitted)) if submitted else set()
+        drills = [r for r in rows if "srun" not in r and "/drills/" in " ".join(r) and _runs_named(r) & runs]
+        chosen = [salloc, *(s for _, s in helpers), *submitted, *drills]
+        found[name_of(salloc)] = found[job] = {_normalized(r, job, node, helper) for r in chosen}
+    return found
+
+
+def planned_commands(plan: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """A dry run's salloc, srun and drill commands (its `env` prefix left out: a record holds
+    the argv), and apart from them those it plans only on a condition a run finds."""
+    always: list[tuple[str, ...]] = []
+    conditional: list[tuple[str, ...]] = []
+    lines = plan.splitlines()
+    for previous, line in zip(["", *lines], lines, strict=False):
+        if not line or line.startswith("#"):
+            continue
+        words = shlex.split(line)
+        if words[0] == "env":
+            words = words[next(i for i, w in enumerate(words[1:], 1) if "=" not in w) :]
+        if words[0] == "scancel" or "(launched by " in previous:  # not dd-accept's own: in no record
+            continue
+        (conditional if "(only if " in previous else always).append(tuple(words))
+    return always, conditional
+
+
+def assert_the_plan_is_what_ran(plan: str, recorded: set[tuple[str, ...]], own_job: str | None = None) -> None:
+    """Both ways: every command the plan says a run submits is in the run's records, and
+    every srun the run submitted is in the plan (a phase that starts a step without
+    declaring it fails here). `own_job`: the job name of the scenario's allocation when a
+    test made it, not the run (its salloc is then the test's, not the plan's)."""
+    always, conditional = planned_commands(plan)
+    always = [c for c in always if own_job is None or c[0] != "salloc" or f"--job-name={own_job}" not in c]
+    missing = [" ".join(command) for command in always if command not in recorded]
     assert not missing, "planned but never run:\n" + "\n".join(missing)
-    unplanned = sorted(" ".join(command) for command in recorded if command[:1] == ("srun",) and command not in planned)
+    unplanned = sorted(" ".join(c) for c in recorded if c[0] != "salloc" and c not in {*always, *conditional})
     assert not unplanned, "run but not in the plan:\n" + "\n".join(unplanned)
+
+
+def assert_the_dry_run_planned_what_the_run_did(
+    records: Path | Iterable[Any],
+    *dry_run_args: str,
+    scenario: str = "overload",
+    job: str | None = None,
+    srun_steps: int | None = None,
+) -> None:
+    """`run SCENARIO --dry-run ARGS` against a real run's command records, both ways: a
+    bundle's commands.jsonl, or a cluster's records (`job`: the id of the job a test
+    allocated for the scenario, where the run did not allocate its own)."""
+    plan = run_cli("run", scenario, "--dry-run", *dry_run_args)
+    assert plan.returncode == 0, plan.stderr
+    if isinstance(records, Path):
+        rows = [json.loads(line) for line in records.read_text().splitlines()]
+    else:
+        rows = [record.to_json() for record in records]
+    own = f"dd-{scenario}"
+    assert_the_plan_is_what_ran(plan.stdout, recorded_by_job(rows)[job or own], own if job else None)
+    if srun_steps is not None:
+        always, _ = planned_commands(plan.stdout)
+        assert [c[0] for c in always] == ["salloc", *["srun"] * srun_steps]
 
 
 def every_event_parses(bundle: Path) -> dict[str, int]:

@@ -16,6 +16,8 @@ from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.sut_image import build_overlay_image
 from dd_accept.sut.variants import FAULTS, make_variant
 
+OWN_JOB = "dd-control"  # the job name of a control's allocation on a cluster of its own
+
 
 def run_with_fault(scenario, fault_name, wheelhouse, base_image, profile, tmp_path, *, nodes=1):
     """Run `scenario(allocation, run, profile, progress)` on a cluster whose SUT carries the
@@ -64,15 +66,18 @@ def own_allocation(image, wheelhouse, name, before=None, nodes=1):
     with SlurmCluster(spec, image=image) as cluster:
         if before is not None:
             before(cluster)
-        with Allocation.acquire(cluster, extra=["--exclusive"]) as allocation:
+        with Allocation.acquire(cluster, job_name=OWN_JOB, extra=["--exclusive"]) as allocation:
             yield allocation, cluster
 
 
-def run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, name, nodes=1, before=None):
+def run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, name, nodes=1, before=None, records=None):
     """Run `scenario` on a cluster of its own (`nodes` compute nodes; a scenario that loses a
-    node needs one beyond its allocation); returns {check id: CheckResult}."""
+    node needs one beyond its allocation); returns {check id: CheckResult}. `records`, a
+    list, gets the cluster's command records (its allocation's job is named `OWN_JOB`)."""
     with own_allocation(image, wheelhouse, name, before, nodes) as (allocation, cluster):
         result = scenario(allocation, RunDirectory.create(cluster), profile, ProgressWriter(None, "control"))
+    if records is not None:  # once the allocation is released: a launcher it stopped is recorded then
+        records.extend(cluster.records)
     assert result.error is None, result.error
     write_results(tmp_path / "results.json", [result], {}, False)  # refuses what the published schema does not allow
     return {check.id: check for check in result.checks}

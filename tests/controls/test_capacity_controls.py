@@ -28,7 +28,7 @@ from dd_accept.base.regressions import (
 from dd_accept.fixtures.deployment import RunDirectory
 from dd_accept.harness.gate_rounds import judge_round_regressions
 from tests.controls.controls import faulty_image, own_allocation, run_with_fault
-from tests.helpers import run_cli
+from tests.helpers import assert_the_dry_run_planned_what_the_run_did, run_cli
 
 # Capacity saturates both cores on purpose: no other cluster test runs beside it (tests/conftest.py).
 pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
@@ -79,6 +79,8 @@ def rc1(tmp_path_factory):
         assert "capacity.harness_headroom" not in checks and "capacity.proxy_cpu_per_chunk" in checks, checks
     else:
         assert done.returncode == 0, done.stderr
+    # what `run capacity --dry-run` prints for this ladder is what the run submitted, both ways
+    assert_the_dry_run_planned_what_the_run_did(out / "commands.jsonl", *ladder, scenario="capacity")
     return out, scenario, checks
 
 

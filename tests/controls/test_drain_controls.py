@@ -17,6 +17,7 @@ from dd_accept.acceptance.drain import DrainOptions, run_drain
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.fixtures.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
+from tests.helpers import assert_the_dry_run_planned_what_the_run_did
 
 pytestmark = pytest.mark.cluster
 CLEANUP_MODES = ("completion", "failure", "cancel")
@@ -42,6 +43,8 @@ def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(su
         assert "slurmd step record" in check.detail, "the exit status is Slurm's record, not a default"
         assert check.metrics["endpoint_exit_s"] < 2.0, "rc1 KILLs 0.2 s after its TERM"
         assert "KILL after 0." in check.observed, "srun turns the launcher's TERM into a KILL of the task at once"
+    # what `run drain --dry-run` prints is what this run submitted, both ways
+    assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="drain", job=sut_allocation.job_id)
 
 
 def test_an_endpoint_that_bounds_its_drain_at_the_window_passes_allowance(

@@ -16,7 +16,8 @@ import pytest
 
 from dd_accept.acceptance.health import PHASES, HealthOptions, HealthRun, slurm_detection_bound
 from dd_accept.acceptance.phases import scenario_runner
-from tests.controls.controls import run_on_own_cluster, run_with_fault
+from tests.controls.controls import OWN_JOB, run_on_own_cluster, run_with_fault
+from tests.helpers import assert_the_dry_run_planned_what_the_run_did
 
 pytestmark = pytest.mark.cluster
 
@@ -38,7 +39,10 @@ def _health(*titles):
 
 
 def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    checks = run_on_own_cluster(_health(), sut_image, sut_wheelhouse, sut_profile, tmp_path, "rc1-health", nodes=2)
+    records = []
+    checks = run_on_own_cluster(
+        _health(), sut_image, sut_wheelhouse, sut_profile, tmp_path, "rc1-health", nodes=2, records=records
+    )
     assert checks["health.backend_loss.detected"].verdict == "pass", checks["health.backend_loss.detected"]
     loss = checks["health.backend_loss.attempt_failed"]
     assert loss.verdict == "pass" and loss.observed.startswith("the controller's wait returned 70"), loss
@@ -70,6 +74,9 @@ def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_wheelhous
     # rc1 watches its launchers only: it learns of the loss when Slurm ends their steps.
     ended, down = node_attempt.metrics["attempt_ended_after_s"], node_attempt.metrics["slurm_down_after_s"]
     assert down - 2 <= ended <= down + 15, node_attempt
+    # what `run health --dry-run` prints is what this run submitted, both ways (its second
+    # job, on the node it loses, included; what the SUT's functions launch is in no record)
+    assert_the_dry_run_planned_what_the_run_did(records, scenario="health", job=OWN_JOB)
 
 
 def test_probes_on_their_own_pool_are_the_positive_control_of_probe_isolation(

@@ -10,6 +10,7 @@ from dd_accept.acceptance.streaming import StreamingOptions, run_streaming
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.fixtures.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
+from tests.helpers import assert_the_dry_run_planned_what_the_run_did
 
 pytestmark = pytest.mark.cluster
 
@@ -34,6 +35,8 @@ def test_rc1_passes_every_streaming_check(sut_allocation, sut_profile, sut_clust
     assert "sequential: proxy opened 0, reused 16" in checks["streaming.connection_accounting"].observed
     routing = checks["streaming.least_connections"]
     assert routing.metrics["routing_violations"] == 0 and routing.metrics["requests_to_slowed"] < 4, routing
+    # what `run streaming --dry-run` prints is what this run submitted, both ways
+    assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="streaming", job=sut_allocation.job_id)
 
 
 def test_a_dropped_done_event_is_caught_by_integrity(sut_wheelhouse, sut_image, sut_profile, tmp_path):

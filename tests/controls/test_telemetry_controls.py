@@ -21,6 +21,7 @@ from dd_accept.acceptance.telemetry import TelemetryOptions, run_telemetry
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.fixtures.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
+from tests.helpers import assert_the_dry_run_planned_what_the_run_did
 
 pytestmark = pytest.mark.cluster
 OPTIONS = TelemetryOptions()
@@ -109,6 +110,8 @@ def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_pro
     # rc1 counts its probe as a request in flight on replica 0: requests one at a time avoid it
     assert routing.verdict == "fail" and routing.metrics["probed_requests"] == 0, routing
     assert routing.metrics["in_window"] >= OPTIONS.replicas and routing.metrics["others_min"] >= 1, routing
+    # what `run telemetry --dry-run` prints is what this run submitted, both ways
+    assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="telemetry", job=sut_allocation.job_id)
 
 
 def test_emitted_records_pass_the_record_checks(sut_wheelhouse, sut_image, sut_profile, tmp_path):

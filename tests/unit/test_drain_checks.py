@@ -120,3 +120,31 @@ def test_sut_cleanup_fails_a_kill_before_the_allowance():
 
 def _cleanup_killed(streams, killed_after):
     return checks.sut_cleanup("failure", streams, 1, checks.StepEnd(0, 2.5), {}, 12, [], killed_after)
+
+
+def test_an_endpoint_that_raised_is_named_by_its_exception_never_its_message():
+    """A non-zero exit says what the endpoint raised (the last traceback's exception, by
+    name), so an exit 1 is a reason; the exception's message (it may quote a request) is
+    never shown, and output without a traceback names nothing."""
+    output = "\n".join(
+        [
+            'slurm_proxy_request {"final_status": 200}',
+            "Traceback (most recent call last):",
+            '  File "proxy.py", line 416, in main',
+            "aiohttp.web_runner.GracefulExit",
+            "During handling of the above exception, another exception occurred:",
+            "Traceback (most recent call last):",
+            "ValueError: prompt 'my secret question' was refused",
+        ]
+    )
+    assert checks.raised_in(output) == "ValueError"
+    assert checks.raised_in("Traceback (most recent call last):\naiohttp.web_runner.GracefulExit") == (
+        "aiohttp.web_runner.GracefulExit"
+    )
+    assert checks.raised_in("ValueError: looks like one, but no traceback") == ""
+    assert checks.raised_in('slurm_proxy_request {"e": "KeyError"}') == ""
+    end = checks.StepEnd(1, 0.2, "slurmd step record", checks.raised_in(output))
+    result = checks.scancel_step([stream(0, 3)], 1, end, [], 10)
+    assert result.verdict == "fail" and "endpoint exit 1 (raised ValueError) after 0.2s" in result.observed
+    assert "secret" not in result.observed + result.detail
+    assert "raised" not in checks.scancel_step([stream(0, 3)], 1, checks.StepEnd(0, 2.0), [], 10).observed

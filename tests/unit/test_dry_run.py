@@ -1,12 +1,24 @@
-"""`run overload --dry-run`: every Slurm command and environment, nothing started.
+"""`run SCENARIO --dry-run`: every Slurm command and environment, nothing started.
 
-(That the plan matches what a real run issues is checked against a real run's command
-records in tests/gate/test_gate_runs.py.)
+(That the plan matches what a real run issues is checked both ways against real runs'
+command records: overload in tests/gate/test_gate_runs.py and tests/sut/test_vllm_backend.py,
+the others in each scenario's rc1 control. Here, the comparison itself is checked against
+the sample bundle's records: it passes on them and fails on a plan that differs.)
 """
 
+import importlib
 import shlex
 
-from tests.helpers import run_cli
+import pytest
+
+from dd_accept.acceptance.scenarios import ALL_SCENARIOS, SCENARIOS
+from tests.helpers import (
+    REPOSITORY,
+    assert_the_plan_is_what_ran,
+    planned_commands,
+    recorded_by_job,
+    run_cli,
+)
 
 NOTHING = {"DOCKER_HOST": "unix:///nonexistent/docker.sock"}  # any engine use would fail the run
 
@@ -98,8 +110,76 @@ def test_dry_run_and_backend_input_errors_are_one_line_exit_2(tmp_path):
         result = run_cli("run", "overload", *args, env=NOTHING)
         assert result.returncode == 2 and needle in result.stderr, (args, result.stderr)
         assert result.stderr.count("\n") == 1
-    drain = run_cli("run", "drain", "--dry-run", env=NOTHING)
-    assert drain.returncode == 2 and "plans the overload scenario" in drain.stderr
+    vllm_plan = run_cli("run", "drain", "--dry-run", "--backend", "vllm", "--model", "m", env=NOTHING)
+    assert vllm_plan.returncode == 2 and "runs the overload scenario only" in vllm_plan.stderr
+    assert vllm_plan.stderr.count("\n") == 1 and not vllm_plan.stdout
+    unknown = run_cli("run", "drain,nosuch", "--dry-run", env=NOTHING)
+    assert unknown.returncode == 2 and "unknown scenario 'nosuch'" in unknown.stderr
     vllm_drain = run_cli("run", "drain", "--backend", "vllm", "--model", "m", "--out", str(tmp_path / "o"), env=NOTHING)
     assert vllm_drain.returncode == 2 and "runs the overload scenario only" in vllm_drain.stderr
     assert vllm_drain.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+
+
+def _headings(text):
+    return [line.removeprefix("# == ") for line in text.splitlines() if line.startswith("# == ")]
+
+
+@pytest.mark.parametrize("scenario", [s.name for s in SCENARIOS])
+def test_every_scenario_plans_each_of_its_phases_in_the_order_it_runs_them(scenario):
+    """No engine: each scenario's plan is its declared phases, one allocation, its release."""
+    result = run_cli("run", scenario, "--dry-run", env=NOTHING)
+    assert result.returncode == 0, result.stderr
+    module = importlib.import_module(next(s for s in SCENARIOS if s.name == scenario).phases_module)
+    assert _headings(result.stdout) == ["allocate", *(f"{p.kind}: {p.title}" for p in module.PHASES), "release"]
+    always, _ = planned_commands(result.stdout)
+    assert always[0][:1] == ("salloc",) and f"--job-name=dd-{scenario}" in always[0]
+    assert sum(1 for c in always if c[0] == "srun") >= 3, always  # replicas, proxy and a client at least
+
+
+def test_all_plans_each_scenario_in_its_own_allocation():
+    result = run_cli("run", "all", "--dry-run", "--client-header", "Authorization: Bearer ddcanary-secret", env=NOTHING)
+    assert result.returncode == 0, result.stderr
+    sallocs = [line for line in result.stdout.splitlines() if line.startswith("salloc ")]
+    # health's own second job, on the node it loses, besides one per scenario
+    assert [s.split("--job-name=")[1].split()[0] for s in sallocs] == [
+        name for scenario in ALL_SCENARIOS for name in (f"dd-{scenario}", *(["dd-node-loss"] * (scenario == "health")))
+    ]
+    assert {h.split(":", 1)[0] for h in _headings(result.stdout)} == set(ALL_SCENARIOS)
+    # the header the client sends is named, its value (maybe a secret) never printed
+    assert "ddcanary-secret" not in result.stdout and "Authorization: <value given>" in result.stdout
+
+
+def test_conditional_and_sut_launched_commands_are_marked():
+    """A command a run submits only on what it finds says so, and so does one the SUT's own
+    functions launch: the reader sees which are certain."""
+    text = run_cli("run", "telemetry", "--dry-run", env=NOTHING).stdout
+    assert "KILL, the controller's escalation (only if the endpoint still runs 12s after TERM)" in text
+    health = run_cli("run", "health", "--dry-run", env=NOTHING).stdout
+    assert health.count("(launched by the SUT's register function)") == 5 * (4 + 1)  # 5 attempts: 4 replicas, a client
+    existing = run_cli("run", "health", "--dry-run", "--cluster", "existing", "--run-dir", "/lustre/dd", env=NOTHING)
+    assert "dd-node-loss" not in existing.stdout  # a site's node is never taken down
+
+
+SAMPLE = REPOSITORY / "docs" / "sample" / "rc1-overload" / "commands.jsonl"
+
+
+def _sample_records():
+    import json
+
+    return recorded_by_job([json.loads(line) for line in SAMPLE.read_text().splitlines()])["dd-overload"]
+
+
+def test_the_comparison_passes_on_a_real_runs_records_and_names_what_differs():
+    """Positive and negative controls of the both-ways comparison, on the sample bundle's
+    real records: the plan matches; a changed argument is "planned but never run"; an srun
+    the plan leaves out is "run but not in the plan"."""
+    plan = run_cli("run", "overload", "--dry-run", env=NOTHING).stdout
+    recorded = _sample_records()
+    assert_the_plan_is_what_ran(plan, recorded)
+    changed = plan.replace("--records 32 ", "--records 33 ", 1)
+    assert changed != plan
+    with pytest.raises(AssertionError, match=r"planned but never run:\n.*--records 33"):
+        assert_the_plan_is_what_ran(changed, recorded)
+    kept = [line for line in plan.splitlines() if " -J total " not in line]
+    with pytest.raises(AssertionError, match=r"run but not in the plan:\n.*-J total"):
+        assert_the_plan_is_what_ran("\n".join(kept), recorded)

@@ -165,8 +165,8 @@ def test_the_models_cover_the_front_ends_and_nothing_else():
 
 
 READS_OPTIONS = """
-def test_reads(overload_options, replica_backend, request):
-    assert overload_options.queue_depth == 9 and overload_options.replicas == 5
+def test_reads(scenario_inputs, replica_backend, request):
+    assert scenario_inputs.overload.queue_depth == 9 and scenario_inputs.overload.replicas == 5
     assert replica_backend.model == "org/m" and replica_backend.gpus_per_replica == 1
 """
 

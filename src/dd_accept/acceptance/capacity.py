@@ -16,6 +16,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from dd_accept.acceptance import capacity_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
@@ -23,13 +24,17 @@ from dd_accept.acceptance.phases import (
     DeployedRun,
     Phase,
     deploy_proxy,
+    plan_proxy,
+    plan_stop,
     recorded,
     scenario_runner,
     stop_if_started,
 )
+from dd_accept.acceptance.plan import PlannedCommand, Planner
 from dd_accept.base.capacity_curve import CURVE_FILE, CURVE_KIND
 from dd_accept.base.errors import ClusterError
 from dd_accept.base.options import CapacityOptions
+from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.base.waiting import WaitTimeout
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.deployment.step_usage import UsageSample, sample_usage
@@ -83,12 +88,34 @@ class CapacityRun(DeployedRun):
         return checks.Curve(tuple(self.levels), o.slo, load.unit(), load.levels()[-1], load.ladder() + ran_on)
 
 
+def _replicas(o: CapacitySettings) -> dict[str, Any]:
+    """How the paced replicas are started (the run's and the plan's keywords)."""
+    return {"paced": True, "options": ("--ttft-ms", str(o.ttft_ms), "--itl-ms", str(o.itl_ms))}
+
+
 def _deploy_replicas(s: CapacityRun) -> None:
     o = s.options
-    s.replicas = deployment.start_replicas(
-        s.allocation, o.replicas, run=s.run, profile=s.profile, paced=True,
-        options=("--ttft-ms", str(o.ttft_ms), "--itl-ms", str(o.itl_ms)),
-    )  # fmt: skip
+    s.replicas = deployment.start_replicas(s.allocation, o.replicas, run=s.run, profile=s.profile, **_replicas(o))
+
+
+def _plan_replicas(p: Planner) -> list[PlannedCommand]:
+    o = p.options
+    return [p.replicas(f"{o.replicas} paced replicas, one task each (no middleware)", o.replicas, **_replicas(o))]
+
+
+GOES_ON = "no request failed and the SLO held at one of the two levels before"
+
+
+def _plan_ladder(p: Planner) -> list[PlannedCommand]:
+    """One client per level; every level after the first only while the ladder goes on."""
+    o, unit = p.options, p.options.load.unit()
+    commands = []
+    for index, load in enumerate(o.load.levels()):
+        name = f"capacity-{index}"
+        load_of = _client_load(o, index, load)
+        command = p.client(f"load level {index + 1}: {load:g} {unit}", name, mode=CLIENT_MODE, **load_of)
+        commands.append(command.when(GOES_ON) if index else command)
+    return commands
 
 
 def _measure_idle(s: CapacityRun) -> None:
@@ -101,8 +128,7 @@ def _measure_idle(s: CapacityRun) -> None:
     s.machine_cpus = after.cpus
 
 
-def _client_load(s: CapacityRun, index: int, load: float) -> dict[str, object]:
-    o = s.options
+def _client_load(o: CapacitySettings, index: int, load: float) -> dict[str, object]:
     seconds = o.load.level_seconds
     common = {"max_tokens": o.tokens, "max_record_attempts": 1, "duration_s": seconds, "deadline_s": seconds + 60}
     if o.load.load_mode == "concurrency":
@@ -124,9 +150,9 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
     name = f"capacity-{index}"
     before = _usage(s)
     started = time.monotonic()
-    client = deployment.run_client(
-        s.allocation, proxy, s.run, mode=CLIENT_MODE, profile=s.profile, name=name, **_client_load(s, index, load)
-    )
+    load_of = _client_load(s.options, index, load)
+    client = deployment.run_client(s.allocation, proxy, s.run, mode=CLIENT_MODE, profile=s.profile, name=name,
+                                   **load_of)  # fmt: skip
     try:
         record = client.wait(timeout=s.options.load.level_seconds + 120)
     except WaitTimeout:  # its own deadline did not end it: the SUT holds its streams
@@ -245,19 +271,26 @@ def _judge(s: CapacityRun) -> None:
         s.result.add(check)
 
 
+def options_from(inputs: ScenarioInputs) -> CapacitySettings:
+    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
+    return CapacitySettings(load=inputs.capacity, seed=inputs.seed)
+
+
 PHASES: tuple[Phase[CapacityRun], ...] = (
-    Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
-    Phase("deploy", "deploying the SUT's proxy", deploy_proxy),
+    Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,
+          numbers=lambda s: {"replicas": s.options.replicas}),
+    Phase("deploy", "deploying the SUT's proxy", deploy_proxy, plan_proxy),
     Phase("hold", "measuring the steps' idle CPU", _measure_idle, numbers=lambda s: {"seconds": IDLE_SECONDS}),
     Phase(
         "drive",
         "climbing the load ladder",
         _climb,
+        _plan_ladder,
         numbers=lambda s: {"levels": len(s.options.load.levels()), "mode": s.options.load.load_mode},
     ),
     Phase("judge", "knee, cost per chunk, harness headroom", _judge),
-    Phase("stop", "stopping the proxy", stop_if_started("proxy"), teardown=True),
-    Phase("stop", "stopping the replicas", stop_if_started("replicas"), teardown=True),
-)
+    Phase("stop", "stopping the proxy", stop_if_started("proxy"), plan_stop("proxy"), teardown=True),
+    Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
+)  # fmt: skip
 
 run_capacity = scenario_runner("capacity", PHASES, CapacityRun)

@@ -15,15 +15,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dd_accept.acceptance import drain_checks as checks
-from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
+from dd_accept.acceptance.phases import (
+    DeployedRun,
+    Phase,
+    deploy_proxy,
+    plan_proxy,
+    plan_stop,
+    scenario_runner,
+    stop_if_started,
+)
+from dd_accept.acceptance.plan import JOB, NODE, PlannedCommand, Planner
 from dd_accept.base.drain_outcomes import MARKS
 from dd_accept.base.errors import SutBehaviourMissing
 from dd_accept.base.events import Event
+from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.fixtures import deployment
-from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, start_background
+from dd_accept.fixtures.deployment.placement import StepLaunch
+from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, scancel_argv, start_background
+from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.sut.profile import SutProfile
 
 DRILL = "sut_cleanup_drill.sh"
@@ -50,11 +63,15 @@ def _client(
     streams: int,
     tokens: int,
 ) -> BackgroundCommand:
-    """Streams all in flight at once, each tried once: a cut stream must show as cut."""
-    return deployment.run_client(
-        allocation, proxy, run, mode="raw", profile=profile, name=name,
-        records=streams, concurrency=streams, max_tokens=tokens, max_record_attempts=1, deadline_s=60,
-    )  # fmt: skip
+    load = _load(streams, tokens)
+    return deployment.run_client(allocation, proxy, run, mode="raw", profile=profile, name=name, **load)
+
+
+def _load(streams: int, tokens: int) -> dict[str, int]:
+    """Streams all in flight at once, each tried once: a cut stream must show as cut (the
+    run's and the plan's keywords)."""
+    return {"records": streams, "concurrency": streams, "max_tokens": tokens, "max_record_attempts": 1,
+            "deadline_s": 60}  # fmt: skip
 
 
 def stop_endpoint_step(
@@ -74,7 +91,8 @@ def stop_endpoint_step(
         allocation.scancel_step(step, "KILL")
         record = proxy.step.wait(timeout=30)
     launcher = LauncherEnd(record.exit_code, record.started_at + record.duration_s)
-    return stop_at, forced_at, _endpoint_end(allocation, step, proxy.node, stop_at, launcher)
+    end = _endpoint_end(allocation, step, proxy.node, stop_at, launcher, output=proxy.log_tail(200))
+    return stop_at, forced_at, end
 
 
 def _term_moment(allocation: Allocation, step: str, node: str, fallback: float) -> float:
@@ -113,14 +131,42 @@ class DrainRun(DeployedRun):
     end: checks.StepEnd | None = None
 
 
+def _replicas(o: DrainOptions) -> dict[str, Any]:
+    """How the replicas are started (the run's and the plan's keywords). Stream lengths are
+    the drain checks' measuring stick (a 20 s stream against a 10 s window, 4 s streams that
+    fit in it): they must be as long as asked, not lognormal."""
+    return {"seed": o.seed, "options": ("--ttft-ms", "20", "--itl-ms", str(o.itl_ms)), "exact": True}
+
+
 def _deploy_replicas(s: DrainRun) -> None:
-    s.replicas = deployment.start_replicas(
-        s.allocation, s.options.replicas, run=s.run, profile=s.profile, seed=s.options.seed,
-        options=("--ttft-ms", "20", "--itl-ms", str(s.options.itl_ms)),
-        # Stream lengths are the drain checks' measuring stick (a 20 s stream against a 10 s
-        # window, 4 s streams that fit in it): they must be as long as asked, not lognormal.
-        exact=True,
-    )  # fmt: skip
+    o = s.options
+    s.replicas = deployment.start_replicas(s.allocation, o.replicas, run=s.run, profile=s.profile, **_replicas(o))
+
+
+def _plan_replicas(p: Planner) -> list[PlannedCommand]:
+    o = p.options
+    purpose = f"{o.replicas} synthetic replicas, one task each, exact stream lengths"
+    return [p.replicas(purpose, o.replicas, **_replicas(o))]
+
+
+def _plan_streams(name: str, count: Callable[[DrainOptions], int], tokens: Callable[[DrainOptions], int]):
+    def plan(p: Planner) -> list[PlannedCommand]:
+        streams = count(p.options)
+        purpose = f"{streams} stream(s) of {tokens(p.options)} tokens through the proxy, all in flight"
+        return [p.client(purpose, name, mode="raw", **_load(streams, tokens(p.options)))]
+
+    return plan
+
+
+def plan_endpoint_stop(p: Planner) -> list[PlannedCommand]:
+    """What `stop_endpoint_step` submits: TERM to the endpoint's step, KILL at the allowance."""
+    allowance = p.profile.drain.allowance_seconds
+    return [
+        PlannedCommand("TERM to the endpoint's step (not its srun)", scancel_argv("$PROXY_STEP", "TERM")),
+        PlannedCommand("KILL, the controller's escalation", scancel_argv("$PROXY_STEP", "KILL")).when(
+            f"the endpoint still runs {allowance:g}s after TERM"
+        ),
+    ]
 
 
 def _streams(name: str, count: Callable[[DrainOptions], int], tokens: Callable[[DrainOptions], int]):
@@ -168,23 +214,65 @@ def _sut_cleanup(mode: str):
     return drill
 
 
+def options_from(inputs: ScenarioInputs) -> DrainOptions:
+    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
+    return DrainOptions(seed=inputs.seed)
+
+
+def _drilled_endpoint(
+    profile: SutProfile, layout: NodeLayout, backends: list[tuple[str, int]], node: str, log: str
+) -> StepLaunch:
+    """The endpoint the SUT's controller functions launch in a cleanup drill: its proxy."""
+    return deployment.proxy_launch(profile, layout, backends, node, log, name="drill-endpoint")
+
+
+def _drill_argv(profile: SutProfile, layout: NodeLayout, mode: str, state: str, srun: list[str]) -> list[str]:
+    """The drill on the controller's host: the SUT's cleanup script sourced, the endpoint
+    launched through its register function, stopped through its stop function (`mode`)."""
+    cleanup = profile.cleanup
+    script = cleanup.script.format(site_packages=layout.site_packages)
+    functions = [cleanup.register_function, cleanup.stop_function]
+    return ["bash", layout.drill(DRILL), mode, script, *functions, state, "--", *srun]
+
+
+def _plan_cleanup(mode: str) -> Callable[[Planner], list[PlannedCommand]]:
+    def plan(p: Planner) -> list[PlannedCommand]:
+        o, layout, run = p.options, p.target.layout, p.run_path()
+        backends = [(NODE, deployment.REPLICA_PORT_BASE + index) for index in range(o.replicas)]
+        endpoint = _drilled_endpoint(p.profile, layout, backends, NODE, f"{run}/drill-{mode}-endpoint.log")
+        inner = p.srun("", endpoint.argv, endpoint.options).argv
+        drill = PlannedCommand(
+            f"the SUT's controller functions launch the endpoint, then stop it ({mode}); on the controller's host",
+            _drill_argv(p.profile, layout, mode, f"{run}/drill-{mode}", inner),
+            {"SLURM_JOB_ID": JOB},
+        )
+        return [drill, *_plan_streams(f"cleanup-{mode}", lambda o: o.streams, lambda o: o.short_tokens)(p)]
+
+    return plan
+
+
+SHORT = (lambda o: o.streams, lambda o: o.short_tokens)  # streams that fit in the drain window
+LONG = (lambda o: 1, lambda o: o.long_tokens)  # one stream longer than the window and the allowance
+
 PHASES: tuple[Phase[DrainRun], ...] = (
-    Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
+    Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,
+          numbers=lambda s: {"replicas": s.options.replicas}),
     # -- A: scancel --signal=TERM JOB.STEP with short streams in flight
-    Phase("deploy", "scancel: deploying the SUT's proxy", deploy_proxy),
-    Phase("drive", "scancel: streams under way", _streams("scancel", lambda o: o.streams, lambda o: o.short_tokens)),
-    Phase("stop", "scancel TERM to the endpoint step", _stop_endpoint("scancel", mark_forced=False)),
+    Phase("deploy", "scancel: deploying the SUT's proxy", deploy_proxy, plan_proxy),
+    Phase("drive", "scancel: streams under way", _streams("scancel", *SHORT), _plan_streams("scancel", *SHORT)),
+    Phase("stop", "scancel TERM to the endpoint step", _stop_endpoint("scancel", mark_forced=False),
+          plan_endpoint_stop),
     Phase("judge", "scancel: what the streams saw", _judge_scancel),
     # -- B: a stream longer than the window and the allowance
-    Phase("deploy", "allowance: deploying the SUT's proxy", deploy_proxy),
-    Phase("drive", "allowance: one stream longer than the allowance",
-          _streams("allowance", lambda o: 1, lambda o: o.long_tokens),
-          fault="a stream longer than the drain allowance: forced by design"),
-    Phase("stop", "allowance: TERM, then KILL after the allowance", _stop_endpoint("allowance", mark_forced=True)),
+    Phase("deploy", "allowance: deploying the SUT's proxy", deploy_proxy, plan_proxy),
+    Phase("drive", "allowance: one stream longer than the allowance", _streams("allowance", *LONG),
+          _plan_streams("allowance", *LONG), fault="a stream longer than the drain allowance: forced by design"),
+    Phase("stop", "allowance: TERM, then KILL after the allowance", _stop_endpoint("allowance", mark_forced=True),
+          plan_endpoint_stop),
     Phase("judge", "allowance: what the stream saw", _judge_allowance),
     # -- C: the SUT's own cleanup stops an endpoint it launched (deploy, drive, stop, judge in one)
-    *(Phase("stop", f"SUT cleanup: {mode}", _sut_cleanup(mode)) for mode in checks.CLEANUP_MODES),
-    Phase("stop", "stopping the replicas", stop_if_started("replicas"), teardown=True),
+    *(Phase("stop", f"SUT cleanup: {mode}", _sut_cleanup(mode), _plan_cleanup(mode)) for mode in checks.CLEANUP_MODES),
+    Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
 )  # fmt: skip
 
 
@@ -196,40 +284,24 @@ def _cleanup_drill(
     options: DrainOptions,
     mode: str,
 ) -> checks.CheckResult:
-    cleanup = profile.cleanup
     layout = allocation.cluster.layout
-    script = cleanup.script.format(site_packages=layout.site_packages)
     state_cluster, state_host = run.path(f"drill-{mode}")
-    log_cluster, _ = run.path(f"drill-{mode}-endpoint.log")
+    log_cluster, log_host = run.path(f"drill-{mode}-endpoint.log")
     node = allocation.first_node
-    argv = profile.proxy_argv(
-        python=layout.python,
-        site_packages=layout.site_packages,
-        port=deployment.PROXY_PORT,
-        backends=replicas.backends,
-        retry_after=None,
-    )
-    srun = allocation.srun_argv(argv, ["-J", "drill-endpoint", "-N1", "-n1", f"--nodelist={node}", "-o", log_cluster])
+    endpoint = _drilled_endpoint(profile, layout, replicas.backends, node, log_cluster)
+    srun = allocation.srun_argv(endpoint.argv, endpoint.options)
     drill = start_background(
         allocation.cluster,
-        [
-            "bash",
-            layout.drill(DRILL),
-            mode,
-            script,
-            cleanup.register_function,
-            cleanup.stop_function,
-            state_cluster,
-            "--",
-            *srun,
-        ],
+        _drill_argv(profile, layout, mode, state_cluster, srun),
         environment={"SLURM_JOB_ID": allocation.job_id},
     )
+    argv, cleanup = endpoint.argv, profile.cleanup
+    script = cleanup.script.format(site_packages=layout.site_packages)
     allocation.background.append(drill)
     wait_until(lambda: (state_host / "ready").exists() or drill.finished, bool, timeout=30, what="the drill to start")
     if drill.finished:
         raise RuntimeError(f"the cleanup drill ended early: {drill.wait(1).describe()}")
-    proxy = deployment.Proxy(allocation, drill, node, deployment.PROXY_PORT, argv, log_cluster, state_host)
+    proxy = deployment.Proxy(allocation, drill, node, deployment.PROXY_PORT, argv, log_cluster, log_host)
     try:
         wait_until(lambda: proxy.get("/health").get("status"), lambda s: s == 200, timeout=30, what="drilled endpoint")
     except WaitTimeout as error:
@@ -254,7 +326,7 @@ def _cleanup_drill(
     step = _drilled_step(state_host)
     status, ended = _node_status(state_host / "launcher-status"), _node_mark(state_host / "launcher-ended", 0.0)
     launcher = LauncherEnd(status, ended, may_be_signalled=True) if status is not None and ended else None
-    end = _endpoint_end(allocation, step, node, stop_at, launcher, record_wait_s=RECORD_WAIT_S)
+    end = _endpoint_end(allocation, step, node, stop_at, launcher, RECORD_WAIT_S, proxy.log_tail(200))
     killed_at = None if step is None else allocation.cluster.signal_sent_at(step, node, 9)
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
     return checks.sut_cleanup(
@@ -322,12 +394,14 @@ def _endpoint_end(
     stop_at: float,
     launcher: LauncherEnd | None = None,
     record_wait_s: float | None = None,
+    output: str = "",
 ) -> checks.StepEnd:
     """The endpoint task's exit status and time as Slurm recorded them. Without a record,
     the status srun passed on to its parent, at the moment srun ended; otherwise unknown
     (never assumed 0: a launcher nobody waited for tells the harness nothing). The record is
     waited for `record_wait_s` (by default briefly when srun's status is known, else
-    RECORD_WAIT_S)."""
+    RECORD_WAIT_S). `output`: the end of the endpoint's output, for the exception it raised."""
+    raised = checks.raised_in(output)
     launcher_exit = None if launcher is None else launcher.task_exit
     found = None
     if step is not None:
@@ -341,12 +415,12 @@ def _endpoint_end(
             what=f"Slurm's record of how step {step} ended",
         )
     if found is None and launcher is not None and launcher_exit is not None:
-        return checks.StepEnd(launcher_exit, max(0.0, launcher.ended_at - stop_at), "srun launcher")
+        return checks.StepEnd(launcher_exit, max(0.0, launcher.ended_at - stop_at), "srun launcher", raised)
     if found is None:
         where = f"nowhere: Slurm kept no record of the end of step {step} within {RECORD_WAIT_S:.0f}s"
-        return checks.StepEnd(None, time.time() - stop_at, where)
+        return checks.StepEnd(None, time.time() - stop_at, where, raised)
     ended = found.ended_at if found.ended_at is not None else time.time()
-    return checks.StepEnd(found.exit_code, max(0.0, ended - stop_at), found.source)
+    return checks.StepEnd(found.exit_code, max(0.0, ended - stop_at), found.source, raised)
 
 
 run_drain = scenario_runner("drain", PHASES, DrainRun)

@@ -18,6 +18,7 @@ Only `completed` and `bounded` are correct outcomes.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,20 @@ class StepEnd:
     exit_code: int | None
     seconds_after_stop: float
     source: str = "srun"  # where the exit status was read (srun launcher, slurmd's step record)
+    # The exception the endpoint's output ends with, by name only ("" for none): an exit 1
+    # is then a reason a person can act on, not a number. Never its message (it may quote a
+    # request).
+    raised: str = ""
+
+
+# A traceback's last line: `package.module.Name: message` or a bare `Name`, at the line's start.
+_RAISED = re.compile(r"^(?P<name>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt))(?::|$)")
+
+
+def raised_in(output: str) -> str:
+    """The name of the exception a process's output ends with (its last traceback), or ""."""
+    names = [match["name"] for line in output.splitlines() if (match := _RAISED.match(line.strip()))]
+    return names[-1] if names and "Traceback (most recent call last)" in output else ""
 
 
 def in_flight(events: list[Event], stop_at: float) -> list[ClientRequest]:
@@ -57,7 +72,8 @@ def _outcomes(
 
 
 def _exit_text(endpoint: StepEnd) -> str:
-    return "exit unknown" if endpoint.exit_code is None else f"exit {endpoint.exit_code}"
+    code = "exit unknown" if endpoint.exit_code is None else f"exit {endpoint.exit_code}"
+    return f"{code} (raised {endpoint.raised})" if endpoint.raised else code
 
 
 def _show(counts: Counter[str]) -> str:
@@ -84,7 +100,7 @@ def scancel_step(
         scancel_step.check_id,
         ok,
         f"every in-flight stream ends with [DONE]; the endpoint task exits 0 within {window_s:g}s; no step left",
-        f"{len(flying)} in flight: {_show(counts)}; endpoint exit {endpoint.exit_code} after "
+        f"{len(flying)} in flight: {_show(counts)}; endpoint {_exit_text(endpoint)} after "
         f"{endpoint.seconds_after_stop:.1f}s; steps left: {', '.join(steps_left) or 'none'}",
         "stopped with scancel --signal=TERM JOB.STEP",
         {"streams_cut": len(flying) - counts.get("completed", 0), "endpoint_exit_s": endpoint.seconds_after_stop},

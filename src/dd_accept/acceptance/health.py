@@ -27,13 +27,16 @@ from typing import Any
 from dd_accept.acceptance import health_checks as checks
 from dd_accept.acceptance.analysis import requests
 from dd_accept.acceptance.phases import Phase, ScenarioRun, scenario_runner
+from dd_accept.acceptance.plan import JOB, NODE, TOKEN, PlannedCommand, Planner
 from dd_accept.base.errors import ClusterError, EnvironmentProblem
 from dd_accept.base.events import EventWriter, NodeChange, StepChange
+from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.node.environment import TOKEN_ENV
-from dd_accept.slurm_docker.allocation import Allocation, start_background
+from dd_accept.slurm_docker.allocation import Allocation, salloc_argv, scancel_argv, srun_argv, start_background
 from dd_accept.slurm_docker.interface import Cluster
+from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.slurm_docker.node_health import NodeCondition, node_condition, slurmd_timeout
 from dd_accept.sut.profile import SutProfile
 
@@ -71,12 +74,18 @@ class HealthRun(ScenarioRun):
     healthy: checks.AttemptOutcome | None = None
 
 
+# Each attempt's replica ports (another attempt's replicas may still hold theirs).
+HEALTHY_PORT_OFFSET, NODE_LOSS_PORT_OFFSET = 300, 400
+
+
 def _detect_loss(s: HealthRun) -> None:
     s.result.add(_loss_detection(s.allocation, s.run, s.profile, s.options))
 
 
 def _healthy_attempt(s: HealthRun) -> None:
-    s.healthy = _drilled_attempt(s.allocation, s.profile, s.options, "healthy", lambda r: None, port_offset=300)
+    s.healthy = _drilled_attempt(
+        s.allocation, s.profile, s.options, "healthy", lambda r: None, port_offset=HEALTHY_PORT_OFFSET
+    )
 
 
 def _loss_attempt(s: HealthRun) -> None:
@@ -122,8 +131,9 @@ def _node_loss(s: HealthRun) -> None:
 
     try:
         outcome = _drilled_attempt(
-            s.allocation, s.profile, options, "node-loss", lose, port_offset=400, replicas_in=node_job,
-            deadline_s=slurm_detection_bound(timeout) + options.node_loss_attempt_bound_s + 10, observe=observe,
+            s.allocation, s.profile, options, "node-loss", lose, port_offset=NODE_LOSS_PORT_OFFSET,
+            replicas_in=node_job,
+            deadline_s=_node_loss_deadline(timeout, options), observe=observe,
         )  # fmt: skip
     finally:
         watching.shutdown(wait=True)
@@ -148,6 +158,11 @@ def _node_loss(s: HealthRun) -> None:
     s.result.add(attempt)
 
 
+def _node_loss_deadline(slurmd_timeout_s: float, options: HealthOptions) -> float:
+    """The client's deadline in the node-loss attempt: Slurm's detection, then the bound."""
+    return slurm_detection_bound(slurmd_timeout_s) + options.node_loss_attempt_bound_s + 10
+
+
 def slurm_detection_bound(slurmd_timeout_s: float) -> float:
     """How long Slurm may take to set a silent node DOWN: SlurmdTimeout, plus up to a ping
     cycle before and after it (measured with SlurmdTimeout 30: 38 s on 22.05, 58 s on 24.11,
@@ -157,6 +172,9 @@ def slurm_detection_bound(slurmd_timeout_s: float) -> float:
 
 def _may_lose_nodes(s: HealthRun) -> bool:
     return s.allocation.cluster.may_lose_nodes
+
+
+NODE_LOSS_JOB = "dd-node-loss"
 
 
 def _job_on_a_node_to_lose(allocation: Allocation) -> Allocation:
@@ -169,7 +187,7 @@ def _job_on_a_node_to_lose(allocation: Allocation) -> Allocation:
             f"has {len(cluster.nodes)} (start it with --nodes {len(allocation.nodes) + 1} or more)"
         )
     exclude = f"--exclude={','.join(allocation.nodes)}"
-    return Allocation.acquire(cluster, job_name="dd-node-loss", extra=[*deployment.SCENARIO_ALLOCATION, exclude])
+    return Allocation.acquire(cluster, job_name=NODE_LOSS_JOB, extra=[*deployment.SCENARIO_ALLOCATION, exclude])
 
 
 def _slurm_sees_loss(job: Allocation, lost_at: float, timeout: float, events: EventWriter) -> checks.SlurmSawLoss:
@@ -266,6 +284,9 @@ _UNRESPONSIVE_FAULTS: dict[str, tuple[str, Callable[[deployment.ReplicaSet], obj
 }
 
 
+UNRESPONSIVE_RECORDS = 48
+
+
 def _unresponsive_attempt(s: HealthRun) -> None:
     """The attempt under the SUT's own wait, once per mode a replica stops serving in. A hung
     replica never ends the client's requests to it: past the monitor's bound (or, with none
@@ -277,7 +298,14 @@ def _unresponsive_attempt(s: HealthRun) -> None:
     for mode, (name, fault, offset) in _UNRESPONSIVE_FAULTS.items():
         observe = None if mode == "/health 503" else (lambda proxy, at: max(1.0, at + patience - time.time()))
         outcomes[mode] = _drilled_attempt(
-            s.allocation, s.profile, s.options, name, fault, records=48, port_offset=offset, observe=observe
+            s.allocation,
+            s.profile,
+            s.options,
+            name,
+            fault,
+            records=UNRESPONSIVE_RECORDS,
+            port_offset=offset,
+            observe=observe,
         )
     s.result.add(checks.unresponsive_attempt_failed(outcomes, s.profile.cleanup.failure_status, bound, s.healthy))
 
@@ -301,42 +329,177 @@ def _replicas(s: HealthRun) -> dict[str, int]:
 
 # Each phase below deploys its own replicas and endpoint, injects its fault, drives the
 # SUT's client or probes, judges, and stops what it started (the faults leave replicas unusable).
+# -- what each phase submits: one builder for the run and the plan -----------------------------
+
+DETECT_LOAD = {"records": 16, "concurrency": 8, "max_tokens": 80, "max_record_attempts": 3, "deadline_s": 60}
+
+
+def DRILLED_CLIENT_STEP(node: str) -> list[str]:
+    return ["-J", "client", "-N1", "-n1", f"--nodelist={node}"]
+
+
+def _paced(options: HealthOptions) -> dict[str, Any]:
+    """The detection phases' replicas (the run's and the plan's keywords)."""
+    return {"options": PACED_REPLICAS, "seed": options.seed}
+
+
+def _saturating_replicas(options: HealthOptions) -> dict[str, Any]:
+    return {"options": ("--ttft-ms", "5", "--itl-ms", "5", "--max-num-seqs", "64"), "seed": options.seed}
+
+
+def _saturating_load(streams: int) -> dict[str, Any]:
+    return {"records": streams, "concurrency": streams, "max_tokens": 4, "max_record_attempts": 1, "deadline_s": 90}
+
+
+def _attempt_load(records: int, deadline_s: float) -> dict[str, Any]:
+    """The client of a drilled attempt: up to three attempts a record."""
+    return {"records": records, "concurrency": 8, "max_tokens": 80, "max_record_attempts": 3, "deadline_s": deadline_s}
+
+
+def _drilled_replica(
+    profile: SutProfile, python: str, replica_dir: str, options: HealthOptions, port_base: int, index: int, node: str
+) -> tuple[list[str], list[str]]:
+    """One replica of a drilled attempt, a step of its own (the SUT's register function
+    launches it): its command and its srun options."""
+    replica = deployment.replica_command(
+        profile, replica_dir, python=python, seed=options.seed, options=deployment.replica_options(PACED_REPLICAS),
+        port=port_base + index, port_base=port_base,
+    )  # fmt: skip
+    return replica, ["-J", "replicas", "-N1", "-n1", f"--nodelist={node}", "-o", f"{replica_dir}/replica-{index}.log"]
+
+
+def _drill_argv(profile: SutProfile, layout: NodeLayout, state: str) -> list[str]:
+    """The attempt's drill on the controller's host: the SUT's cleanup script sourced, its
+    register, wait and stop functions run on the command files in `state`."""
+    cleanup = profile.cleanup
+    script = cleanup.script.format(site_packages=layout.site_packages)
+    functions = [cleanup.register_function, cleanup.wait_function, cleanup.stop_function]
+    return ["bash", layout.drill(DRILL), script, *functions, state]
+
+
+KILL_STEPS = "its replica and client steps KILLed, the proxy's too: only the attempt's end is judged"
+
+
+def _plan_serving(run: str, count: Callable[[HealthOptions], int] = lambda o: o.replicas, **launch: Any):
+    """Replicas and a proxy of their own (`_serving`, `_probe_isolation`), their stops."""
+
+    def plan(p: Planner, extra: Callable[[Planner], list[PlannedCommand]] = lambda p: []) -> list[PlannedCommand]:
+        replicas = count(p.options)
+        keywords = launch or _paced(p.options)
+        return [
+            p.replicas(f"{replicas} replicas of their own", replicas, run=run, **keywords),
+            p.proxy("the SUT's proxy in front of them", replicas, run=run),
+            *extra(p),
+            PlannedCommand("stop the proxy: TERM to its step", scancel_argv("$PROXY_STEP", "TERM")),
+            PlannedCommand("stop the replicas: KILL to their step", scancel_argv("$REPLICAS_STEP", "KILL")),
+        ]
+
+    return plan
+
+
+def _plan_loss_detection(p: Planner) -> list[PlannedCommand]:
+    client = p.client("16 requests through the proxy while replica 0 is killed", "detect", mode="raw", run="loss",
+                      **DETECT_LOAD)  # fmt: skip
+    return _plan_serving("loss")(p, lambda p: [client])
+
+
+def _plan_attempt(
+    name: str, port_offset: int = 0, records: int = 24, lost: bool = False
+) -> Callable[[Planner], list[PlannedCommand]]:
+    """A drilled attempt (`_drilled_attempt`): the drill, what the SUT's functions launch from
+    its command files, the proxy, and the steps KILLed at its end."""
+
+    def plan(p: Planner) -> list[PlannedCommand]:
+        o, layout, run = p.options, p.target.layout, p.run_path(name)
+        commands: list[PlannedCommand] = []
+        node, job = (NODE, JOB)
+        if lost:
+            if p.target.slurmd_timeout_s is None:
+                return []  # an existing cluster: dd-accept never takes a site's node down
+            node, job = "$LOST_NODE", "$NODE_JOB"
+            exclude = [*deployment.SCENARIO_ALLOCATION, f"--exclude={NODE}"]
+            salloc = salloc_argv(p.target, nodes=1, job_name=NODE_LOSS_JOB, extra=exclude)
+            commands.append(PlannedCommand("a job of its own on another node, the one to lose", salloc))
+        drill = PlannedCommand(
+            f"the SUT's controller functions run the attempt ({name}); on the controller's host",
+            _drill_argv(p.profile, layout, f"{run}/health-drill"), {"SLURM_JOB_ID": JOB, TOKEN_ENV: TOKEN},
+        )  # fmt: skip
+        commands.append(drill)
+        port_base = deployment.REPLICA_PORT_BASE + port_offset
+        for index in range(o.replicas):
+            argv, step = _drilled_replica(p.profile, layout.python, f"{run}/replicas", o, port_base, index, node)
+            command = PlannedCommand(f"replica {index}", srun_argv(job, argv, step, p.target.srun_args))
+            commands.append(command.by("the SUT's register function"))
+        proxy = p.proxy("the SUT's proxy in front of them", o.replicas, run=name, port_base=port_base, replicas_on=node)
+        commands.append(proxy)
+        deadline = _node_loss_deadline(p.target.slurmd_timeout_s or 0, o) if lost else 60.0
+        client = p.client(f"{records} records through the proxy", name, mode="raw", run=name,
+                          step=DRILLED_CLIENT_STEP(NODE), **_attempt_load(records, deadline))  # fmt: skip
+        commands.append(client.by("the SUT's register function"))
+        commands.append(PlannedCommand(f"at the attempt's end, {KILL_STEPS}", scancel_argv("$ATTEMPT_STEPS", "KILL")))
+        if lost:
+            commands.append(PlannedCommand("release the lost node's job", scancel_argv("$NODE_JOB")))
+        return commands
+
+    return plan
+
+
+def _plan_unresponsive_attempt(p: Planner) -> list[PlannedCommand]:
+    return [
+        command
+        for name, _, offset in _UNRESPONSIVE_FAULTS.values()
+        for command in _plan_attempt(name, offset, records=UNRESPONSIVE_RECORDS)(p)
+    ]
+
+
+def _plan_saturation(p: Planner) -> list[PlannedCommand]:
+    streams = saturating_streams(p.profile, p.options)
+    client = p.client(f"{streams} streams, more than the proxy's upstream connections", "saturate", mode="raw",
+                      run="saturation", **_saturating_load(streams))  # fmt: skip
+    replicas = _plan_serving("saturation", lambda o: o.saturation_replicas, **_saturating_replicas(p.options))
+    return replicas(p, lambda p: [client])
+
+
+def options_from(inputs: ScenarioInputs) -> HealthOptions:
+    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
+    return HealthOptions(seed=inputs.seed)
+
+
 PHASES: tuple[Phase[HealthRun], ...] = (
-    Phase("judge", "backend loss: detection", _detect_loss, numbers=_replicas),
-    Phase("drive", "a healthy attempt (the baseline of the attempt checks)", _healthy_attempt, numbers=_replicas),
-    Phase("judge", "backend loss: the attempt", _loss_attempt, numbers=_replicas, fault="a backend killed"),
+    Phase("judge", "backend loss: detection", _detect_loss, _plan_loss_detection, numbers=_replicas),
+    Phase("drive", "a healthy attempt (the baseline of the attempt checks)", _healthy_attempt,
+          _plan_attempt("healthy", HEALTHY_PORT_OFFSET), numbers=_replicas),
+    Phase("judge", "backend loss: the attempt", _loss_attempt, _plan_attempt("loss"), numbers=_replicas,
+          fault="a backend killed"),
     Phase(
         "judge",
         "node loss: detection and the attempt",
         _node_loss,
+        _plan_attempt("node-loss", NODE_LOSS_PORT_OFFSET, lost=True),
         numbers=_replicas,
         applies=_may_lose_nodes,
         fault="a node frozen",
     ),
-    Phase("judge", "unresponsive backend: detection", _detect_unresponsive, numbers=_replicas),
+    Phase("judge", "unresponsive backend: detection", _detect_unresponsive, _plan_serving("unresponsive-detect"),
+          numbers=_replicas),
     Phase(
         "judge",
         "unresponsive backend: the attempt",
         _unresponsive_attempt,
+        _plan_unresponsive_attempt,
         numbers=_replicas,
         fault="a backend that stops serving",
     ),
-    Phase("judge", "probe isolation", _saturation, numbers=_saturating, fault="inference saturated on purpose"),
-)
+    Phase("judge", "probe isolation", _saturation, _plan_saturation, numbers=_saturating,
+          fault="inference saturated on purpose"),
+)  # fmt: skip
 
 
 def _serving(
     allocation: Allocation, run: deployment.RunDirectory, profile: SutProfile, options: HealthOptions
 ) -> tuple[deployment.ReplicaSet, deployment.Proxy]:
     """N paced replicas and the SUT's proxy in front of them (the detection phases' setting)."""
-    replicas = deployment.start_replicas(
-        allocation,
-        options.replicas,
-        run=run,
-        profile=profile,
-        options=PACED_REPLICAS,
-        seed=options.seed,
-    )
+    replicas = deployment.start_replicas(allocation, options.replicas, run=run, profile=profile, **_paced(options))
     try:
         return replicas, deployment.start_proxy(allocation, replicas, profile=profile)
     except BaseException:
@@ -391,34 +554,13 @@ def _drilled_attempt(
     replica_host.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(16)
     for index in range(options.replicas):
-        port = port_base + index
-        replica = deployment.replica_command(
-            profile,
-            replica_dir,
-            python=layout.python,
-            seed=options.seed,
-            options=deployment.replica_options(PACED_REPLICAS),
-            port=port,
-            port_base=port_base,
-        )
-        log = f"{replica_dir}/replica-{index}.log"
-        launch = placement.srun_argv(replica, ["-J", "replicas", "-N1", "-n1", f"--nodelist={node}", "-o", log])
-        _write_command(state_host / f"replica-{index}.cmd", launch)
+        replica, step = _drilled_replica(profile, layout.python, replica_dir, options, port_base, index, node)
+        _write_command(state_host / f"replica-{index}.cmd", placement.srun_argv(replica, step))
     urls = [f"http://{node}:{port_base + index}/health" for index in range(options.replicas)]
     (state_host / "health-urls").write_text(" ".join(urls))
-    cleanup = profile.cleanup
-    script = cleanup.script.format(site_packages=layout.site_packages)
     drill = start_background(
         allocation.cluster,
-        [
-            "bash",
-            layout.drill(DRILL),
-            script,
-            cleanup.register_function,
-            cleanup.wait_function,
-            cleanup.stop_function,
-            state_cluster,
-        ],
+        _drill_argv(profile, layout, state_cluster),
         environment={"SLURM_JOB_ID": allocation.job_id, TOKEN_ENV: token},
     )
     allocation.background.append(drill)
@@ -433,13 +575,9 @@ def _drilled_attempt(
     replicas = deployment.SyntheticReplicas(allocation, run, options.replicas, info, step=drill, token=token)
     proxy = deployment.start_proxy(allocation, replicas, profile=profile)
     client = deployment.client_command(
-        proxy, run, mode="raw", profile=profile, name=name,
-        records=records, concurrency=8, max_tokens=80, max_record_attempts=3, deadline_s=deadline_s,
-    )  # fmt: skip
-    _write_command(
-        state_host / "client.cmd",
-        allocation.srun_argv(client, ["-J", "client", "-N1", "-n1", f"--nodelist={proxy.node}"]),
+        proxy, run, mode="raw", profile=profile, name=name, **_attempt_load(records, deadline_s)
     )
+    _write_command(state_host / "client.cmd", allocation.srun_argv(client, DRILLED_CLIENT_STEP(proxy.node)))
     allocation.cluster.exec(["touch", f"{state_cluster}/go"])
     replicas.wait_running(4)
     time.sleep(1.0)
@@ -475,17 +613,7 @@ def _loss_detection(
     replicas, proxy = _serving(allocation, loss_run, profile, options)
     try:
         client = deployment.run_client(
-            allocation,
-            proxy,
-            loss_run,
-            mode="raw",
-            profile=profile,
-            name="detect",
-            records=16,
-            concurrency=8,
-            max_tokens=80,
-            max_record_attempts=3,
-            deadline_s=60,
+            allocation, proxy, loss_run, mode="raw", profile=profile, name="detect", **DETECT_LOAD
         )
         replicas.wait_running(4)
         lost_at = time.time()
@@ -534,28 +662,14 @@ def _probe_isolation(
     saturation_run = deployment.RunDirectory.create(allocation.cluster, "saturation")
     limit, streams = profile.proxy.upstream_connection_limit, saturating_streams(profile, options)
     replicas = deployment.start_replicas(
-        allocation,
-        options.saturation_replicas,
-        run=saturation_run,
-        profile=profile,
-        options=("--ttft-ms", "5", "--itl-ms", "5", "--max-num-seqs", "64"),
-        seed=options.seed,
+        allocation, options.saturation_replicas, run=saturation_run, profile=profile, **_saturating_replicas(options)
     )
     proxy = deployment.start_proxy(allocation, replicas, profile=profile)
     try:
         replicas.control(None, "stall", on=True)
+        load = _saturating_load(streams)
         client = deployment.run_client(
-            allocation,
-            proxy,
-            saturation_run,
-            mode="raw",
-            profile=profile,
-            name="saturate",
-            records=streams,
-            concurrency=streams,
-            max_tokens=4,
-            max_record_attempts=1,
-            deadline_s=90,
+            allocation, proxy, saturation_run, mode="raw", profile=profile, name="saturate", **load
         )
         held = wait_until(
             lambda: sum(s["running"] + s["waiting"] for s in replicas.control(None, "state")),

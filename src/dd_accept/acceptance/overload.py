@@ -11,6 +11,7 @@ Phases, each with its own client run so the evidence of one cannot leak into ano
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -20,14 +21,14 @@ from typing import Any
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import admission, requests, with_prefix
 from dd_accept.acceptance.phases import DeployedRun, Phase, scenario_runner, stop_if_started
-from dd_accept.acceptance.plan import NODE, TOKEN, BackendKind, PlannedCommand, Planner, backend_kind_of
+from dd_accept.acceptance.plan import NODE, BackendKind, PlannedCommand, Planner, backend_kind_of
 from dd_accept.base.events import AdmissionChange, Event, of_type
 from dd_accept.base.options import OverloadOptions
 from dd_accept.base.progress import ProgressWriter
+from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.fixtures.backends.vllm import VllmBackend
-from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, scancel_argv
 from dd_accept.sut.profile import SutProfile
 
@@ -120,23 +121,16 @@ def _deploy_replicas(s: OverloadRun) -> None:
     )  # fmt: skip
 
 
-def _planned_synthetic(
-    p: Planner, purpose: str, count: int, replica_dir: str, threshold: int | None, port_base: int
-) -> PlannedCommand:
-    """One step of synthetic replicas as `start_replicas` starts it (realistic, token-guarded)."""
-    command = deployment.replica_command(
-        p.profile, replica_dir, python=p.target.layout.python, seed=p.options.seed,
-        options=deployment.replica_options(FAST_REPLICAS), port_base=port_base,
-    )  # fmt: skip
-    environment = {TOKEN_ENV: TOKEN, **deployment.admission_environment(p.profile, threshold, p.options.retry_after)}
-    return p.srun(purpose, command, deployment.replica_step_options(count, NODE, replica_dir), environment)
+def _fast(o: OverloadOptions) -> dict[str, Any]:
+    """What every overload replica set is started with (the run's and the plan's keywords)."""
+    return {"options": FAST_REPLICAS, "retry_after": o.retry_after, "seed": o.seed}
 
 
 def _plan_replicas(p: Planner) -> list[PlannedCommand]:
     o, layout, replica_dir = p.options, p.target.layout, f"{p.run_dir}/replicas"
     if p.backend is None:
         purpose = f"{o.replicas} synthetic replicas, one task each, behind the SUT's queue admission"
-        return [_planned_synthetic(p, purpose, o.replicas, replica_dir, o.threshold, deployment.REPLICA_PORT_BASE)]
+        return [p.replicas(purpose, o.replicas, **_fast(o), threshold=o.threshold)]
     environment = deployment.admission_environment(p.profile, o.threshold, o.retry_after)
     return [
         p.srun(
@@ -158,16 +152,8 @@ def _deploy_proxy(s: OverloadRun) -> None:
 
 
 def _plan_proxy(p: Planner) -> list[PlannedCommand]:
-    backends = [(NODE, deployment.REPLICA_PORT_BASE + index) for index in range(p.options.replicas)]
-    argv = p.profile.proxy_argv(
-        python=p.target.layout.python,
-        site_packages=p.target.layout.site_packages,
-        port=deployment.PROXY_PORT,
-        backends=backends,
-        retry_after=proxy_fallback_retry_after(p.options.retry_after),
-    )
-    step = deployment.proxy_step_options(NODE, f"{p.run_dir}/proxy.log")
-    return [p.srun("the SUT's proxy in front of every replica", argv, step)]
+    retry_after = proxy_fallback_retry_after(p.options.retry_after)
+    return [p.proxy("the SUT's proxy in front of every replica", p.options.replicas, retry_after=retry_after)]
 
 
 # -- partial overload ---------------------------------------------------------------------------
@@ -262,17 +248,7 @@ def _plan_client(name: str, records: str, purpose: str) -> Callable[[Planner], l
     def plan(p: Planner) -> list[PlannedCommand]:
         o = p.options
         load = client_load(o, getattr(o, records), deadline(o, name), p.backend.model if p.backend else None)
-        endpoint = f"http://127.0.0.1:{deployment.PROXY_PORT}"
-        argv = deployment.load_client_argv(
-            p.target.layout.python,
-            endpoint,
-            f"{p.run_dir}/{name}.jsonl",
-            mode="sut",
-            profile=p.profile,
-            name=name,
-            **load,
-        )
-        return [p.srun(purpose, argv, deployment.client_step_options(name, NODE))]
+        return [p.client(purpose, name, mode="sut", **load)]
 
     return plan
 
@@ -323,11 +299,9 @@ def _hold_default_threshold(s: OverloadRun) -> None:
 
 
 def _plan_default_threshold(p: Planner) -> list[PlannedCommand]:
-    runs = p.run_dir.rsplit("/", 1)[0]
-    replica_dir = f"{runs}/{DEFAULT_THRESHOLD_RUN}-<id>/replicas"
     purpose = f"one replica at the SUT's default threshold ({p.profile.queue_admission.default_threshold}), no override"
     return [
-        _planned_synthetic(p, purpose, 1, replica_dir, None, DEFAULT_THRESHOLD_PORT_BASE),
+        p.replicas(purpose, 1, run=DEFAULT_THRESHOLD_RUN, **_fast(p.options), port_base=DEFAULT_THRESHOLD_PORT_BASE),
         PlannedCommand("and its stop once sampled: TERM to its step", scancel_argv("$DEFAULT_REPLICA_STEP", "TERM")),
     ]
 
@@ -348,6 +322,12 @@ def _scancel(purpose: str, steps: str) -> Callable[[Planner], list[PlannedComman
 PARTIAL_CLIENT = "partial overload: the SUT's client through the proxy"
 TOTAL_CLIENT = "total overload, then recovery: the SUT's client through the proxy"
 SYNTHETIC_ONLY: frozenset[BackendKind] = frozenset({"synthetic"})  # exact depths: vLLM's queue is held by real load
+
+
+def options_from(inputs: ScenarioInputs) -> OverloadOptions:
+    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
+    return dataclasses.replace(inputs.overload, seed=inputs.seed)
+
 
 PHASES: tuple[Phase[OverloadRun], ...] = (
     Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,

@@ -27,7 +27,7 @@ from dd_accept.acceptance.serving import serving_block
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import PhaseRecord, ScenarioResult
 from dd_accept.fixtures.deployment import Proxy, ReplicaSet, RunDirectory, start_proxy
-from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.slurm_docker.allocation import Allocation, scancel_argv
 from dd_accept.sut.profile import SutProfile
 
 PhaseKind = Literal["deploy", "hold", "drive", "relieve", "stop", "judge"]
@@ -70,6 +70,17 @@ def deploy_proxy(state: DeployedRun) -> None:
     """The SUT's proxy in front of the deployed replicas, with the profile's own settings."""
     assert state.replicas is not None, "the replicas are deployed first"
     state.proxy = start_proxy(state.allocation, state.replicas, profile=state.profile)
+
+
+def plan_proxy(planner: Planner) -> list[PlannedCommand]:
+    """What `deploy_proxy` submits: the proxy in front of the scenario's replicas."""
+    return [planner.proxy("the SUT's proxy in front of every replica", planner.options.replicas)]
+
+
+def plan_stop(part: str) -> Callable[[Planner], list[PlannedCommand]]:
+    """What stopping a deployed part submits (`stop_if_started`): TERM to its step, not its srun."""
+    purpose = f"stop the {part}: TERM to its step (not its srun)"
+    return lambda planner: [PlannedCommand(purpose, scancel_argv(f"${part.upper()}_STEP", "TERM"))]
 
 
 S = TypeVar("S", bound=ScenarioRun)

@@ -4,12 +4,23 @@ connection accounting with keep-alive kept and with replicas closing every conne
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from dd_accept.acceptance import streaming_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
-from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
+from dd_accept.acceptance.phases import (
+    DeployedRun,
+    Phase,
+    deploy_proxy,
+    plan_proxy,
+    plan_stop,
+    scenario_runner,
+    stop_if_started,
+)
+from dd_accept.acceptance.plan import PlannedCommand, Planner
+from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
 from dd_accept.slurm_docker.allocation import BackgroundCommand
@@ -50,26 +61,40 @@ def _connection_counts(replicas: deployment.ReplicaSet) -> tuple[int, int, int]:
     )
 
 
-def _phase(
-    allocation, proxy, replicas, run, profile, options, name, *, streams=None, concurrency=None, tokens=None, **arrival
-):
+def _workload(o: StreamingOptions, name: str) -> dict[str, Any]:
+    """What the load client sends in each client phase (the run's and the plan's keywords):
+    dense streams unless the phase says otherwise, one attempt each."""
+    load: dict[str, Any] = {
+        "headers": o.client_headers, "records": o.streams, "concurrency": o.concurrency, "max_tokens": o.tokens,
+        "max_record_attempts": 1, "deadline_s": 120,
+    }  # fmt: skip
+    load.update(_PHASE_LOADS.get(name, lambda o: {})(o))
+    return load
+
+
+_PHASE_LOADS: dict[str, Any] = {
+    # each event before the next: started evenly over one gap
+    "sparse": lambda o: {
+        "records": o.sparse_streams,
+        "concurrency": o.sparse_streams,
+        "max_tokens": o.sparse_tokens,
+        "arrival": "constant",
+        "rate": o.sparse_streams / (o.sparse_itl_ms / 1000),
+    },
+    # One stream at a time over a warm pool: every request reuses, none opens, so the opened
+    # and reused counters differ by construction.
+    "sequential": lambda o: {"records": 16, "concurrency": 1, "max_tokens": o.accounting_tokens},
+    "closing": lambda o: {"max_tokens": o.accounting_tokens},
+    "routing": lambda o: {"records": ROUTING_STREAMS, "concurrency": 8, "max_tokens": 20},
+}
+
+
+def _phase(allocation, proxy, replicas, run, profile, options, name):
     metrics_path = profile.proxy.metrics_path
     before_proxy = proxy.get(metrics_path)["json"]["connections"]
     before_replicas = _connection_counts(replicas)
     client = deployment.run_client(
-        allocation,
-        proxy,
-        run,
-        mode="raw",
-        profile=profile,
-        name=name,
-        headers=options.client_headers,
-        records=streams or options.streams,
-        concurrency=concurrency or options.concurrency,
-        max_tokens=tokens or options.tokens,
-        max_record_attempts=1,
-        deadline_s=120,
-        **arrival,
+        allocation, proxy, run, mode="raw", profile=profile, name=name, **_workload(options, name)
     )
     record = client.wait(timeout=180)
     if not record.ok:
@@ -97,12 +122,27 @@ def _phase(
     return events, upstream, phase
 
 
+def _replicas(o: StreamingOptions) -> dict[str, Any]:
+    """How the replicas are started (the run's and the plan's keywords)."""
+    return {"seed": o.seed, "options": ("--ttft-ms", "20", "--itl-ms", str(o.itl_ms), "--max-num-seqs", "64")}
+
+
 def _deploy_replicas(s: StreamingRun) -> None:
-    o = s.options
     s.replicas = deployment.start_replicas(
-        s.allocation, o.replicas, run=s.run, profile=s.profile, seed=o.seed,
-        options=("--ttft-ms", "20", "--itl-ms", str(o.itl_ms), "--max-num-seqs", "64"),
-    )  # fmt: skip
+        s.allocation, s.options.replicas, run=s.run, profile=s.profile, **_replicas(s.options)
+    )
+
+
+def _plan_replicas(p: Planner) -> list[PlannedCommand]:
+    return [
+        p.replicas(
+            f"{p.options.replicas} synthetic replicas, one task each", p.options.replicas, **_replicas(p.options)
+        )
+    ]
+
+
+def _plan_client(name: str) -> Callable[[Planner], list[PlannedCommand]]:
+    return lambda p: [p.client(f"the load client: {name}", name, mode="raw", **_workload(p.options, name))]
 
 
 @dataclass
@@ -114,24 +154,11 @@ class StreamingRun(DeployedRun):
     routing: BackgroundCommand | None = None
     dense: tuple[list, list] = ([], [])
 
-    def client_phase(
-        self,
-        name: str,
-        *,
-        key: str | None = None,
-        streams: int | None = None,
-        concurrency: int | None = None,
-        tokens: int | None = None,
-        accounted: bool = True,
-        **arrival: Any,
-    ):
-        """One client run through the proxy; its connection numbers are kept under `key`
-        (those of a phase not `accounted` are not judged); `arrival` as the load client's."""
+    def client_phase(self, name: str, *, key: str | None = None, accounted: bool = True):
+        """One client run through the proxy (its load as `_workload` says); its connection
+        numbers are kept under `key` (those of a phase not `accounted` are not judged)."""
         replicas, proxy = self.deployed
-        found = _phase(
-            self.allocation, proxy, replicas, self.run, self.profile, self.options, name,
-            streams=streams, concurrency=concurrency, tokens=tokens, **arrival,
-        )  # fmt: skip
+        found = _phase(self.allocation, proxy, replicas, self.run, self.profile, self.options, name)
         if accounted:
             self.connections[key or name] = found[2]
         return found
@@ -148,11 +175,7 @@ def _pace_sparse(s: StreamingRun) -> None:
 
 
 def _sparse(s: StreamingRun) -> None:
-    o = s.options
-    events, upstream, _ = s.client_phase(
-        "sparse", streams=o.sparse_streams, concurrency=o.sparse_streams, tokens=o.sparse_tokens, accounted=False,
-        arrival="constant", rate=o.sparse_streams / (o.sparse_itl_ms / 1000),
-    )  # fmt: skip
+    events, upstream, _ = s.client_phase("sparse", accounted=False)
     dense_events, dense_upstream = s.dense
     s.result.add(checks.integrity([*dense_events, *events], [*dense_upstream, *upstream]))
     s.result.add(checks.no_buffering(dense_events, dense_upstream, events, upstream))
@@ -163,9 +186,7 @@ def _restore_pacing(s: StreamingRun) -> None:
 
 
 def _sequential(s: StreamingRun) -> None:
-    # One stream at a time over a warm pool: every request reuses, none opens, so the opened
-    # and reused counters differ by construction.
-    s.client_phase("sequential", streams=16, concurrency=1, tokens=s.options.accounting_tokens)
+    s.client_phase("sequential")
 
 
 def _close_keepalive(s: StreamingRun) -> None:
@@ -173,7 +194,7 @@ def _close_keepalive(s: StreamingRun) -> None:
 
 
 def _closing(s: StreamingRun) -> None:
-    s.client_phase("closing", tokens=s.options.accounting_tokens)
+    s.client_phase("closing")
 
 
 def _keep_keepalive(s: StreamingRun) -> None:
@@ -195,10 +216,8 @@ def _drive_routing(s: StreamingRun) -> None:
     """Replica 0's streams stall; 32 short streams, 8 at a time: least-connections must steer
     new requests away from it. Relieved once every stream not stuck on it has finished."""
     replicas, proxy = s.deployed
-    s.routing = deployment.run_client(
-        s.allocation, proxy, s.run, mode="raw", profile=s.profile, name="routing",
-        records=ROUTING_STREAMS, concurrency=8, max_tokens=20, max_record_attempts=1, deadline_s=120,
-    )  # fmt: skip
+    load = _workload(s.options, "routing")
+    s.routing = deployment.run_client(s.allocation, proxy, s.run, mode="raw", profile=s.profile, name="routing", **load)
 
     def settled() -> int:
         # every stream that ended, whatever its outcome: a proxy that cuts or truncates them
@@ -224,30 +243,39 @@ def _judge_routing(s: StreamingRun) -> None:
     s.result.add(checks.least_connections(upstream, s.deployed[0].count, 0, ROUTING_STREAMS))
 
 
+def options_from(inputs: ScenarioInputs) -> StreamingOptions:
+    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
+    return StreamingOptions(seed=inputs.seed, client_headers=inputs.client_headers)
+
+
 PHASES: tuple[Phase[StreamingRun], ...] = (
-    Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
-    Phase("deploy", "deploying the SUT's proxy", deploy_proxy),
-    Phase("drive", "streams through the proxy", _streams, numbers=lambda s: {"streams": s.options.streams}),
+    Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,
+          numbers=lambda s: {"replicas": s.options.replicas}),
+    Phase("deploy", "deploying the SUT's proxy", deploy_proxy, plan_proxy),
+    Phase("drive", "streams through the proxy", _streams, _plan_client("stream"),
+          numbers=lambda s: {"streams": s.options.streams}),
     Phase("hold", "replicas space their events", _pace_sparse, numbers=lambda s: {"ms": s.options.sparse_itl_ms}),
     Phase(
         "drive",
         "sparse streams: each event before the next",
         _sparse,
+        _plan_client("sparse"),
         numbers=lambda s: {"streams": s.options.sparse_streams},
         fault="replicas space their events far apart on purpose (the inter-token latency is theirs)",
     ),
     Phase("relieve", "replicas pace their events as before", _restore_pacing),
-    Phase("drive", "one stream at a time over kept-alive connections", _sequential),
+    Phase("drive", "one stream at a time over kept-alive connections", _sequential, _plan_client("sequential")),
     Phase("hold", "replicas close every keep-alive connection", _close_keepalive),
-    Phase("drive", "streams while every connection is closed after its response", _closing),
+    Phase("drive", "streams while every connection is closed after its response", _closing, _plan_client("closing")),
     Phase("relieve", "replicas keep connections alive again", _keep_keepalive),
     Phase("judge", "connection accounting", _judge_connections),
     Phase("hold", "replica 0 stalls its streams", _stall_first),
-    Phase("drive", "routing with one replica stalled", _drive_routing, fault="replica 0 stalls its streams"),
+    Phase("drive", "routing with one replica stalled", _drive_routing, _plan_client("routing"),
+          fault="replica 0 stalls its streams"),
     Phase("relieve", "replica 0 streams again", _unstall_first),
     Phase("judge", "least-connections routing", _judge_routing),
-    Phase("stop", "stopping the proxy", stop_if_started("proxy"), teardown=True),
-    Phase("stop", "stopping the replicas", stop_if_started("replicas"), teardown=True),
-)
+    Phase("stop", "stopping the proxy", stop_if_started("proxy"), plan_stop("proxy"), teardown=True),
+    Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
+)  # fmt: skip
 
 run_streaming = scenario_runner("streaming", PHASES, StreamingRun)

@@ -14,19 +14,31 @@ import contextlib
 import math
 import secrets
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from dd_accept.acceptance import telemetry_checks as checks
 from dd_accept.acceptance.analysis import attempts_by_request, requests, with_prefix
-from dd_accept.acceptance.drain import stop_endpoint_step
+from dd_accept.acceptance.drain import plan_endpoint_stop, stop_endpoint_step
 from dd_accept.acceptance.overload import SYNTHETIC_ONLY
-from dd_accept.acceptance.phases import DeployedRun, Phase, deploy_proxy, scenario_runner, stop_if_started
+from dd_accept.acceptance.phases import (
+    DeployedRun,
+    Phase,
+    deploy_proxy,
+    plan_proxy,
+    plan_stop,
+    scenario_runner,
+    stop_if_started,
+)
+from dd_accept.acceptance.plan import CANARY_STAND_IN, PlannedCommand, Planner
 from dd_accept.base.errors import ClusterError
 from dd_accept.base.events import SUT_ATTEMPT_RECORDS, EventWriter, UpstreamAttempt
+from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.fixtures import deployment
+from dd_accept.sut.profile import SutProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,12 +83,88 @@ class TelemetryRun(DeployedRun):
     drain_killed_after_s: float | None = None  # the endpoint still ran at the allowance: KILLed then
 
 
+def _replicas(o: TelemetryOptions, canary: str) -> dict[str, Any]:
+    """How the replicas are started (the run's and the plan's keywords): exact and fast, a
+    connection kept as long as the proxy keeps it, every response carrying the run's canary."""
+    return {
+        "seed": o.seed, "exact": True,
+        "options": ("--ttft-ms", "10", "--itl-ms", "2", "--max-num-seqs", "64", "--keep-alive-s", "3600",
+                    "--response-canary", canary),
+    }  # fmt: skip
+
+
 def _deploy_replicas(s: TelemetryRun) -> None:
-    s.replicas = deployment.start_replicas(
-        s.allocation, s.options.replicas, run=s.run, profile=s.profile, seed=s.options.seed, exact=True,
-        options=("--ttft-ms", "10", "--itl-ms", "2", "--max-num-seqs", "64", "--keep-alive-s", "3600",
-                 "--response-canary", s.canary),
-    )  # fmt: skip
+    o = s.options
+    launch = _replicas(o, s.canary)
+    s.replicas = deployment.start_replicas(s.allocation, o.replicas, run=s.run, profile=s.profile, **launch)
+
+
+def _plan_replicas(p: Planner) -> list[PlannedCommand]:
+    o = p.options
+    return [p.replicas(f"{o.replicas} synthetic replicas, one task each", o.replicas, **_replicas(o, CANARY_STAND_IN))]
+
+
+def _planned_send(
+    p: Planner, name: str, sent: int | None = None, concurrency: int | None = None, deadline_s: float = 60, **more: Any
+) -> PlannedCommand:
+    o = p.options
+    load = _load(o, CANARY_STAND_IN, sent or o.requests, concurrency, deadline_s, **more)
+    return p.client(f"{load['records']} request(s) through the proxy: {name}", name, mode="raw", **load)
+
+
+def _plan_sends(*names: str) -> Callable[[Planner], list[PlannedCommand]]:
+    return lambda p: [_planned_send(p, name) for name in names]
+
+
+HAS_COUNTERS = "the proxy's metrics have the counters its profile claims"
+
+
+def _plan_lifecycle(phase: str) -> Callable[[Planner], list[PlannedCommand]]:
+    """The connection-lifecycle phases: planned where the profile claims the counters, run
+    where the proxy's metrics also have them."""
+
+    def plan(p: Planner) -> list[PlannedCommand]:
+        telemetry, replicas = p.profile.telemetry, p.options.replicas
+        if not telemetry.claimed("connection_lifecycle"):
+            return []
+        if phase == "stale":
+            commands = [_planned_send(p, "pool-for-stale", 2 * replicas), _planned_send(p, "stale")]
+        elif phase == "expired":
+            if not checks.drivable(telemetry.keepalive_seconds, checks.EXPIRY_WAITS):
+                return []
+            commands = [_planned_send(p, "expired", 2 * replicas), _planned_send(p, "after-expiry", replicas)]
+        else:
+            commands = [_planned_send(p, "discarded")]
+        return [command.when(HAS_COUNTERS) for command in commands]
+
+    return plan
+
+
+def _plan_timeouts(p: Planner) -> list[PlannedCommand]:
+    if not _timeouts_drivable(p.profile) or not p.profile.telemetry.claimed("timeouts"):
+        return []
+    deadline, sent = _timeout_deadline(p.profile), 2 * p.options.replicas
+    commands = [
+        _planned_send(p, "timeout-alone", 1, 1, deadline),
+        _planned_send(p, "timeouts", sent, sent, deadline),
+        _planned_send(p, "timeout-exhausted", 1, 1, deadline),
+    ]
+    return [command.when(HAS_COUNTERS) for command in commands]
+
+
+def _plan_probe_routing(p: Planner) -> list[PlannedCommand]:
+    if not p.profile.telemetry.claimed("probe_routing"):
+        return []
+    load = _probe_routing_load(p.options, CANARY_STAND_IN)
+    return [p.client("requests one at a time, paced, while a probe is held", "probe-routing", mode="raw", **load)]
+
+
+def _plan_drain_bound(p: Planner) -> list[PlannedCommand]:
+    if not p.profile.telemetry.claimed("incomplete_streams"):
+        return []
+    load = _drain_load(p.options, CANARY_STAND_IN, p.profile)
+    purpose = f"{p.options.drain_streams} streams longer than the drain allowance"
+    return [p.client(purpose, checks.DRAIN_PHASE, mode="raw", **load), *plan_endpoint_stop(p)]
 
 
 def _log_lines(s: TelemetryRun) -> list[str]:
@@ -122,15 +210,22 @@ def _settled_metrics(s: TelemetryRun, before: dict[str, Any], sent: int) -> dict
     return reads[-1]
 
 
+def _load(
+    o: TelemetryOptions, canary: str, sent: int, concurrency: int | None = None, deadline_s: float = 60, **more: Any
+) -> dict[str, Any]:
+    """What the load client sends (the run's and the plan's keywords): one attempt each,
+    every prompt and credential carrying the run's canary."""
+    return {
+        "headers": o.client_headers, "records": sent, "concurrency": concurrency or o.concurrency,
+        "max_tokens": o.tokens, "max_record_attempts": 1, "deadline_s": deadline_s, "canary": canary, **more,
+    }  # fmt: skip
+
+
 def _send(s: TelemetryRun, name: str, sent: int, *, concurrency: int | None = None, deadline_s: float = 60) -> None:
     """The load client's requests, one attempt each; on their own (no settling), they are
     what a phase sends, or what fills the proxy's pool for the moment after."""
-    o = s.options
-    client = deployment.run_client(
-        s.allocation, s.deployed[1], s.run, mode="raw", profile=s.profile, name=name, headers=o.client_headers,
-        records=sent, concurrency=concurrency or o.concurrency, max_tokens=o.tokens, max_record_attempts=1,
-        deadline_s=deadline_s, canary=s.canary,
-    )  # fmt: skip
+    load = _load(s.options, s.canary, sent, concurrency, deadline_s)
+    client = deployment.run_client(s.allocation, s.deployed[1], s.run, mode="raw", profile=s.profile, name=name, **load)
     record = client.wait(timeout=2 * deadline_s)
     if not record.ok:
         raise RuntimeError(f"load client failed: {record.describe()}")
@@ -406,6 +501,23 @@ def _hold(s: TelemetryRun, indexes: list[int], seconds: float, count: int, after
     s.deployed[0].control(indexes, "delay", seconds=seconds, count=count, after_chunks=after_chunks)
 
 
+HELD_BEYOND_TIMEOUT_S = 2.0  # how long past the proxy's timeout a replica holds a response back
+
+
+def _timeouts_drivable(profile: SutProfile) -> bool:
+    """Whether the profile's timeouts are short enough to drive past in a run."""
+    telemetry = profile.telemetry
+    terminal_s, streaming_s = telemetry.terminal_timeout_seconds, telemetry.streaming_timeout_seconds
+    return checks.drivable(terminal_s, checks.TIMEOUT_WAITS) and checks.drivable(streaming_s)
+
+
+def _timeout_deadline(profile: SutProfile) -> float:
+    """The client's deadline in the timeout phases: every attempt may wait out a timeout."""
+    telemetry = profile.telemetry
+    longest = max(telemetry.terminal_timeout_seconds or 0, telemetry.streaming_timeout_seconds or 0)
+    return checks.TIMEOUT_WAITS * (longest + HELD_BEYOND_TIMEOUT_S) + 30
+
+
 def _timed_out(s: TelemetryRun) -> None:
     """Replicas hold responses back 2 s beyond the proxy's timeouts: first every replica its
     next one before the first byte, for one request sent alone (each of its attempts times
@@ -415,13 +527,11 @@ def _timed_out(s: TelemetryRun) -> None:
     held responses the replicas saw the proxy abandon, and by nothing else."""
     telemetry = s.profile.telemetry
     terminal_s, streaming_s = telemetry.terminal_timeout_seconds, telemetry.streaming_timeout_seconds
-    if not (checks.drivable(terminal_s, checks.TIMEOUT_WAITS) and checks.drivable(streaming_s)):
-        return
-    if not _counts(s, "timeouts", telemetry.timeout_counters):
+    if not _timeouts_drivable(s.profile) or not _counts(s, "timeouts", telemetry.timeout_counters):
         return
     assert terminal_s is not None and streaming_s is not None
-    replicas, held, margin = s.deployed[0], s.options.held_streams, 2.0
-    deadline = checks.TIMEOUT_WAITS * (max(terminal_s, streaming_s) + margin) + 30
+    replicas, held, margin = s.deployed[0], s.options.held_streams, HELD_BEYOND_TIMEOUT_S
+    deadline = _timeout_deadline(s.profile)
     before = _metrics(s)
     everyone = list(range(replicas.count))
     try:
@@ -469,6 +579,10 @@ PROBE_HOLD_S = 4.0  # under rc1's 5 s probe timeout: the probe stays in flight w
 PROBE_ROUTING_RATE = 6.0  # requests a second: 24 over 4 s, the probe's window well inside them
 
 
+def _probe_routing_load(o: TelemetryOptions, canary: str) -> dict[str, Any]:
+    return _load(o, canary, o.requests, 1, arrival="constant", rate=PROBE_ROUTING_RATE)
+
+
 def _probe_routing(s: TelemetryRun) -> None:
     """Replica 0 holds the proxy's health probe in flight while requests go one at a time:
     a proxy whose probes count as requests in least-connections sends replica 0 none.
@@ -480,12 +594,9 @@ def _probe_routing(s: TelemetryRun) -> None:
     if not s.profile.telemetry.claimed("probe_routing"):
         return
     replicas, proxy = s.deployed
-    o, name = s.options, "probe-routing"
-    client = deployment.run_client(
-        s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, headers=o.client_headers,
-        records=o.requests, concurrency=1, arrival="constant", rate=PROBE_ROUTING_RATE, max_tokens=o.tokens,
-        max_record_attempts=1, deadline_s=60, canary=s.canary,
-    )  # fmt: skip
+    name = "probe-routing"
+    load = _probe_routing_load(s.options, s.canary)
+    client = deployment.run_client(s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, **load)
     try:
         with contextlib.suppress(WaitTimeout):  # no request arrived: the check finds none in the window
             wait_until(
@@ -526,6 +637,14 @@ def _read_counters(s: TelemetryRun) -> None:
 STREAM_BEYOND_ALLOWANCE_S = 10.0
 
 
+def _drain_load(o: TelemetryOptions, canary: str, profile: SutProfile) -> dict[str, Any]:
+    """Streams that outlast the drain allowance, all in flight at once."""
+    stream_s = profile.drain.allowance_seconds + STREAM_BEYOND_ALLOWANCE_S
+    tokens = math.ceil(stream_s * 1000 / o.drain_itl_ms)
+    more = {"max_tokens": tokens, "deadline_s": stream_s + 30}
+    return _load(o, canary, o.drain_streams, o.drain_streams, **more)
+
+
 def _drain_bound(s: TelemetryRun) -> None:
     """Streams longer than the drain allowance are running when the endpoint step gets TERM
     (`scancel --signal=TERM JOB.STEP`, as the seed's cleanup sends it). An endpoint that bounds
@@ -537,14 +656,10 @@ def _drain_bound(s: TelemetryRun) -> None:
     o, replicas, proxy = s.options, *s.deployed
     replicas.control(None, "pace", itl_ms=o.drain_itl_ms, exact=True)
     stream_s = s.profile.drain.allowance_seconds + STREAM_BEYOND_ALLOWANCE_S
-    tokens = math.ceil(stream_s * 1000 / o.drain_itl_ms)
     lines_before = len(_settled_log(s))
     name = checks.DRAIN_PHASE
-    client = deployment.run_client(
-        s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, headers=o.client_headers,
-        records=o.drain_streams, concurrency=o.drain_streams, max_tokens=tokens, max_record_attempts=1,
-        deadline_s=stream_s + 30, canary=s.canary,
-    )  # fmt: skip
+    load = _drain_load(o, s.canary, s.profile)
+    client = deployment.run_client(s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, **load)
     replicas.wait_running(o.drain_streams)
     time.sleep(1.0)  # the streams under way: each has sent some bytes when TERM comes
     stop_at, forced_at, _ = stop_endpoint_step(s.allocation, proxy, s.profile)
@@ -597,17 +712,25 @@ def _judge(s: TelemetryRun) -> None:
     s.result.add(checks.no_payloads(_settled_log(s), s.canary, checks.sent_secrets(s.options.client_headers)))
 
 
+def options_from(inputs: ScenarioInputs) -> TelemetryOptions:
+    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
+    return TelemetryOptions(seed=inputs.seed, client_headers=inputs.client_headers)
+
+
 PHASES: tuple[Phase[TelemetryRun], ...] = (
-    Phase("deploy", "deploying replicas", _deploy_replicas, numbers=lambda s: {"replicas": s.options.replicas}),
-    Phase("deploy", "deploying the SUT's proxy", deploy_proxy),
-    Phase("drive", "requests through the proxy, every replica serving", _steady),
+    Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,
+          numbers=lambda s: {"replicas": s.options.replicas}),
+    Phase("deploy", "deploying the SUT's proxy", deploy_proxy, plan_proxy),
+    Phase("drive", "requests through the proxy, every replica serving", _steady, _plan_sends("steady")),
     Phase("hold", "replica 0 answers 429 with Retry-After", _force_429, backends=SYNTHETIC_ONLY),
-    Phase("drive", "requests while replica 0 answers 429", _retry_429, backends=SYNTHETIC_ONLY, fault="forced 429s"),
+    Phase("drive", "requests while replica 0 answers 429", _retry_429, _plan_sends("retry-429"),
+          backends=SYNTHETIC_ONLY, fault="forced 429s"),
     Phase("hold", "replicas 1 and 2 answer 503", _force_503, backends=SYNTHETIC_ONLY),
     Phase(
         "drive",
         "requests while replicas 1 and 2 answer 503",
         _failover_503,
+        _plan_sends("failover-503"),
         backends=SYNTHETIC_ONLY,
         fault="forced 503s",
     ),
@@ -617,6 +740,7 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
         "drive",
         "requests one at a time while every replica answers 503",
         _exhausted,
+        lambda p: [_planned_send(p, "exhausted", p.options.exhausted_requests, 1)],
         backends=SYNTHETIC_ONLY,
         fault="every replica answers 503",
     ),
@@ -626,17 +750,22 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
         "drive",
         "requests while replicas 2 and 3 cut streams",
         _cut_streams,
+        _plan_sends("cut"),
         backends=SYNTHETIC_ONLY,
         fault="streams cut mid-way",
     ),
     Phase("relieve", "replicas stream whole again", _stop_cutting, backends=SYNTHETIC_ONLY),
-    Phase("drive", "replicas close the proxy's idle connections, then requests", _stale, backends=SYNTHETIC_ONLY),
-    Phase("drive", "idle past the proxy's keep-alive, then requests", _expired, backends=SYNTHETIC_ONLY),
-    Phase("drive", "requests whose responses close their connection", _discarded, backends=SYNTHETIC_ONLY),
+    Phase("drive", "replicas close the proxy's idle connections, then requests", _stale, _plan_lifecycle("stale"),
+          backends=SYNTHETIC_ONLY),
+    Phase("drive", "idle past the proxy's keep-alive, then requests", _expired, _plan_lifecycle("expired"),
+          backends=SYNTHETIC_ONLY),
+    Phase("drive", "requests whose responses close their connection", _discarded, _plan_lifecycle("discarded"),
+          backends=SYNTHETIC_ONLY),
     Phase(
         "drive",
         "requests while replicas hold streams back past the proxy's timeouts",
         _timed_out,
+        _plan_timeouts,
         backends=SYNTHETIC_ONLY,
         fault="streams held back past the proxy's timeouts",
     ),
@@ -644,6 +773,7 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
         "drive",
         "requests one at a time while replica 0 holds the proxy's health probe",
         _probe_routing,
+        _plan_probe_routing,
         backends=SYNTHETIC_ONLY,
         fault="a health probe held on replica 0",
     ),
@@ -657,6 +787,7 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
         "drive",
         "requests while replicas refuse and reset connections",
         _connection_errors,
+        _plan_sends("connection-errors"),
         backends=SYNTHETIC_ONLY,
         fault="connections refused and reset",
     ),
@@ -666,12 +797,13 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
         "stop",
         "TERM to the endpoint while streams longer than its drain allowance run",
         _drain_bound,
+        _plan_drain_bound,
         backends=SYNTHETIC_ONLY,
         fault="streams longer than the drain allowance, cut by the drain bound",
     ),
     Phase("judge", "the SUT's telemetry against the replicas' and the client's", _judge, backends=SYNTHETIC_ONLY),
-    Phase("stop", "stopping the proxy", stop_if_started("proxy"), teardown=True),
-    Phase("stop", "stopping the replicas", stop_if_started("replicas"), teardown=True),
-)
+    Phase("stop", "stopping the proxy", stop_if_started("proxy"), plan_stop("proxy"), teardown=True),
+    Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
+)  # fmt: skip
 
 run_telemetry = scenario_runner("telemetry", PHASES, TelemetryRun)

@@ -2,21 +2,11 @@
 
 import pytest
 
-from dd_accept.acceptance.capacity import CapacitySettings, run_capacity
+from dd_accept.acceptance.capacity import options_from, run_capacity
 
 
 @pytest.mark.cluster
 @pytest.mark.scenario("capacity")
-def test_capacity(
-    sut_allocation, run_dir, sut_profile, capacity_options, scenario_seed, scenario_progress, record_scenario
-):
-    record_scenario(
-        "capacity",
-        lambda: run_capacity(
-            sut_allocation,
-            run_dir,
-            sut_profile,
-            CapacitySettings(load=capacity_options, seed=scenario_seed),
-            scenario_progress,
-        ),
-    )
+def test_capacity(sut_allocation, run_dir, sut_profile, scenario_inputs, scenario_progress, record_scenario):
+    options = options_from(scenario_inputs)
+    record_scenario("capacity", lambda: run_capacity(sut_allocation, run_dir, sut_profile, options, scenario_progress))

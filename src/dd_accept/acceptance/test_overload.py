@@ -1,25 +1,16 @@
 """Scenario `overload` as a pytest test: `pytest --pyargs dd_accept.acceptance.test_overload`."""
 
-import dataclasses
-
 import pytest
 
-from dd_accept.acceptance.overload import run_overload
+from dd_accept.acceptance.overload import options_from, run_overload
 
 
 @pytest.mark.cluster
 @pytest.mark.scenario("overload")
 def test_overload(
-    sut_allocation,
-    run_dir,
-    sut_profile,
-    overload_options,
-    scenario_seed,
-    scenario_progress,
-    record_scenario,
-    replica_backend,
+    sut_allocation, run_dir, sut_profile, scenario_inputs, scenario_progress, record_scenario, replica_backend
 ):
-    options = dataclasses.replace(overload_options, seed=scenario_seed)
+    options = options_from(scenario_inputs)
     record_scenario(
         "overload",
         lambda: run_overload(sut_allocation, run_dir, sut_profile, options, scenario_progress, backend=replica_backend),

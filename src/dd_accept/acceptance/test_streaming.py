@@ -2,21 +2,13 @@
 
 import pytest
 
-from dd_accept.acceptance.streaming import StreamingOptions, run_streaming
+from dd_accept.acceptance.streaming import options_from, run_streaming
 
 
 @pytest.mark.cluster
 @pytest.mark.scenario("streaming")
-def test_streaming(
-    sut_allocation, run_dir, sut_profile, scenario_seed, client_headers, scenario_progress, record_scenario
-):
+def test_streaming(sut_allocation, run_dir, sut_profile, scenario_inputs, scenario_progress, record_scenario):
+    options = options_from(scenario_inputs)
     record_scenario(
-        "streaming",
-        lambda: run_streaming(
-            sut_allocation,
-            run_dir,
-            sut_profile,
-            StreamingOptions(seed=scenario_seed, client_headers=client_headers),
-            scenario_progress,
-        ),
+        "streaming", lambda: run_streaming(sut_allocation, run_dir, sut_profile, options, scenario_progress)
     )

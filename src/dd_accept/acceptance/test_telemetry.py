@@ -2,21 +2,13 @@
 
 import pytest
 
-from dd_accept.acceptance.telemetry import TelemetryOptions, run_telemetry
+from dd_accept.acceptance.telemetry import options_from, run_telemetry
 
 
 @pytest.mark.cluster
 @pytest.mark.scenario("telemetry")
-def test_telemetry(
-    sut_allocation, run_dir, sut_profile, scenario_seed, client_headers, scenario_progress, record_scenario
-):
+def test_telemetry(sut_allocation, run_dir, sut_profile, scenario_inputs, scenario_progress, record_scenario):
+    options = options_from(scenario_inputs)
     record_scenario(
-        "telemetry",
-        lambda: run_telemetry(
-            sut_allocation,
-            run_dir,
-            sut_profile,
-            TelemetryOptions(seed=scenario_seed, client_headers=client_headers),
-            scenario_progress,
-        ),
+        "telemetry", lambda: run_telemetry(sut_allocation, run_dir, sut_profile, options, scenario_progress)
     )

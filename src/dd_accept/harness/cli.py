@@ -212,9 +212,6 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
             parse_header(header)
     except ValueError as error:
         raise UsageError(str(error)) from None
-    if args.dry_run:
-        return print_plan(args, overload, backend, cluster)
-
     request = RunRequest(
         scenario=args.scenario,
         sut=args.sut,
@@ -232,7 +229,7 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         parallel=args.parallel,
         keep_cluster=args.keep_cluster,
     )
-    return run(request, console)
+    return print_plan(request) if args.dry_run else run(request, console)
 
 
 def _whole(minimum: int):
@@ -659,7 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--dry-run",
         action="store_true",
-        help="print every Slurm command and environment of the overload scenario; run nothing",
+        help="print every Slurm command and environment the chosen scenarios would submit; run nothing",
     )
     run.set_defaults(handler=_cmd_run)
 

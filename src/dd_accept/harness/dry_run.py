@@ -1,26 +1,32 @@
-"""`dd-accept run overload --dry-run`: print the plan, start nothing, touch no engine.
+"""`dd-accept run SCENARIO --dry-run`: print the plan, start nothing, touch no engine.
 
-The SUT's profile decides the proxy's command line and the middleware, so it is needed; it
-comes from `--profile`, or from the built-in profiles by the SUT's pinned name and version
-(a requirement `name==version`, or the file names of a wheel or a directory of wheels: the
-wheel a built-in profile names decides). Nothing is fetched.
+Every scenario's phases declare the Slurm commands they submit (`Phase.commands`); the plan
+walks them with the scenario's own options (`options_from`, as its run builds them), each
+scenario in its own allocation, in the order `run` would take them. The SUT's profile
+decides the proxy's command line and the middleware, so it is needed; it comes from
+`--profile`, or from the built-in profiles by the SUT's pinned name and version (a
+requirement `name==version`, or the file names of a wheel or a directory of wheels: the
+wheel a built-in profile names decides). Nothing is fetched. The values of `--client-header`
+are not printed: they may be secrets.
 """
 
 from __future__ import annotations
 
-import argparse
+import importlib
 from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from dd_accept.acceptance.overload import PHASES
 from dd_accept.acceptance.phases import plan_phases
 from dd_accept.acceptance.plan import JOB, PlannedCommand, Planner, PlanTarget, render
+from dd_accept.acceptance.scenarios import SCENARIOS
 from dd_accept.base.errors import EXIT_PASS, UsageError
-from dd_accept.base.options import BackendOptions, ClusterOptions, OverloadOptions
+from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.fixtures.backends.vllm import vllm_backend
 from dd_accept.fixtures.deployment import SCENARIO_ALLOCATION, scenario_job_name
+from dd_accept.harness.runner import RunRequest
 from dd_accept.slurm_docker.allocation import salloc_argv, scancel_argv
+from dd_accept.slurm_docker.cluster import SLURMD_TIMEOUT_S
 from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
 from dd_accept.sut.profile import SutProfile, choose_profile, load_profile, profile_for
 from dd_accept.sut.spec import SutSpec
@@ -42,41 +48,52 @@ def _profile(spec: SutSpec, profile: str | None) -> tuple[SutProfile, str]:
     raise UsageError(f"--dry-run cannot tell the profile of --sut {spec.display} without fetching it; pass --profile")
 
 
-def print_plan(
-    args: argparse.Namespace, options: OverloadOptions, backend_options: BackendOptions, cluster: ClusterOptions
-) -> int:
-    if args.scenario != "overload":
-        raise UsageError(f"--dry-run plans the overload scenario; got {args.scenario!r}")
-    try:
-        options.check_partial_overload()
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    spec = SutSpec.parse(args.sut)
-    profile, chosen = _profile(spec, args.profile)
-    if cluster.mode == "existing":
-        if not cluster.run_dir or not Path(cluster.run_dir).is_absolute():
-            raise UsageError("--cluster existing needs --run-dir DIR, an absolute path every node shares")
-        base = f"{cluster.run_dir.rstrip('/')}/dd-accept-sut/<sut-and-harness-digest>"
-        layout = NodeLayout(venv=f"{base}/venv", harness_dir=f"{base}/harness", sut_only=f"{base}/sut-only")
-        run_dir = f"{cluster.run_dir.rstrip('/')}/runs/run-<id>"
-    else:
-        layout, run_dir = docker_layout(cluster.release), "/shared/runs/run-<id>"
-    target = PlanTarget(layout, cluster.salloc_args(), cluster.srun_args, cluster.time)
-    backend = vllm_backend(backend_options)
-    planner = Planner(target, profile, options, run_dir, backend)
-    allocate = PlannedCommand(
-        "hold one whole node for the replicas, the proxy and the client",
-        salloc_argv(target, nodes=1, job_name=scenario_job_name("overload"), extra=SCENARIO_ALLOCATION),
-    )
-    sections = [("allocate", [allocate])]
-    sections += [(f"{phase.kind}: {phase.title}", commands) for phase, commands in plan_phases(PHASES, planner)]
-    sections.append(("release", [PlannedCommand("release the allocation", scancel_argv(JOB))]))
+def _layout(request: RunRequest) -> tuple[NodeLayout, str]:
+    """Where the SUT is installed on the nodes, and where a run writes (placeholders for
+    what a run makes: the install digest, the run's id)."""
+    cluster = request.cluster
+    if cluster.mode != "existing":
+        return docker_layout(cluster.release), "/shared/runs/run-<id>"
+    if not cluster.run_dir or not Path(cluster.run_dir).is_absolute():
+        raise UsageError("--cluster existing needs --run-dir DIR, an absolute path every node shares")
+    base = f"{cluster.run_dir.rstrip('/')}/dd-accept-sut/<sut-and-harness-digest>"
+    layout = NodeLayout(venv=f"{base}/venv", harness_dir=f"{base}/harness", sut_only=f"{base}/sut-only")
+    return layout, f"{cluster.run_dir.rstrip('/')}/runs/run-<id>"
+
+
+def _unshown_headers(headers: tuple[str, ...]) -> tuple[str, ...]:
+    """Each header the client would send, its value left out of the plan."""
+    return tuple(f"{header.partition(':')[0].strip()}: <value given>" for header in headers)
+
+
+def print_plan(request: RunRequest) -> int:
+    names = request.scenarios()  # the run's own validation: unknown names, vLLM beyond overload, ...
+    spec = SutSpec.parse(request.sut)
+    profile, chosen = _profile(spec, request.profile)
+    layout, run_dir = _layout(request)
+    cluster = request.cluster
+    slurmd_timeout = None if cluster.mode == "existing" else SLURMD_TIMEOUT_S
+    target = PlanTarget(layout, cluster.salloc_args(), cluster.srun_args, cluster.time, slurmd_timeout)
+    backend = vllm_backend(request.backend)
+    inputs = ScenarioInputs(request.seed, _unshown_headers(request.client_headers), request.overload, request.capacity)
+    sections: list[tuple[str, list[PlannedCommand]]] = []
+    for name in names:
+        module = importlib.import_module(next(s for s in SCENARIOS if s.name == name).phases_module)
+        planner = Planner(target, profile, module.options_from(inputs), run_dir, backend)
+        allocate = PlannedCommand(
+            "hold one whole node for the replicas, the proxy and the client",
+            salloc_argv(target, nodes=1, job_name=scenario_job_name(name), extra=SCENARIO_ALLOCATION),
+        )
+        scenario = [("allocate", [allocate])]
+        scenario += [(f"{p.kind}: {p.title}", commands) for p, commands in plan_phases(module.PHASES, planner)]
+        scenario.append(("release", [PlannedCommand("release the allocation", scancel_argv(JOB))]))
+        sections += [(f"{name}: {heading}" if len(names) > 1 else heading, c) for heading, c in scenario]
     replicas = f"vLLM ({backend.model}, {backend.gpus_per_replica} GPU(s) each)" if backend else "synthetic"
+    where = "an existing" if cluster.mode == "existing" else "a docker"
     header = [
-        f"dd-accept dry run: overload against {spec.display} ({chosen})",
-        f"{options.replicas} {replicas} replicas on a{'n existing' if cluster.mode == 'existing' else ' docker'} "
-        "Slurm cluster; nothing below has been run",
-        "$JOB, $NODE and the step ids are known once salloc answers; the token is made per run",
+        f"dd-accept dry run: {', '.join(names)} against {spec.display} ({chosen})",
+        f"{replicas} replicas on {where} Slurm cluster, one allocation per scenario; nothing below has been run",
+        "$JOB, $NODE and the step ids are known once salloc answers; the token and the canary are made per run",
     ]
     print(render(header, sections), end="")
     return EXIT_PASS

@@ -161,6 +161,13 @@ def _cgroup_tracking() -> dict[str, object]:
     return {"cgroupns": "private", "cap_add": ["SYS_ADMIN"], "entrypoint": ["/bin/bash", "-c", CGROUP_NODE_START]}
 
 
+# A node silent this long is set DOWN (the health scenario's node loss waits for it). While a
+# frozen node stalls slurmctld's ping agent (2 x MessageTimeout, 21 s measured on 24.11), the
+# other nodes' answers wait too: at 30 s a busy node was once set DOWN with the lost one.
+# 45 s stays above a ping cycle (15 s) plus that stall.
+SLURMD_TIMEOUT_S = 45
+
+
 def render_slurm_conf(spec: ClusterSpec) -> str:
     template_text = resources.files("dd_accept.slurm_docker").joinpath("templates", "slurm.conf.j2").read_text()
     template = jinja2.Template(template_text, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -174,6 +181,7 @@ def render_slurm_conf(spec: ClusterSpec) -> str:
         kill_wait=spec.kill_wait,
         slurm=slurm_release(spec.slurm),
         proctrack=spec.proctrack,
+        slurmd_timeout=SLURMD_TIMEOUT_S,
     )
 
 
