@@ -11,13 +11,15 @@ window and exits 0 by itself; the controller's 12 s allowance and KILL are the l
 - step-aware-cleanup (the seed's fix) passes drain.sut_cleanup.*.
 """
 
+import json
+
 import pytest
 
 from dd_accept.acceptance.drain import DrainOptions, run_drain
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.fixtures.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
-from tests.helpers import assert_the_dry_run_planned_what_the_run_did
+from tests.helpers import assert_the_dry_run_planned_what_the_run_did, run_cli
 
 pytestmark = pytest.mark.cluster
 CLEANUP_MODES = ("completion", "failure", "cancel")
@@ -85,3 +87,33 @@ def test_a_3s_drain_bound_loses_the_long_stream(sut_wheelhouse, sut_image, sut_p
     assert allowance.verdict == "fail" and "1 lost" in allowance.observed, allowance
     assert allowance.metrics["streams_lost"] == 1 and allowance.metrics["streams_forced"] == 0
     assert checks["drain.scancel_step"].verdict == "pass", "4 s streams launched 1 s before TERM fit in 3 s"
+
+
+def test_a_chosen_check_runs_only_the_phases_it_needs_and_is_judged_as_in_a_whole_run(tmp_path):
+    """`run drain -k drain.sut_cleanup.cancel`: the replicas, that one drill and the teardown
+    run (not scancel's, the allowance's or the other drills' phases); rc1 fails it for the
+    reason a whole run gives (its cleanup TERMs srun launchers: every stream cut); the bundle
+    says it is partial and never meets --require-pass; the dry run of the same selection
+    planned exactly what ran."""
+    out = tmp_path / "evidence"
+    chosen = ("-k", "drain.sut_cleanup.cancel")
+    result = run_cli("--quiet", "run", "drain", *chosen, "--out", str(out), timeout=900)
+    assert result.returncode == 1, result.stdout + result.stderr
+    (scenario,) = json.loads((out / "results.json").read_text())["scenarios"]
+    assert scenario["selected"] == ["drain.sut_cleanup.cancel"] and scenario["error"] is None
+    assert [p["title"] for p in scenario["phases"]] == [
+        "deploying replicas",
+        "SUT cleanup: cancel",
+        "stopping the replicas",
+    ]
+    (check,) = scenario["checks"]
+    assert check["id"] == "drain.sut_cleanup.cancel" and check["verdict"] == "fail", check
+    assert check["observed"].startswith("4 of 4 in-flight stream(s) cut; endpoint exit 137"), check
+    verified = run_cli("verify", str(out), "--require-pass")
+    assert verified.returncode == 1, verified.stdout + verified.stderr
+    assert (
+        "partial: only the checks chosen with --check were judged (drain: drain.sut_cleanup.cancel)" in verified.stdout
+    )
+    assert "policy --require-pass: NOT met" in verified.stdout
+    assert "a partial run" in (out / "summary.md").read_text()
+    assert_the_dry_run_planned_what_the_run_did(out / "commands.jsonl", *chosen, scenario="drain")

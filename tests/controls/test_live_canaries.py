@@ -64,7 +64,7 @@ def test_live_canaries_never_reach_the_bundle(tmp_path):
         assert canary not in result.stdout + result.stderr, f"{canary[:14]}… reached the run's output"
     redactions = json.loads((out / "redactions.json").read_text())
     assert any(row["file"] == "commands.jsonl" for row in redactions["by_file"]), "the argv was redacted"
-    verified = document_of(run_cli("verify", str(tmp_path / "evidence.tar.gz"), "--json"), "dd-accept/verify/v1")
+    verified = document_of(run_cli("verify", str(tmp_path / "evidence.tar.gz"), "--json"), "dd-accept/verify/v2")
     assert verified["verified"] and verified["exit_status"] == 0
     audited = document_of(run_cli("audit", str(out), str(tmp_path / "evidence.tar.gz"), "--json"), "dd-accept/audit/v1")
     assert audited["clean"] and audited["findings"] == []

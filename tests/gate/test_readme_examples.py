@@ -207,7 +207,7 @@ def test_the_auditors_and_ci_examples_run_verbatim(tmp_path):
         )  # fmt: skip
         assert result.returncode == 0, (example, result.stdout[-2000:], result.stderr[-2000:])
         if "--json" in example:
-            assert result.stdout.strip() == "true", result.stdout  # jq .policy_met of dd-accept/verify/v1
+            assert result.stdout.strip() == "true", result.stdout  # jq .policy_met of dd-accept/verify/v2
         if "sut prepare" in example:  # the README shows its output: the same lines, as printed
             assert f"5410c6bca7c035c4cb215cc0319071e00acab3f124a8ebb9a44d24daaa4d4520  {WHEEL}" in result.stdout
     assert (tmp_path / "history.html").is_file() and (tmp_path / "history.csv").is_file()

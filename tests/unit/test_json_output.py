@@ -54,14 +54,14 @@ def test_a_document_that_departs_from_its_schema_is_dd_accepts_fault_and_stops_i
 def test_verify_audit_and_report_print_their_documents(tmp_path, sanitizer):  # noqa: F811
     bundle = _bundle(tmp_path, sanitizer)
     verified = run_cli("verify", str(bundle), "--json", "--require-check", "drain.allowance")
-    document = document_of(verified, "dd-accept/verify/v1")
+    document = document_of(verified, "dd-accept/verify/v2")
     assert verified.returncode == 1 and document["verified"] and not document["policy_met"]
     assert document["unmet"] == ["policy --require-check drain.allowance: not in the results"]
     assert document["signature"] == "absent" and not document["signed_by_key"]
     assert "signature: absent" in verified.stderr  # the person's lines, out of the consumer's way
     tampered = bundle / "results.json"
     tampered.write_text(tampered.read_text().replace('"pass"', '"fail"', 1))
-    broken = document_of(run_cli("--json", "verify", str(bundle)), "dd-accept/verify/v1")
+    broken = document_of(run_cli("--json", "verify", str(bundle)), "dd-accept/verify/v2")
     assert not broken["verified"] and broken["exit_status"] == 1
     assert any("results.json" in problem for problem in broken["problems"]), broken["problems"]
 

@@ -158,7 +158,7 @@ def test_the_models_cover_the_front_ends_and_nothing_else():
     definition: every option-like flag of `run` is either from a model or a run-level flag."""
     from_models = {opts.flag(f) for model in MODELS for f in opts.user_options(model)}
     run_level = {"--out", "--client-header", "--key", "--sign-key", "--seed", "--allow-unsupported", "--parallel"}
-    run_level |= {"--keep-cluster", "--dry-run", "--sut", "--profile", "--help", "-h"}
+    run_level |= {"--keep-cluster", "--dry-run", "--sut", "--profile", "--help", "-h", "--check", "-k"}
     run_level |= {"-q", "--quiet", "--json", "--no-color"}  # global: accepted after the command too
     declared = {s for a in _run_parser()._actions for s in a.option_strings}
     assert declared - from_models == run_level

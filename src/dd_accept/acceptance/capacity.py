@@ -288,7 +288,8 @@ PHASES: tuple[Phase[CapacityRun], ...] = (
         _plan_ladder,
         numbers=lambda s: {"levels": len(s.options.load.levels()), "mode": s.options.load.load_mode},
     ),
-    Phase("judge", "knee, cost per chunk, harness headroom", _judge),
+    Phase("judge", "knee, cost per chunk, harness headroom", _judge,
+          judges=("capacity.knee", "capacity.proxy_cpu_per_chunk", "capacity.harness_headroom")),
     Phase("stop", "stopping the proxy", stop_if_started("proxy"), plan_stop("proxy"), teardown=True),
     Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
 )  # fmt: skip

@@ -327,8 +327,6 @@ def _replicas(s: HealthRun) -> dict[str, int]:
     return {"replicas": s.options.replicas}
 
 
-# Each phase below deploys its own replicas and endpoint, injects its fault, drives the
-# SUT's client or probes, judges, and stops what it started (the faults leave replicas unusable).
 # -- what each phase submits: one builder for the run and the plan -----------------------------
 
 DETECT_LOAD = {"records": 16, "concurrency": 8, "max_tokens": 80, "max_record_attempts": 3, "deadline_s": 60}
@@ -465,12 +463,18 @@ def options_from(inputs: ScenarioInputs) -> HealthOptions:
     return HealthOptions(seed=inputs.seed)
 
 
+# Each judging phase deploys its own replicas and endpoint (its own ports and run directory),
+# injects its fault, drives the SUT's client or probes, judges, and stops what it started (the
+# faults leave replicas unusable): each stands alone. The healthy attempt is the baseline the
+# two attempt checks read (`s.healthy`).
 PHASES: tuple[Phase[HealthRun], ...] = (
-    Phase("judge", "backend loss: detection", _detect_loss, _plan_loss_detection, numbers=_replicas),
+    Phase("judge", "backend loss: detection", _detect_loss, _plan_loss_detection, numbers=_replicas,
+          judges=("health.backend_loss.detected",), segments=("backend loss detection",)),
     Phase("drive", "a healthy attempt (the baseline of the attempt checks)", _healthy_attempt,
-          _plan_attempt("healthy", HEALTHY_PORT_OFFSET), numbers=_replicas),
+          _plan_attempt("healthy", HEALTHY_PORT_OFFSET), numbers=_replicas,
+          segments=("backend loss attempt", "unresponsive attempt")),
     Phase("judge", "backend loss: the attempt", _loss_attempt, _plan_attempt("loss"), numbers=_replicas,
-          fault="a backend killed"),
+          fault="a backend killed", judges=("health.backend_loss.attempt_failed",), segments=("backend loss attempt",)),
     Phase(
         "judge",
         "node loss: detection and the attempt",
@@ -479,9 +483,11 @@ PHASES: tuple[Phase[HealthRun], ...] = (
         numbers=_replicas,
         applies=_may_lose_nodes,
         fault="a node frozen",
+        judges=("health.node_loss.detected", "health.node_loss.attempt_failed"),
+        segments=("node loss",),
     ),
     Phase("judge", "unresponsive backend: detection", _detect_unresponsive, _plan_serving("unresponsive-detect"),
-          numbers=_replicas),
+          numbers=_replicas, judges=("health.unresponsive.detected",), segments=("unresponsive detection",)),
     Phase(
         "judge",
         "unresponsive backend: the attempt",
@@ -489,9 +495,11 @@ PHASES: tuple[Phase[HealthRun], ...] = (
         _plan_unresponsive_attempt,
         numbers=_replicas,
         fault="a backend that stops serving",
+        judges=("health.unresponsive.attempt_failed",),
+        segments=("unresponsive attempt",),
     ),
     Phase("judge", "probe isolation", _saturation, _plan_saturation, numbers=_saturating,
-          fault="inference saturated on purpose"),
+          fault="inference saturated on purpose", judges=("health.probe_isolation",), segments=("probe isolation",)),
 )  # fmt: skip
 
 

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from dd_accept.acceptance.plan import BackendKind, PlannedCommand, Planner
 from dd_accept.acceptance.serving import serving_block
+from dd_accept.base import check_selection
+from dd_accept.base.errors import SutBehaviourMissing, UsageError
 from dd_accept.base.progress import ProgressWriter
-from dd_accept.base.results import PhaseRecord, ScenarioResult
+from dd_accept.base.results import CheckResult, PhaseRecord, ScenarioResult
 from dd_accept.fixtures.deployment import Proxy, ReplicaSet, RunDirectory, start_proxy
 from dd_accept.slurm_docker.allocation import Allocation, scancel_argv
 from dd_accept.sut.profile import SutProfile
@@ -114,6 +116,14 @@ class Phase(Generic[S]):
     # metrics are marked with it, and a gate's demands on serving metrics leave it out (a stalled
     # replica's TTFT is the point of its phase, not the release's latency).
     fault: str = ""
+    # The checks it judges, by id: what `--check` reads to run only the phases a chosen check
+    # needs. A run refuses a phase that judges a check it does not declare (a harness fault).
+    judges: tuple[str, ...] = ()
+    # The parts of the scenario that stand alone it belongs to (none: it serves every part):
+    # nothing outside a part's phases reads what they leave, so a phase is left out when no
+    # part of it judges a chosen check (drain's three cleanup drills, each deploying and
+    # stopping its own endpoint; health's healthy attempt, the baseline of two parts).
+    segments: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in PHASE_KINDS:
@@ -122,20 +132,42 @@ class Phase(Generic[S]):
 
 class ScenarioRunner(Protocol):
     def __call__(
-        self, allocation: Any, run: Any, profile: Any, options: Any, progress: ProgressWriter, **extra: Any
+        self,
+        allocation: Any,
+        run: Any,
+        profile: Any,
+        options: Any,
+        progress: ProgressWriter,
+        *,
+        checks: Sequence[str] | None = None,
+        **extra: Any,
     ) -> ScenarioResult: ...
 
 
 def scenario_runner(name: str, phases: Sequence[Phase[S]], state: Callable[..., S]) -> ScenarioRunner:
-    """`run_<name>(allocation, run, profile, options, progress, **extra)`: a fresh result and
-    run state (`state` is the scenario's state class, `extra` its own keyword options), then
-    its phases. Every scenario is entered the same way, written once."""
+    """`run_<name>(allocation, run, profile, options, progress, *, checks=None, **extra)`: a
+    fresh result and run state (`state` is the scenario's state class, `extra` its own
+    keyword options), then its phases: all of them, or those the `checks` patterns
+    (`--check`) need. Every scenario is entered the same way, written once."""
 
     def run_scenario(
-        allocation: Any, run: Any, profile: Any, options: Any, progress: ProgressWriter, **extra: Any
+        allocation: Any,
+        run: Any,
+        profile: Any,
+        options: Any,
+        progress: ProgressWriter,
+        *,
+        checks: Sequence[str] | None = None,
+        **extra: Any,
     ) -> ScenarioResult:
-        result = ScenarioResult(name, started=time.time())
-        return run_phases(phases, state(allocation, run, profile, options, progress, result, **extra))
+        result = ScenarioResult(name, started=time.time(), selected=selected_checks(phases, checks))
+        try:
+            return run_phases(phases, state(allocation, run, profile, options, progress, result, **extra))
+        except SutBehaviourMissing as missing:  # a finding about the SUT: a failed check, exit 1
+            # kept whatever the selection: it is why the chosen checks were not judged
+            result.checks.append(CheckResult.judge(f"{name}.{missing.behaviour}", False, missing.expected,
+                                                   missing.observed))  # fmt: skip
+            return result
 
     run_scenario.__name__ = run_scenario.__qualname__ = f"run_{name}"
     return run_scenario
@@ -153,10 +185,46 @@ def stop_if_started(attribute: str) -> Callable[[Any], None]:
     return stop
 
 
+def declared_checks(phases: Sequence[Phase[Any]]) -> tuple[str, ...]:
+    """Every check a scenario's phases judge, in the order they judge them."""
+    return tuple(check_id for phase in phases for check_id in phase.judges)
+
+
+def selected_checks(phases: Sequence[Phase[Any]], patterns: Sequence[str] | None) -> tuple[str, ...] | None:
+    """The checks `patterns` choose of a scenario's (None: no selection, every check). A
+    pattern that chooses none of them is a usage error: a run that judges nothing is no run."""
+    if patterns is None:
+        return None
+    declared = declared_checks(phases)
+    picked = check_selection.chosen(patterns, declared)
+    if not picked:
+        raise UsageError(f"--check {', '.join(patterns)} chooses none of this scenario's checks")
+    return picked
+
+
+def chosen_phases(phases: Sequence[Phase[S]], checks: Collection[str] | None) -> list[Phase[S]]:
+    """The phases a run of the `checks` needs (all, for None), in order: each phase up to the
+    last one that judges a chosen check, but those of parts that stand alone and judge none
+    of them, and the teardown phases always. What a chosen check's judge reads is made by
+    exactly the phases that make it in a whole run, so its verdict is the one a whole run gives."""
+    if checks is None:
+        return list(phases)
+    wanted = set(checks)
+    judging = [index for index, phase in enumerate(phases) if wanted & set(phase.judges)]
+    last = max(judging, default=-1)
+    kept = {segment for index in judging for segment in phases[index].segments}
+    return [
+        phase
+        for index, phase in enumerate(phases)
+        if phase.teardown or (index <= last and (not phase.segments or kept & set(phase.segments)))
+    ]
+
+
 def run_phases(phases: Sequence[Phase[S]], state: S) -> ScenarioResult:
-    """Every phase that applies, in order; the teardown phases last and always."""
+    """Every phase that applies (of those the result's chosen checks need), in order; the
+    teardown phases last and always."""
     result = state.result
-    work, stops = _applying(phases, state.backend_kind)
+    work, stops = _applying(chosen_phases(phases, result.selected), state.backend_kind)
     work = [phase for phase in work if phase.applies(state)]
     failed = False
     try:
@@ -184,7 +252,11 @@ def run_phases(phases: Sequence[Phase[S]], state: S) -> ScenarioResult:
 def _run(phase: Phase[S], state: S) -> None:
     state.progress.emit(phase.title, **phase.numbers(state))
     with recorded(state.result, phase.kind, phase.title):
+        before = len(state.result.checks)
         phase.act(state)
+        undeclared = [c.id for c in state.result.checks[before:] if c.id not in phase.judges]
+        if undeclared:  # `--check` would leave this phase out for the checks it judges
+            raise AssertionError(f"phase {phase.title!r} judged {', '.join(undeclared)}, which it does not declare")
 
 
 @contextlib.contextmanager
@@ -205,9 +277,12 @@ def recorded(result: ScenarioResult, kind: PhaseKind, title: str) -> Iterator[Ph
         record.judged = [check.id for check in result.checks[before:]]
 
 
-def plan_phases(phases: Sequence[Phase[Any]], planner: Planner) -> list[tuple[Phase[Any], list[PlannedCommand]]]:
-    """The commands each phase that applies would submit, in the order a run submits them."""
-    work, teardown = _applying(phases, planner.backend_kind)
+def plan_phases(
+    phases: Sequence[Phase[Any]], planner: Planner, checks: Sequence[str] | None = None
+) -> list[tuple[Phase[Any], list[PlannedCommand]]]:
+    """The commands each phase that applies would submit (of those the `checks` patterns
+    need), in the order a run submits them."""
+    work, teardown = _applying(chosen_phases(phases, selected_checks(phases, checks)), planner.backend_kind)
     return [(phase, phase.commands(planner)) for phase in work + teardown]
 
 

@@ -801,7 +801,11 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
         backends=SYNTHETIC_ONLY,
         fault="streams longer than the drain allowance, cut by the drain bound",
     ),
-    Phase("judge", "the SUT's telemetry against the replicas' and the client's", _judge, backends=SYNTHETIC_ONLY),
+    # every check reads every phase before it: a selection runs them all
+    Phase("judge", "the SUT's telemetry against the replicas' and the client's", _judge, backends=SYNTHETIC_ONLY,
+          judges=("telemetry.attempt_counters", "telemetry.request_log", "telemetry.attempt_log",
+                  "telemetry.incomplete_streams", "telemetry.connection_lifecycle", "telemetry.timeouts",
+                  "telemetry.probe_routing", "telemetry.connection_errors", "telemetry.no_payloads")),
     Phase("stop", "stopping the proxy", stop_if_started("proxy"), plan_stop("proxy"), teardown=True),
     Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
 )  # fmt: skip

@@ -9,4 +9,9 @@ from dd_accept.acceptance.capacity import options_from, run_capacity
 @pytest.mark.scenario("capacity")
 def test_capacity(sut_allocation, run_dir, sut_profile, scenario_inputs, scenario_progress, record_scenario):
     options = options_from(scenario_inputs)
-    record_scenario("capacity", lambda: run_capacity(sut_allocation, run_dir, sut_profile, options, scenario_progress))
+    record_scenario(
+        "capacity",
+        lambda: run_capacity(
+            sut_allocation, run_dir, sut_profile, options, scenario_progress, checks=scenario_inputs.checks
+        ),
+    )

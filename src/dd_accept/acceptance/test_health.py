@@ -9,4 +9,9 @@ from dd_accept.acceptance.health import options_from, run_health
 @pytest.mark.scenario("health")
 def test_health(sut_allocation, run_dir, sut_profile, scenario_inputs, scenario_progress, record_scenario):
     options = options_from(scenario_inputs)
-    record_scenario("health", lambda: run_health(sut_allocation, run_dir, sut_profile, options, scenario_progress))
+    record_scenario(
+        "health",
+        lambda: run_health(
+            sut_allocation, run_dir, sut_profile, options, scenario_progress, checks=scenario_inputs.checks
+        ),
+    )

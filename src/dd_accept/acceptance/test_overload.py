@@ -13,5 +13,13 @@ def test_overload(
     options = options_from(scenario_inputs)
     record_scenario(
         "overload",
-        lambda: run_overload(sut_allocation, run_dir, sut_profile, options, scenario_progress, backend=replica_backend),
+        lambda: run_overload(
+            sut_allocation,
+            run_dir,
+            sut_profile,
+            options,
+            scenario_progress,
+            checks=scenario_inputs.checks,
+            backend=replica_backend,
+        ),
     )

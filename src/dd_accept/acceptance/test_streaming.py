@@ -10,5 +10,8 @@ from dd_accept.acceptance.streaming import options_from, run_streaming
 def test_streaming(sut_allocation, run_dir, sut_profile, scenario_inputs, scenario_progress, record_scenario):
     options = options_from(scenario_inputs)
     record_scenario(
-        "streaming", lambda: run_streaming(sut_allocation, run_dir, sut_profile, options, scenario_progress)
+        "streaming",
+        lambda: run_streaming(
+            sut_allocation, run_dir, sut_profile, options, scenario_progress, checks=scenario_inputs.checks
+        ),
     )

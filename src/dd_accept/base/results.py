@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -17,11 +18,11 @@ from dd_accept.base import documents
 from dd_accept.base.documents import SCHEMA_FILES
 from dd_accept.base.errors import UsageError
 
-SCHEMA = "dd-accept/results/v5"  # published as docs/schema/results-v5.json
+SCHEMA = "dd-accept/results/v6"  # published as docs/schema/results-v6.json
 # Every version dd-accept reads, by the `schema` a document names: bundles written before
 # `cluster` existed (v1) stay verifiable; a v1 document never carries v2's fields.
 READABLE_SCHEMAS = {
-    version: SCHEMA_FILES[version] for version in (*(f"dd-accept/results/v{n}" for n in range(1, 5)), SCHEMA)
+    version: SCHEMA_FILES[version] for version in (*(f"dd-accept/results/v{n}" for n in range(1, 6)), SCHEMA)
 }
 Verdict = Literal["pass", "fail", "unsupported"]
 
@@ -77,9 +78,13 @@ class ScenarioResult:
     phases: list[PhaseRecord] = field(default_factory=list)
     # What the load clients measured (acceptance.serving): {"metrics": {...}, "phases": [...]}
     serving: dict[str, Any] | None = None
+    # The checks `--check` chose (base.check_selection); None: every check. Only these are
+    # kept: a check judged on the way to them is not what the user asked about.
+    selected: tuple[str, ...] | None = None
 
     def add(self, check: CheckResult) -> CheckResult:
-        self.checks.append(check)
+        if self.selected is None or check.id in self.selected:
+            self.checks.append(check)
         return check
 
     def verdict(self, allow_unsupported: bool = False) -> Verdict:
@@ -102,6 +107,7 @@ class ScenarioResult:
             "checks": [asdict(check) for check in self.checks],
             "phases": [asdict(phase) for phase in self.phases],
             **({"serving": self.serving} if self.serving is not None else {}),
+            **({"selected": list(self.selected)} if self.selected is not None else {}),
         }
 
     @classmethod
@@ -114,6 +120,7 @@ class ScenarioResult:
             error=data.get("error"),
             phases=[PhaseRecord(**phase) for phase in data.get("phases", [])],
             serving=data.get("serving"),
+            selected=tuple(data["selected"]) if "selected" in data else None,
         )
 
 
@@ -223,3 +230,26 @@ def where_judged(results: dict[str, Any]) -> str:
     if cluster.get("kind") == "docker":
         return f"Slurm {cluster.get('slurm_release', '?')}, {cluster.get('proctrack', '?')}"
     return ""
+
+
+def chosen_checks(results: dict[str, Any]) -> dict[str, list[str]]:
+    """The scenarios a run judged only some checks of (`--check`), each with those it chose:
+    empty for a whole run (and for every bundle older than results v6)."""
+    return {s["name"]: list(s["selected"]) for s in results.get("scenarios", []) if s.get("selected")}
+
+
+def partial_note(results: dict[str, Any]) -> str:
+    """The line every page showing a partial run carries, so none is taken for a whole run
+    ("" for a whole run)."""
+    chosen = chosen_checks(results)
+    if not chosen:
+        return ""
+    named = "; ".join(f"{scenario}: {', '.join(ids)}" for scenario, ids in chosen.items())
+    return f"a partial run: only the checks chosen with --check were judged ({named})"
+
+
+def not_chosen(results: dict[str, Any], check_ids: Iterable[str]) -> set[str]:
+    """Of `check_ids`, those a partial run of their scenario did not choose (not judged: never
+    "removed" or "not measured")."""
+    chosen = chosen_checks(results)
+    return {c for c in check_ids if c.split(".", 1)[0] in chosen and c not in chosen[c.split(".", 1)[0]]}

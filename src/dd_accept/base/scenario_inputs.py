@@ -18,3 +18,4 @@ class ScenarioInputs:
     client_headers: tuple[str, ...] = ()  # "NAME: VALUE" the load client sends (never stored)
     overload: OverloadOptions = field(default_factory=OverloadOptions)
     capacity: CapacityOptions = field(default_factory=CapacityOptions)
+    checks: tuple[str, ...] | None = None  # `--check` patterns (base.check_selection); None: every check

@@ -228,6 +228,7 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         client_headers=tuple(args.client_header),
         parallel=args.parallel,
         keep_cluster=args.keep_cluster,
+        checks=tuple(args.check) if args.check else None,
     )
     return print_plan(request) if args.dry_run else run(request, console)
 
@@ -653,6 +654,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(where.add_argument, ClusterOptions)
     replicas = run.add_argument_group("replicas (default: synthetic vLLM stand-ins)")
     add_arguments(replicas.add_argument, BackendOptions)
+    run.add_argument(
+        "-k",
+        "--check",
+        action="append",
+        default=None,
+        metavar="PATTERN",
+        help="judge only the checks PATTERN names: an id (drain.allowance), a glob (overload.total.*) or a dotted "
+        "prefix (health.node_loss); only the scenarios and phases they need run; repeatable; `dd-accept checks` "
+        "lists the ids (default: every check)",
+    )
     run.add_argument(
         "--dry-run",
         action="store_true",

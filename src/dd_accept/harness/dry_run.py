@@ -75,7 +75,9 @@ def print_plan(request: RunRequest) -> int:
     slurmd_timeout = None if cluster.mode == "existing" else SLURMD_TIMEOUT_S
     target = PlanTarget(layout, cluster.salloc_args(), cluster.srun_args, cluster.time, slurmd_timeout)
     backend = vllm_backend(request.backend)
-    inputs = ScenarioInputs(request.seed, _unshown_headers(request.client_headers), request.overload, request.capacity)
+    inputs = ScenarioInputs(
+        request.seed, _unshown_headers(request.client_headers), request.overload, request.capacity, request.checks
+    )
     sections: list[tuple[str, list[PlannedCommand]]] = []
     for name in names:
         module = importlib.import_module(next(s for s in SCENARIOS if s.name == name).phases_module)
@@ -85,7 +87,8 @@ def print_plan(request: RunRequest) -> int:
             salloc_argv(target, nodes=1, job_name=scenario_job_name(name), extra=SCENARIO_ALLOCATION),
         )
         scenario = [("allocate", [allocate])]
-        scenario += [(f"{p.kind}: {p.title}", commands) for p, commands in plan_phases(module.PHASES, planner)]
+        planned = plan_phases(module.PHASES, planner, inputs.checks)
+        scenario += [(f"{p.kind}: {p.title}", commands) for p, commands in planned]
         scenario.append(("release", [PlannedCommand("release the allocation", scancel_argv(JOB))]))
         sections += [(f"{name}: {heading}" if len(names) > 1 else heading, c) for heading, c in scenario]
     replicas = f"vLLM ({backend.model}, {backend.gpus_per_replica} GPU(s) each)" if backend else "synthetic"
@@ -95,5 +98,7 @@ def print_plan(request: RunRequest) -> int:
         f"{replicas} replicas on {where} Slurm cluster, one allocation per scenario; nothing below has been run",
         "$JOB, $NODE and the step ids are known once salloc answers; the token and the canary are made per run",
     ]
+    if request.checks is not None:
+        header.append(f"only the phases the checks {', '.join(request.checks)} need")
     print(render(header, sections), end="")
     return EXIT_PASS

@@ -24,8 +24,10 @@ from typing import Any
 
 from rich.table import Table
 
+from dd_accept.acceptance.catalog import JUDGED
 from dd_accept.acceptance.scenarios import ALL_SCENARIOS, ALONE, SCENARIO_NAMES
 from dd_accept.acceptance.scenarios import SCENARIOS as DECLARED
+from dd_accept.base import check_selection
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
 from dd_accept.base.hashing import sha256_file
 from dd_accept.base.options import (
@@ -76,6 +78,7 @@ class RunRequest:
     client_headers: tuple[str, ...] = ()
     parallel: int = 2
     keep_cluster: bool = False
+    checks: tuple[str, ...] | None = None  # `--check` patterns (base.check_selection); None: every check
 
     def scenarios(self) -> list[str]:
         """`all`, one scenario, or several joined by commas (`overload,streaming`)."""
@@ -88,6 +91,7 @@ class RunRequest:
         for name in names:
             if name not in SCENARIOS:
                 raise UsageError(f"unknown scenario {name!r}; valid: {', '.join((*SCENARIOS, 'all'))}")
+        names = self._with_chosen_checks(list(dict.fromkeys(names)))
         alone = [name for name in names if name in ALONE]
         if alone and len(set(names)) > 1 and self.parallel > 1:
             raise UsageError(
@@ -98,7 +102,21 @@ class RunRequest:
                 self.overload.check_partial_overload()
             except ValueError as error:
                 raise UsageError(str(error)) from None
-        return list(dict.fromkeys(names))
+        return names
+
+    def _with_chosen_checks(self, names: list[str]) -> list[str]:
+        """The scenarios a `--check` pattern chooses a check of; a pattern that chooses none
+        of the named scenarios' checks is a usage error, never a run that judges nothing."""
+        if self.checks is None:
+            return names
+        judged = [check_id for name in names for check_id in JUDGED[name]]
+        missing = check_selection.unmatched(self.checks, judged)
+        if missing:
+            raise UsageError(
+                f"--check {missing[0]!r} names none of the checks of {', '.join(names)} "
+                "(`dd-accept checks` lists them; endpoint_starts is judged in every run)"
+            )
+        return [name for name in names if check_selection.chosen(self.checks, JUDGED[name])]
 
 
 def default_out(scenario: str) -> Path:
@@ -128,6 +146,8 @@ def _pytest_argv(request: RunRequest, out: Path) -> list[str]:
     argv += ["--dd-seed", str(request.seed)]
     for header in request.client_headers:
         argv += ["--dd-client-header", header]
+    for pattern in request.checks or ():
+        argv += ["--dd-check", pattern]
     # Each model's options as the pytest plugin spells them, derived from their one definition.
     cluster = request.cluster
     if cluster.run_dir:

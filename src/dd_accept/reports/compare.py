@@ -24,7 +24,7 @@ from dd_accept.base.regressions import (
     serving_bound,
     serving_worse,
 )
-from dd_accept.base.results import where_judged
+from dd_accept.base.results import not_chosen, partial_note, where_judged
 from dd_accept.base.serving_names import SUMMARY_COLUMNS, better, shown, unit_of
 from dd_accept.reports.reading import Shown, banner_html, banner_markdown
 from dd_accept.reports.render import md_text
@@ -388,8 +388,15 @@ def compare(
     """`bundles`: the two as read and verified (baseline, candidate), for what each page says of them."""
     before, after = checks_by_id(baseline), checks_by_id(candidate)
     worse, skipped = metric_regressions(before, after, tolerance)
+    # a check a partial run (`--check`) did not choose was not judged: neither removed nor added
+    unchosen = {"baseline": not_chosen(baseline, after), "candidate": not_chosen(candidate, before)}
+    skipped += tuple(
+        f"{role}: {partial_note(results)}; the {len(unchosen[role])} check(s) it did not choose are not compared"
+        for role, results in (("baseline", baseline), ("candidate", candidate))
+        if partial_note(results)
+    )
     rows = []
-    for check_id in sorted(set(before) | set(after)):
+    for check_id in sorted((set(before) | set(after)) - unchosen["baseline"] - unchosen["candidate"]):
         a, b = before.get(check_id, {}), after.get(check_id, {})
         names = sorted(set(a.get("metrics", {})) | set(b.get("metrics", {})))
         metrics = tuple(MetricChange(n, a.get("metrics", {}).get(n), b.get("metrics", {}).get(n)) for n in names)

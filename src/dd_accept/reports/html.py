@@ -35,7 +35,7 @@ from dd_accept.base.events import (
     of_type,
     readable_events,
 )
-from dd_accept.base.results import load_results, run_span, where_judged
+from dd_accept.base.results import load_results, partial_note, run_span, where_judged
 from dd_accept.base.serving_names import SUMMARY_COLUMNS, serving_rows, shown
 from dd_accept.reports.serving_charts import WIDTH, capacity_chart, latency_cdf_chart, latency_chart
 
@@ -368,6 +368,7 @@ code{font-size:.85em}
 <h1>dd-accept <span class="{{ results.verdict }}">{{ results.verdict | upper }}</span></h1>
 <p>SUT <code>{{ results.sut.spec }}</code>, profile <code>{{ results.sut.profile }}</code>
 {%- if where %}, judged on {{ where }}{% endif %}{% if when %}; ran {{ when }}{% endif %}</p>
+{% if partial %}<p id="partial"><strong>{{ partial }}</strong></p>{% endif %}
 {% if not banner %}<p class="unverified">This page is the bundle's own and cannot vouch for itself:
 <code>dd-accept verify</code> the bundle, or read it with <code>dd-accept report</code>, which verifies it
 first.</p>{% endif %}
@@ -464,6 +465,7 @@ def render_bundle(bundle: Path, banner: str = "") -> str:
         latency_charts=latency_charts,
         banner=jinja2.filters.Markup(banner),
         when=_when(results),
+        partial=partial_note(results),
         failing=[(s, c) for s in results["scenarios"] for c in s.get("checks", []) if c.get("verdict") != "pass"],
         run_of={s["name"]: r for s in results["scenarios"] if (r := (s.get("serving") or {}).get("events")) in present},
         logs={name for name in present if (bundle / "logs" / name).is_dir()},

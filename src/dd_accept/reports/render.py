@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 from xml.etree import ElementTree
 
-from dd_accept.base.results import all_checks
+from dd_accept.base.results import all_checks, partial_note
 from dd_accept.base.serving_names import SUMMARY_COLUMNS, serving_rows, shown
 
 # Characters XML 1.0 does not allow at all (most C0 controls, lone surrogates, U+FFFE/F):
@@ -42,6 +42,8 @@ def markdown(results: dict[str, Any]) -> str:
     sut = results.get("sut", {})
     spec, profile = md_code(sut.get("spec", "?")), md_code(sut.get("profile", "?"))
     lines = [f"## dd-accept: {md_text(verdict)}", "", f"SUT {spec} (profile {profile})", ""]
+    if partial_note(results):
+        lines += [f"**{md_text(partial_note(results))}**", ""]
     for wheel in sut.get("wheels", []):
         lines.append(f"- {md_code(wheel['file'])} sha256 {md_code(wheel['sha256'])}")
     lines += ["", "| check | verdict | expected | observed |", "|---|---|---|---|"]

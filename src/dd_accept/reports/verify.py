@@ -25,7 +25,15 @@ from packaging.version import Version
 
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, UsageError
 from dd_accept.base.hashing import sha256_file
-from dd_accept.base.results import all_checks, run_span, schema_of, schema_problem, where_judged
+from dd_accept.base.results import (
+    all_checks,
+    chosen_checks,
+    partial_note,
+    run_span,
+    schema_of,
+    schema_problem,
+    where_judged,
+)
 from dd_accept.base.shown_paths import shown_path
 from dd_accept.reports.archive import opened_bundle
 from dd_accept.reports.audit import audit
@@ -59,9 +67,9 @@ class Verification:
         return EXIT_CHECK_FAILED if self.problems or self.unmet else EXIT_PASS
 
     def to_json(self, bundle: str) -> dict[str, Any]:
-        """The `dd-accept/verify/v1` document (`verify --json`)."""
+        """The `dd-accept/verify/v2` document (`verify --json`)."""
         return {
-            "schema": "dd-accept/verify/v1",
+            "schema": "dd-accept/verify/v2",
             "bundle": bundle,
             "verified": not self.problems,
             "policy_met": not self.unmet,
@@ -119,7 +127,9 @@ def policy_outcomes(results: dict[str, Any], policy: Policy) -> list[tuple[str, 
     outcomes = []
     if policy.require_pass:
         why = ""
-        if results["verdict"] != "pass":
+        if chosen_checks(results):  # it passed what it judged, not the release
+            why = partial_note(results) + ": --require-check names the checks such a run vouches for"
+        elif results["verdict"] != "pass":
             failing = [check for check, verdict in verdicts.items() if verdict != "pass"]
             errors = [s["name"] for s in results["scenarios"] if s.get("error")]
             shown = (
@@ -165,6 +175,7 @@ def verified_facts(results: dict[str, Any], subjects: dict[str, str], files: int
         "duration_s": round(ended - began, 1) if began is not None and ended is not None else None,
         "where": where_judged(results) or None,
         "files": files,
+        "selected": chosen_checks(results),
         "policies": [{"policy": asked, "met": not why} for asked, why in policy_outcomes(results, policy)]
         if policy is not None
         else [],
@@ -353,6 +364,9 @@ def facts_lines(verification: Verification) -> list[str]:
     if facts["started"]:
         took = f" for {facts['duration_s']:.0f} s" if facts["duration_s"] is not None else ""
         lines.append(f"ran: {facts['started']}{took}" + (f" on {facts['where']}" if facts["where"] else ""))
+    if facts.get("selected"):
+        chosen = "; ".join(f"{scenario}: {', '.join(ids)}" for scenario, ids in facts["selected"].items())
+        lines.append(f"partial: only the checks chosen with --check were judged ({chosen})")
     lines.append(f"files: {facts['files']} listed in the manifest, each held to its sha256")
     lines += [f"policy {p['policy']}: {'met' if p['met'] else 'NOT met'}" for p in facts["policies"]]
     return lines
