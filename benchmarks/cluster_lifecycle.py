@@ -23,8 +23,10 @@ from rich.table import Table
 
 from dd_accept import __version__
 from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES
-from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
-from dd_accept.slurm_docker.cluster import remove_cluster
+from dd_accept.slurm_docker import engine, images
+from dd_accept.slurm_docker.cluster import SlurmCluster
+from dd_accept.slurm_docker.spec import ClusterSpec
+from dd_accept.slurm_docker.sweep import remove_cluster
 
 TARGETS = {"cold_build": 120.0, "up_2": 5.0, "up_16": 15.0, "down": 3.0, "srun_round_trip": 0.5}
 

@@ -13,7 +13,9 @@ from dd_accept.base.errors import ClusterError
 from dd_accept.base.waiting import wait_until
 from dd_accept.slurm_docker import cluster as cluster_module
 from dd_accept.slurm_docker import engine
-from dd_accept.slurm_docker.cluster import ClusterSpec, SlurmCluster, remove_cluster
+from dd_accept.slurm_docker.cluster import SlurmCluster
+from dd_accept.slurm_docker.spec import ClusterSpec
+from dd_accept.slurm_docker.sweep import remove_cluster
 from tests.helpers import labelled_objects, run_cli
 from tests.unit.test_json_output import document_of
 

@@ -24,10 +24,12 @@ import pytest
 from dd_accept.base.errors import UsageError
 from dd_accept.base.waiting import wait_until
 from dd_accept.slurm_docker import engine
-from dd_accept.slurm_docker.cluster import ClusterSpec, SlurmCluster, sweep_orphans
+from dd_accept.slurm_docker.cluster import SlurmCluster
 from dd_accept.slurm_docker.images import slurm_tag
 from dd_accept.slurm_docker.ownership import LABEL_KEEP, LABEL_OWNER, Owner, ownership_labels
 from dd_accept.slurm_docker.reaper import reap
+from dd_accept.slurm_docker.spec import ClusterSpec
+from dd_accept.slurm_docker.sweep import sweep_orphans
 from tests.helpers import labelled_objects
 
 pytestmark = pytest.mark.cluster

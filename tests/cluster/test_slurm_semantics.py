@@ -22,9 +22,9 @@ import pytest
 
 from dd_accept.base.slurm_releases import PROCTRACK, RELEASES
 from dd_accept.base.waiting import wait_until
-from dd_accept.slurm_docker import ClusterSpec, SlurmCluster
 from dd_accept.slurm_docker.allocation import Allocation
-from dd_accept.slurm_docker.cluster import CONTROLLER
+from dd_accept.slurm_docker.cluster import SlurmCluster
+from dd_accept.slurm_docker.spec import CONTROLLER, ClusterSpec
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit, from_slurmd_log, signal_sent_at
 
 pytestmark = pytest.mark.cluster

@@ -11,8 +11,10 @@ from dd_accept.base.results import write_results
 from dd_accept.base.slurm_releases import RELEASES
 from dd_accept.base.state import file_lock, state_root
 from dd_accept.fixtures.deployment import RunDirectory
-from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine
+from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.slurm_docker.cluster import SlurmCluster
+from dd_accept.slurm_docker.spec import ClusterSpec
 from dd_accept.slurm_docker.sut_image import build_overlay_image
 from dd_accept.sut.variants import FAULTS, make_variant
 

@@ -23,7 +23,9 @@ from dd_accept.acceptance import health_checks
 from dd_accept.acceptance.catalog import CHECKS
 from dd_accept.base.results import load_results
 from dd_accept.fixtures.deployment import ENDPOINT_STARTS
-from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
+from dd_accept.slurm_docker import engine, images
+from dd_accept.slurm_docker.cluster import SlurmCluster
+from dd_accept.slurm_docker.spec import ClusterSpec
 from dd_accept.sut import variants
 from dd_accept.sut.wheelhouse import node_platform_args
 from tests.helpers import run_cli

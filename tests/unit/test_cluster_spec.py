@@ -1,7 +1,8 @@
 import pytest
 
 from dd_accept.base.errors import UsageError
-from dd_accept.slurm_docker.cluster import ClusterSpec, render_slurm_conf
+from dd_accept.slurm_docker.slurm_conf import render_slurm_conf
+from dd_accept.slurm_docker.spec import ClusterSpec
 
 
 @pytest.mark.parametrize("nodes", [0, -1, "abc", 100000, "1.5", ""])

@@ -8,8 +8,9 @@ from dd_accept.base.errors import ClusterError, UsageError
 from dd_accept.base.options import ClusterOptions, build
 from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES, slurm_release
 from dd_accept.slurm_docker import images
-from dd_accept.slurm_docker.cluster import ClusterSpec, render_slurm_conf
 from dd_accept.slurm_docker.layout import docker_layout
+from dd_accept.slurm_docker.slurm_conf import render_slurm_conf
+from dd_accept.slurm_docker.spec import ClusterSpec
 from dd_accept.sut import wheelhouse
 from dd_accept.sut.spec import SutSpec
 

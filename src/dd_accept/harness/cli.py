@@ -52,9 +52,11 @@ from dd_accept.reports.reading import ReadingPolicy, Shown, banner_html, banner_
 from dd_accept.reports.share import sanitize_paths
 from dd_accept.reports.signing import load_private_key, load_public_key
 from dd_accept.reports.verify import Policy, facts_lines, verify
-from dd_accept.slurm_docker import ClusterSpec, SlurmCluster, engine, images
-from dd_accept.slurm_docker.cluster import list_clusters
+from dd_accept.slurm_docker import engine, images
+from dd_accept.slurm_docker.cluster import SlurmCluster
+from dd_accept.slurm_docker.spec import ClusterSpec
 from dd_accept.slurm_docker.sut_image import build_node_image
+from dd_accept.slurm_docker.sweep import list_clusters
 from dd_accept.sut.profile import choose_profile, load_profile
 from dd_accept.sut.spec import DEFAULT_SUT
 from dd_accept.sut.wheelhouse import build_wheelhouse

@@ -26,8 +26,8 @@ from dd_accept.fixtures.backends.vllm import vllm_backend
 from dd_accept.fixtures.deployment import SCENARIO_ALLOCATION, scenario_job_name
 from dd_accept.harness.runner import RunRequest
 from dd_accept.slurm_docker.allocation import salloc_argv, scancel_argv
-from dd_accept.slurm_docker.cluster import SLURMD_TIMEOUT_S
 from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
+from dd_accept.slurm_docker.spec import SLURMD_TIMEOUT_S
 from dd_accept.sut.profile import SutProfile, choose_profile, load_profile, profile_for
 from dd_accept.sut.spec import SutSpec
 

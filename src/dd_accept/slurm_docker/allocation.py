@@ -19,9 +19,9 @@ from typing import Self
 
 from dd_accept.base.errors import ClusterError
 from dd_accept.base.waiting import WaitTimeout, wait_until
-from dd_accept.slurm_docker.cluster import CONTROLLER
 from dd_accept.slurm_docker.interface import AllocationSite, Cluster
 from dd_accept.slurm_docker.records import CommandRecord, tail, utc_now_iso
+from dd_accept.slurm_docker.spec import CONTROLLER
 
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
 _counter = itertools.count(1)

@@ -7,140 +7,43 @@ munge key is generated in memory and exists only inside the cluster's containers
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
-import re
 import secrets
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import ClassVar, Self
 
 import docker
 import docker.errors
 import docker.types
-import jinja2
 from docker.models.containers import Container
 
 from dd_accept.base.errors import ClusterError, EnvironmentProblem, UsageError
 from dd_accept.base.interrupts import deferred_interrupts
-from dd_accept.base.slurm_releases import DEFAULT_PROCTRACK, DEFAULT_RELEASE, PROCTRACK, slurm_release
+from dd_accept.base.slurm_releases import DEFAULT_PROCTRACK, DEFAULT_RELEASE, slurm_release
 from dd_accept.base.state import cluster_dir
 from dd_accept.base.waiting import WaitAborted, WaitTimeout, wait_until
 from dd_accept.slurm_docker import engine, step_exit
 from dd_accept.slurm_docker.images import ensure_images
-from dd_accept.slurm_docker.interface import Cluster
 from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
+from dd_accept.slurm_docker.networks import free_subnets
 from dd_accept.slurm_docker.ownership import LABEL_KEEP, LABEL_OWNER, Owner, Reaper, orphaned, ownership_labels
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
+from dd_accept.slurm_docker.slurm_conf import CGROUP_CONF, render_slurm_conf
+from dd_accept.slurm_docker.spec import (
+    CONTROLLER,
+    LABEL_CPUS,
+    LABEL_NODES,
+    LABEL_PROCTRACK,
+    LABEL_SLURM,
+    SHARED_PATH,
+    ClusterSpec,
+    node_names,
+)
+from dd_accept.slurm_docker.status import ClusterStatus, JobState, NodeState, StepState, reported_versions
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit
-
-CONTROLLER = "ctl"
-SHARED_PATH = "/shared"  # the cluster's shared filesystem, at the same path on every node
-PARTITION = "dd"
-MAX_NODES = 64
-MAX_CPUS_PER_NODE = 1024
-NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
-LABEL_NODES = "io.dd-accept.nodes"
-LABEL_CPUS = "io.dd-accept.cpus-per-node"
-LABEL_SLURM = "io.dd-accept.slurm"
-LABEL_PROCTRACK = "io.dd-accept.proctrack"
-# proctrack/cgroup on a cgroup v1 host: the freezer tracks a step's processes; nothing is
-# constrained (cores, memory and devices stay the container's, and task/cgroup touches none
-# of those hierarchies), so 8+ replicas fit 2 cores.
-CGROUP_CONF = """\
-CgroupPlugin=cgroup/v1
-CgroupMountpoint=/sys/fs/cgroup
-ConstrainCores=no
-ConstrainRAMSpace=no
-ConstrainDevices=no
-"""
-
-
-def _host_routes() -> list[ipaddress.IPv4Network]:
-    """Networks the host routes to, so a picked subnet never shadows the host's own LAN."""
-    routes: list[ipaddress.IPv4Network] = []
-    try:
-        lines = Path("/proc/net/route").read_text().splitlines()[1:]
-    except OSError:
-        return routes
-    for line in lines:
-        fields = line.split()
-        if len(fields) < 8:
-            continue
-        destination = ipaddress.IPv4Address(int(fields[1], 16).to_bytes(4, "little"))
-        mask = ipaddress.IPv4Address(int(fields[7], 16).to_bytes(4, "little"))
-        if int(mask):
-            routes.append(ipaddress.IPv4Network(f"{destination}/{mask}", strict=False))
-    return routes
-
-
-def free_subnets(client: docker.DockerClient) -> list[str]:
-    """Candidate /24s in 10.213.0.0/16 that no docker network or host route uses."""
-    used: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = list(_host_routes())
-    for network in client.networks.list():
-        for config in (network.attrs.get("IPAM") or {}).get("Config") or []:
-            if config.get("Subnet"):
-                used.append(ipaddress.ip_network(config["Subnet"], strict=False))
-    pool = ipaddress.ip_network("10.213.0.0/16")
-    return [str(c) for c in pool.subnets(new_prefix=24) if not any(c.overlaps(u) for u in used if u.version == 4)]
-
-
-def node_names(count: int) -> list[str]:
-    return [f"node{index}" for index in range(1, count + 1)]
-
-
-def _positive_int(value: object, what: str, maximum: int) -> int:
-    try:
-        number = int(str(value), 10)
-    except ValueError:
-        raise UsageError(f"{what} must be a whole number, got {value!r}") from None
-    if not 1 <= number <= maximum:
-        raise UsageError(f"{what} must be between 1 and {maximum}, got {number}")
-    return number
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterSpec:
-    """What to start. Validated on construction, so bad input fails before anything runs."""
-
-    name: str = "dd-accept"
-    nodes: int = 2
-    cpus_per_node: int = 16
-    subnet: str | None = None
-    kill_wait: int = 30
-    slurm: str = DEFAULT_RELEASE  # the Slurm release of the nodes (base.slurm_releases)
-    proctrack: str = DEFAULT_PROCTRACK  # process tracking: linuxproc, or cgroup (with task/cgroup)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "slurm", slurm_release(self.slurm).version)
-        if self.proctrack not in PROCTRACK:
-            raise UsageError(f"--slurm-config must be one of {', '.join(PROCTRACK)}, got {self.proctrack!r}")
-        if not NAME_PATTERN.match(self.name):
-            raise UsageError(
-                f"cluster name must be lower-case letters, digits and '-', starting with a letter "
-                f"(at most 40), got {self.name!r}"
-            )
-        object.__setattr__(self, "nodes", _positive_int(self.nodes, "--nodes", MAX_NODES))
-        object.__setattr__(
-            self, "cpus_per_node", _positive_int(self.cpus_per_node, "--cpus-per-node", MAX_CPUS_PER_NODE)
-        )
-        if self.subnet is not None:
-            try:
-                network = ipaddress.ip_network(self.subnet, strict=True)
-            except ValueError:
-                raise UsageError(f"--subnet must be a network such as 10.231.0.0/24, got {self.subnet!r}") from None
-            if network.version != 4 or not network.is_private:
-                raise UsageError(f"--subnet must be a private IPv4 network, got {self.subnet}")
-            if network.num_addresses < self.nodes + 4:
-                raise UsageError(f"--subnet {self.subnet} is too small for {self.nodes} nodes")
-
-    @property
-    def node_range(self) -> str:
-        return "node1" if self.nodes == 1 else f"node[1-{self.nodes}]"
-
+from dd_accept.slurm_docker.sweep import remove_cluster, sweep_orphans, views_of
 
 # proctrack/cgroup tracks a step's processes in the freezer hierarchy, which Docker mounts
 # read-only. A compute node (only) starts with its own cgroup namespace, so the hierarchy it
@@ -159,78 +62,6 @@ exec setpriv --bounding-set -sys_admin --inh-caps -sys_admin -- /usr/local/bin/d
 def _cgroup_tracking() -> dict[str, object]:
     """docker create options of a compute node under proctrack/cgroup (see CGROUP_NODE_START)."""
     return {"cgroupns": "private", "cap_add": ["SYS_ADMIN"], "entrypoint": ["/bin/bash", "-c", CGROUP_NODE_START]}
-
-
-# A node silent this long is set DOWN (the health scenario's node loss waits for it). While a
-# frozen node stalls slurmctld's ping agent (2 x MessageTimeout, 21 s measured on 24.11), the
-# other nodes' answers wait too: at 30 s a busy node was once set DOWN with the lost one.
-# 45 s stays above a ping cycle (15 s) plus that stall.
-SLURMD_TIMEOUT_S = 45
-
-
-def render_slurm_conf(spec: ClusterSpec) -> str:
-    template_text = resources.files("dd_accept.slurm_docker").joinpath("templates", "slurm.conf.j2").read_text()
-    template = jinja2.Template(template_text, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
-    return template.render(
-        cluster_name=spec.name,
-        slurm_cluster_name=re.sub(r"[^a-z0-9]", "", spec.name)[:30] or "dd",
-        controller_host=CONTROLLER,
-        node_range=spec.node_range,
-        cpus_per_node=spec.cpus_per_node,
-        partition=PARTITION,
-        kill_wait=spec.kill_wait,
-        slurm=slurm_release(spec.slurm),
-        proctrack=spec.proctrack,
-        slurmd_timeout=SLURMD_TIMEOUT_S,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class NodeState:
-    name: str
-    state: str
-    cpus: str
-
-
-@dataclass(frozen=True, slots=True)
-class JobState:
-    id: str
-    name: str
-    state: str
-    nodes: str
-    nodelist: str
-
-
-@dataclass(frozen=True, slots=True)
-class StepState:
-    id: str
-    name: str
-    nodelist: str
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterStatus:
-    """What `sinfo` and `squeue` show of a cluster, field by field (read with `|` separators)."""
-
-    nodes: tuple[NodeState, ...]
-    jobs: tuple[JobState, ...]
-    steps: tuple[StepState, ...]
-
-    def to_json(self, name: str) -> dict[str, Any]:
-        """One cluster of the `dd-accept/cluster-status/v1` document."""
-        return {
-            "name": name,
-            "nodes": [{"name": n.name, "state": n.state, "cpus": _count(n.cpus)} for n in self.nodes],
-            "jobs": [
-                {"id": j.id, "name": j.name, "state": j.state, "nodes": _count(j.nodes), "nodelist": j.nodelist}
-                for j in self.jobs
-            ],
-            "steps": [{"id": s.id, "name": s.name, "nodelist": s.nodelist} for s in self.steps],
-        }
-
-
-def _count(text: str) -> int:
-    return int(text) if text.isdigit() else 0
 
 
 @dataclass
@@ -343,7 +174,7 @@ class SlurmCluster:
         """A killed earlier run may have left a cluster of this name: remove it first. A
         cluster of this name that is kept, or whose owner still runs, is someone's: refused."""
         objects = engine.find_labelled(self.engine, self.name)
-        views = _views(objects)
+        views = views_of(objects)
         legacy = all(LABEL_OWNER not in labels and LABEL_KEEP not in labels for labels, _ in views)
         if views and not legacy and not orphaned(views):
             raise UsageError(
@@ -599,82 +430,3 @@ class SlurmCluster:
         """A path in the shared filesystem: (as the cluster sees it, as the host sees it)."""
         relative = "/".join(parts)
         return f"{SHARED_PATH}/{relative}", self.host_shared_dir.joinpath(*parts)
-
-
-def reported_versions(cluster: Cluster) -> dict[str, str]:
-    """Slurm, the SUT's Python and the kernel, as the cluster itself reports them (recorded
-    commands): the same on the docker cluster and on a site's, where nothing else is known."""
-    versions = {"slurm": cluster.exec(["sinfo", "--version"], timeout=10).stdout.strip()}
-    if cluster.layout is not None:  # a site's cluster has one once the SUT is installed
-        versions["node_python"] = cluster.exec([cluster.layout.python, "--version"], timeout=10).stdout.strip()
-    versions["kernel"] = cluster.exec(["uname", "-r"], timeout=10).stdout.strip()
-    return versions
-
-
-def list_clusters(client: docker.DockerClient) -> dict[str, list[str]]:
-    """Cluster name → container names, for every dd-accept cluster on the engine."""
-    result: dict[str, list[str]] = {}
-    for container in engine.find_labelled(client).containers:
-        result.setdefault(container.labels[engine.LABEL_CLUSTER], []).append(container.name)
-    return result
-
-
-def _views(objects: engine.LabelledObjects) -> list[tuple[dict[str, str], bool | None]]:
-    """(labels, running) of each object: running is None for a network or a volume."""
-    views: list[tuple[dict[str, str], bool | None]] = [
-        (container.labels or {}, container.status == "running") for container in objects.containers
-    ]
-    return views + [(engine.labels_of(item), None) for item in (*objects.networks, *objects.volumes)]
-
-
-def sweep_orphans(client: docker.DockerClient) -> list[str]:
-    """Remove every cluster whose owner is gone and whose reaper did not remove it (a reaper
-    killed too, a machine rebooted): never a kept cluster, a live owner's, or an older
-    dd-accept's without an owner label. Best effort: a cluster another reaper or sweep is
-    removing at the same moment is left to it."""
-    by_cluster: dict[str, list[tuple[dict[str, str], bool | None]]] = {}
-    for view in _views(engine.find_labelled(client)):
-        by_cluster.setdefault(view[0].get(engine.LABEL_CLUSTER, ""), []).append(view)
-    removed: list[str] = []
-    for name, views in by_cluster.items():
-        if name and orphaned(views):
-            owners = {labels[LABEL_OWNER] for labels, _ in views}
-            with contextlib.suppress(docker.errors.APIError):
-                removed += remove_owned(client, name, owners)
-    return removed
-
-
-def remove_owned(client: docker.DockerClient, name: str, owners: set[str]) -> list[str]:
-    """Remove the objects of cluster `name` that carry one of `owners` — listed now, so an
-    object another owner created under the same name since is never touched — and the run
-    directory a removed container mounted (or, once nothing of the name is left, its own)."""
-    objects = engine.find_labelled(client, name).where(LABEL_OWNER, owners)
-    run_dirs = _run_directories(objects.containers, name)
-    removed = engine.remove_labelled(client, objects)
-    if not engine.find_labelled(client, name):
-        run_dirs.add(cluster_dir(name))
-    for directory in run_dirs:
-        shutil.rmtree(directory, ignore_errors=True)
-    return removed
-
-
-def _run_directories(containers: tuple[Container, ...], name: str) -> set[Path]:
-    """The run directories these containers mount: only ever one of the exact shape
-    dd-accept creates for this name."""
-    directories = set()
-    for container in containers:
-        for mount in container.attrs.get("Mounts", []):
-            source = Path(mount.get("Source", ""))
-            if mount.get("Destination") == SHARED_PATH and source.match(f"clusters/{name}/shared"):
-                directories.add(source.parent)
-    return directories
-
-
-def remove_cluster(client: docker.DockerClient, name: str) -> list[str]:
-    """Remove a cluster's labelled objects and its host run directory, whoever created them."""
-    objects = engine.find_labelled(client, name)
-    run_dirs = {cluster_dir(name), *_run_directories(objects.containers, name)}
-    removed = engine.remove_labelled(client, objects)
-    for directory in run_dirs:
-        shutil.rmtree(directory, ignore_errors=True)
-    return removed

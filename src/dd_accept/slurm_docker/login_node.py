@@ -28,9 +28,10 @@ from dd_accept.base.options import ClusterOptions, flag
 from dd_accept.base.shown_paths import shown_path
 from dd_accept.base.state import file_lock
 from dd_accept.slurm_docker import step_exit
-from dd_accept.slurm_docker.cluster import CONTROLLER, reported_versions
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord, decode, tail, utc_now_iso
+from dd_accept.slurm_docker.spec import CONTROLLER
+from dd_accept.slurm_docker.status import reported_versions
 from dd_accept.slurm_docker.step_exit import StepExit
 from dd_accept.slurm_docker.sut_image import node_files, node_source_digest
 

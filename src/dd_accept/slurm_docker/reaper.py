@@ -25,8 +25,8 @@ import docker
 
 from dd_accept.base.errors import EXIT_PASS, EXIT_USAGE
 from dd_accept.slurm_docker import engine
-from dd_accept.slurm_docker.cluster import remove_owned
 from dd_accept.slurm_docker.ownership import LABEL_OWNER, RELEASED, Owner
+from dd_accept.slurm_docker.sweep import remove_owned
 
 
 def reap(cluster: str, owner_label: str) -> list[str]:
