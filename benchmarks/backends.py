@@ -36,9 +36,9 @@ from rich.table import Table
 
 from dd_accept.base.events import ClientRequest, of_type, read_event_file
 from dd_accept.base.waiting import wait_until
-from dd_accept.fixtures.backends.local import LocalReplica, free_port
-from dd_accept.fixtures.deployment.clients import load_client_argv
-from dd_accept.fixtures.deployment.synthetic_replicas import PACED_REPLICA
+from dd_accept.deployment.backends.local import LocalReplica, free_port
+from dd_accept.deployment.clients import load_client_argv
+from dd_accept.deployment.synthetic_replicas import PACED_REPLICA
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
 from dd_accept.sut.wheelhouse import build_wheelhouse, install_local
 

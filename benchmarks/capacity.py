@@ -23,7 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from dd_accept.base.options import LOAD_MODES
+from dd_accept.acceptance.capacity import LOAD_MODES
 from dd_accept.base.regressions import KNEE_THROUGHPUT, LIGHT_CHUNK_DELAY, PROXY_CPU_PER_CHUNK
 from dd_accept.sut.spec import DEFAULT_SUT
 

@@ -27,7 +27,8 @@ from rich.table import Table
 
 import dd_accept.sut
 from dd_accept.acceptance.scenarios import ALL_SCENARIOS as SCENARIOS  # `all`: capacity runs alone
-from dd_accept.base.options import ClusterOptions, add_arguments, build, given, to_argv
+from dd_accept.base.options import add_arguments, build, given, to_argv
+from dd_accept.slurm_docker.cluster_options import ClusterOptions
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
 from dd_accept.sut.variants import FAULTS, RC1_FAILS, Fault, make_variant
 from dd_accept.sut.wheelhouse import build_wheelhouse

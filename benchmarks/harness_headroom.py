@@ -33,9 +33,9 @@ from rich.table import Table
 
 from dd_accept.base.events import ClientRequest, of_type, read_event_file
 from dd_accept.base.waiting import wait_until
-from dd_accept.fixtures.backends.local import LocalReplica, free_port
-from dd_accept.fixtures.deployment.clients import load_client_argv
-from dd_accept.fixtures.deployment.synthetic_replicas import ASGI_REPLICA, PACED_REPLICA
+from dd_accept.deployment.backends.local import LocalReplica, free_port
+from dd_accept.deployment.clients import load_client_argv
+from dd_accept.deployment.synthetic_replicas import ASGI_REPLICA, PACED_REPLICA
 from dd_accept.node.probe import probe
 from dd_accept.node.step_usage import process_usage
 from dd_accept.sut.profile import profile_for

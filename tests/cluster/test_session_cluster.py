@@ -111,7 +111,7 @@ def test_a_reused_cluster_of_another_release_or_tracking_is_refused(slurm_cluste
     from dataclasses import replace
 
     from dd_accept.base.errors import UsageError
-    from dd_accept.fixtures.shared_cluster import SharedCluster
+    from dd_accept.deployment.shared_cluster import SharedCluster
 
     for asked in (replace(slurm_cluster.spec, slurm="24.11"), replace(slurm_cluster.spec, proctrack="cgroup")):
         shared = SharedCluster(spec=asked, shared_root=tmp_path / asked.slurm, reuse_existing=True)

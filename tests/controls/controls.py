@@ -10,7 +10,7 @@ from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import write_results
 from dd_accept.base.slurm_releases import RELEASES
 from dd_accept.base.state import file_lock, state_root
-from dd_accept.fixtures.deployment import RunDirectory
+from dd_accept.deployment import RunDirectory
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.cluster import SlurmCluster

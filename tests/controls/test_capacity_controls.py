@@ -14,8 +14,7 @@ from dataclasses import asdict
 
 import pytest
 
-from dd_accept.acceptance.capacity import CapacitySettings, run_capacity
-from dd_accept.base.options import CapacityOptions
+from dd_accept.acceptance.capacity import CapacityOptions, run_capacity
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.regressions import (
     KNEE_THROUGHPUT,
@@ -25,7 +24,7 @@ from dd_accept.base.regressions import (
     cheapest_median,
     per_level,
 )
-from dd_accept.fixtures.deployment import RunDirectory
+from dd_accept.deployment import RunDirectory
 from dd_accept.harness.gate_rounds import judge_round_regressions
 from tests.controls.controls import faulty_image, own_allocation, run_with_fault
 from tests.helpers import assert_the_dry_run_planned_what_the_run_did, run_cli
@@ -36,14 +35,14 @@ pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
 # Shorter levels than a release run's 3 s, from 18 streams: the controls judge what a fault
 # does to the knee, not its third significant digit (and make test has a time budget).
 LEVEL_SECONDS, START = 2.0, 18
-SETTINGS = CapacitySettings(load=CapacityOptions(level_seconds=LEVEL_SECONDS, load_start=START))
+SETTINGS = CapacityOptions(level_seconds=LEVEL_SECONDS, load_start=START)
 # Only the two lightest levels: where a chunk's delay is the proxy's own.
 NOT_JUDGED = "capacity not judged: the knee is bounded by the harness, not by the proxy"
 # The candidate of each comparison is a control's results.json in its scratch directory (beside
 # the variant's wheel), not a bundle: compared, marked NOT verified, instead of refused.
 UNSEALED = ("--allow-unverified",)
 QUIET = ProgressWriter(None, "round")
-LIGHT = CapacitySettings(load=CapacityOptions(level_seconds=LEVEL_SECONDS, load_start=START, load_levels=2))
+LIGHT = CapacityOptions(level_seconds=LEVEL_SECONDS, load_start=START, load_levels=2)
 
 
 def _capacity(allocation, run, profile, progress, settings=SETTINGS):
@@ -92,7 +91,7 @@ def test_rc1_meets_the_knee_floor_and_the_cost_bound(rc1, sut_profile):
         assert knee["verdict"] == "pass", knee
     if knee is not None:  # judged, or met its floor even on a starved machine
         assert knee["metrics"][KNEE_THROUGHPUT] >= sut_profile.capacity.knee_floor, knee
-        assert knee["metrics"]["knee_chunk_delay_p95_ms"] <= SETTINGS.load.slo_chunk_delay_ms
+        assert knee["metrics"]["knee_chunk_delay_p95_ms"] <= SETTINGS.slo_chunk_delay_ms
     assert cost["verdict"] == "pass" and 10 < cost["metrics"][PROXY_CPU_PER_CHUNK] <= 100, cost
     # The proxy ran out: most of a core at the knee. Whether it waited for a CPU the harness
     # (or the test beside this one in make test) held decides whether the run is judged, on
@@ -178,7 +177,7 @@ def test_a_proxy_that_blocks_per_event_is_caught_by_knee(rc1, sut_wheelhouse, su
     arriving as a seeded Poisson process, 40, 60, 90 ... per second): the knees of two
     ladders are not compared, and the comparison says so; the verdict that flipped is."""
     bundle, _, before = rc1
-    poisson = CapacitySettings(load=CapacityOptions(load_mode="poisson", load_start=40, level_seconds=LEVEL_SECONDS))
+    poisson = CapacityOptions(load_mode="poisson", load_start=40, level_seconds=LEVEL_SECONDS)
     checks = run_with_fault(_with(poisson), "blocking-per-chunk", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     knee = checks["capacity.knee"]
     knee_before = before.get("capacity.knee", {}).get("metrics", {}).get(KNEE_THROUGHPUT)
@@ -232,7 +231,7 @@ def test_a_proxy_that_holds_every_chunk_is_caught_by_the_comparison_with_rc1(
 # at the cheaper of the two in each run, and neither saturates a proxy paying 60 us more per
 # event (from 60 streams up on 2 cores its one event loop ran out, and a cost per chunk read
 # there is the core's, not the proxy's: 57 against 73 us, x1.27, for the 60 us fault).
-ROUND = CapacitySettings(load=CapacityOptions(level_seconds=1.5, load_start=START, load_levels=2))
+ROUND = CapacityOptions(level_seconds=1.5, load_start=START, load_levels=2)
 
 
 def _as_results(result) -> dict:

@@ -6,10 +6,10 @@ numbers show the fault) and that checks the fault does not touch still pass.
 
 import pytest
 
+from dd_accept import deployment
 from dd_accept.acceptance import overload, overload_checks
 from dd_accept.acceptance.overload import OverloadOptions
 from dd_accept.base.results import ScenarioResult
-from dd_accept.fixtures import deployment
 from tests.controls.controls import run_against_fault, run_with_fault
 
 pytestmark = pytest.mark.cluster

@@ -8,7 +8,7 @@ import pytest
 
 from dd_accept.acceptance.streaming import StreamingOptions, run_streaming
 from dd_accept.base.progress import ProgressWriter
-from dd_accept.fixtures.deployment import RunDirectory
+from dd_accept.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
 from tests.helpers import assert_the_dry_run_planned_what_the_run_did
 

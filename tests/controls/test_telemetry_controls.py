@@ -19,7 +19,7 @@ import pytest
 from dd_accept.acceptance import telemetry_checks as checks_module
 from dd_accept.acceptance.telemetry import TelemetryOptions, run_telemetry
 from dd_accept.base.progress import ProgressWriter
-from dd_accept.fixtures.deployment import RunDirectory
+from dd_accept.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
 from tests.helpers import assert_the_dry_run_planned_what_the_run_did
 

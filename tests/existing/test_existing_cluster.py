@@ -22,7 +22,7 @@ import pytest
 from dd_accept.acceptance import health_checks
 from dd_accept.acceptance.catalog import CHECKS
 from dd_accept.base.results import load_results
-from dd_accept.fixtures.deployment import ENDPOINT_STARTS
+from dd_accept.deployment import ENDPOINT_STARTS
 from dd_accept.slurm_docker import engine, images
 from dd_accept.slurm_docker.cluster import SlurmCluster
 from dd_accept.slurm_docker.spec import ClusterSpec

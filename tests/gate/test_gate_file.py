@@ -6,12 +6,12 @@ import pytest
 
 from dd_accept.acceptance.catalog import ALL_CHECKS, CHECKS
 from dd_accept.acceptance.registry import REGISTRY, check
+from dd_accept.acceptance.scenarios import SCENARIO_NAMES as SCENARIOS
 from dd_accept.base.errors import UsageError
 from dd_accept.base.results import CheckResult
 from dd_accept.base.slurm_releases import RELEASES
-from dd_accept.fixtures.deployment import ENDPOINT_STARTS
+from dd_accept.deployment import ENDPOINT_STARTS
 from dd_accept.harness.gate_file import load_gate, parse_gate
-from dd_accept.harness.runner import SCENARIOS
 from tests.helpers import run_cli
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "gate.example.toml"

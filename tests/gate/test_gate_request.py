@@ -1,13 +1,28 @@
-"""What a gate file's sections become: the run request, and the scenarios' pytest options."""
+"""What a gate file's sections become: the run request, and what the runner hands the
+scenarios' pytest child (its command line and the request document it reads)."""
 
 import itertools
+import json
+import stat
 from dataclasses import replace
 
 import pytest
 
+from dd_accept.acceptance.request import RunRequest
 from dd_accept.harness.gate import _request
 from dd_accept.harness.gate_file import parse_gate
-from dd_accept.harness.runner import _pytest_argv
+from dd_accept.harness.runner import _pytest_argv, write_request
+
+
+def _handed(request: RunRequest, tmp_path) -> tuple[list[str], dict]:
+    """The child's argv and the request document it reads, as the runner writes them."""
+    path = write_request(request, tmp_path)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600, "it carries the client headers: this user's only"
+    argv = _pytest_argv(request, tmp_path, path)
+    assert argv[argv.index("--dd-request") + 1] == str(path)
+    assert RunRequest.from_json(path.read_text()).scenarios() == request.scenarios()
+    return argv, json.loads(path.read_text())
+
 
 GATE = """
 [gate]
@@ -37,13 +52,19 @@ def test_gate_sections_reach_the_scenarios_as_options(tmp_path):
     assert request.scenarios() == ["overload", "drain"] and request.allow_unsupported is False
     assert request.cluster.mode == "existing" and request.cluster.run_dir == "/lustre/dd"
     assert request.cluster.salloc_args() == ("--partition=gpu", "--account=llm", "--gres=gpu:8")
-    argv = _pytest_argv(request, tmp_path)
+    argv, sent = _handed(request, tmp_path)
     pairs = dict(itertools.pairwise(argv))
-    assert pairs["--dd-cluster-mode"] == "existing" and pairs["--dd-run-dir"] == "/lustre/dd"
-    assert pairs["--dd-partition"] == "gpu" and pairs["--dd-account"] == "llm" and pairs["--dd-time"] == "45:00"
-    assert pairs["--dd-gres"] == "gpu:8" and pairs["--dd-replicas"] == "4" and pairs["--dd-overloaded"] == "1"
-    assert "--dd-srun-arg=--mpi=none" in argv and "--dd-srun-arg=--cpu-bind=none" in argv
-    assert pairs["--dd-drain-window"] == "8.0" and pairs["--dd-drain-allowance"] == "9.5"
+    assert sent["cluster"] == {
+        "mode": "existing",
+        "run_dir": "/lustre/dd",
+        "partition": "gpu",
+        "account": "llm",
+        "time": "45:00",
+        "gres": "gpu:8",
+        "srun_args": ["--mpi=none", "--cpu-bind=none"],
+    }
+    assert sent["options"]["overload"] == {"replicas": 4, "overloaded": 1}
+    assert sent["drain"] == {"window_seconds": 8.0, "allowance_seconds": 9.5}
     assert "-n" not in argv  # parallel = 1: one allocation at a time
     assert pairs["--dd-nodes"] == "1", "no scenario here loses a node"
 
@@ -54,17 +75,20 @@ def test_a_vllm_backend_section_reaches_the_scenario(tmp_path):
         'gpus_per_replica = 2\nvllm_args = ["--max-num-seqs=64"]\nvllm_command = "/opt/vllm/bin/vllm"\n',
         "v.toml",
     )
-    argv = _pytest_argv(_request(gate, "x==1", tmp_path, None), tmp_path)
-    pairs = dict(itertools.pairwise(argv))
-    assert pairs["--dd-backend"] == "vllm" and pairs["--dd-model"] == "org/m" and pairs["--dd-gpus-per-replica"] == "2"
-    assert "--dd-vllm-arg=--max-num-seqs=64" in argv and pairs["--dd-vllm-command"] == "/opt/vllm/bin/vllm"
+    _, sent = _handed(_request(gate, "x==1", tmp_path, None), tmp_path)
+    assert sent["backend"] == {
+        "backend": "vllm",
+        "model": "org/m",
+        "gpus_per_replica": 2,
+        "vllm_args": ["--max-num-seqs=64"],
+        "vllm_command": "/opt/vllm/bin/vllm",
+    }
 
 
 def test_a_docker_gate_passes_no_login_node_options(tmp_path):
     gate = parse_gate('[gate]\nname = "g"\nscenarios = ["overload"]\n', "g.toml")
-    argv = _pytest_argv(_request(gate, "x==1", tmp_path, None), tmp_path)
-    assert not [part for part in argv if part.startswith(("--dd-cluster-mode", "--dd-run-dir", "--dd-srun-arg"))]
-    assert "--dd-drain-window" not in argv
+    _, sent = _handed(_request(gate, "x==1", tmp_path, None), tmp_path)
+    assert sent["cluster"] == {} and sent["drain"] == {}, "only what the file sets travels"
 
 
 @pytest.mark.parametrize(
@@ -74,5 +98,5 @@ def test_a_docker_gate_passes_no_login_node_options(tmp_path):
 def test_the_cluster_has_a_node_per_worker_and_one_to_lose(tmp_path, scenarios, parallel, workers, nodes):
     gate = parse_gate(f'[gate]\nname = "g"\nscenarios = ["overload"]\n[options]\nparallel = {parallel}\n', "g.toml")
     request = replace(_request(gate, "x==1", tmp_path, None), scenario=scenarios)
-    pairs = dict(itertools.pairwise(_pytest_argv(request, tmp_path)))
+    pairs = dict(itertools.pairwise(_handed(request, tmp_path)[0]))
     assert pairs.get("-n") == workers and pairs["--dd-nodes"] == nodes

@@ -2,10 +2,10 @@
 
 import pytest
 
+from dd_accept import deployment
 from dd_accept.acceptance.analysis import admission
 from dd_accept.acceptance.analysis import requests as requests_of
 from dd_accept.base.waiting import wait_until
-from dd_accept.fixtures import deployment
 
 pytestmark = pytest.mark.cluster
 

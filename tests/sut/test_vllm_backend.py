@@ -15,7 +15,7 @@ import json
 import pytest
 
 from dd_accept.acceptance.overload import OverloadOptions, run_overload
-from dd_accept.fixtures.backends.vllm import VllmBackend
+from dd_accept.deployment.backends.vllm import VllmBackend
 from tests.controls.controls import run_with_fault
 from tests.helpers import assert_the_dry_run_planned_what_the_run_did, run_cli
 

@@ -5,8 +5,8 @@ from dataclasses import replace
 import pytest
 
 from dd_accept.acceptance import capacity_checks as checks
+from dd_accept.acceptance.capacity import CapacityOptions
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
-from dd_accept.base.options import CapacityOptions
 
 SLO = checks.Slo(added_ttft_ms=150, chunk_delay_ms=25)
 

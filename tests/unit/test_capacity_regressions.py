@@ -3,7 +3,7 @@ when each release passed its own run."""
 
 import pytest
 
-from dd_accept.base.options import CapacityOptions
+from dd_accept.acceptance.capacity import CapacityOptions
 from dd_accept.base.regressions import KNEE_THROUGHPUT, LIGHT_CHUNK_DELAY, PROXY_CPU_PER_CHUNK, REGRESSION_METRICS
 from dd_accept.harness.gate import judge_regressions
 from dd_accept.reports import compare

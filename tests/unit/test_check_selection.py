@@ -1,18 +1,18 @@
 """`--check`/`-k`: which checks a run judges, the scenarios and phases that run for them, and
 how a partial run says so everywhere it is shown (results, verify, report, compare)."""
 
-import importlib
 import json
 
 import pytest
 
 from dd_accept.acceptance.catalog import JUDGED
 from dd_accept.acceptance.phases import Phase, chosen_phases, declared_checks, run_phases, scenario_runner
+from dd_accept.acceptance.request import RunRequest
 from dd_accept.acceptance.scenarios import SCENARIOS
 from dd_accept.base import check_selection
 from dd_accept.base.errors import SutBehaviourMissing, UsageError
 from dd_accept.base.results import CheckResult, ScenarioResult, not_chosen, partial_note, write_results
-from dd_accept.harness.runner import RunRequest, _pytest_argv
+from dd_accept.harness.runner import ENTRY_TEST, _pytest_argv, write_request
 from dd_accept.reports import render
 from dd_accept.reports.compare import compare
 from dd_accept.reports.verify import Policy, facts_lines, policy_problems, verified_facts
@@ -41,7 +41,7 @@ def test_a_pattern_is_an_id_a_glob_or_a_dotted_prefix():
 def test_the_phases_declare_each_check_of_their_scenario_once(scenario):
     """What `--check` reads (the phases' `judges`) is the scenario's registered checks, each
     judged by one phase; that no phase judges an undeclared one is checked on every run."""
-    phases = importlib.import_module(scenario.phases_module).PHASES
+    phases = scenario.phases
     declared = declared_checks(phases)
     assert sorted(declared) == sorted(JUDGED[scenario.name])
     assert len(set(declared)) == len(declared), "a check is judged by one phase"
@@ -123,12 +123,10 @@ def test_the_runner_runs_only_the_scenarios_a_pattern_chooses_and_passes_the_pat
     request = RunRequest(scenario="all", sut="data-designer-slurm==1.0.0rc1", profile=None, out=None)
     chosen = RunRequest(**{**request.__dict__, "checks": ("drain.allowance", "*.integrity")})
     assert chosen.scenarios() == ["drain", "streaming"]
-    argv = _pytest_argv(chosen, tmp_path)
-    assert argv[argv.index("--pyargs") + 1 : argv.index("--pyargs") + 3] == [
-        "dd_accept.acceptance.test_drain",
-        "dd_accept.acceptance.test_streaming",
-    ]
-    assert argv.count("--dd-check") == 2 and "*.integrity" in argv
+    argv = _pytest_argv(chosen, tmp_path, write_request(chosen, tmp_path))
+    assert argv[argv.index("--pyargs") + 1] == ENTRY_TEST
+    handed = RunRequest.from_json((tmp_path / "request.json").read_text())
+    assert handed.checks == ("drain.allowance", "*.integrity") and handed.scenarios() == ["drain", "streaming"]
     with pytest.raises(UsageError, match=r"'capacity\.knee' names none of the checks of overload, drain"):
         RunRequest(**{**request.__dict__, "checks": ("capacity.knee",)}).scenarios()
 

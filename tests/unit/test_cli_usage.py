@@ -76,16 +76,16 @@ def test_the_scenario_runner_never_passes_pytest_state_to_its_child(monkeypatch)
 def test_overloaded_follows_replicas_unless_given():
     """`--overloaded` defaults to what fits `--replicas`; only the overload scenario needs
     a replica left over, so only it refuses one replica."""
-    from dd_accept.base.options import OverloadOptions
-    from dd_accept.harness.runner import RunRequest
+    from dd_accept.acceptance.overload import OverloadOptions
+    from dd_accept.acceptance.request import RunRequest
 
     assert [OverloadOptions(replicas=n).partial_overloaded for n in (1, 2, 3, 8)] == [0, 1, 2, 2]
     assert OverloadOptions(replicas=8, overloaded=5).partial_overloaded == 5
     assert RunRequest(
-        scenario="streaming", sut="x==1", profile=None, out=None, overload=OverloadOptions(replicas=1)
+        scenario="streaming", sut="x==1", options={"overload": OverloadOptions(replicas=1)}
     ).scenarios() == ["streaming"]
     with pytest.raises(UsageError, match="the overload scenario needs --replicas 2 or more"):
-        RunRequest(scenario="all", sut="x==1", profile=None, out=None, overload=OverloadOptions(replicas=1)).scenarios()
+        RunRequest(scenario="all", sut="x==1", options={"overload": OverloadOptions(replicas=1)}).scenarios()
 
 
 def test_a_small_overload_run_plans_and_one_replica_is_refused():

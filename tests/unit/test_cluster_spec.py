@@ -51,7 +51,8 @@ def test_process_tracking_is_a_site_setting_rendered_into_slurm_conf():
 
 
 def test_process_tracking_is_refused_where_it_has_no_effect():
-    from dd_accept.base.options import ClusterOptions, build
+    from dd_accept.base.options import build
+    from dd_accept.slurm_docker.cluster_options import ClusterOptions
 
     assert build(ClusterOptions, {}).proctrack == "linuxproc"
     assert build(ClusterOptions, {"slurm_config": "cgroup"}).proctrack == "cgroup"

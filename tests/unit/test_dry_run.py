@@ -6,12 +6,11 @@ the others in each scenario's rc1 control. Here, the comparison itself is checke
 the sample bundle's records: it passes on them and fails on a plan that differs.)
 """
 
-import importlib
 import shlex
 
 import pytest
 
-from dd_accept.acceptance.scenarios import ALL_SCENARIOS, SCENARIOS
+from dd_accept.acceptance.scenarios import ALL_SCENARIOS, BY_NAME, SCENARIOS
 from tests.helpers import (
     REPOSITORY,
     assert_the_plan_is_what_ran,
@@ -129,8 +128,8 @@ def test_every_scenario_plans_each_of_its_phases_in_the_order_it_runs_them(scena
     """No engine: each scenario's plan is its declared phases, one allocation, its release."""
     result = run_cli("run", scenario, "--dry-run", env=NOTHING)
     assert result.returncode == 0, result.stderr
-    module = importlib.import_module(next(s for s in SCENARIOS if s.name == scenario).phases_module)
-    assert _headings(result.stdout) == ["allocate", *(f"{p.kind}: {p.title}" for p in module.PHASES), "release"]
+    phases = BY_NAME[scenario].phases
+    assert _headings(result.stdout) == ["allocate", *(f"{p.kind}: {p.title}" for p in phases), "release"]
     always, _ = planned_commands(result.stdout)
     assert always[0][:1] == ("salloc",) and f"--job-name=dd-{scenario}" in always[0]
     assert sum(1 for c in always if c[0] == "srun") >= 3, always  # replicas, proxy and a client at least

@@ -1,8 +1,10 @@
-"""Every user option is defined once (base.options); `dd-accept run`, the pytest plugin, gate
-files and the runner's pytest argv are derived from it. These tests fail when a front end
-grows an option of its own, loses one, or reads one back differently: each option of each
-model makes the round trip CLI → model, pytest → model, gate file → model, and
-model → the runner's pytest argv → the plugin's model."""
+"""Every user option is defined once, in its model (a scenario's in its own module, found
+through the registry; the run's own in `acceptance.request.RUN_MODELS`); `dd-accept run`,
+the pytest plugin, gate files and the request the runner hands its pytest child are derived
+from it. These tests walk the registry, so an option added to a scenario's model is covered
+with no edit here; they fail when a front end grows an option of its own, loses one, or
+reads one back differently: each option of each model makes the round trip CLI → model,
+pytest → model, gate file → model, and model → the runner's request → the plugin's model."""
 
 from __future__ import annotations
 
@@ -13,26 +15,22 @@ from typing import Any
 import pytest
 from _pytest.config.argparsing import Parser
 
+from dd_accept import plugin
+from dd_accept.acceptance.overload import OverloadOptions
+from dd_accept.acceptance.request import RUN_MODELS, RunRequest
+from dd_accept.acceptance.scenarios import SCENARIO_MODELS, SCENARIOS
 from dd_accept.base import options as opts
-from dd_accept.base.options import (
-    MODELS,
-    BackendOptions,
-    CapacityOptions,
-    ClusterOptions,
-    DrainOptions,
-    OverloadOptions,
-)
-from dd_accept.fixtures import plugin
+from dd_accept.deployment.backends.vllm import BackendOptions
 from dd_accept.harness.cli import build_parser
 from dd_accept.harness.gate_file import parse_gate
+from dd_accept.slurm_docker.cluster_options import ClusterOptions
+from dd_accept.sut.profile import DrainTiming
 
-GATE_SECTION = {
-    OverloadOptions: "options",
-    DrainOptions: "thresholds",
-    ClusterOptions: "cluster",
-    BackendOptions: "backend",
-    CapacityOptions: "options",
-}
+# Every model users set options of: each scenario's (from the registry) and the run's own.
+MODELS = tuple(m for m in (*SCENARIO_MODELS, *RUN_MODELS.values()) if opts.user_options(m))
+SCENARIO_OF = {scenario.options: scenario.name for scenario in SCENARIOS}
+# The gate-file section of each: a scenario's options go to [options].
+GATE_SECTION = {DrainTiming: "thresholds", ClusterOptions: "cluster", BackendOptions: "backend"}
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -89,11 +87,34 @@ def test_every_option_reaches_the_model_from_the_cli(model):
 
 
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
-def test_every_option_reaches_the_plugin_through_the_runners_argv(model):
+def test_every_option_reaches_the_plugin_from_its_flags(model):
     for instance in _instances(model):
         namespace = _pytest_parser().parse(opts.to_argv(instance, "--dd-"))
         raw = opts.given(model, lambda dest, parsed=namespace: getattr(parsed, dest), "--dd-")
         assert opts.build(model, raw) == instance
+
+
+def _request_with(model: type, instance: Any) -> RunRequest:
+    if model in SCENARIO_OF:
+        return RunRequest(SCENARIO_OF[model], "x==1", options={SCENARIO_OF[model]: instance})
+    name = next(name for name, run_model in RUN_MODELS.items() if run_model is model)
+    return RunRequest("overload", "x==1", **{name: instance})
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_every_option_reaches_the_pytest_child_through_the_runners_request(model):
+    for instance in _instances(model):
+        sent = _request_with(model, instance)
+        assert RunRequest.from_json(sent.to_json()) == sent
+
+
+def test_no_two_models_declare_the_same_flag_or_gate_key():
+    """Each front end holds every model's options side by side (one parser, one [options]
+    section): a flag two models declare would be one option setting both."""
+    flags = [opts.flag(f) for model in MODELS for f in opts.user_options(model)]
+    assert len(flags) == len(set(flags)), sorted(f for f in flags if flags.count(f) > 1)
+    keys = [opts.gate_key(f) for model in SCENARIO_MODELS for f in opts.user_options(model)]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
 
 
 def _toml(value: Any) -> str:
@@ -103,21 +124,21 @@ def _toml(value: Any) -> str:
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
 def test_every_option_reaches_the_model_from_a_gate_file(model):
     for instance in _instances(model):
-        scenario = "drain" if model is DrainOptions else "overload"
-        lines = [f'[gate]\nname = "g"\nscenarios = ["{scenario}"]', f"[{GATE_SECTION[model]}]"]
+        scenario = "drain" if model is DrainTiming else SCENARIO_OF.get(model, "overload")
+        section = GATE_SECTION.get(model, "options")
+        lines = [f'[gate]\nname = "g"\nscenarios = ["{scenario}"]', f"[{section}]"]
         lines += [
             f"{opts.gate_key(f)} = {_toml(getattr(instance, f.name))}"
             for f in opts.user_options(model)
             if getattr(instance, f.name) not in (None, ())
         ]
         gate = parse_gate("\n".join(lines) + "\n", "g.toml")
-        built = {
-            OverloadOptions: gate.overload,
-            DrainOptions: gate.drain,
+        run_models = {
+            DrainTiming: gate.drain,
             ClusterOptions: gate.cluster_options,
             BackendOptions: gate.backend_options,
-            CapacityOptions: gate.capacity,
-        }[model]()
+        }
+        built = run_models[model]() if model in run_models else gate.scenario_options()[scenario]
         assert built == instance
 
 
@@ -146,7 +167,7 @@ def test_cross_field_rules_speak_each_front_ends_spelling():
 
 def test_bad_values_are_refused_with_the_bound():
     with pytest.raises(ValueError, match="--drain-window must be a number of seconds > 0, got '0'"):
-        opts.build(DrainOptions, {"window_seconds": "0"})
+        opts.build(DrainTiming, {"window_seconds": "0"})
     with pytest.raises(ValueError, match="--gpus-per-replica must be a whole number >= 0, got '-1'"):
         opts.build(BackendOptions, {"backend": "vllm", "model": "m", "gpus_per_replica": "-1"})
     with pytest.raises(ValueError, match="--replicas must be a whole number >= 1, got True"):
@@ -166,7 +187,7 @@ def test_the_models_cover_the_front_ends_and_nothing_else():
 
 READS_OPTIONS = """
 def test_reads(scenario_inputs, replica_backend, request):
-    assert scenario_inputs.overload.queue_depth == 9 and scenario_inputs.overload.replicas == 5
+    assert scenario_inputs.options["overload"].queue_depth == 9 and scenario_inputs.options["overload"].replicas == 5
     assert replica_backend.model == "org/m" and replica_backend.gpus_per_replica == 1
 """
 
@@ -183,3 +204,45 @@ def test_the_plugin_parses_its_options_at_configure_time(pytester):
     assert "--dd-queue-depth must be a whole number >= 1, got 'deep'" in bad.stderr.str()
     vllm_only = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--dd-model=org/m")
     assert "--dd-model applies to --dd-backend vllm only" in vllm_only.stderr.str()
+
+
+READS_REQUEST = """
+def test_reads(scenario_inputs, client_headers, scenario_seed):
+    assert scenario_inputs.options["overload"].queue_depth == 9 and scenario_inputs.checks == ("overload.*",)
+    assert client_headers == ("X-Key: s3cret",) and scenario_seed == 4
+"""
+
+
+def test_the_plugin_reads_the_runners_request_and_refuses_a_second_source(pytester):
+    """The runner's request reaches the fixtures whole; an option given beside it, or a file
+    that is not a request, is a usage error (exit 4), never one silently overriding the other."""
+    request = RunRequest(
+        "overload",
+        "x==1",
+        options={"overload": OverloadOptions(queue_depth=9)},
+        seed=4,
+        client_headers=("X-Key: s3cret",),
+        checks=("overload.*",),
+    )
+    path = pytester.path / "request.json"
+    path.write_text(request.to_json())
+    pytester.makepyfile(test_reads=READS_REQUEST)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--dd-request={path}")
+    result.assert_outcomes(passed=1)
+    both = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--dd-request={path}", "--dd-replicas=3")
+    assert both.ret == pytest.ExitCode.USAGE_ERROR
+    assert "--dd-request carries the run's options; --dd-replicas was given as well" in both.stderr.str()
+    path.write_text('{"kind": "something else"}')
+    wrong = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--dd-request={path}")
+    assert wrong.ret == pytest.ExitCode.USAGE_ERROR and "not a run request" in wrong.stderr.str()
+
+
+def test_loading_the_plugin_imports_neither_docker_nor_jinja2():
+    """Every pytest session in the environment loads the plugin (pytest11): the cluster
+    machinery it needs is imported by the fixtures that use it."""
+    import subprocess
+    import sys
+
+    probe = "import sys, dd_accept.plugin; print(sorted({'docker', 'jinja2'} & set(sys.modules)))"
+    shown = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert shown.strip() == "[]"

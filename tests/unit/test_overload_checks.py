@@ -3,7 +3,7 @@
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import expected_decreases
 from dd_accept.base.events import AdmissionChange, ClientRequest, UpstreamAttempt
-from dd_accept.fixtures.deployment import AdmissionSample, ColdStart
+from dd_accept.deployment import AdmissionSample, ColdStart
 
 
 def request(t, record, status=200, outcome="ok", request_id=None, retry_after=None):

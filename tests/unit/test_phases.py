@@ -1,7 +1,6 @@
 """The phase runner: declared order, teardown last and always, the first failure kept, and a
 timeline of phases in results.json that follows the published schema."""
 
-import importlib
 from dataclasses import dataclass, field
 
 import pytest
@@ -10,7 +9,7 @@ from dd_accept.acceptance.phases import PHASE_KINDS, Phase, run_phases
 from dd_accept.acceptance.scenarios import SCENARIOS
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import ScenarioResult, schema_problem, write_results
-from dd_accept.fixtures.deployment import RunDirectory
+from dd_accept.deployment import RunDirectory
 
 
 @dataclass
@@ -116,7 +115,7 @@ def test_the_phase_timeline_follows_the_results_schema(tmp_path):
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_every_scenario_declares_its_phases(scenario):
-    phases = importlib.import_module(scenario.phases_module).PHASES
+    phases = scenario.phases
     assert phases and all(isinstance(p, Phase) and p.kind in PHASE_KINDS for p in phases)
     assert any(p.kind == "judge" for p in phases)
     teardown = [p.teardown for p in phases]

@@ -5,9 +5,10 @@ from pathlib import Path
 import pytest
 
 from dd_accept.base.errors import ClusterError, UsageError
-from dd_accept.base.options import ClusterOptions, build
+from dd_accept.base.options import build
 from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES, slurm_release
 from dd_accept.slurm_docker import images
+from dd_accept.slurm_docker.cluster_options import ClusterOptions
 from dd_accept.slurm_docker.layout import docker_layout
 from dd_accept.slurm_docker.slurm_conf import render_slurm_conf
 from dd_accept.slurm_docker.spec import ClusterSpec

@@ -18,8 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from dd_accept import deployment
 from dd_accept.acceptance import capacity_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
+from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.phases import (
     DeployedRun,
     Phase,
@@ -27,17 +29,14 @@ from dd_accept.acceptance.phases import (
     plan_proxy,
     plan_stop,
     recorded,
-    scenario_runner,
     stop_if_started,
 )
 from dd_accept.acceptance.plan import PlannedCommand, Planner
 from dd_accept.base.capacity_curve import CURVE_FILE, CURVE_KIND
 from dd_accept.base.errors import ClusterError
-from dd_accept.base.options import CapacityOptions
-from dd_accept.base.scenario_inputs import ScenarioInputs
+from dd_accept.base.options import option
 from dd_accept.base.waiting import WaitTimeout
-from dd_accept.fixtures import deployment
-from dd_accept.fixtures.deployment.step_usage import UsageSample, sample_usage
+from dd_accept.deployment.step_usage import UsageSample, sample_usage
 from dd_accept.slurm_docker.records import CommandRecord
 
 MEASURED_STEPS = ("proxy", "replicas")
@@ -46,21 +45,122 @@ MEASURED_STEPS = ("proxy", "replicas")
 CLIENT_MODE = "wire"
 
 
-@dataclass(frozen=True, slots=True)
-class CapacitySettings:
-    """The user's ladder and SLO, and what the scenario fixes: replicas that pace tokens like
-    a fast decoder (20 ms to the first, 5 ms apart), 32 tokens per stream."""
+LOAD_MODES = ("concurrency", "constant", "poisson")
 
-    load: CapacityOptions = field(default_factory=CapacityOptions)
+
+@dataclass(frozen=True, slots=True)
+class CapacityOptions:
+    """How the capacity scenario raises the load: a ladder of levels, each `--load-factor`
+    times the one before, every level held `--level-seconds`, until the SLO breaks; and what
+    the scenario fixes: replicas that pace tokens like a fast decoder (20 ms to the first,
+    5 ms apart), 32 tokens per stream."""
+
+    load_mode: str = option(
+        "concurrency",
+        "capacity: streams held in flight (concurrency), or requests arriving at a rate, evenly (constant) "
+        "or as a seeded Poisson process (poisson), as vLLM's bench serve and guidellm send them",
+        choices=LOAD_MODES,
+    )
+    load_start: float | None = option(
+        None,
+        "capacity: the first level, streams in flight or requests/s (default: 8 streams; 40 requests/s)",
+        above=0,
+        unit="streams or requests/s",
+        metavar="N",
+    )
+    load_factor: float = option(
+        1.5, "capacity: each level's load over the one before", above=1, unit="times", metavar="FACTOR"
+    )
+    load_levels: int = option(12, "capacity: the most levels the ladder climbs, 2 to 30", minimum=2)
+    level_seconds: float = option(3.0, "capacity: seconds each level sends new requests", above=0)
+    slo_added_ttft_ms: float = option(
+        150.0,
+        "capacity SLO: the proxy's added time to first token, p95 (ms)",
+        above=0,
+        unit="milliseconds",
+        metavar="MS",
+    )
+    slo_chunk_delay_ms: float = option(
+        25.0,
+        "capacity SLO: each chunk's delay from the replica's write to the client's read, p95 (ms)",
+        above=0,
+        unit="milliseconds",
+        metavar="MS",
+    )
+
+    knee_floor: float | None = option(
+        None,
+        "capacity: output tokens/s the knee must reach (default: the SUT profile's)",
+        above=0,
+        unit="tokens/s",
+        metavar="TOK_S",
+    )
+    max_cpu_per_chunk_us: float | None = option(
+        None,
+        "capacity: the most proxy CPU per forwarded chunk, microseconds (default: the SUT profile's)",
+        above=0,
+        unit="microseconds",
+        metavar="US",
+    )
+
     replicas: int = 4
     tokens: int = 32
     ttft_ms: int = 20
     itl_ms: int = 5
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.load_mode == "concurrency" and self.load_start is not None and self.load_start != int(self.load_start):
+            raise ValueError("--load-start must be a whole number of streams with --load-mode concurrency")
+        if self.load_start is not None and self.load_start < 0.1:
+            raise ValueError("--load-start must be at least 0.1 (requests/s) or 1 (stream)")
+        if self.load_levels > 30:
+            raise ValueError("--load-levels must be between 2 and 30")
+        if self.level_seconds > 3600:
+            raise ValueError("--level-seconds must be at most 3600")
+        top = self.levels()[-1]
+        if top > 100_000:
+            raise ValueError(
+                f"the ladder would climb to {top:g} {self.unit()}: lower --load-start, --load-factor or --load-levels"
+            )
+
     @property
     def slo(self) -> checks.Slo:
-        return checks.Slo(added_ttft_ms=self.load.slo_added_ttft_ms, chunk_delay_ms=self.load.slo_chunk_delay_ms)
+        return checks.Slo(added_ttft_ms=self.slo_added_ttft_ms, chunk_delay_ms=self.slo_chunk_delay_ms)
+
+    @property
+    def start(self) -> float:
+        return self.load_start if self.load_start is not None else (8 if self.load_mode == "concurrency" else 40)
+
+    def levels(self) -> list[float]:
+        """The ladder: whole streams in concurrency mode (each level above the one before),
+        requests/s rounded to 0.1 at a rate."""
+        found: list[float] = []
+        value = self.start
+        for _ in range(self.load_levels):
+            if self.load_mode == "concurrency":
+                level = float(max(round(value), int(found[-1]) + 1 if found else 1))
+            else:  # always climbing, by at least 0.1 requests/s
+                level = max(round(value, 1), round(found[-1] + 0.1, 1) if found else 0.1)
+            found.append(level)
+            value = level * self.load_factor
+        return found
+
+    def unit(self) -> str:
+        return "streams in flight" if self.load_mode == "concurrency" else "requests/s"
+
+    def ladder(self) -> tuple[tuple[str, float], ...]:
+        """How the ladder is built, as the knee's metrics carry it (regressions.LADDER): two
+        knees compare only when these are equal."""
+        return (
+            ("ladder_mode", float(LOAD_MODES.index(self.load_mode))),
+            ("ladder_start", float(self.start)),
+            ("ladder_factor", self.load_factor),
+            ("ladder_levels", float(self.load_levels)),
+            ("level_seconds", self.level_seconds),
+            ("slo_added_ttft_ms", self.slo_added_ttft_ms),
+            ("slo_chunk_delay_ms", self.slo_chunk_delay_ms),
+        )
 
 
 IDLE_SECONDS = 2.0
@@ -68,7 +168,7 @@ IDLE_SECONDS = 2.0
 
 @dataclass
 class CapacityRun(DeployedRun):
-    options: CapacitySettings
+    options: CapacityOptions
     levels: list[checks.LoadLevel] = field(default_factory=list)
     # CPU seconds per second each measured step spends with no load (health probes, the
     # replicas' queue samplers): taken off each level, so a level's cost is what its load added.
@@ -78,17 +178,16 @@ class CapacityRun(DeployedRun):
     @property
     def curve(self) -> checks.Curve:
         o = self.options
-        load = o.load
         ran_on = (
             ("replicas", float(o.replicas)),
             ("tokens_per_stream", float(o.tokens)),
             ("itl_ms", float(o.itl_ms)),
             ("machine_cpus", float(self.machine_cpus)),
         )
-        return checks.Curve(tuple(self.levels), o.slo, load.unit(), load.levels()[-1], load.ladder() + ran_on)
+        return checks.Curve(tuple(self.levels), o.slo, o.unit(), o.levels()[-1], o.ladder() + ran_on)
 
 
-def _replicas(o: CapacitySettings) -> dict[str, Any]:
+def _replicas(o: CapacityOptions) -> dict[str, Any]:
     """How the paced replicas are started (the run's and the plan's keywords)."""
     return {"paced": True, "options": ("--ttft-ms", str(o.ttft_ms), "--itl-ms", str(o.itl_ms))}
 
@@ -108,9 +207,9 @@ GOES_ON = "no request failed and the SLO held at one of the two levels before"
 
 def _plan_ladder(p: Planner) -> list[PlannedCommand]:
     """One client per level; every level after the first only while the ladder goes on."""
-    o, unit = p.options, p.options.load.unit()
+    o, unit = p.options, p.options.unit()
     commands = []
-    for index, load in enumerate(o.load.levels()):
+    for index, load in enumerate(o.levels()):
         name = f"capacity-{index}"
         load_of = _client_load(o, index, load)
         command = p.client(f"load level {index + 1}: {load:g} {unit}", name, mode=CLIENT_MODE, **load_of)
@@ -128,16 +227,16 @@ def _measure_idle(s: CapacityRun) -> None:
     s.machine_cpus = after.cpus
 
 
-def _client_load(o: CapacitySettings, index: int, load: float) -> dict[str, object]:
-    seconds = o.load.level_seconds
+def _client_load(o: CapacityOptions, index: int, load: float) -> dict[str, object]:
+    seconds = o.level_seconds
     common = {"max_tokens": o.tokens, "max_record_attempts": 1, "duration_s": seconds, "deadline_s": seconds + 60}
-    if o.load.load_mode == "concurrency":
+    if o.load_mode == "concurrency":
         return common | {"concurrency": int(load), "records": 1_000_000}
     # Poisson arrivals in the window are 1 + Poisson(rate x seconds): the cap sits six standard
     # deviations above, so the duration, not the cap, ends the level.
     expected = load * seconds
     return common | {
-        "arrival": o.load.load_mode,
+        "arrival": o.load_mode,
         "rate": load,
         "records": math.ceil(expected + 6 * math.sqrt(expected)) + 10,
         "seed": o.seed * 1000 + index,
@@ -154,7 +253,7 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
     client = deployment.run_client(s.allocation, proxy, s.run, mode=CLIENT_MODE, profile=s.profile, name=name,
                                    **load_of)  # fmt: skip
     try:
-        record = client.wait(timeout=s.options.load.level_seconds + 120)
+        record = client.wait(timeout=s.options.level_seconds + 120)
     except WaitTimeout:  # its own deadline did not end it: the SUT holds its streams
         record = client.stop()
     after = _usage(s)
@@ -191,7 +290,7 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
         load,
         requests(deployment.read_events(s.run, name)),
         upstream,
-        window_s=float(summary.get("window_s", s.options.load.level_seconds)),
+        window_s=float(summary.get("window_s", s.options.level_seconds)),
         proxy_cpu_s=added("proxy"),
         replicas_cpu_s=added("replicas"),
         client_cpu_s=float(summary.get("cpu_s", 0.0)),
@@ -231,10 +330,10 @@ def _summary(record: CommandRecord) -> tuple[dict[str, object], str]:
 def _climb(s: CapacityRun) -> None:
     """Every level of the ladder, each a phase of its own, until the SLO breaks twice in a row
     or a request fails."""
-    slo, unit = s.options.slo, s.options.load.unit()
+    slo, unit = s.options.slo, s.options.unit()
     _, curve_host = s.run.path(CURVE_FILE)
     broken_run = 0
-    for index, load in enumerate(s.options.load.levels()):
+    for index, load in enumerate(s.options.levels()):
         title = f"load level {index + 1}: {load:g} {unit}"
         s.progress.emit(title, load=load)
         with recorded(s.result, "drive", title):
@@ -258,10 +357,10 @@ def _climb(s: CapacityRun) -> None:
 def _judge(s: CapacityRun) -> None:
     curve = s.curve
     bounds = s.profile.capacity
-    floor = s.options.load.knee_floor if s.options.load.knee_floor is not None else bounds.knee_floor
+    floor = s.options.knee_floor if s.options.knee_floor is not None else bounds.knee_floor
     limit = (
-        s.options.load.max_cpu_per_chunk_us
-        if s.options.load.max_cpu_per_chunk_us is not None
+        s.options.max_cpu_per_chunk_us
+        if s.options.max_cpu_per_chunk_us is not None
         else bounds.max_proxy_cpu_us_per_chunk
     )
     judged, s.result.error = checks.verdicts(
@@ -269,11 +368,6 @@ def _judge(s: CapacityRun) -> None:
     )
     for check in judged:
         s.result.add(check)
-
-
-def options_from(inputs: ScenarioInputs) -> CapacitySettings:
-    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
-    return CapacitySettings(load=inputs.capacity, seed=inputs.seed)
 
 
 PHASES: tuple[Phase[CapacityRun], ...] = (
@@ -286,7 +380,7 @@ PHASES: tuple[Phase[CapacityRun], ...] = (
         "climbing the load ladder",
         _climb,
         _plan_ladder,
-        numbers=lambda s: {"levels": len(s.options.load.levels()), "mode": s.options.load.load_mode},
+        numbers=lambda s: {"levels": len(s.options.levels()), "mode": s.options.load_mode},
     ),
     Phase("judge", "knee, cost per chunk, harness headroom", _judge,
           judges=("capacity.knee", "capacity.proxy_cpu_per_chunk", "capacity.harness_headroom")),
@@ -294,4 +388,13 @@ PHASES: tuple[Phase[CapacityRun], ...] = (
     Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
 )  # fmt: skip
 
-run_capacity = scenario_runner("capacity", PHASES, CapacityRun)
+SCENARIO = Scenario(
+    "capacity",
+    "rising load through the proxy until its SLO breaks: the knee, CPU per chunk, headroom",
+    CapacityOptions,
+    PHASES,
+    CapacityRun,
+    options_title="capacity scenario: the load ladder and its SLO",
+    in_all=False,
+)
+run_capacity = SCENARIO.run

@@ -2,21 +2,16 @@
 
 Gate files name checks (which may be `unsupported`, which thresholds apply); a typo there
 must be a usage error, not a silently ignored line, so names are validated against this.
-The catalog is not kept by hand: each scenario's checks module is imported, its checks
-register their ids (`registry.check`), and every scenario adds `endpoint_starts` (a proxy
-that never serves fails it, see `deployment.start_proxy`).
+The catalog is not kept by hand: each scenario's module imports its checks, which register
+their ids (`registry.check`), and every scenario adds `endpoint_starts` (a proxy that never
+serves fails it, see `deployment.start_proxy`).
 """
 
 from __future__ import annotations
 
-import importlib
-
 from dd_accept.acceptance.registry import REGISTRY
 from dd_accept.acceptance.scenarios import SCENARIOS
-from dd_accept.fixtures.deployment import ENDPOINT_STARTS
-
-for _scenario in SCENARIOS:
-    importlib.import_module(_scenario.checks_module)
+from dd_accept.deployment import ENDPOINT_STARTS
 
 # What each scenario's phases judge (`--check` chooses among these): its registered checks.
 JUDGED: dict[str, tuple[str, ...]] = {

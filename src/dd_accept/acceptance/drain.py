@@ -17,24 +17,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dd_accept import deployment
 from dd_accept.acceptance import drain_checks as checks
+from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.phases import (
     DeployedRun,
     Phase,
     deploy_proxy,
     plan_proxy,
     plan_stop,
-    scenario_runner,
     stop_if_started,
 )
 from dd_accept.acceptance.plan import JOB, NODE, PlannedCommand, Planner
 from dd_accept.base.drain_outcomes import MARKS
 from dd_accept.base.errors import SutBehaviourMissing
 from dd_accept.base.events import Event
-from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
-from dd_accept.fixtures import deployment
-from dd_accept.fixtures.deployment.placement import StepLaunch
+from dd_accept.deployment.placement import StepLaunch
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, scancel_argv, start_background
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.sut.profile import SutProfile
@@ -212,11 +211,6 @@ def _sut_cleanup(mode: str):
         s.result.add(_cleanup_drill(s.allocation, s.replicas, s.run, s.profile, s.options, mode))
 
     return drill
-
-
-def options_from(inputs: ScenarioInputs) -> DrainOptions:
-    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
-    return DrainOptions(seed=inputs.seed)
 
 
 def _drilled_endpoint(
@@ -428,4 +422,11 @@ def _endpoint_end(
     return checks.StepEnd(found.exit_code, max(0.0, ended - stop_at), found.source, raised)
 
 
-run_drain = scenario_runner("drain", PHASES, DrainRun)
+SCENARIO = Scenario(
+    "drain",
+    "graceful drain with real srun and scancel, and the SUT's own cleanup",
+    DrainOptions,
+    PHASES,
+    DrainRun,
+)
+run_drain = SCENARIO.run

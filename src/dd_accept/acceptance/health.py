@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dd_accept import deployment
 from dd_accept.acceptance import health_checks as checks
 from dd_accept.acceptance.analysis import requests
-from dd_accept.acceptance.phases import Phase, ScenarioRun, scenario_runner
+from dd_accept.acceptance.declaration import Scenario
+from dd_accept.acceptance.phases import Phase, ScenarioRun
 from dd_accept.acceptance.plan import JOB, NODE, TOKEN, PlannedCommand, Planner
 from dd_accept.base.errors import ClusterError, EnvironmentProblem
 from dd_accept.base.events import EventWriter, NodeChange, StepChange
-from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
-from dd_accept.fixtures import deployment
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.slurm_docker.allocation import Allocation, salloc_argv, scancel_argv, srun_argv, start_background
 from dd_accept.slurm_docker.interface import Cluster
@@ -458,11 +458,6 @@ def _plan_saturation(p: Planner) -> list[PlannedCommand]:
     return replicas(p, lambda p: [client])
 
 
-def options_from(inputs: ScenarioInputs) -> HealthOptions:
-    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
-    return HealthOptions(seed=inputs.seed)
-
-
 # Each judging phase deploys its own replicas and endpoint (its own ports and run directory),
 # injects its fault, drives the SUT's client or probes, judges, and stops what it started (the
 # faults leave replicas unusable): each stands alone. The healthy attempt is the baseline the
@@ -694,4 +689,12 @@ def _probe_isolation(
         replicas.stop()
 
 
-run_health = scenario_runner("health", PHASES, HealthRun)
+SCENARIO = Scenario(
+    "health",
+    "backend and node loss, unresponsive backends: detected and failing the attempt",
+    HealthOptions,
+    PHASES,
+    HealthRun,
+    spare_nodes=1,
+)
+run_health = SCENARIO.run

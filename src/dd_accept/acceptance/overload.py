@@ -11,24 +11,22 @@ Phases, each with its own client run so the evidence of one cannot leak into ano
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dd_accept import deployment
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import admission, requests, with_prefix
-from dd_accept.acceptance.phases import DeployedRun, Phase, scenario_runner, stop_if_started
-from dd_accept.acceptance.plan import NODE, BackendKind, PlannedCommand, Planner, backend_kind_of
+from dd_accept.acceptance.declaration import Scenario
+from dd_accept.acceptance.phases import DeployedRun, Phase, stop_if_started
+from dd_accept.acceptance.plan import NODE, BackendKind, PlannedCommand, Planner
 from dd_accept.base.events import AdmissionChange, Event, of_type
-from dd_accept.base.options import OverloadOptions
+from dd_accept.base.options import option
 from dd_accept.base.progress import ProgressWriter
-from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.base.waiting import WaitTimeout, wait_until
-from dd_accept.fixtures import deployment
-from dd_accept.fixtures.backends.vllm import VllmBackend
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, scancel_argv
 from dd_accept.sut.profile import SutProfile
 
@@ -67,6 +65,53 @@ def _report(events: list[Event], progress: ProgressWriter, phase: str) -> None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class OverloadOptions:
+    replicas: int = option(8, "synthetic replicas behind the proxy", minimum=1)
+    overloaded: int | None = option(
+        None, "replicas held in overload during partial overload (default: 2, at most --replicas minus 1)", minimum=1
+    )
+    queue_depth: int = option(
+        7, "waiting requests held on each overloaded replica (the seed's acceptance ran at 7)", minimum=1
+    )
+    threshold: int = option(0, "queue admission threshold, the SUT's override (its own default is 128)", minimum=0)
+    retry_after: int = option(3, "Retry-After seconds the replicas' queue admission sends", minimum=1)
+    admission_limit: int = option(8, "the SUT client's initial admission limit", minimum=1)
+    records: int = option(32, "records per client run", minimum=1)
+    recovery_records: int = 40
+    decrease_wait_s: float = 30.0  # two rounds take ~2 x Retry-After on a correct SUT
+    # The load client's own deadline per phase: what a SUT that never lets a record through
+    # costs the run before its checks judge what it did.
+    partial_deadline_s: float = 120.0
+    total_deadline_s: float = 150.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.replicas <= 64:
+            raise ValueError("--replicas must be between 1 and 64")
+        if self.overloaded is not None and not 1 <= self.overloaded < self.replicas:
+            raise ValueError(
+                "--overloaded must be at least 1 and below --replicas: partial overload needs a replica left"
+            )
+        if self.queue_depth <= self.threshold:
+            raise ValueError("--queue-depth must be above --threshold, or nothing is overloaded")
+        if self.retry_after < 1 or self.admission_limit < 1 or self.records < 1 or self.threshold < 0:
+            raise ValueError("--retry-after, --admission-limit and --records must be positive, --threshold >= 0")
+
+    @property
+    def partial_overloaded(self) -> int:
+        """Replicas held in partial overload: as given, else 2, leaving at least one serving
+        (so `--replicas 2` alone is a valid run, and scenarios that never overload never fail
+        on it). 0 only at one replica, where partial overload cannot run."""
+        return self.overloaded if self.overloaded is not None else max(0, min(2, self.replicas - 1))
+
+    def check_runnable(self) -> None:
+        """For a run of the scenario (never another's): partial overload needs a replica left
+        to fail over to."""
+        if self.partial_overloaded < 1:
+            raise ValueError("the overload scenario needs --replicas 2 or more: partial overload keeps one serving")
+
+
 WATCH_MARGIN_S = 30.0  # how long past the client's own deadline dd-accept waits for it to end
 
 
@@ -85,17 +130,12 @@ class OverloadRun(DeployedRun):
 
     options: OverloadOptions
     fast: tuple[str, ...] = FAST_REPLICAS
-    backend: VllmBackend | None = None
     client: BackgroundCommand | None = None
     samples: list[deployment.AdmissionSample] = field(default_factory=list)
     relieved_at: float = 0.0
     cold_start: deployment.ColdStart | None = None  # synthetic replicas only (exact depths)
     client_events: dict[str, list[Event]] = field(default_factory=dict)  # by phase
     partial_retries_429: float | None = None  # the proxy's own count, where its profile names one
-
-    @property
-    def backend_kind(self) -> BackendKind:
-        return backend_kind_of(self.backend)
 
     @property
     def max_attempts(self) -> int:
@@ -324,11 +364,6 @@ TOTAL_CLIENT = "total overload, then recovery: the SUT's client through the prox
 SYNTHETIC_ONLY: frozenset[BackendKind] = frozenset({"synthetic"})  # exact depths: vLLM's queue is held by real load
 
 
-def options_from(inputs: ScenarioInputs) -> OverloadOptions:
-    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
-    return dataclasses.replace(inputs.overload, seed=inputs.seed)
-
-
 PHASES: tuple[Phase[OverloadRun], ...] = (
     Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,
           numbers=lambda s: {"replicas": s.options.replicas}),
@@ -425,4 +460,13 @@ def client_load(options: OverloadOptions, records: int, deadline_s: float, model
     }
 
 
-run_overload = scenario_runner("overload", PHASES, OverloadRun)  # extra: fast=, backend=
+SCENARIO = Scenario(
+    "overload",
+    "partial and total overload through the SUT's proxy, admission and client",
+    OverloadOptions,
+    PHASES,
+    OverloadRun,
+    options_title="overload scenario: replicas, queue depth and the admission it drives",
+    backends=frozenset({"synthetic", "vllm"}),
+)
+run_overload = SCENARIO.run

@@ -22,7 +22,7 @@ from dd_accept.acceptance.registry import check
 from dd_accept.base.events import Event, UpstreamAttempt
 from dd_accept.base.percentiles import percentile
 from dd_accept.base.results import CheckResult
-from dd_accept.fixtures.deployment import AdmissionSample, ColdStart
+from dd_accept.deployment import AdmissionSample, ColdStart
 
 
 def _fmt_counts(counter: Counter[Any]) -> str:

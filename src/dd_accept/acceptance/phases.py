@@ -22,13 +22,14 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from dd_accept.acceptance.plan import BackendKind, PlannedCommand, Planner
+from dd_accept.acceptance.plan import BackendKind, PlannedCommand, Planner, backend_kind_of
 from dd_accept.acceptance.serving import serving_block
 from dd_accept.base import check_selection
 from dd_accept.base.errors import SutBehaviourMissing, UsageError
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import CheckResult, PhaseRecord, ScenarioResult
-from dd_accept.fixtures.deployment import Proxy, ReplicaSet, RunDirectory, start_proxy
+from dd_accept.deployment import Proxy, ReplicaSet, RunDirectory, start_proxy
+from dd_accept.deployment.backends.vllm import VllmBackend
 from dd_accept.slurm_docker.allocation import Allocation, scancel_argv
 from dd_accept.sut.profile import SutProfile
 
@@ -48,10 +49,11 @@ class ScenarioRun:
     options: Any  # the scenario's own options model
     progress: ProgressWriter
     result: ScenarioResult
+    backend: VllmBackend | None = None  # None: synthetic replicas (vLLM: overload only)
 
     @property
     def backend_kind(self) -> BackendKind:
-        return "synthetic"
+        return backend_kind_of(self.backend)
 
 
 @dataclass

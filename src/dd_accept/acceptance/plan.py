@@ -14,11 +14,11 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dd_accept.fixtures.backends.vllm import VllmBackend
-from dd_accept.fixtures.deployment.clients import client_step_options, load_client_argv
-from dd_accept.fixtures.deployment.placement import PROXY_PORT, REPLICA_PORT_BASE
-from dd_accept.fixtures.deployment.proxy import proxy_launch
-from dd_accept.fixtures.deployment.synthetic_replicas import synthetic_launch
+from dd_accept.deployment.backends.vllm import VllmBackend
+from dd_accept.deployment.clients import client_step_options, load_client_argv
+from dd_accept.deployment.placement import PROXY_PORT, REPLICA_PORT_BASE
+from dd_accept.deployment.proxy import proxy_launch
+from dd_accept.deployment.synthetic_replicas import synthetic_launch
 from dd_accept.slurm_docker.allocation import srun_argv
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.sut.profile import SutProfile

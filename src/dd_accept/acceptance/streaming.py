@@ -8,21 +8,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from dd_accept import deployment
 from dd_accept.acceptance import streaming_checks as checks
 from dd_accept.acceptance.analysis import requests, with_prefix
+from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.phases import (
     DeployedRun,
     Phase,
     deploy_proxy,
     plan_proxy,
     plan_stop,
-    scenario_runner,
     stop_if_started,
 )
 from dd_accept.acceptance.plan import PlannedCommand, Planner
-from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.base.waiting import WaitTimeout, wait_until
-from dd_accept.fixtures import deployment
 from dd_accept.slurm_docker.allocation import BackgroundCommand
 
 
@@ -243,11 +242,6 @@ def _judge_routing(s: StreamingRun) -> None:
     s.result.add(checks.least_connections(upstream, s.deployed[0].count, 0, ROUTING_STREAMS))
 
 
-def options_from(inputs: ScenarioInputs) -> StreamingOptions:
-    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
-    return StreamingOptions(seed=inputs.seed, client_headers=inputs.client_headers)
-
-
 PHASES: tuple[Phase[StreamingRun], ...] = (
     Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,
           numbers=lambda s: {"replicas": s.options.replicas}),
@@ -279,4 +273,11 @@ PHASES: tuple[Phase[StreamingRun], ...] = (
     Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
 )  # fmt: skip
 
-run_streaming = scenario_runner("streaming", PHASES, StreamingRun)
+SCENARIO = Scenario(
+    "streaming",
+    "streams passed through whole, unbuffered, with honest connection accounting",
+    StreamingOptions,
+    PHASES,
+    StreamingRun,
+)
+run_streaming = SCENARIO.run

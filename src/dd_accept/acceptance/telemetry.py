@@ -19,25 +19,23 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from dd_accept import deployment
 from dd_accept.acceptance import telemetry_checks as checks
 from dd_accept.acceptance.analysis import attempts_by_request, requests, with_prefix
+from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.drain import plan_endpoint_stop, stop_endpoint_step
-from dd_accept.acceptance.overload import SYNTHETIC_ONLY
 from dd_accept.acceptance.phases import (
     DeployedRun,
     Phase,
     deploy_proxy,
     plan_proxy,
     plan_stop,
-    scenario_runner,
     stop_if_started,
 )
 from dd_accept.acceptance.plan import CANARY_STAND_IN, PlannedCommand, Planner
 from dd_accept.base.errors import ClusterError
 from dd_accept.base.events import SUT_ATTEMPT_RECORDS, EventWriter, UpstreamAttempt
-from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.base.waiting import WaitTimeout, wait_until
-from dd_accept.fixtures import deployment
 from dd_accept.sut.profile import SutProfile
 
 
@@ -712,61 +710,48 @@ def _judge(s: TelemetryRun) -> None:
     s.result.add(checks.no_payloads(_settled_log(s), s.canary, checks.sent_secrets(s.options.client_headers)))
 
 
-def options_from(inputs: ScenarioInputs) -> TelemetryOptions:
-    """The scenario's options from what the user set (its pytest entry and the dry run call this)."""
-    return TelemetryOptions(seed=inputs.seed, client_headers=inputs.client_headers)
-
-
 PHASES: tuple[Phase[TelemetryRun], ...] = (
     Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,
           numbers=lambda s: {"replicas": s.options.replicas}),
     Phase("deploy", "deploying the SUT's proxy", deploy_proxy, plan_proxy),
     Phase("drive", "requests through the proxy, every replica serving", _steady, _plan_sends("steady")),
-    Phase("hold", "replica 0 answers 429 with Retry-After", _force_429, backends=SYNTHETIC_ONLY),
-    Phase("drive", "requests while replica 0 answers 429", _retry_429, _plan_sends("retry-429"),
-          backends=SYNTHETIC_ONLY, fault="forced 429s"),
-    Phase("hold", "replicas 1 and 2 answer 503", _force_503, backends=SYNTHETIC_ONLY),
+    Phase("hold", "replica 0 answers 429 with Retry-After", _force_429),
+    Phase("drive", "requests while replica 0 answers 429", _retry_429, _plan_sends("retry-429"), fault="forced 429s"),
+    Phase("hold", "replicas 1 and 2 answer 503", _force_503),
     Phase(
         "drive",
         "requests while replicas 1 and 2 answer 503",
         _failover_503,
         _plan_sends("failover-503"),
-        backends=SYNTHETIC_ONLY,
         fault="forced 503s",
     ),
-    Phase("relieve", "replicas answer what they serve again", _stop_forcing, backends=SYNTHETIC_ONLY),
-    Phase("hold", "every replica answers 503", _exhaust, backends=SYNTHETIC_ONLY),
+    Phase("relieve", "replicas answer what they serve again", _stop_forcing),
+    Phase("hold", "every replica answers 503", _exhaust),
     Phase(
         "drive",
         "requests one at a time while every replica answers 503",
         _exhausted,
         lambda p: [_planned_send(p, "exhausted", p.options.exhausted_requests, 1)],
-        backends=SYNTHETIC_ONLY,
         fault="every replica answers 503",
     ),
-    Phase("relieve", "no replica answers 503 any more", _stop_forcing, backends=SYNTHETIC_ONLY),
-    Phase("hold", "replicas 2 and 3 cut streams mid-way", _cut, backends=SYNTHETIC_ONLY),
+    Phase("relieve", "no replica answers 503 any more", _stop_forcing),
+    Phase("hold", "replicas 2 and 3 cut streams mid-way", _cut),
     Phase(
         "drive",
         "requests while replicas 2 and 3 cut streams",
         _cut_streams,
         _plan_sends("cut"),
-        backends=SYNTHETIC_ONLY,
         fault="streams cut mid-way",
     ),
-    Phase("relieve", "replicas stream whole again", _stop_cutting, backends=SYNTHETIC_ONLY),
-    Phase("drive", "replicas close the proxy's idle connections, then requests", _stale, _plan_lifecycle("stale"),
-          backends=SYNTHETIC_ONLY),
-    Phase("drive", "idle past the proxy's keep-alive, then requests", _expired, _plan_lifecycle("expired"),
-          backends=SYNTHETIC_ONLY),
-    Phase("drive", "requests whose responses close their connection", _discarded, _plan_lifecycle("discarded"),
-          backends=SYNTHETIC_ONLY),
+    Phase("relieve", "replicas stream whole again", _stop_cutting),
+    Phase("drive", "replicas close the proxy's idle connections, then requests", _stale, _plan_lifecycle("stale")),
+    Phase("drive", "idle past the proxy's keep-alive, then requests", _expired, _plan_lifecycle("expired")),
+    Phase("drive", "requests whose responses close their connection", _discarded, _plan_lifecycle("discarded")),
     Phase(
         "drive",
         "requests while replicas hold streams back past the proxy's timeouts",
         _timed_out,
         _plan_timeouts,
-        backends=SYNTHETIC_ONLY,
         fault="streams held back past the proxy's timeouts",
     ),
     Phase(
@@ -774,35 +759,31 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
         "requests one at a time while replica 0 holds the proxy's health probe",
         _probe_routing,
         _plan_probe_routing,
-        backends=SYNTHETIC_ONLY,
         fault="a health probe held on replica 0",
     ),
     Phase(
         "hold",
         "replica 0 refuses connections, replica 1 resets each request it reads",
         _break_connections,
-        backends=SYNTHETIC_ONLY,
     ),
     Phase(
         "drive",
         "requests while replicas refuse and reset connections",
         _connection_errors,
         _plan_sends("connection-errors"),
-        backends=SYNTHETIC_ONLY,
         fault="connections refused and reset",
     ),
-    Phase("relieve", "replicas 0 and 1 serve again", _mend_connections, backends=SYNTHETIC_ONLY),
-    Phase("drive", "reading the proxy's counters before it is stopped", _read_counters, backends=SYNTHETIC_ONLY),
+    Phase("relieve", "replicas 0 and 1 serve again", _mend_connections),
+    Phase("drive", "reading the proxy's counters before it is stopped", _read_counters),
     Phase(
         "stop",
         "TERM to the endpoint while streams longer than its drain allowance run",
         _drain_bound,
         _plan_drain_bound,
-        backends=SYNTHETIC_ONLY,
         fault="streams longer than the drain allowance, cut by the drain bound",
     ),
     # every check reads every phase before it: a selection runs them all
-    Phase("judge", "the SUT's telemetry against the replicas' and the client's", _judge, backends=SYNTHETIC_ONLY,
+    Phase("judge", "the SUT's telemetry against the replicas' and the client's", _judge,
           judges=("telemetry.attempt_counters", "telemetry.request_log", "telemetry.attempt_log",
                   "telemetry.incomplete_streams", "telemetry.connection_lifecycle", "telemetry.timeouts",
                   "telemetry.probe_routing", "telemetry.connection_errors", "telemetry.no_payloads")),
@@ -810,4 +791,11 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
     Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
 )  # fmt: skip
 
-run_telemetry = scenario_runner("telemetry", PHASES, TelemetryRun)
+SCENARIO = Scenario(
+    "telemetry",
+    "the proxy's request records, attempt and retry counters against what replicas saw",
+    TelemetryOptions,
+    PHASES,
+    TelemetryRun,
+)
+run_telemetry = SCENARIO.run

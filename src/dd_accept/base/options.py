@@ -1,14 +1,16 @@
-"""The user options, each defined once: one typed model per concern.
+"""The machinery of user options, each defined once, in one typed model per concern.
 
 A model is a frozen dataclass whose fields marked with `option(...)` carry everything the
-front ends need: the type (the annotation), the default, the bounds or choices and the help.
-`dd-accept run`'s arguments, the pytest plugin's `--dd-*` options, gate-file keys, the
-runner's pytest argv and the dry-run plan are all derived from these fields, so adding an
-option is one field (plus its use in a scenario), and the front ends cannot drift. Rules
-that relate two fields live in the model's `__post_init__`, written in terms of CLI flags;
-each front end renames the flags to its own spelling (`--dd-x`, `section.x`).
-
-This module sits at the bottom of the house: it imports nothing of dd-accept.
+front ends need: the type (the annotation), the default, the bounds or choices and the help;
+its other fields are what its owner fixes. Each model lives with what it configures: a
+scenario's in its module (`acceptance/<name>.py`, found through the scenario registry), and
+the run's own where they are used (`ClusterOptions` in slurm_docker, `BackendOptions` with
+the vLLM backend, `DrainTiming` with the SUT profile). `dd-accept run`'s arguments, the
+pytest plugin's `--dd-*` options, gate-file keys, the request the runner hands its pytest
+child and the dry-run plan are all derived from these fields, so adding an option is one
+field (plus its use), and the front ends cannot drift. Rules that relate two fields live in
+the model's `__post_init__`, written in terms of CLI flags; each front end renames the flags
+to its own spelling (`--dd-x`, `section.x`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,8 @@ import re
 import types
 import typing
 from collections.abc import Callable, Mapping
-from dataclasses import Field, dataclass, field, fields
+from dataclasses import Field, field, fields
 from typing import Any
-
-from dd_accept.base.slurm_releases import DEFAULT_PROCTRACK, DEFAULT_RELEASE, PROCTRACK, RELEASES
 
 MISSING = dataclasses.MISSING
 
@@ -64,9 +64,9 @@ def option(
     return field(default=default, metadata=metadata)
 
 
-def user_options(model: type | None = None) -> tuple[Field[Any], ...]:
+def user_options(model: type) -> tuple[Field[Any], ...]:
     """The fields of `model` that users set (CLI, pytest, gate files), in declaration order."""
-    return tuple(f for f in fields(model or OverloadOptions) if f.metadata.get("option"))
+    return tuple(f for f in fields(model) if f.metadata.get("option"))
 
 
 def flag(option_field: Field[Any], prefix: str = "--") -> str:
@@ -251,291 +251,24 @@ def from_gate(model: type, section: Any, where: str, **extra: Any) -> Any:
     return build(model, raw, lambda f: f"{where}.{gate_key(f)}", **extra)
 
 
-def _refuse_given(instance: Any, names: tuple[str, ...], applies_to: str) -> None:
+def refuse_given(instance: Any, names: tuple[str, ...], applies_to: str) -> None:
     """An option given where it has no effect is a usage error, never silently ignored."""
     for name in names:
         if getattr(instance, name) not in (None, ()):
             raise ValueError(f"{flag(type(instance).__dataclass_fields__[name])} applies to {applies_to} only")
 
 
-# ---- the models ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class OverloadOptions:
-    replicas: int = option(8, "synthetic replicas behind the proxy", minimum=1)
-    overloaded: int | None = option(
-        None, "replicas held in overload during partial overload (default: 2, at most --replicas minus 1)", minimum=1
-    )
-    queue_depth: int = option(
-        7, "waiting requests held on each overloaded replica (the seed's acceptance ran at 7)", minimum=1
-    )
-    threshold: int = option(0, "queue admission threshold, the SUT's override (its own default is 128)", minimum=0)
-    retry_after: int = option(3, "Retry-After seconds the replicas' queue admission sends", minimum=1)
-    admission_limit: int = option(8, "the SUT client's initial admission limit", minimum=1)
-    records: int = option(32, "records per client run", minimum=1)
-    recovery_records: int = 40
-    decrease_wait_s: float = 30.0  # two rounds take ~2 x Retry-After on a correct SUT
-    # The load client's own deadline per phase: what a SUT that never lets a record through
-    # costs the run before its checks judge what it did.
-    partial_deadline_s: float = 120.0
-    total_deadline_s: float = 150.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.replicas <= 64:
-            raise ValueError("--replicas must be between 1 and 64")
-        if self.overloaded is not None and not 1 <= self.overloaded < self.replicas:
-            raise ValueError(
-                "--overloaded must be at least 1 and below --replicas: partial overload needs a replica left"
-            )
-        if self.queue_depth <= self.threshold:
-            raise ValueError("--queue-depth must be above --threshold, or nothing is overloaded")
-        if self.retry_after < 1 or self.admission_limit < 1 or self.records < 1 or self.threshold < 0:
-            raise ValueError("--retry-after, --admission-limit and --records must be positive, --threshold >= 0")
-
-    @property
-    def partial_overloaded(self) -> int:
-        """Replicas held in partial overload: as given, else 2, leaving at least one serving
-        (so `--replicas 2` alone is a valid run, and scenarios that never overload never fail
-        on it). 0 only at one replica, where partial overload cannot run."""
-        return self.overloaded if self.overloaded is not None else max(0, min(2, self.replicas - 1))
-
-    def check_partial_overload(self) -> None:
-        """For a run that overloads: partial overload needs a replica left to fail over to."""
-        if self.partial_overloaded < 1:
-            raise ValueError("the overload scenario needs --replicas 2 or more: partial overload keeps one serving")
-
-
-@dataclass(frozen=True, slots=True)
-class DrainOptions:
-    """The SUT profile's drain timing, replaced for one run (None: the profile's own)."""
-
-    window_seconds: float | None = option(
-        None,
-        "seconds; replaces the SUT profile's drain window (default: the profile's)",
-        above=0,
-        flag="drain-window",
-        gate_key="drain_window_s",
-    )
-    allowance_seconds: float | None = option(
-        None,
-        "seconds; replaces the SUT profile's drain allowance (default: the profile's)",
-        above=0,
-        flag="drain-allowance",
-        gate_key="drain_allowance_s",
-    )
-
-    def __post_init__(self) -> None:
-        window, allowance = self.window_seconds, self.allowance_seconds
-        if window is not None and allowance is not None and allowance < window:
-            raise ValueError("--drain-allowance must be at least --drain-window")
-
-    def overrides(self) -> dict[str, float]:
-        """The profile fields to replace, by their names in the profile's [drain] table."""
-        return {f.name: getattr(self, f.name) for f in user_options(DrainOptions) if getattr(self, f.name) is not None}
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterOptions:
-    """Where to run, and what a site needs on its allocations and steps."""
-
-    mode: str = option(
-        "docker",
-        "existing: this machine is a login node of a real Slurm cluster (srun, salloc, scancel on PATH)",
-        choices=("docker", "existing"),
-        flag="cluster",
-        pytest_flag="cluster-mode",
-    )
-    run_dir: str | None = option(
-        None, "existing cluster: absolute path of a directory every node shares", metavar="DIR"
-    )
-    partition: str | None = option(
-        None, "existing cluster: partition of the allocations (default: the site's)", metavar="NAME"
-    )
-    account: str | None = option(
-        None, "existing cluster: account of the allocations (default: the user's)", metavar="NAME"
-    )
-    time: str | None = option(
-        None, "existing cluster: time limit of the allocations, e.g. 30:00 (default: the partition's)", metavar="LIMIT"
-    )
-    gres: str | None = option(
-        None, "existing cluster: generic resources of the allocations, e.g. gpu:8", metavar="TYPE:N"
-    )
-    srun_args: tuple[str, ...] = option((), "existing cluster: extra srun argument", flag="srun-arg", metavar="ARG")
-    slurm: str | None = option(
-        None,
-        "docker cluster: Slurm release of the nodes, from the Debian suite that carries it: "
-        + ", ".join(f"{r.version} ({r.suite})" for r in RELEASES.values())
-        + f" (default: {DEFAULT_RELEASE})",
-        choices=tuple(RELEASES),
-        metavar="RELEASE",
-    )
-    slurm_config: str | None = option(
-        None,
-        "docker cluster: process tracking, a site setting: linuxproc (task/none) or cgroup "
-        f"(proctrack/cgroup with task/cgroup; needs a cgroup v1 host) (default: {DEFAULT_PROCTRACK})",
-        choices=PROCTRACK,
-    )
-
-    def __post_init__(self) -> None:
-        if self.mode == "docker":
-            _refuse_given(self, ("run_dir", "partition", "account", "time", "gres", "srun_args"), "--cluster existing")
-        else:
-            _refuse_given(self, ("slurm", "slurm_config"), "--cluster docker")
-
-    @property
-    def release(self) -> str:
-        """The docker cluster's Slurm release (the default when none was chosen)."""
-        return self.slurm or DEFAULT_RELEASE
-
-    @property
-    def proctrack(self) -> str:
-        """The docker cluster's process tracking (linuxproc when none was chosen)."""
-        return self.slurm_config or DEFAULT_PROCTRACK
-
-    def salloc_args(self) -> tuple[str, ...]:
-        pairs = (("--partition", self.partition), ("--account", self.account), ("--gres", self.gres))
-        return tuple(f"{option_flag}={value}" for option_flag, value in pairs if value)
-
-
-@dataclass(frozen=True, slots=True)
-class BackendOptions:
-    """Which replicas serve: synthetic vLLM stand-ins, or `vllm serve` (overload only)."""
-
-    backend: str = option(
-        "synthetic",
-        "vllm: `vllm serve` replicas, steered by real load (overload scenario only)",
-        choices=("synthetic", "vllm"),
-        gate_key="kind",
-    )
-    model: str | None = option(
-        None, "vllm: the model `vllm serve` loads (default: none; --backend vllm needs it)", metavar="NAME_OR_PATH"
-    )
-    gpus_per_replica: int | None = option(None, "vllm: GPUs per replica step (default: 1; 0: no --gres)", minimum=0)
-    vllm_args: tuple[str, ...] = option((), "vllm: extra `vllm serve` argument", flag="vllm-arg", metavar="ARG")
-    vllm_command: str | None = option(
-        None,
-        "vllm: how to run vllm on the nodes, e.g. '/opt/vllm/bin/vllm' (default: the SUT venv's bin/vllm)",
-        metavar="CMD",
-    )
-
-    def __post_init__(self) -> None:
-        if self.backend == "synthetic":
-            _refuse_given(self, ("model", "gpus_per_replica", "vllm_args", "vllm_command"), "--backend vllm")
-        elif not self.model:
-            raise ValueError("--backend vllm needs --model MODEL (what `vllm serve` loads)")
-
-
-LOAD_MODES = ("concurrency", "constant", "poisson")
-
-
-@dataclass(frozen=True, slots=True)
-class CapacityOptions:
-    """How the capacity scenario raises the load: a ladder of levels, each `--load-factor`
-    times the one before, every level held `--level-seconds`, until the SLO breaks."""
-
-    load_mode: str = option(
-        "concurrency",
-        "capacity: streams held in flight (concurrency), or requests arriving at a rate, evenly (constant) "
-        "or as a seeded Poisson process (poisson), as vLLM's bench serve and guidellm send them",
-        choices=LOAD_MODES,
-    )
-    load_start: float | None = option(
-        None,
-        "capacity: the first level, streams in flight or requests/s (default: 8 streams; 40 requests/s)",
-        above=0,
-        unit="streams or requests/s",
-        metavar="N",
-    )
-    load_factor: float = option(
-        1.5, "capacity: each level's load over the one before", above=1, unit="times", metavar="FACTOR"
-    )
-    load_levels: int = option(12, "capacity: the most levels the ladder climbs, 2 to 30", minimum=2)
-    level_seconds: float = option(3.0, "capacity: seconds each level sends new requests", above=0)
-    slo_added_ttft_ms: float = option(
-        150.0,
-        "capacity SLO: the proxy's added time to first token, p95 (ms)",
-        above=0,
-        unit="milliseconds",
-        metavar="MS",
-    )
-    slo_chunk_delay_ms: float = option(
-        25.0,
-        "capacity SLO: each chunk's delay from the replica's write to the client's read, p95 (ms)",
-        above=0,
-        unit="milliseconds",
-        metavar="MS",
-    )
-
-    knee_floor: float | None = option(
-        None,
-        "capacity: output tokens/s the knee must reach (default: the SUT profile's)",
-        above=0,
-        unit="tokens/s",
-        metavar="TOK_S",
-    )
-    max_cpu_per_chunk_us: float | None = option(
-        None,
-        "capacity: the most proxy CPU per forwarded chunk, microseconds (default: the SUT profile's)",
-        above=0,
-        unit="microseconds",
-        metavar="US",
-    )
-
-    def __post_init__(self) -> None:
-        if self.load_mode == "concurrency" and self.load_start is not None and self.load_start != int(self.load_start):
-            raise ValueError("--load-start must be a whole number of streams with --load-mode concurrency")
-        if self.load_start is not None and self.load_start < 0.1:
-            raise ValueError("--load-start must be at least 0.1 (requests/s) or 1 (stream)")
-        if self.load_levels > 30:
-            raise ValueError("--load-levels must be between 2 and 30")
-        if self.level_seconds > 3600:
-            raise ValueError("--level-seconds must be at most 3600")
-        top = self.levels()[-1]
-        if top > 100_000:
-            raise ValueError(
-                f"the ladder would climb to {top:g} {self.unit()}: lower --load-start, --load-factor or --load-levels"
-            )
-
-    @property
-    def start(self) -> float:
-        return self.load_start if self.load_start is not None else (8 if self.load_mode == "concurrency" else 40)
-
-    def levels(self) -> list[float]:
-        """The ladder: whole streams in concurrency mode (each level above the one before),
-        requests/s rounded to 0.1 at a rate."""
-        found: list[float] = []
-        value = self.start
-        for _ in range(self.load_levels):
-            if self.load_mode == "concurrency":
-                level = float(max(round(value), int(found[-1]) + 1 if found else 1))
-            else:  # always climbing, by at least 0.1 requests/s
-                level = max(round(value, 1), round(found[-1] + 0.1, 1) if found else 0.1)
-            found.append(level)
-            value = level * self.load_factor
-        return found
-
-    def unit(self) -> str:
-        return "streams in flight" if self.load_mode == "concurrency" else "requests/s"
-
-    def ladder(self) -> tuple[tuple[str, float], ...]:
-        """How the ladder is built, as the knee's metrics carry it (regressions.LADDER): two
-        knees compare only when these are equal."""
-        return (
-            ("ladder_mode", float(LOAD_MODES.index(self.load_mode))),
-            ("ladder_start", float(self.start)),
-            ("ladder_factor", self.load_factor),
-            ("ladder_levels", float(self.load_levels)),
-            ("level_seconds", self.level_seconds),
-            ("slo_added_ttft_ms", self.slo_added_ttft_ms),
-            ("slo_chunk_delay_ms", self.slo_chunk_delay_ms),
-        )
-
-
-MODELS: tuple[type, ...] = (OverloadOptions, DrainOptions, ClusterOptions, BackendOptions, CapacityOptions)
-
-
 def parse_argv_values(parser_values: argparse.Namespace, model: type, prefix: str = "--") -> dict[str, Any]:
     """`given` over an argparse namespace."""
     return given(model, lambda dest: getattr(parser_values, dest, None), prefix)
+
+
+def raw_values(instance: Any) -> dict[str, Any]:
+    """The options of `instance` that differ from their defaults, by field name, as JSON holds
+    them (the request the runner hands its pytest child; `build` reads them back)."""
+    values: dict[str, Any] = {}
+    for option_field in user_options(type(instance)):
+        value = getattr(instance, option_field.name)
+        if value != default_of(option_field):
+            values[option_field.name] = list(value) if isinstance(value, tuple) else value
+    return values

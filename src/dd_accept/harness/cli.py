@@ -20,14 +20,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from dd_accept import __version__
+from dd_accept.acceptance.request import RunRequest, scenario_options
+from dd_accept.acceptance.scenarios import SCENARIO_NAMES, SCENARIOS
 from dd_accept.base.documents import checked
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_INTERRUPTED, EXIT_PASS, EXIT_USAGE, DDAcceptError, UsageError
 from dd_accept.base.options import (
-    BackendOptions,
-    CapacityOptions,
-    ClusterOptions,
-    DrainOptions,
-    OverloadOptions,
     add_arguments,
     build,
     given,
@@ -36,6 +33,7 @@ from dd_accept.base.options import (
 from dd_accept.base.regressions import REGRESSION_METRICS, SERVING_TOLERANCE
 from dd_accept.base.shown_paths import shown_path
 from dd_accept.base.state import state_root
+from dd_accept.deployment.backends.vllm import BackendOptions
 from dd_accept.harness.checks_command import add_checks_command
 from dd_accept.harness.console import ConsoleListener, fail_line
 from dd_accept.harness.doctor import run_checks
@@ -43,7 +41,7 @@ from dd_accept.harness.doctor import to_json as doctor_document
 from dd_accept.harness.dry_run import print_plan
 from dd_accept.harness.gate import describe_gate, resolve_suts, run_gate
 from dd_accept.harness.gate_file import load_gate
-from dd_accept.harness.runner import SCENARIOS, RunRequest, default_out, parse_sut, run
+from dd_accept.harness.runner import default_out, parse_sut, run
 from dd_accept.node.loadclient.workload import parse_header
 from dd_accept.reports import compare, history, render
 from dd_accept.reports.audit import Baseline, audit, read_baseline
@@ -54,10 +52,11 @@ from dd_accept.reports.signing import load_private_key, load_public_key
 from dd_accept.reports.verify import Policy, facts_lines, verify
 from dd_accept.slurm_docker import engine, images
 from dd_accept.slurm_docker.cluster import SlurmCluster
+from dd_accept.slurm_docker.cluster_options import ClusterOptions
 from dd_accept.slurm_docker.spec import ClusterSpec
 from dd_accept.slurm_docker.sut_image import build_node_image
 from dd_accept.slurm_docker.sweep import list_clusters
-from dd_accept.sut.profile import choose_profile, load_profile
+from dd_accept.sut.profile import DrainTiming, choose_profile, load_profile
 from dd_accept.sut.spec import DEFAULT_SUT
 from dd_accept.sut.wheelhouse import build_wheelhouse
 
@@ -205,9 +204,7 @@ def _cmd_sut_prepare(args: argparse.Namespace, console: ConsoleListener) -> int:
 
 def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
     try:
-        overload = build(OverloadOptions, parse_argv_values(args, OverloadOptions), seed=args.seed)
-        drain = build(DrainOptions, parse_argv_values(args, DrainOptions))
-        capacity = build(CapacityOptions, parse_argv_values(args, CapacityOptions))
+        drain = build(DrainTiming, parse_argv_values(args, DrainTiming))
         cluster = build(ClusterOptions, parse_argv_values(args, ClusterOptions))
         backend = build(BackendOptions, parse_argv_values(args, BackendOptions))
         for header in args.client_header:
@@ -219,9 +216,8 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         sut=args.sut,
         profile=args.profile,
         out=Path(args.out) if args.out else None,
-        overload=overload,
+        options=scenario_options(lambda model: parse_argv_values(args, model)),
         drain=drain,
-        capacity=capacity,
         cluster=cluster,
         backend=backend,
         allow_unsupported=args.allow_unsupported,
@@ -610,14 +606,15 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run acceptance scenarios on a fresh dockerized Slurm cluster (or, with --cluster existing, "
         "on the Slurm cluster this machine is a login node of) and judge the SUT.",
     )
-    run.add_argument("scenario", metavar="SCENARIO", help=f"one of: {', '.join((*SCENARIOS, 'all'))}")
+    run.add_argument("scenario", metavar="SCENARIO", help=f"one of: {', '.join((*SCENARIO_NAMES, 'all'))}")
     add_sut_options(run)
     run.add_argument(
         "--out", metavar="DIR", help="output directory (default: evidence/<utc-time>-<scenario>/); must be new"
     )
 
-    overload = run.add_argument_group("overload scenario: replicas, queue depth and the admission it drives")
-    add_arguments(overload.add_argument, OverloadOptions)  # every option defined once, in base.options
+    for scenario in SCENARIOS:  # each scenario's options, defined once, in its own module
+        if scenario.options_title:
+            add_arguments(run.add_argument_group(scenario.options_title).add_argument, scenario.options)
     run.add_argument(
         "--client-header",
         action="append",
@@ -649,9 +646,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
     drain = run.add_argument_group("drain scenario: the window and allowance (default: the SUT profile's)")
-    add_arguments(drain.add_argument, DrainOptions)
-    capacity = run.add_argument_group("capacity scenario: the load ladder and its SLO")
-    add_arguments(capacity.add_argument, CapacityOptions)
+    add_arguments(drain.add_argument, DrainTiming)
     where = run.add_argument_group("where to run (default: a dockerized Slurm cluster on this machine)")
     add_arguments(where.add_argument, ClusterOptions)
     replicas = run.add_argument_group("replicas (default: synthetic vLLM stand-ins)")

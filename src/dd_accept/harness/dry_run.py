@@ -12,19 +12,17 @@ are not printed: they may be secrets.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 from packaging.requirements import Requirement
 
 from dd_accept.acceptance.phases import plan_phases
 from dd_accept.acceptance.plan import JOB, PlannedCommand, Planner, PlanTarget, render
-from dd_accept.acceptance.scenarios import SCENARIOS
+from dd_accept.acceptance.request import RunRequest
+from dd_accept.acceptance.scenarios import BY_NAME
 from dd_accept.base.errors import EXIT_PASS, UsageError
-from dd_accept.base.scenario_inputs import ScenarioInputs
-from dd_accept.fixtures.backends.vllm import vllm_backend
-from dd_accept.fixtures.deployment import SCENARIO_ALLOCATION, scenario_job_name
-from dd_accept.harness.runner import RunRequest
+from dd_accept.deployment import SCENARIO_ALLOCATION, scenario_job_name
+from dd_accept.deployment.backends.vllm import vllm_backend
 from dd_accept.slurm_docker.allocation import salloc_argv, scancel_argv
 from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
 from dd_accept.slurm_docker.spec import SLURMD_TIMEOUT_S
@@ -75,19 +73,17 @@ def print_plan(request: RunRequest) -> int:
     slurmd_timeout = None if cluster.mode == "existing" else SLURMD_TIMEOUT_S
     target = PlanTarget(layout, cluster.salloc_args(), cluster.srun_args, cluster.time, slurmd_timeout)
     backend = vllm_backend(request.backend)
-    inputs = ScenarioInputs(
-        request.seed, _unshown_headers(request.client_headers), request.overload, request.capacity, request.checks
-    )
+    inputs = request.inputs(_unshown_headers(request.client_headers))
     sections: list[tuple[str, list[PlannedCommand]]] = []
     for name in names:
-        module = importlib.import_module(next(s for s in SCENARIOS if s.name == name).phases_module)
-        planner = Planner(target, profile, module.options_from(inputs), run_dir, backend)
+        declared = BY_NAME[name]
+        planner = Planner(target, profile, declared.options_from(inputs), run_dir, backend)
         allocate = PlannedCommand(
             "hold one whole node for the replicas, the proxy and the client",
             salloc_argv(target, nodes=1, job_name=scenario_job_name(name), extra=SCENARIO_ALLOCATION),
         )
         scenario = [("allocate", [allocate])]
-        planned = plan_phases(module.PHASES, planner, inputs.checks)
+        planned = plan_phases(declared.phases, planner, inputs.checks)
         scenario += [(f"{p.kind}: {p.title}", commands) for p, commands in planned]
         scenario.append(("release", [PlannedCommand("release the allocation", scancel_argv(JOB))]))
         sections += [(f"{name}: {heading}" if len(names) > 1 else heading, c) for heading, c in scenario]

@@ -26,6 +26,7 @@ from typing import Any
 
 from rich.table import Table
 
+from dd_accept.acceptance.request import RunRequest
 from dd_accept.base.documents import checked
 from dd_accept.base.errors import (
     EXIT_CHECK_FAILED,
@@ -41,7 +42,7 @@ from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.gate_file import GateFile
 from dd_accept.harness.gate_metrics import judge_goodput, judge_metric
 from dd_accept.harness.gate_rounds import ROLES, judge_round_regressions, later_rounds, round_name
-from dd_accept.harness.runner import RunRequest, as_given, parse_sut, prepare_out, run
+from dd_accept.harness.runner import as_given, parse_sut, prepare_out, run
 from dd_accept.reports import compare, gate_page
 
 SCHEMA = "dd-accept/gate/v1"
@@ -136,9 +137,8 @@ def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None, release
         sut=sut,
         profile=gate.gate.profile,
         out=out,
-        overload=gate.overload(),
+        options=gate.scenario_options(),
         drain=gate.drain(),
-        capacity=gate.capacity(),
         cluster=gate.cluster_options(release),
         backend=gate.backend_options(),
         # Bundles keep the strict verdict; the gate itself allows only the checks its file names.

@@ -12,23 +12,17 @@ from dataclasses import dataclass, field, make_dataclass, replace
 from pathlib import Path
 
 from dd_accept.acceptance.catalog import CHECKS
-from dd_accept.acceptance.scenarios import ALL_SCENARIOS
+from dd_accept.acceptance.request import scenario_options
+from dd_accept.acceptance.scenarios import ALL_SCENARIOS, SCENARIO_MODELS
 from dd_accept.base.errors import UsageError
 from dd_accept.base.noisy_comparison import FEWEST_ROUNDS
-from dd_accept.base.options import (
-    BackendOptions,
-    CapacityOptions,
-    ClusterOptions,
-    DrainOptions,
-    OverloadOptions,
-    from_gate,
-    gate_fields,
-    gate_key,
-    user_options,
-)
+from dd_accept.base.options import from_gate, gate_fields, gate_key, user_options
 from dd_accept.base.toml_tables import build_table, parse_toml
 from dd_accept.base.user_files import read_user_text
+from dd_accept.deployment.backends.vllm import BackendOptions
 from dd_accept.harness.gate_metrics import GoodputSection, MetricDemand, parse_metric_demands
+from dd_accept.slurm_docker.cluster_options import ClusterOptions
+from dd_accept.sut.profile import DrainTiming
 from dd_accept.sut.spec import DEFAULT_SUT
 
 
@@ -54,10 +48,10 @@ MOST_ROUNDS = 7
 
 # Each section's keys are derived from the option models (base.options), so a gate file
 # accepts exactly what `dd-accept run` accepts, under the same bounds.
-# [options]: the overload options, plus seed and parallel.
+# [options]: every scenario's options (found through the scenario registry), plus seed and parallel.
 GateOptions = make_dataclass(
     "GateOptions",
-    [*gate_fields(OverloadOptions), *gate_fields(CapacityOptions), ("seed", int, 0), ("parallel", int, 2)],
+    [*(key for model in SCENARIO_MODELS for key in gate_fields(model)), ("seed", int, 0), ("parallel", int, 2)],
     frozen=True,
     slots=True,
 )
@@ -69,7 +63,7 @@ Thresholds = make_dataclass(
         # With two SUTs: how much worse the candidate's capacity numbers may be than the
         # baseline's, a fraction (default: each metric's own, base.regressions).
         ("capacity_tolerance", float | None, None),
-        *gate_fields(DrainOptions),
+        *gate_fields(DrainTiming),
     ],
     frozen=True,
     slots=True,
@@ -102,14 +96,18 @@ class GateFile:
         return list(ALL_SCENARIOS) if "all" in self.gate.scenarios else list(self.gate.scenarios)
 
     # The option models the run takes, built from the sections (validated when the file is read).
-    def overload(self) -> OverloadOptions:
-        return from_gate(OverloadOptions, self.options, "options", seed=self.options.seed)
+    def scenario_options(self) -> dict[str, object]:
+        """Each scenario's options model the [options] section sets a key of, by scenario."""
+        section = self.options
 
-    def capacity(self) -> CapacityOptions:
-        return from_gate(CapacityOptions, self.options, "options")
+        def given(model: type) -> dict[str, object]:
+            raw = {f.name: getattr(section, gate_key(f)) for f in user_options(model)}
+            return {name: value for name, value in raw.items() if value is not None}
 
-    def drain(self) -> DrainOptions:
-        return from_gate(DrainOptions, self.thresholds, "thresholds")
+        return scenario_options(given, lambda f: f"options.{gate_key(f)}")
+
+    def drain(self) -> DrainTiming:
+        return from_gate(DrainTiming, self.thresholds, "thresholds")
 
     def releases(self) -> list[str | None]:
         """The Slurm releases the gate runs on, in the file's order (None: the default one)."""
@@ -157,7 +155,7 @@ def _validate(gate: GateFile, source: str) -> GateFile:
     limits = gate.thresholds
     needs = (
         ("max_error_rate", limits.max_error_rate, "overload"),
-        *((gate_key(f), getattr(limits, gate_key(f)), "drain") for f in user_options(DrainOptions)),
+        *((gate_key(f), getattr(limits, gate_key(f)), "drain") for f in user_options(DrainTiming)),
     )
     for key, value, scenario in needs:
         if value is None:
@@ -177,13 +175,12 @@ def _validate(gate: GateFile, source: str) -> GateFile:
     if limits.max_error_rate is not None and limits.max_error_rate > 1:
         raise _fail(source, f"thresholds.max_error_rate is a fraction from 0 to 1, got {limits.max_error_rate:g}")
     try:
-        gate.overload()
+        gate.scenario_options()
         gate.drain()
-        gate.capacity()
         gate.backend_options()
         for release in gate.releases():
             gate.cluster_options(release)
-    except ValueError as error:
+    except (ValueError, UsageError) as error:
         raise _fail(source, str(error)) from None
     if len(set(gate.cluster.slurm)) != len(gate.cluster.slurm):
         raise _fail(source, f"cluster.slurm names a release twice: {', '.join(gate.cluster.slurm)}")

@@ -17,27 +17,17 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
-from dd_accept.acceptance.catalog import JUDGED
-from dd_accept.acceptance.scenarios import ALL_SCENARIOS, ALONE, SCENARIO_NAMES
-from dd_accept.acceptance.scenarios import SCENARIOS as DECLARED
-from dd_accept.base import check_selection
+from dd_accept.acceptance.request import RunRequest
+from dd_accept.acceptance.scenarios import BY_NAME
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
 from dd_accept.base.hashing import sha256_file
-from dd_accept.base.options import (
-    BackendOptions,
-    CapacityOptions,
-    ClusterOptions,
-    DrainOptions,
-    OverloadOptions,
-    to_argv,
-)
 from dd_accept.base.results import load_results
 from dd_accept.base.serving_names import SUMMARY_COLUMNS, serving_rows, shown
 from dd_accept.base.shown_paths import shown_path
@@ -57,67 +47,6 @@ from dd_accept.sut.profile import choose_profile, load_profile
 from dd_accept.sut.spec import SutSpec
 from dd_accept.sut.wheelhouse import DEFAULT_NODE, build_wheelhouse
 
-SCENARIOS = SCENARIO_NAMES  # declared in acceptance.scenarios; `all` runs those not run alone
-MODULES = {scenario.name: scenario.test_module for scenario in DECLARED}
-
-
-@dataclass
-class RunRequest:
-    scenario: str
-    sut: str
-    profile: str | None
-    out: Path | None
-    overload: OverloadOptions = field(default_factory=OverloadOptions)
-    drain: DrainOptions = field(default_factory=DrainOptions)  # replaces the profile's drain window/allowance
-    capacity: CapacityOptions = field(default_factory=CapacityOptions)  # the capacity scenario's ladder and SLO
-    cluster: ClusterOptions = field(default_factory=ClusterOptions)  # docker, or this machine's Slurm cluster
-    backend: BackendOptions = field(default_factory=BackendOptions)  # synthetic, or vLLM (overload only)
-    allow_unsupported: bool = False
-    seed: int = 0
-    sign_key: Path | None = None
-    client_headers: tuple[str, ...] = ()
-    parallel: int = 2
-    keep_cluster: bool = False
-    checks: tuple[str, ...] | None = None  # `--check` patterns (base.check_selection); None: every check
-
-    def scenarios(self) -> list[str]:
-        """`all`, one scenario, or several joined by commas (`overload,streaming`)."""
-        if self.backend.backend == "vllm" and self.scenario != "overload":
-            raise UsageError(
-                f"--backend vllm runs the overload scenario only, got {self.scenario!r}: the other scenarios steer "
-                "replicas through the synthetic replica's control plane, which vLLM does not have"
-            )
-        names = list(ALL_SCENARIOS) if self.scenario == "all" else [name.strip() for name in self.scenario.split(",")]
-        for name in names:
-            if name not in SCENARIOS:
-                raise UsageError(f"unknown scenario {name!r}; valid: {', '.join((*SCENARIOS, 'all'))}")
-        names = self._with_chosen_checks(list(dict.fromkeys(names)))
-        alone = [name for name in names if name in ALONE]
-        if alone and len(set(names)) > 1 and self.parallel > 1:
-            raise UsageError(
-                f"{alone[0]} measures the machine, so it runs alone: run it by itself, or with --parallel 1"
-            )
-        if "overload" in names:  # an option only the overload scenario uses never fails another one
-            try:
-                self.overload.check_partial_overload()
-            except ValueError as error:
-                raise UsageError(str(error)) from None
-        return names
-
-    def _with_chosen_checks(self, names: list[str]) -> list[str]:
-        """The scenarios a `--check` pattern chooses a check of; a pattern that chooses none
-        of the named scenarios' checks is a usage error, never a run that judges nothing."""
-        if self.checks is None:
-            return names
-        judged = [check_id for name in names for check_id in JUDGED[name]]
-        missing = check_selection.unmatched(self.checks, judged)
-        if missing:
-            raise UsageError(
-                f"--check {missing[0]!r} names none of the checks of {', '.join(names)} "
-                "(`dd-accept checks` lists them; endpoint_starts is judged in every run)"
-            )
-        return [name for name in names if check_selection.chosen(self.checks, JUDGED[name])]
-
 
 def default_out(scenario: str) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -132,35 +61,38 @@ def prepare_out(out: Path) -> Path:
     return out.resolve()
 
 
-def _pytest_argv(request: RunRequest, out: Path) -> list[str]:
-    names = request.scenarios()
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", "-c", os.devnull]
-    argv += ["--rootdir", str(out), "--pyargs", *(MODULES[name] for name in names)]
-    argv += ["--dd-out", str(out), "--dd-sut", request.sut]
-    if request.profile:
-        argv += ["--dd-profile", str(Path(request.profile).resolve())]
-    if request.allow_unsupported:
-        argv.append("--dd-allow-unsupported")
-    if request.keep_cluster:
-        argv.append("--dd-keep-cluster")
-    argv += ["--dd-seed", str(request.seed)]
-    for header in request.client_headers:
-        argv += ["--dd-client-header", header]
-    for pattern in request.checks or ():
-        argv += ["--dd-check", pattern]
-    # Each model's options as the pytest plugin spells them, derived from their one definition.
+def write_request(request: RunRequest, directory: Path) -> Path:
+    """The validated request as the pytest child reads it (`--dd-request`): one JSON document,
+    readable by this user only (it carries the client headers), with the paths in it made
+    absolute (the child runs in another directory)."""
     cluster = request.cluster
     if cluster.run_dir:
         cluster = replace(cluster, run_dir=str(Path(cluster.run_dir).resolve()))
-    for options in (request.overload, request.drain, request.capacity, cluster, request.backend):
-        argv += to_argv(options, "--dd-")
+    profile = str(Path(request.profile).resolve()) if request.profile else None
+    path = directory / "request.json"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(replace(request, cluster=cluster, profile=profile).to_json())
+    return path
+
+
+def _pytest_argv(request: RunRequest, out: Path, request_file: Path) -> list[str]:
+    """The pytest child's command line: the one entry test, the request it runs, where it
+    writes, and how many workers and nodes it takes."""
+    names = request.scenarios()
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rN", "-c", os.devnull]
+    argv += ["--rootdir", str(out), "--pyargs", ENTRY_TEST]
+    argv += ["--dd-request", str(request_file), "--dd-out", str(out)]
     # One node per worker, and a node to lose for a scenario that loses one (health).
-    spare = max(scenario.spare_nodes for scenario in DECLARED if scenario.name in names)
+    spare = max(BY_NAME[name].spare_nodes for name in names)
     workers = min(request.parallel, len(names)) if len(names) > 1 and request.parallel > 1 else 1
     if workers > 1:
         argv += ["-n", str(workers), "--dist", "load"]
     argv += ["--dd-nodes", str(workers + spare)]
     return argv
+
+
+ENTRY_TEST = "dd_accept.acceptance.test_scenarios"  # one parametrized test: a scenario per parameter
 
 
 class ProgressFollower:
@@ -324,7 +256,7 @@ PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 def _run_pytest(request: RunRequest, out: Path, console: ConsoleListener) -> int:
     log = open(out / "pytest.log", "w")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
-        _pytest_argv(request, out),
+        _pytest_argv(request, out, write_request(request, out)),
         stdout=log,
         stderr=subprocess.STDOUT,
         cwd=out,

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import dd_accept
 from dd_accept.base.errors import ClusterError, EnvironmentProblem, UsageError
-from dd_accept.base.options import ClusterOptions, flag
+from dd_accept.base.options import flag
 from dd_accept.base.shown_paths import shown_path
 from dd_accept.base.state import file_lock
 from dd_accept.slurm_docker import step_exit
+from dd_accept.slurm_docker.cluster_options import ClusterOptions
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord, decode, tail, utc_now_iso
 from dd_accept.slurm_docker.spec import CONTROLLER

@@ -9,7 +9,7 @@ types are rejected with the file and key named, so a typo cannot silently change
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
@@ -18,6 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.options import option, user_options
 from dd_accept.base.toml_tables import build_table, parse_toml
 from dd_accept.base.user_files import read_user_text
 
@@ -80,6 +81,40 @@ class CleanupProfile:
 class DrainProfile:
     window_seconds: float  # how long an endpoint may drain in-flight streams after TERM
     allowance_seconds: float  # when the controller forces what is left (KILL)
+
+
+@dataclass(frozen=True, slots=True)
+class DrainTiming:
+    """The SUT profile's drain timing, replaced for one run (None: the profile's own)."""
+
+    window_seconds: float | None = option(
+        None,
+        "seconds; replaces the SUT profile's drain window (default: the profile's)",
+        above=0,
+        flag="drain-window",
+        gate_key="drain_window_s",
+    )
+    allowance_seconds: float | None = option(
+        None,
+        "seconds; replaces the SUT profile's drain allowance (default: the profile's)",
+        above=0,
+        flag="drain-allowance",
+        gate_key="drain_allowance_s",
+    )
+
+    def __post_init__(self) -> None:
+        window, allowance = self.window_seconds, self.allowance_seconds
+        if window is not None and allowance is not None and allowance < window:
+            raise ValueError("--drain-allowance must be at least --drain-window")
+
+    def overrides(self) -> dict[str, float]:
+        """The profile fields to replace, by their names in the profile's [drain] table."""
+        return {f.name: getattr(self, f.name) for f in user_options(DrainTiming) if getattr(self, f.name) is not None}
+
+    def applied_to(self, profile: SutProfile) -> SutProfile:
+        """`profile` with the drain timing replaced where this run replaces it."""
+        overrides = self.overrides()
+        return replace(profile, drain=replace(profile.drain, **overrides)) if overrides else profile
 
 
 @dataclass(frozen=True, slots=True)
