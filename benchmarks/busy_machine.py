@@ -25,8 +25,12 @@ from rich.console import Console
 from rich.table import Table
 
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
-from dd_accept.sut.variants import FAULTS, make_variant
 from dd_accept.sut.wheelhouse import build_wheelhouse
+
+# The fault catalogue is a test asset the wheel does not ship (tests/variants.py); a benchmark
+# run as `python benchmarks/NAME.py` finds it from the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.variants import FAULTS, make_variant
 
 CHECK = "streaming.no_buffering"
 BUFFERING = ("buffering", "hold-after-first", "flush-every-4-events-or-1s")  # the variants no_buffering must fail

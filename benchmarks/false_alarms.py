@@ -30,8 +30,12 @@ from dd_accept.acceptance.scenarios import ALL_SCENARIOS as SCENARIOS  # `all`: 
 from dd_accept.base.options import add_arguments, build, given, to_argv
 from dd_accept.slurm_docker.cluster_options import ClusterOptions
 from dd_accept.sut.spec import DEFAULT_SUT, SutSpec
-from dd_accept.sut.variants import FAULTS, RC1_FAILS, Fault, make_variant
 from dd_accept.sut.wheelhouse import build_wheelhouse
+
+# The fault catalogue is a test asset the wheel does not ship (tests/variants.py); a benchmark
+# run as `python benchmarks/NAME.py` finds it from the repository root.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.variants import FAULTS, RC1_FAILS, Fault, make_variant
 
 CLUSTER = ("slurm", "slurm_config")  # the cluster options a false-alarm run may vary
 

@@ -16,7 +16,7 @@ from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.cluster import SlurmCluster
 from dd_accept.slurm_docker.spec import ClusterSpec
 from dd_accept.slurm_docker.sut_image import build_overlay_image
-from dd_accept.sut.variants import FAULTS, make_variant
+from tests.variants import FAULTS, make_variant
 
 OWN_JOB = "dd-control"  # the job name of a control's allocation on a cluster of its own
 

@@ -14,7 +14,8 @@ passing; rc1 runs them all. A lost node needs a cluster with a node beyond the a
 
 import pytest
 
-from dd_accept.acceptance.health import PHASES, HealthOptions, HealthRun, slurm_detection_bound
+from dd_accept.acceptance.health import PHASES, HealthOptions, HealthRun
+from dd_accept.acceptance.health_node_loss import slurm_detection_bound
 from dd_accept.acceptance.phases import scenario_runner
 from tests.controls.controls import OWN_JOB, run_on_own_cluster, run_with_fault
 from tests.helpers import assert_the_dry_run_planned_what_the_run_did

@@ -13,8 +13,8 @@ import pytest
 
 from dd_accept.base.hashing import sha256_file
 from dd_accept.base.results import SCHEMA
-from dd_accept.sut.variants import FAULTS, make_variant, rebuild_wheel
 from tests.helpers import run_cli
+from tests.variants import FAULTS, make_variant, rebuild_wheel
 
 pytestmark = pytest.mark.cluster
 

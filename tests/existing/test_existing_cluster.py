@@ -26,8 +26,8 @@ from dd_accept.deployment import ENDPOINT_STARTS
 from dd_accept.slurm_docker import engine, images
 from dd_accept.slurm_docker.cluster import SlurmCluster
 from dd_accept.slurm_docker.spec import ClusterSpec
-from dd_accept.sut import variants
 from dd_accept.sut.wheelhouse import node_platform_args
+from tests import variants
 from tests.helpers import run_cli
 
 REPOSITORY = Path(__file__).parents[2]

@@ -7,7 +7,7 @@ import tarfile
 from dd_accept.base.results import SCHEMA
 from dd_accept.harness.gate import judge
 from dd_accept.harness.gate_file import parse_gate
-from dd_accept.reports import compare
+from dd_accept.reports import compare, compare_render
 from tests.helpers import run_cli, sealed
 
 GATE = """
@@ -92,10 +92,10 @@ def test_comparison_names_regressions_fixes_and_ratios():
     assert ttft.ratio == 2.0 and ttft.show_ratio() == "x2.00"
     assert [c.id for c in comparison.regressions] == ["overload.partial.failover"]
     assert "sut==1.0" in comparison.headline() and "1 regressed" in comparison.headline()
-    markdown = compare.to_markdown(comparison)
+    markdown = compare_render.to_markdown(comparison)
     assert "| `overload.partial.failover` | pass | fail | **regressed** |" in markdown
     assert "ttft_p99_s 0.5 → 1 (x2.00)" in markdown
-    page = compare.to_html(comparison)
+    page = compare_render.to_html(comparison)
     assert '<tr class="regressed">' in page and "<script" not in page
 
 

@@ -6,7 +6,7 @@ import pytest
 from dd_accept.acceptance.capacity import CapacityOptions
 from dd_accept.base.regressions import KNEE_THROUGHPUT, LIGHT_CHUNK_DELAY, PROXY_CPU_PER_CHUNK, REGRESSION_METRICS
 from dd_accept.harness.gate import judge_regressions
-from dd_accept.reports import compare
+from dd_accept.reports import compare, compare_render
 
 LADDER_METRICS = dict(CapacityOptions().ladder())
 
@@ -109,7 +109,7 @@ def test_the_json_document_names_the_metric_both_values_and_the_tolerance():
         3000,
         0.6,
     )
-    assert "knee_output_throughput" in compare.to_markdown(compare.compare(results(8000, 40), results(3000, 40)))
+    assert "knee_output_throughput" in compare_render.to_markdown(compare.compare(results(8000, 40), results(3000, 40)))
 
 
 def test_a_gate_with_a_baseline_judges_each_declared_number():

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dd_accept.acceptance.health import _StepWatch
+from dd_accept.acceptance.health_node_loss import _StepWatch
 from dd_accept.base.errors import ClusterError
 from dd_accept.base.events import EventWriter, StepChange, read_event_file
 from dd_accept.slurm_docker.node_health import NodeCondition, node_condition, slurmd_timeout

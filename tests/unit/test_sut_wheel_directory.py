@@ -153,7 +153,7 @@ def test_run_and_its_dry_run_choose_by_the_runtime_wheel_and_refuse_bad_director
 def test_a_rebuilt_wheel_is_the_same_bytes_each_time_under_its_new_version(tmp_path):
     """A rebuild (what a candidate engine build is, and every fault's variant) is reproducible:
     the same directory is the same wheelhouse and node image on the next run."""
-    from dd_accept.sut.variants import rebuild_wheel
+    from tests.variants import rebuild_wheel
 
     base = tmp_path / ENGINE
     info = "data_designer_engine-1.0.0rc1.dist-info"

@@ -7,6 +7,9 @@ from dataclasses import replace
 import pytest
 
 from dd_accept.acceptance import telemetry_checks as checks
+from dd_accept.acceptance import telemetry_counter_checks as counters
+from dd_accept.acceptance import telemetry_payload_checks as payloads
+from dd_accept.acceptance import telemetry_records
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
 from dd_accept.sut.profile import TELEMETRY_CLAIMS, TelemetryProfile
 
@@ -44,7 +47,7 @@ def retry_phase(name="retry-429"):
         {"attempts": 3, "final_status": 200, "upstream_outcomes": ["503", "503", "200"], "failover": True},
     ]
     lines = ["INFO noise"] + [f"slurm_proxy_request {json.dumps(r)}" for r in records]
-    return checks.TelemetryPhase(name, client, upstream, before, after, lines, replicas=4)
+    return telemetry_records.TelemetryPhase(name, client, upstream, before, after, lines, replicas=4)
 
 
 def test_counters_that_moved_by_what_the_replicas_and_client_saw_pass():
@@ -69,7 +72,7 @@ def test_missing_counters_fail_and_phases_without_a_retry_cannot_pass():
     phase = retry_phase()
     bare = replace(phase, metrics_after={"requests": 13})
     assert "the metrics have no attempts" in checks.attempt_counters([bare], CLAIMED).detail
-    steady = checks.TelemetryPhase(
+    steady = telemetry_records.TelemetryPhase(
         "steady", [response("x")], [attempt("x", 0, 200, 1.0)], {"requests": 0, "attempts": 0},
         {"requests": 1, "attempts": 1, "retries": {}, "final_statuses": {"200": 1},
          "backends": [{"index": 0, "requests": 1}]}, replicas=1,
@@ -109,7 +112,7 @@ def cut_phase(records, client_bytes=(479, 700), replica_bytes=(479, 959)):
         response("c"),
     ]
     lines = [f"slurm_proxy_request {json.dumps(r)}" for r in records]
-    return checks.TelemetryPhase("cut", client, upstream, {}, {}, lines, 4)
+    return telemetry_records.TelemetryPhase("cut", client, upstream, {}, {}, lines, 4)
 
 
 def incomplete(size):
@@ -175,7 +178,9 @@ def test_final_statuses_that_are_not_200_are_counted_as_the_client_got_them():
     before = {"requests": 0, "attempts": 0, "retries": {}, "final_statuses": {}, "backends": []}
     after = {"requests": 1, "attempts": 3, "retries": {"http_503": 2}, "final_statuses": {"503": 1},
              "backends": [{"index": i, "requests": 1} for i in range(3)]}  # fmt: skip
-    phase = checks.TelemetryPhase("exhausted", [response("x", 503, "http_error")], upstream, before, after, [], 3)
+    phase = telemetry_records.TelemetryPhase(
+        "exhausted", [response("x", 503, "http_error")], upstream, before, after, [], 3
+    )
     assert checks.attempt_counters([phase], CLAIMED).verdict == "pass"
     counted_as_200 = replace(phase, metrics_after=after | {"final_statuses": {"200": 1}})
     result = checks.attempt_counters([counted_as_200], CLAIMED)
@@ -188,14 +193,14 @@ def test_unclaimed_is_unsupported_never_pass_and_claimed_counters_must_exist():
     nothing = TelemetryProfile()
     assert checks.request_log([retry_phase()], nothing).verdict == "unsupported"
     assert checks.attempt_counters([retry_phase()], nothing).verdict == "unsupported"
-    assert checks.timeouts({}, nothing).verdict == "unsupported"
-    missing = checks.connection_lifecycle({"connections": {"opened": 3}}, CLAIMED)
+    assert counters.timeouts({}, nothing).verdict == "unsupported"
+    missing = counters.connection_lifecycle({"connections": {"opened": 3}}, CLAIMED)
     assert missing.verdict == "fail" and "no connections.expired, connections.stale, connections.discarded" in (
         missing.observed
     )
-    assert checks.timeouts([], CLAIMED).observed == "the proxy's metrics are not a JSON object"
+    assert counters.timeouts([], CLAIMED).observed == "the proxy's metrics are not a JSON object"
     present = {"timeouts": {"terminal": 0, "streaming": 0}}
-    reported = checks.timeouts(present, CLAIMED)
+    reported = counters.timeouts(present, CLAIMED)
     assert reported.verdict == "unsupported" and reported.detail.startswith("not judged")
 
 
@@ -206,7 +211,7 @@ def test_an_unknown_claim_is_refused():
 
 def counted(name, path, before, after, allowed, seen="seen"):
     group, key = path.split(".")
-    return checks.CountedPhase(name, {group: {key: before}}, {group: {key: after}}, {path: allowed}, seen)
+    return counters.CountedPhase(name, {group: {key: before}}, {group: {key: after}}, {path: allowed}, seen)
 
 
 LIFECYCLE = {"connections": {"expired": 0, "stale": 0, "discarded": 0}}
@@ -218,7 +223,7 @@ def test_each_connection_counter_must_move_by_what_the_replicas_saw_in_its_phase
         counted("expired", "connections.expired", 1, 5, (4,)),
         counted("discarded", "connections.discarded", 3, 27, (24, 25, 26)),
     ]
-    good = checks.connection_lifecycle(LIFECYCLE, CLAIMED, phases)
+    good = counters.connection_lifecycle(LIFECYCLE, CLAIMED, phases)
     assert good.verdict == "pass" and (good.metrics["judged"], good.metrics["wrong"]) == (3.0, 0.0), good
     assert good.metrics["connections_stale_counted"] == good.metrics["connections_stale_seen"] == 8.0, good
     assert good.metrics["connections_stale_seen_min"] == 6.0
@@ -229,7 +234,7 @@ def test_each_connection_counter_must_move_by_what_the_replicas_saw_in_its_phase
         counted("expired", "connections.expired", 1, 13, (4,)),
         counted("discarded", "connections.discarded", 3, 27, (24, 25, 26)),
     ]
-    bad = checks.connection_lifecycle(LIFECYCLE, CLAIMED, swapped)
+    bad = counters.connection_lifecycle(LIFECYCLE, CLAIMED, swapped)
     assert bad.verdict == "fail", bad
     assert bad.detail == (
         "expired: connections.expired counted 12, the replicas saw 4; "
@@ -238,30 +243,30 @@ def test_each_connection_counter_must_move_by_what_the_replicas_saw_in_its_phase
     # one too many, one too few: each is wrong, whatever the other counters say
     for after in (9, 5):
         off = [counted("stale", "connections.stale", 0, after, (6, 7, 8)), *phases[1:]]
-        assert checks.connection_lifecycle(LIFECYCLE, CLAIMED, off).verdict == "fail", after
+        assert counters.connection_lifecycle(LIFECYCLE, CLAIMED, off).verdict == "fail", after
 
 
 def test_the_counts_a_view_allows_are_said_as_a_person_says_them():
-    assert checks.allowed_text((3,)) == "3"
-    assert checks.allowed_text((5, 1)) == "1 or 5"
-    assert checks.allowed_text((4, 5, 6, 4)) == "4 to 6"
-    assert checks.allowed_text((2, 3)) == "2 or 3"
+    assert counters.allowed_text((3,)) == "3"
+    assert counters.allowed_text((5, 1)) == "1 or 5"
+    assert counters.allowed_text((4, 5, 6, 4)) == "4 to 6"
+    assert counters.allowed_text((2, 3)) == "2 or 3"
 
 
 def test_a_counter_no_phase_could_drive_leaves_the_check_unsupported_unless_another_is_wrong():
     """A keep-alive of 100 s would need 200 s of idling: beyond what a phase waits."""
     slow = replace(CLAIMED, keepalive_seconds=100.0)
-    assert not checks.drivable(100.0, checks.EXPIRY_WAITS) and checks.drivable(65.0, checks.EXPIRY_WAITS)
-    assert not checks.drivable(None) and not checks.drivable(0.0) and not checks.drivable(3600.0)
-    assert checks.drivable(1.0, checks.TIMEOUT_WAITS) and not checks.drivable(60.0, checks.TIMEOUT_WAITS)
+    assert not counters.drivable(100.0, counters.EXPIRY_WAITS) and counters.drivable(65.0, counters.EXPIRY_WAITS)
+    assert not counters.drivable(None) and not counters.drivable(0.0) and not counters.drivable(3600.0)
+    assert counters.drivable(1.0, counters.TIMEOUT_WAITS) and not counters.drivable(60.0, counters.TIMEOUT_WAITS)
     phases = [
         counted("stale", "connections.stale", 0, 8, (8,)),
         counted("discarded", "connections.discarded", 0, 24, (24,)),
     ]
-    partial = checks.connection_lifecycle(LIFECYCLE, slow, phases)
+    partial = counters.connection_lifecycle(LIFECYCLE, slow, phases)
     assert partial.verdict == "unsupported" and partial.detail.startswith("not judged: connections.expired"), partial
     assert "100.0 s in the profile" in partial.detail and "never a pass" in partial.detail
-    wrong = checks.connection_lifecycle(LIFECYCLE, slow, [counted("stale", "connections.stale", 0, 9, (8,))])
+    wrong = counters.connection_lifecycle(LIFECYCLE, slow, [counted("stale", "connections.stale", 0, 9, (8,))])
     assert wrong.verdict == "fail", "a wrong count fails whatever else could not be judged"
 
 
@@ -271,7 +276,7 @@ ZERO = {"timeouts": {"terminal": 0, "streaming": 0}}
 def timed_out(terminal, streaming, allowed_terminal=(5, 1), allowed_streaming=(2,), seen="held 7"):
     after = {"timeouts": {"terminal": terminal, "streaming": streaming}}
     allowed = {"timeouts.terminal": allowed_terminal, "timeouts.streaming": allowed_streaming}
-    return checks.timeouts(after, CLAIMED, [checks.CountedPhase("timeouts", ZERO, after, allowed, seen)])
+    return counters.timeouts(after, CLAIMED, [counters.CountedPhase("timeouts", ZERO, after, allowed, seen)])
 
 
 def test_a_terminal_timeout_is_read_either_way_the_seed_allows_and_streaming_apart():
@@ -339,7 +344,10 @@ def test_a_log_naming_the_wrong_backend_or_only_final_attempts_fails_naming_them
     assert "6 attempt records with no backend or no status" in result.detail, result
     unknown = [{"backend": "http://10.9.9.9:1", "status": s} for _, s in SERVED]
     assert checks.attempt_log([with_attempt_records(retry_phase(), unknown)], CLAIMED).verdict == "fail"
-    assert checks.backend_named(7, ORIGINS) == "?7" and checks.backend_named(True, ORIGINS) == "?True"
+    assert (
+        telemetry_records.backend_named(7, ORIGINS) == "?7"
+        and telemetry_records.backend_named(True, ORIGINS) == "?True"
+    )
 
 
 def timeout_phase(records):
@@ -351,7 +359,7 @@ def timeout_phase(records):
     ]  # fmt: skip
     client = [response("a"), response("b", outcome="truncated", size=250), response("c")]
     lines = [f"slurm_proxy_request {json.dumps(r)}" for r in records]
-    return checks.TelemetryPhase("timeouts", client, upstream, {}, {}, lines, 4, ORIGINS)
+    return telemetry_records.TelemetryPhase("timeouts", client, upstream, {}, {}, lines, 4, ORIGINS)
 
 
 TIMED_OUT = [{"backend": 0, "status": "timeout"}, {"backend": 2, "status": 200}, {"backend": 1, "status": 200},
@@ -401,7 +409,7 @@ def drain_phase(records, replica_outcome="abandoned", replica_bytes=(2400, 2600)
         response("d2", outcome="error", size=client_bytes[1]),
     ]
     lines = [f"slurm_proxy_request {json.dumps(r)}" for r in records]
-    return checks.TelemetryPhase(checks.DRAIN_PHASE, client, upstream, {}, {}, lines, 4, ORIGINS)
+    return telemetry_records.TelemetryPhase(checks.DRAIN_PHASE, client, upstream, {}, {}, lines, 4, ORIGINS)
 
 
 def test_streams_the_drain_bound_ended_are_incomplete_streams():
@@ -504,7 +512,7 @@ def test_a_proxy_writing_request_text_response_bodies_or_credentials_fails_namin
         'slurm_proxy_request {"attempts": 1, "final_status": 200}',
         "INFO route text_completion chat.completion.chunk",
     ]
-    result = checks.no_payloads(clean, CANARY)
+    result = payloads.no_payloads(clean, CANARY)
     assert result.verdict == "pass" and result.metrics["lines"] == 2.0, "object names are no response text"
     leaky = [
         *clean,
@@ -513,7 +521,7 @@ def test_a_proxy_writing_request_text_response_bodies_or_credentials_fails_namin
         f'upstream said data: {{"choices": [{{"delta": {{"content": "ddresponse{CANARY} "}}}}]}}',
         "user key sk-user-secret-value",
     ]
-    result = checks.no_payloads(leaky, CANARY, checks.sent_secrets(("Authorization: Bearer sk-user-secret-value",)))
+    result = payloads.no_payloads(leaky, CANARY, payloads.sent_secrets(("Authorization: Bearer sk-user-secret-value",)))
     assert result.verdict == "fail", result
     assert (result.metrics["prompt_lines"], result.metrics["header_lines"], result.metrics["response_lines"]) == (
         1.0,
@@ -526,9 +534,9 @@ def test_a_proxy_writing_request_text_response_bodies_or_credentials_fails_namin
     ), result
     assert "sk-user-secret-value" not in result.detail + result.observed, "a user's secret is never shown"
     # another run's canary is no leak of this one
-    assert checks.no_payloads([f"ddprompt{'f' * 16}", f"ddresponse{'e' * 16}"], CANARY).verdict == "pass"
+    assert payloads.no_payloads([f"ddprompt{'f' * 16}", f"ddresponse{'e' * 16}"], CANARY).verdict == "pass"
     # cut to fewer characters than the canary shows, a prompt is not told from any other text
-    assert checks.no_payloads([f"ddprompt{CANARY[:7]}"], CANARY).verdict == "pass"
+    assert payloads.no_payloads([f"ddprompt{CANARY[:7]}"], CANARY).verdict == "pass"
 
 
 def test_only_the_words_of_credential_headers_are_the_users_secrets():
@@ -538,7 +546,7 @@ def test_only_the_words_of_credential_headers_are_the_users_secrets():
         "x-api-key: short",
         "Cookie: s=1234567890",
     )
-    assert checks.sent_secrets(headers) == ("sk-abcdefgh1234", "s=1234567890")
+    assert payloads.sent_secrets(headers) == ("sk-abcdefgh1234", "s=1234567890")
 
 
 def test_an_attempt_record_that_says_its_stream_was_incomplete_is_still_an_attempt():
@@ -555,7 +563,7 @@ def test_a_counter_moved_by_another_windows_events_fails_there():
     zero = {"connections": {"expired": 0, "stale": 0, "discarded": 0}}
 
     def window(name, after, expected, also):
-        return checks.CountedPhase(name, zero, {"connections": after}, expected, "seen", also)
+        return counters.CountedPhase(name, zero, {"connections": after}, expected, "seen", also)
 
     honest = [
         window("expired", {"expired": 4, "stale": 0, "discarded": 0}, {"connections.expired": (4,)},
@@ -563,13 +571,13 @@ def test_a_counter_moved_by_another_windows_events_fails_there():
         window("discarded", {"expired": 0, "stale": 0, "discarded": 24}, {"connections.discarded": (24,)},
                {"connections.stale": (0,), "connections.expired": (0, 1)}),
     ]  # fmt: skip
-    assert checks.connection_lifecycle(LIFECYCLE, CLAIMED, honest).verdict in ("pass", "unsupported")
+    assert counters.connection_lifecycle(LIFECYCLE, CLAIMED, honest).verdict in ("pass", "unsupported")
     every_release = [
         window("expired", {"expired": 4, "stale": 0, "discarded": 12}, {"connections.expired": (4,)},
                {"connections.stale": (0,), "connections.discarded": (0,)}),
         honest[1],
     ]  # fmt: skip
-    result = checks.connection_lifecycle(LIFECYCLE, CLAIMED, every_release)
+    result = counters.connection_lifecycle(LIFECYCLE, CLAIMED, every_release)
     assert result.verdict == "fail", result
     assert result.detail == "expired: connections.discarded counted 12 where the replicas saw 0 of its events", result
 
@@ -600,12 +608,12 @@ def test_the_request_whose_every_attempt_timed_out_gets_the_status_the_profile_d
     documented = replace(CLAIMED, timeout_status=502)
     after = {"timeouts": {"terminal": 1, "streaming": 2}}
     allowed = {"timeouts.terminal": (5, 1), "timeouts.streaming": (2,)}
-    phases = [checks.CountedPhase("timeouts", ZERO, after, allowed, "held 7")]
-    assert checks.timeouts(after, documented, phases, 502).verdict == "pass"
-    wrong = checks.timeouts(after, documented, phases, 504)
+    phases = [counters.CountedPhase("timeouts", ZERO, after, allowed, "held 7")]
+    assert counters.timeouts(after, documented, phases, 502).verdict == "pass"
+    wrong = counters.timeouts(after, documented, phases, 504)
     assert wrong.verdict == "fail", wrong
     assert wrong.detail == "the request whose every attempt timed out got 504, the profile documents 502", wrong
-    assert checks.timeouts(after, CLAIMED, phases, 504).verdict == "pass", "undocumented: reported, not judged"
+    assert counters.timeouts(after, CLAIMED, phases, 504).verdict == "pass", "undocumented: reported, not judged"
 
 
 def test_attempts_a_request_record_lists_inline_are_its_attempt_log():
@@ -703,7 +711,7 @@ def test_timeouts_beyond_a_run_are_judged_not_driven_present_monotone_and_unmove
     base = retry_phase()
     before, after = {**base.metrics_before, **ZERO}, {**base.metrics_after, **ZERO}
     quiet = [replace(base, name=name, metrics_before=before, metrics_after=after) for name in ("steady", "retry-429")]
-    honest = checks.timeouts(ZERO, slow, [], None, quiet=quiet)
+    honest = counters.timeouts(ZERO, slow, [], None, quiet=quiet)
     assert honest.verdict == "pass" and honest.metrics["driven"] == 0.0, honest
     assert honest.detail.startswith(
         "not driven: timeouts.terminal, timeouts.streaming (the profile's timeouts (3600.0 s"
@@ -711,15 +719,15 @@ def test_timeouts_beyond_a_run_are_judged_not_driven_present_monotone_and_unmove
     assert "unmoved in the 2 phases where none of their events could happen" in honest.observed
     moving = {"timeouts": {"terminal": 2, "streaming": 0}}
     busy = [quiet[0], replace(quiet[1], metrics_after={**quiet[1].metrics_after, **moving})]
-    moved = checks.timeouts(moving, slow, [], None, quiet=busy)
+    moved = counters.timeouts(moving, slow, [], None, quiet=busy)
     assert moved.verdict == "fail" and "retry-429: timeouts.terminal counted 2 where none of its events" in moved.detail
-    reset = checks.timeouts(ZERO, slow, [], None, quiet=[replace(quiet[0], metrics_before={"timeouts": {
+    reset = counters.timeouts(ZERO, slow, [], None, quiet=[replace(quiet[0], metrics_before={"timeouts": {
         "terminal": 3, "streaming": 0}})])  # fmt: skip
     assert (
         reset.verdict == "fail" and "timeouts.terminal fell between two readings of the run (3, 0, 0)" in reset.detail
     )
-    missing = checks.timeouts({}, slow, [], None, quiet=quiet)
+    missing = counters.timeouts({}, slow, [], None, quiet=quiet)
     assert missing.verdict == "fail" and missing.observed.startswith("the proxy's metrics have no"), "absent: no pass"
-    assert checks.timeouts(ZERO, slow, [], None).verdict == "unsupported", "no quiet window: nothing judged"
+    assert counters.timeouts(ZERO, slow, [], None).verdict == "unsupported", "no quiet window: nothing judged"
     driven = timed_out(5, 2)
     assert driven.verdict == "pass" and driven.metrics["driven"] == 1.0, "a driven run says so"

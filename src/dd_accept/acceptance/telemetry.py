@@ -21,7 +21,10 @@ from typing import Any
 
 from dd_accept import deployment
 from dd_accept.acceptance import telemetry_checks as checks
-from dd_accept.acceptance.analysis import attempts_by_request, requests, with_prefix
+from dd_accept.acceptance import telemetry_counter_checks as counters
+from dd_accept.acceptance import telemetry_payload_checks as payloads
+from dd_accept.acceptance import telemetry_records
+from dd_accept.acceptance.analysis import with_prefix
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.drain import plan_endpoint_stop, stop_endpoint_step
 from dd_accept.acceptance.phases import (
@@ -33,7 +36,25 @@ from dd_accept.acceptance.phases import (
     stop_if_started,
 )
 from dd_accept.acceptance.plan import CANARY_STAND_IN, PlannedCommand, Planner
-from dd_accept.base.errors import ClusterError
+from dd_accept.acceptance.telemetry_connections import (
+    REFUSING,
+    RESETTING,
+    discarded_phase,
+    expired_phase,
+    listening,
+    stale_phase,
+    timed_out_phase,
+    timeout_deadline,
+    timeouts_drivable,
+)
+from dd_accept.acceptance.telemetry_driving import (
+    client_phase,
+    drive_phase,
+    load_for,
+    phase_seen,
+    read_metrics,
+    settled_log,
+)
 from dd_accept.base.events import SUT_ATTEMPT_RECORDS, EventWriter, UpstreamAttempt
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.sut.profile import SutProfile
@@ -64,11 +85,11 @@ class TelemetryOptions:
 @dataclass
 class TelemetryRun(DeployedRun):
     options: TelemetryOptions
-    phases_seen: list[checks.TelemetryPhase] = field(default_factory=list)
-    counted: list[checks.CountedPhase] = field(default_factory=list)  # connection lifecycle
-    counted_timeouts: list[checks.CountedPhase] = field(default_factory=list)
+    phases_seen: list[telemetry_records.TelemetryPhase] = field(default_factory=list)
+    counted: list[counters.CountedPhase] = field(default_factory=list)  # connection lifecycle
+    counted_timeouts: list[counters.CountedPhase] = field(default_factory=list)
     # the timeout phases, judged by the record checks too (each attempt, each stream abandoned mid-way)
-    timeout_phases: list[checks.TelemetryPhase] = field(default_factory=list)
+    timeout_phases: list[telemetry_records.TelemetryPhase] = field(default_factory=list)
     # what every prompt and a credential carry, new each run: found on the proxy's output, a leak
     canary: str = field(default_factory=lambda: secrets.token_hex(8))
     # the probe-routing phase: the requests the replicas served, and the probe's window on replica 0
@@ -76,8 +97,8 @@ class TelemetryRun(DeployedRun):
     probe_window: tuple[float, float] | None = None
     timed_out_status: int | None = None  # what the client got for the request whose attempts all timed out
     last_metrics: dict[str, Any] = field(default_factory=dict)  # read before the drain phase stops the proxy
-    drain_phase: checks.TelemetryPhase | None = None
-    connection_phase: checks.TelemetryPhase | None = None
+    drain_phase: telemetry_records.TelemetryPhase | None = None
+    connection_phase: telemetry_records.TelemetryPhase | None = None
     drain_killed_after_s: float | None = None  # the endpoint still ran at the allowance: KILLed then
 
 
@@ -106,7 +127,7 @@ def _planned_send(
     p: Planner, name: str, sent: int | None = None, concurrency: int | None = None, deadline_s: float = 60, **more: Any
 ) -> PlannedCommand:
     o = p.options
-    load = _load(o, CANARY_STAND_IN, sent or o.requests, concurrency, deadline_s, **more)
+    load = load_for(o, CANARY_STAND_IN, sent or o.requests, concurrency, deadline_s, **more)
     return p.client(f"{load['records']} request(s) through the proxy: {name}", name, mode="raw", **load)
 
 
@@ -128,7 +149,7 @@ def _plan_lifecycle(phase: str) -> Callable[[Planner], list[PlannedCommand]]:
         if phase == "stale":
             commands = [_planned_send(p, "pool-for-stale", 2 * replicas), _planned_send(p, "stale")]
         elif phase == "expired":
-            if not checks.drivable(telemetry.keepalive_seconds, checks.EXPIRY_WAITS):
+            if not counters.drivable(telemetry.keepalive_seconds, counters.EXPIRY_WAITS):
                 return []
             commands = [_planned_send(p, "expired", 2 * replicas), _planned_send(p, "after-expiry", replicas)]
         else:
@@ -139,9 +160,9 @@ def _plan_lifecycle(phase: str) -> Callable[[Planner], list[PlannedCommand]]:
 
 
 def _plan_timeouts(p: Planner) -> list[PlannedCommand]:
-    if not _timeouts_drivable(p.profile) or not p.profile.telemetry.claimed("timeouts"):
+    if not timeouts_drivable(p.profile) or not p.profile.telemetry.claimed("timeouts"):
         return []
-    deadline, sent = _timeout_deadline(p.profile), 2 * p.options.replicas
+    deadline, sent = timeout_deadline(p.profile), 2 * p.options.replicas
     commands = [
         _planned_send(p, "timeout-alone", 1, 1, deadline),
         _planned_send(p, "timeouts", sent, sent, deadline),
@@ -165,112 +186,8 @@ def _plan_drain_bound(p: Planner) -> list[PlannedCommand]:
     return [p.client(purpose, checks.DRAIN_PHASE, mode="raw", **load), *plan_endpoint_stop(p)]
 
 
-def _log_lines(s: TelemetryRun) -> list[str]:
-    """The proxy's output so far (its stdout and stderr, as Slurm wrote them)."""
-    try:
-        return s.deployed[1].log_host_path.read_text(errors="replace").splitlines()
-    except FileNotFoundError:
-        return []
-
-
-def _settled_log(s: TelemetryRun) -> list[str]:
-    """The proxy's output once it stops growing: Slurm writes a step's output as it comes."""
-    seen: list[int] = []
-
-    def grown() -> int:
-        seen.append(len(_log_lines(s)))
-        return len(seen) >= 2 and seen[-1] == seen[-2]
-
-    with contextlib.suppress(WaitTimeout):  # still growing after 5 s: what it holds now is read
-        wait_until(grown, bool, timeout=5, interval=0.3, max_interval=0.3, what="the proxy's output to settle")
-    return _log_lines(s)
-
-
-def _metrics(s: TelemetryRun) -> dict[str, Any]:
-    """The proxy's metrics document; {} when it is not a JSON object (the checks then find
-    no counter and say so)."""
-    found = s.deployed[1].get(s.profile.proxy.metrics_path).get("json")
-    return found if isinstance(found, dict) else {}
-
-
-def _settled_metrics(s: TelemetryRun, before: dict[str, Any], sent: int) -> dict[str, Any]:
-    """The metrics once they count every request the client sent and stop moving: a proxy
-    may count a request's end a moment after the client saw it."""
-    path = s.profile.telemetry.requests_metric
-    reads: list[dict[str, Any]] = []
-
-    def settled() -> bool:
-        reads.append(_metrics(s))
-        return checks.metrics_delta(before, reads[-1], path) == sent and len(reads) >= 2 and reads[-1] == reads[-2]
-
-    with contextlib.suppress(WaitTimeout):  # never settled: what it holds now is judged
-        wait_until(settled, bool, timeout=5, interval=0.2, max_interval=0.2, what="the proxy's metrics to settle")
-    return reads[-1]
-
-
-def _load(
-    o: TelemetryOptions, canary: str, sent: int, concurrency: int | None = None, deadline_s: float = 60, **more: Any
-) -> dict[str, Any]:
-    """What the load client sends (the run's and the plan's keywords): one attempt each,
-    every prompt and credential carrying the run's canary."""
-    return {
-        "headers": o.client_headers, "records": sent, "concurrency": concurrency or o.concurrency,
-        "max_tokens": o.tokens, "max_record_attempts": 1, "deadline_s": deadline_s, "canary": canary, **more,
-    }  # fmt: skip
-
-
-def _send(s: TelemetryRun, name: str, sent: int, *, concurrency: int | None = None, deadline_s: float = 60) -> None:
-    """The load client's requests, one attempt each; on their own (no settling), they are
-    what a phase sends, or what fills the proxy's pool for the moment after."""
-    load = _load(s.options, s.canary, sent, concurrency, deadline_s)
-    client = deployment.run_client(s.allocation, s.deployed[1], s.run, mode="raw", profile=s.profile, name=name, **load)
-    record = client.wait(timeout=2 * deadline_s)
-    if not record.ok:
-        raise RuntimeError(f"load client failed: {record.describe()}")
-
-
-def _drive(s: TelemetryRun, name: str, *, requests_sent: int | None = None, concurrency: int | None = None) -> None:
-    """One phase of the attempt and record checks."""
-    s.phases_seen.append(_client_phase(s, name, requests_sent=requests_sent, concurrency=concurrency))
-
-
-def _client_phase(
-    s: TelemetryRun,
-    name: str,
-    *,
-    requests_sent: int | None = None,
-    concurrency: int | None = None,
-    before: dict[str, Any] | None = None,
-    deadline_s: float = 60,
-) -> checks.TelemetryPhase:
-    """One phase: metrics and log position before, the client's requests, metrics after."""
-    before = _metrics(s) if before is None else before
-    lines_before = len(_settled_log(s))
-    sent = requests_sent or s.options.requests
-    _send(s, name, sent, concurrency=concurrency, deadline_s=deadline_s)
-    return _seen(s, name, lines_before, before, _settled_metrics(s, before, sent))
-
-
-def _seen(
-    s: TelemetryRun, name: str, lines_before: int, before: dict[str, Any], after: dict[str, Any]
-) -> checks.TelemetryPhase:
-    """A phase as each side saw it: the client's requests, the replicas' attempts, the
-    proxy's metrics around it and the output it wrote since `lines_before`."""
-    replicas = s.deployed[0]
-    return checks.TelemetryPhase(
-        name=name,
-        client=requests(deployment.read_events(s.run, name)),
-        upstream=with_prefix(replicas.events(), f"{name}-"),
-        metrics_before=before,
-        metrics_after=after,
-        log_lines=_settled_log(s)[lines_before:],
-        replicas=replicas.count,
-        origins=tuple(replicas.url(i) for i in range(replicas.count)),
-    )
-
-
 def _steady(s: TelemetryRun) -> None:
-    _drive(s, "steady")
+    drive_phase(s, "steady")
 
 
 def _force_429(s: TelemetryRun) -> None:
@@ -278,7 +195,7 @@ def _force_429(s: TelemetryRun) -> None:
 
 
 def _retry_429(s: TelemetryRun) -> None:
-    _drive(s, "retry-429")
+    drive_phase(s, "retry-429")
 
 
 def _force_503(s: TelemetryRun) -> None:
@@ -287,7 +204,7 @@ def _force_503(s: TelemetryRun) -> None:
 
 
 def _failover_503(s: TelemetryRun) -> None:
-    _drive(s, "failover-503")
+    drive_phase(s, "failover-503")
 
 
 def _stop_forcing(s: TelemetryRun) -> None:
@@ -302,7 +219,7 @@ def _exhaust(s: TelemetryRun) -> None:
 
 
 def _exhausted(s: TelemetryRun) -> None:
-    _drive(s, "exhausted", requests_sent=s.options.exhausted_requests, concurrency=1)
+    drive_phase(s, "exhausted", requests_sent=s.options.exhausted_requests, concurrency=1)
 
 
 def _cut(s: TelemetryRun) -> None:
@@ -314,14 +231,11 @@ def _cut(s: TelemetryRun) -> None:
 
 
 def _cut_streams(s: TelemetryRun) -> None:
-    _drive(s, "cut")
+    drive_phase(s, "cut")
 
 
 def _stop_cutting(s: TelemetryRun) -> None:
     s.deployed[0].control(None, "cut", after_chunks=None)
-
-
-REFUSING, RESETTING = 0, 1  # the replicas that fail the connection-error phase's connections
 
 
 def _break_connections(s: TelemetryRun) -> None:
@@ -333,7 +247,7 @@ def _break_connections(s: TelemetryRun) -> None:
 
 
 def _connection_errors(s: TelemetryRun) -> None:
-    s.connection_phase = _client_phase(s, "connection-errors")
+    s.connection_phase = client_phase(s, "connection-errors")
 
 
 def _mend_connections(s: TelemetryRun) -> None:
@@ -341,7 +255,7 @@ def _mend_connections(s: TelemetryRun) -> None:
     up (the control plane answers again), replica 1 resets nothing more."""
     replicas = s.deployed[0]
     wait_until(
-        lambda: _listening(s),
+        lambda: listening(s),
         bool,
         timeout=s.options.refuse_seconds + 10,
         interval=0.5,
@@ -350,235 +264,12 @@ def _mend_connections(s: TelemetryRun) -> None:
     replicas.control([RESETTING], "reset", count=0)
 
 
-def _listening(s: TelemetryRun) -> bool:
-    try:
-        s.deployed[0].control([REFUSING], "state")
-    except ClusterError:  # nothing listens yet: the control request was refused too
-        return False
-    return True
-
-
-def _counts(s: TelemetryRun, claim: str, counters: tuple[str, ...]) -> bool:
-    """Whether the phases for these counters are worth their time: the SUT claims them and
-    its metrics have them (if not, the check fails on that alone)."""
-    metrics = _metrics(s)
-    return s.profile.telemetry.claimed(claim) and all(
-        isinstance(checks.find(metrics, path), int | float) for path in counters
-    )
-
-
-_CLOSED_BY_PROXY = ("idle_closed_by_peer_with_requests", "idle_closed_by_peer")
-
-
-def _replica_totals(s: TelemetryRun, *keys: str) -> list[int]:
-    states = s.deployed[0].control(None, "state")
-    return [sum(int(state.get(key, 0)) for state in states) for key in keys]
-
-
-@dataclass(frozen=True, slots=True)
-class _Bracketed:
-    """The proxy's metrics read between two readings of the replicas' counts: a connection
-    the proxy closes as the metrics are read is counted by it at once and seen by a replica
-    a moment later, so the replicas' count at the proxy's reading lies between the two."""
-
-    metrics: dict[str, Any]
-    first: list[int]
-    second: list[int]
-
-
-def _bracketed(s: TelemetryRun, keys: tuple[str, ...]) -> _Bracketed:
-    first = _replica_totals(s, *keys)
-    read = _metrics(s)
-    return _Bracketed(read, first, _replica_totals(s, *keys))
-
-
-def _between(before: _Bracketed, after: _Bracketed) -> tuple[int, ...]:
-    """The counts the replicas' view allows for what happened between two bracketed
-    readings: at least the connections that carried requests (key 0; a proxy may keep its
-    probes apart), at most every connection (key 1)."""
-    low = after.first[0] - before.second[0]
-    high = after.second[1] - before.first[1]
-    return tuple(range(max(low, 0), max(high, 0) + 1)) or (0,)
-
-
-def _stale(s: TelemetryRun) -> None:
-    """Requests fill the proxy's pool, every replica at once closes the connections the proxy
-    holds idle, and the next requests must find them closed, each once (probe-only ones may
-    be counted or not), well within the proxy's keep-alive. A proxy that kept no connection
-    for the replicas to close fails. These requests are judged by no other check: a proxy
-    may find a closed connection by an attempt that fails, and retry."""
-    telemetry = s.profile.telemetry
-    if not _counts(s, "connection_lifecycle", telemetry.connection_counters):
-        return
-    expired, stale, discarded = telemetry.connection_counters
-    before = _bracketed(s, _CLOSED_BY_PROXY)
-    pool = 2 * s.options.replicas
-    _send(s, "pool-for-stale", pool)
-    rows = s.deployed[0].control(None, "close_idle")
-    closed, with_requests = sum(r["closed"] for r in rows), sum(r["closed_with_requests"] for r in rows)
-    time.sleep(0.2)  # the proxy reads each close before it reuses anything
-    _send(s, "stale", s.options.requests)
-    _settled_metrics(s, before.metrics, pool + s.options.requests)
-    after = _bracketed(s, _CLOSED_BY_PROXY)
-    seen = f"the replicas closed {closed} idle connections, {with_requests} that carried requests"
-    allowed = tuple(range(with_requests, closed + 1)) if with_requests else (0,)
-    also = {expired: _between(before, after), discarded: (0,)}
-    s.counted.append(checks.CountedPhase("stale", before.metrics, after.metrics, {stale: allowed}, seen, also))
-
-
-def _stale_left(s: TelemetryRun) -> int:
-    """How many connections the replicas closed that the stale window did not count: a
-    proxy may find those later (a sweep), as stale."""
-    path = s.profile.telemetry.connection_counters[1]
-    window = next((p for p in s.counted if path in p.expected), None)
-    if window is None or not isinstance(counted := window.counted(path), int | float):
-        return 0
-    return max(0, max(window.expected[path]) - int(counted))
-
-
-def _expired(s: TelemetryRun) -> None:
-    """Requests, then nothing until the proxy has closed every idle connection that carried
-    them (or its keep-alive ran out twice over), then requests again (a pool that expires
-    only when it next looks does it now): its expired counter must move by the idle
-    connections the replicas saw it close, read on both sides of its metrics."""
-    telemetry = s.profile.telemetry
-    keepalive = telemetry.keepalive_seconds
-    if not checks.drivable(keepalive, checks.EXPIRY_WAITS) or not _counts(
-        s, "connection_lifecycle", telemetry.connection_counters
-    ):
-        return
-    assert keepalive is not None
-    expired, stale, discarded = telemetry.connection_counters
-    before = _bracketed(s, _CLOSED_BY_PROXY)
-    phase = _client_phase(s, "expired", requests_sent=2 * s.options.replicas, before=before.metrics)
-    s.phases_seen.append(phase)
-    with contextlib.suppress(WaitTimeout):  # a proxy that expires on its next request: the next ones show it
-        wait_until(
-            lambda: _replica_totals(s, "open_connections_with_requests")[0],
-            lambda still_open: still_open == 0,
-            timeout=checks.EXPIRY_WAITS * keepalive + 1,
-            interval=0.25,
-            what="the proxy to close its idle connections",
-        )
-    _send(s, "after-expiry", s.options.replicas)
-    after = _bracketed(s, _CLOSED_BY_PROXY)
-    allowed = _between(before, after)
-    seen = f"the replicas saw the proxy close {checks.allowed_text(allowed)} idle connections"
-    if max(allowed) and not min(allowed):  # nothing that carried requests: a proxy counting none would pass
-        allowed = (0,)
-        seen = "the proxy closed no idle connection that carried requests"
-    also = {stale: tuple(range(_stale_left(s) + 1)), discarded: (0,)}
-    s.counted.append(checks.CountedPhase("expired", before.metrics, after.metrics, {expired: allowed}, seen, also))
-
-
-def _discarded(s: TelemetryRun) -> None:
-    """Every response says `Connection: close`: no connection may go back to the pool."""
-    telemetry = s.profile.telemetry
-    if not _counts(s, "connection_lifecycle", telemetry.connection_counters):
-        return
-    expired, stale, discarded = telemetry.connection_counters
-    replicas = s.deployed[0]
-    (probes_before,) = _replica_totals(s, "probe_requests")
-    before = _bracketed(s, _CLOSED_BY_PROXY)
-    replicas.control(None, "keepalive", close=True)
-    try:
-        phase = _client_phase(s, "discarded", before=before.metrics)
-    finally:
-        replicas.control(None, "keepalive", close=False)
-    s.phases_seen.append(phase)
-    after = _bracketed(s, _CLOSED_BY_PROXY)
-    (probes,) = _replica_totals(s, "probe_requests")
-    attempts, probes = len(phase.upstream), probes - probes_before
-    seen = f"{attempts} responses said Connection: close, and {probes} probe responses"
-    allowed = tuple(range(attempts, attempts + probes + 1))
-    also = {stale: (0,), expired: _between(before, after)}
-    s.counted.append(checks.CountedPhase("discarded", before.metrics, after.metrics, {discarded: allowed}, seen, also))
-
-
-def _hold(s: TelemetryRun, indexes: list[int], seconds: float, count: int, after_chunks: int | None = None) -> None:
-    s.deployed[0].control(indexes, "delay", seconds=seconds, count=count, after_chunks=after_chunks)
-
-
-HELD_BEYOND_TIMEOUT_S = 2.0  # how long past the proxy's timeout a replica holds a response back
-
-
-def _timeouts_drivable(profile: SutProfile) -> bool:
-    """Whether the profile's timeouts are short enough to drive past in a run."""
-    telemetry = profile.telemetry
-    terminal_s, streaming_s = telemetry.terminal_timeout_seconds, telemetry.streaming_timeout_seconds
-    return checks.drivable(terminal_s, checks.TIMEOUT_WAITS) and checks.drivable(streaming_s)
-
-
-def _timeout_deadline(profile: SutProfile) -> float:
-    """The client's deadline in the timeout phases: every attempt may wait out a timeout."""
-    telemetry = profile.telemetry
-    longest = max(telemetry.terminal_timeout_seconds or 0, telemetry.streaming_timeout_seconds or 0)
-    return checks.TIMEOUT_WAITS * (longest + HELD_BEYOND_TIMEOUT_S) + 30
-
-
-def _timed_out(s: TelemetryRun) -> None:
-    """Replicas hold responses back 2 s beyond the proxy's timeouts: first every replica its
-    next one before the first byte, for one request sent alone (each of its attempts times
-    out, the last with no retry left); then replica 0 two more before the first byte (each
-    retried elsewhere) and replica 1 two after two chunks (mid-stream), while replica 2 cuts
-    one stream; last, one request every replica answers 503. The counters must move by the
-    held responses the replicas saw the proxy abandon, and by nothing else."""
-    telemetry = s.profile.telemetry
-    terminal_s, streaming_s = telemetry.terminal_timeout_seconds, telemetry.streaming_timeout_seconds
-    if not _timeouts_drivable(s.profile) or not _counts(s, "timeouts", telemetry.timeout_counters):
-        return
-    assert terminal_s is not None and streaming_s is not None
-    replicas, held, margin = s.deployed[0], s.options.held_streams, HELD_BEYOND_TIMEOUT_S
-    deadline = _timeout_deadline(s.profile)
-    before = _metrics(s)
-    everyone = list(range(replicas.count))
-    try:
-        _hold(s, everyone, terminal_s + margin, 1)
-        alone = _client_phase(s, "timeout-alone", requests_sent=1, concurrency=1, deadline_s=deadline)
-        (unused,) = _replica_totals(s, "delay_remaining")
-        _hold(s, everyone, 0, 0)
-        _hold(s, [0], terminal_s + margin, held)
-        _hold(s, [1], streaming_s + margin, held, after_chunks=2)
-        replicas.control([2], "cut", after_chunks=2, count=1)  # a stream broken, not timed out
-        sent = 2 * s.options.replicas  # all at once: least-connections gives each replica two
-        timed = _client_phase(s, "timeouts", requests_sent=sent, concurrency=sent, deadline_s=deadline)
-        (left,) = _replica_totals(s, "delay_remaining")
-        _hold(s, everyone, 0, 0)
-        replicas.control(None, "cut", after_chunks=None)
-        # a request whose every attempt is answered 503: exhausted, and no timeout
-        replicas.control(None, "respond", status=503, count=1)
-        last = _client_phase(s, "timeout-exhausted", requests_sent=1, concurrency=1, deadline_s=deadline)
-    finally:
-        _hold(s, everyone, 0, 0)
-        replicas.control(None, "cut", after_chunks=None)
-        replicas.control(None, "respond", status=200, count=0)
-    s.timeout_phases += [alone, timed, last]
-    upstream = alone.upstream + timed.upstream
-    s.timed_out_status = next((r.status for r in alone.client), None)
-    held_total = replicas.count - unused + 2 * held - left
-    chains = attempts_by_request(upstream)
-    final = {id(sorted(chain, key=lambda a: a.started)[-1]) for chain in chains.values()}
-    abandoned = [a for a in upstream if a.outcome == "abandoned"]
-    first_byte = [a for a in abandoned if a.status is None]
-    mid_stream = [a for a in abandoned if a.status is not None]
-    with_no_retry = [a for a in first_byte if id(a) in final]
-    terminal, streaming = telemetry.timeout_counters
-    seen = (
-        f"the replicas held {held_total} responses back {margin:g} s beyond the profile's timeouts; "
-        f"the proxy abandoned {len(first_byte)} before the first byte "
-        f"({len(with_no_retry)} with no retry after) and {len(mid_stream)} mid-stream; a stream cut and a request "
-        f"answered 503 by every replica are no timeout; the request sent alone got {s.timed_out_status}"
-    )
-    expected = {terminal: (len(first_byte), len(with_no_retry)), streaming: (len(mid_stream),)}
-    s.counted_timeouts.append(checks.CountedPhase("timeouts", before, last.metrics_after, expected, seen))
-
-
 PROBE_HOLD_S = 4.0  # under rc1's 5 s probe timeout: the probe stays in flight while the requests run
 PROBE_ROUTING_RATE = 6.0  # requests a second: 24 over 4 s, the probe's window well inside them
 
 
 def _probe_routing_load(o: TelemetryOptions, canary: str) -> dict[str, Any]:
-    return _load(o, canary, o.requests, 1, arrival="constant", rate=PROBE_ROUTING_RATE)
+    return load_for(o, canary, o.requests, 1, arrival="constant", rate=PROBE_ROUTING_RATE)
 
 
 def _probe_routing(s: TelemetryRun) -> None:
@@ -627,7 +318,7 @@ def _probe_routing(s: TelemetryRun) -> None:
 
 def _read_counters(s: TelemetryRun) -> None:
     """The proxy's counters as the phases left them: the drain phase stops the proxy."""
-    s.last_metrics = _metrics(s)
+    s.last_metrics = read_metrics(s)
 
 
 # A drain stream outlasts the allowance by this much, counted from its start: TERM comes about
@@ -640,7 +331,7 @@ def _drain_load(o: TelemetryOptions, canary: str, profile: SutProfile) -> dict[s
     stream_s = profile.drain.allowance_seconds + STREAM_BEYOND_ALLOWANCE_S
     tokens = math.ceil(stream_s * 1000 / o.drain_itl_ms)
     more = {"max_tokens": tokens, "deadline_s": stream_s + 30}
-    return _load(o, canary, o.drain_streams, o.drain_streams, **more)
+    return load_for(o, canary, o.drain_streams, o.drain_streams, **more)
 
 
 def _drain_bound(s: TelemetryRun) -> None:
@@ -654,7 +345,7 @@ def _drain_bound(s: TelemetryRun) -> None:
     o, replicas, proxy = s.options, *s.deployed
     replicas.control(None, "pace", itl_ms=o.drain_itl_ms, exact=True)
     stream_s = s.profile.drain.allowance_seconds + STREAM_BEYOND_ALLOWANCE_S
-    lines_before = len(_settled_log(s))
+    lines_before = len(settled_log(s))
     name = checks.DRAIN_PHASE
     load = _drain_load(o, s.canary, s.profile)
     client = deployment.run_client(s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, **load)
@@ -668,7 +359,7 @@ def _drain_bound(s: TelemetryRun) -> None:
             lambda: len(with_prefix(replicas.events(), f"{name}-")), lambda seen: seen >= o.drain_streams,
             timeout=5, interval=0.2, what="the replicas' records of the drain streams",
         )  # fmt: skip
-    s.drain_phase = _seen(s, name, lines_before, {}, {})  # no metrics: the proxy is gone
+    s.drain_phase = phase_seen(s, name, lines_before, {}, {})  # no metrics: the proxy is gone
 
 
 def _place_records(s: TelemetryRun) -> None:
@@ -696,8 +387,8 @@ def _judge(s: TelemetryRun) -> None:
         )
     )
     last = s.last_metrics
-    s.result.add(checks.connection_lifecycle(last, telemetry, s.counted))
-    s.result.add(checks.timeouts(last, telemetry, s.counted_timeouts, s.timed_out_status, quiet=phases))
+    s.result.add(counters.connection_lifecycle(last, telemetry, s.counted))
+    s.result.add(counters.timeouts(last, telemetry, s.counted_timeouts, s.timed_out_status, quiet=phases))
     s.result.add(checks.probe_routing(s.probe_upstream, s.probe_window, 0, s.options.replicas, telemetry))
     if s.connection_phase is not None:
         phase = s.connection_phase
@@ -707,7 +398,7 @@ def _judge(s: TelemetryRun) -> None:
             else None
         )
         s.result.add(checks.connection_errors(phase.client, phase.upstream, counted, REFUSING, RESETTING))
-    s.result.add(checks.no_payloads(_settled_log(s), s.canary, checks.sent_secrets(s.options.client_headers)))
+    s.result.add(payloads.no_payloads(settled_log(s), s.canary, payloads.sent_secrets(s.options.client_headers)))
 
 
 PHASES: tuple[Phase[TelemetryRun], ...] = (
@@ -744,13 +435,13 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
         fault="streams cut mid-way",
     ),
     Phase("relieve", "replicas stream whole again", _stop_cutting),
-    Phase("drive", "replicas close the proxy's idle connections, then requests", _stale, _plan_lifecycle("stale")),
-    Phase("drive", "idle past the proxy's keep-alive, then requests", _expired, _plan_lifecycle("expired")),
-    Phase("drive", "requests whose responses close their connection", _discarded, _plan_lifecycle("discarded")),
+    Phase("drive", "replicas close the proxy's idle connections, then requests", stale_phase, _plan_lifecycle("stale")),
+    Phase("drive", "idle past the proxy's keep-alive, then requests", expired_phase, _plan_lifecycle("expired")),
+    Phase("drive", "requests whose responses close their connection", discarded_phase, _plan_lifecycle("discarded")),
     Phase(
         "drive",
         "requests while replicas hold streams back past the proxy's timeouts",
-        _timed_out,
+        timed_out_phase,
         _plan_timeouts,
         fault="streams held back past the proxy's timeouts",
     ),

@@ -19,127 +19,32 @@ appears (no record, no counter) fails, named after what is missing.
 
 from __future__ import annotations
 
-import itertools
-import re
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
-from dd_accept.acceptance.analysis import attempts_by_request
 from dd_accept.acceptance.log_shapes import log_records
 from dd_accept.acceptance.registry import check
 from dd_accept.acceptance.telemetry_failover_checks import connection_errors as connection_errors  # a telemetry check
-from dd_accept.base.events import ClientRequest, SutAttemptRecord, UpstreamAttempt
+from dd_accept.acceptance.telemetry_records import (
+    NO_RESPONSE,
+    AttemptKey,
+    TelemetryPhase,
+    attempt_key,
+    attempt_records,
+    broke_mid_way,
+    byte_count,
+    flagged,
+    match_attempts,
+    served_key,
+    shown_numbers,
+    status_of,
+    unclaimed,
+)
+from dd_accept.base.events import SutAttemptRecord, UpstreamAttempt
 from dd_accept.base.results import CheckResult
-from dd_accept.node.loadclient.workload import CREDENTIAL_CANARY, PROMPT_CANARY
-from dd_accept.node.replica.openai_shapes import RESPONSE_CANARY
 from dd_accept.sut.profile import TelemetryProfile
 
 COMPLETE = frozenset({"ok", "rate_limited", "http_error"})  # a whole response reached the client
-
-
-def find(document: Any, dotted: str) -> Any:
-    """The value at a dotted path of the metrics JSON; None where it is not."""
-    value = document
-    for key in dotted.split("."):
-        if not isinstance(value, dict) or key not in value:
-            return None
-        value = value[key]
-    return value
-
-
-def status_of(value: Any) -> int | None:
-    """An upstream outcome or final status as a status code, however a record spells it:
-    429, "429", "http_429", "429 Too Many Requests", {"status": 429} (or any of
-    ATTEMPT_STATUS_KEYS); None for anything else (a connection error, a timeout)."""
-    if isinstance(value, dict):
-        value = _first(value, ATTEMPT_STATUS_KEYS)
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        digits = value.strip().removeprefix("http_").split(" ", 1)[0]
-        return int(digits) if digits.isdigit() else None
-    return None
-
-
-def flagged(value: Any) -> bool:
-    """A record's flag as a release may write it: true, "true", 1."""
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "yes", "1")
-    return value is True or (isinstance(value, int) and value == 1)
-
-
-def byte_count(value: Any) -> int | None:
-    """A byte count written as a number or as digits; None for anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    return None
-
-
-def is_request_record(record: dict[str, Any]) -> bool:
-    """A request's record names its final status, however it spells it (a word such as
-    "timeout" included); an attempt's record does not."""
-    return record.get("final_status") is not None
-
-
-def metrics_delta(before_document: Any, after_document: Any, dotted: str) -> Any:
-    """after - before at a dotted path: a number, or a {key: number} table of what changed;
-    None where the later document lacks it."""
-    after, before = find(after_document, dotted), find(before_document, dotted)
-    if isinstance(after, dict):
-        earlier = before if isinstance(before, dict) else {}
-        changed = {str(k): _number(v) - _number(earlier.get(k)) for k, v in after.items()}
-        return {k: v for k, v in changed.items() if v}
-    if after is None:
-        return None
-    return _number(after) - _number(before)
-
-
-@dataclass(frozen=True, slots=True)
-class TelemetryPhase:
-    """One phase as every side saw it."""
-
-    name: str
-    client: list[ClientRequest]
-    upstream: list[UpstreamAttempt]  # this phase's attempts (by request id), probes excluded
-    metrics_before: dict[str, Any]
-    metrics_after: dict[str, Any]
-    log_lines: list[str] = field(default_factory=list)  # the proxy's output written during the phase
-    replicas: int = 0
-    origins: tuple[str, ...] = ()  # each replica's http://host:port, in --backend order
-
-    def chains(self) -> dict[str, list[UpstreamAttempt]]:
-        """Each client request's upstream attempts, in the order they began."""
-        grouped = attempts_by_request(self.upstream)
-        return {key: sorted(attempts, key=lambda a: a.started) for key, attempts in grouped.items()}
-
-    def delta(self, dotted: str) -> Any:
-        return metrics_delta(self.metrics_before, self.metrics_after, dotted)
-
-    def backend_deltas(self, dotted: str) -> list[float] | None:
-        after, before = find(self.metrics_after, dotted), find(self.metrics_before, dotted)
-        if not isinstance(after, list):
-            return None
-        earlier = {row.get("index"): row for row in (before or []) if isinstance(row, dict)}
-        deltas = [0.0] * self.replicas
-        for position, row in enumerate(after):
-            if not isinstance(row, dict):
-                return None
-            index = row.get("index", position)
-            if not isinstance(index, int) or not 0 <= index < self.replicas:
-                return None
-            deltas[index] = _number(row.get("requests")) - _number(earlier.get(index, {}).get("requests"))
-        return deltas
-
-
-def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def expected_counters(phase: TelemetryPhase) -> dict[str, Any]:
@@ -174,11 +79,6 @@ def reported_counters(phase: TelemetryPhase, profile: TelemetryProfile) -> dict[
     }
 
 
-def _unclaimed(check_id: str, expected: str, claim: str) -> CheckResult:
-    why = f"the SUT's profile does not claim {claim!r} ([telemetry] claims)"
-    return CheckResult.unsupported(check_id, expected, why)
-
-
 @check("telemetry.attempt_counters")
 def attempt_counters(phases: list[TelemetryPhase], profile: TelemetryProfile) -> CheckResult:
     """In every phase, the proxy's counters moved by what the replicas and the client saw:
@@ -190,7 +90,7 @@ def attempt_counters(phases: list[TelemetryPhase], profile: TelemetryProfile) ->
         "moved by what the replicas served and the client received"
     )
     if not profile.claimed("attempt_counters"):
-        return _unclaimed(attempt_counters.check_id, expected_text, "attempt_counters")
+        return unclaimed(attempt_counters.check_id, expected_text, "attempt_counters")
     wrong: list[str] = []
     shown: list[str] = []
     retried = 0
@@ -202,10 +102,10 @@ def attempt_counters(phases: list[TelemetryPhase], profile: TelemetryProfile) ->
             if got[name] is None:
                 wrong.append(f"{phase.name}: the metrics have no {name}")
             elif got[name] != want[name]:
-                wrong.append(f"{phase.name}: {name} {_show(got[name])}, observed {_show(want[name])}")
+                wrong.append(f"{phase.name}: {name} {shown_numbers(got[name])}, observed {shown_numbers(want[name])}")
         shown.append(
             f"{phase.name}: {int(want['requests'])} requests, {int(want['attempts'])} attempts, "
-            f"retries {_show(want['retries'])}"
+            f"retries {shown_numbers(want['retries'])}"
         )
     ok = bool(phases) and not wrong and retried > 0
     detail = "; ".join(wrong[:6]) + (f"; and {len(wrong) - 6} more" if len(wrong) > 6 else "")
@@ -219,14 +119,6 @@ def attempt_counters(phases: list[TelemetryPhase], profile: TelemetryProfile) ->
         detail,
         {"phases_disagreeing": float(len({w.split(":")[0] for w in wrong})), "retries_observed": float(retried)},
     )
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(value.items())) + "}"
-    if isinstance(value, list):
-        return "[" + ", ".join(f"{v:g}" for v in value) + "]"
-    return f"{value:g}" if isinstance(value, float | int) else str(value)
 
 
 RecordKey = tuple[int, tuple[str, ...], int]
@@ -272,7 +164,7 @@ def request_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
         "them and its final status as the client got it"
     )
     if not profile.claimed("request_log"):
-        return _unclaimed(request_log.check_id, expected_text, "request_log")
+        return unclaimed(request_log.check_id, expected_text, "request_log")
     wrong: list[str] = []
     total_expected = total_records = 0
     failovers = 0
@@ -325,153 +217,6 @@ def _keys(found: Counter[RecordKey]) -> str:
     return ", ".join(shown) + (" ..." if len(found) > 3 else "")
 
 
-# Where a per-attempt record names its backend and its upstream status: the names a release
-# that logs "each attempted upstream" (the seed) is read by, the first one present counting.
-ATTEMPT_BACKEND_KEYS = ("backend", "backend_index", "upstream", "backend_origin", "origin")
-ATTEMPT_STATUS_KEYS = ("status", "status_code", "http_status", "upstream_status", "response_status", "outcome")
-# A record of an attempt that got no status may say why instead (status null or absent).
-ATTEMPT_ERROR_KEYS = ("error", "error_type", "exception", "reason")
-# Where a request's record may list its attempts inline: dicts each naming a backend and a
-# status, or a list of backends beside `upstream_outcomes` (rc1's), one per attempt.
-INLINE_ATTEMPT_KEYS = ("attempts", "upstream_attempts", "upstreams", "attempt_log")
-INLINE_BACKEND_KEYS = ("upstream_backends", "backends", "backend_indexes", "upstream_indexes", "attempt_backends")
-
-AttemptKey = tuple[str, str]  # (backend as a replica index, or what the record said; status)
-
-
-def backend_named(value: Any, origins: tuple[str, ...]) -> str:
-    """A record's backend as a replica index: 2, "2", {"index": 2}, or a string naming the
-    replica's host:port ("http://10.0.0.3:8001"); anything else as it was written."""
-    if isinstance(value, dict):
-        value = value.get("index", value.get("origin", value.get("url")))
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value) if 0 <= value < max(len(origins), 1) or not origins else f"?{value}"
-    if isinstance(value, str):
-        if value.isdigit():
-            return value
-        for index, origin in enumerate(origins):
-            if origin.removeprefix("http://") in value:
-                return str(index)
-    return f"?{value}"
-
-
-def attempt_records(lines: list[str], profile: TelemetryProfile) -> tuple[list[dict[str, Any]], int]:
-    """The per-attempt records of a phase: the marked records with no final status (a
-    request's record has one; an attempt's record may also say its stream was incomplete),
-    those under a sibling marker, or, where a release writes neither, the attempts its
-    request records list inline. Also how many per-attempt records name no backend or no
-    status (nor why it had none): reported where the phase's attempts do not match."""
-    marked = log_records(lines, profile.log_marker)[0]
-    records = [r for r in marked if not is_request_record(r)]
-    # an incomplete-stream record naming no backend is a request's (incomplete_streams judges it)
-    records = [r for r in records if not (flagged(r.get(profile.incomplete_field)) and _backend(r) is None)]
-    readable = [r for r in records if names_an_attempt(r)]
-    separate = readable + sibling_attempt_records(lines, profile.log_marker)
-    if not separate:
-        separate = [a for r in marked if is_request_record(r) for a in inline_attempts(r)]
-    return separate, len(records) - len(readable)
-
-
-def inline_attempts(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """The attempts a request's record lists inline, as attempt records: a list of dicts
-    naming a backend and a status, or a list of backends beside `upstream_outcomes`."""
-    for key in INLINE_ATTEMPT_KEYS:
-        listed = record.get(key)
-        if isinstance(listed, list) and listed and all(isinstance(a, dict) for a in listed):
-            return [a for a in listed if _backend(a) is not None]
-    outcomes = record.get("upstream_outcomes")
-    for key in INLINE_BACKEND_KEYS:
-        backends = record.get(key)
-        if isinstance(backends, list) and isinstance(outcomes, list) and len(backends) == len(outcomes):
-            return [{"backend": b, "status": o} for b, o in zip(backends, outcomes, strict=True)]
-    return []
-
-
-def sibling_attempt_records(lines: list[str], marker: str) -> list[dict[str, Any]]:
-    """Attempt records a release writes under a marker of its own beside the request's (the
-    seed names no marker for "each attempted upstream"): `slurm_proxy_attempt {...}` or
-    `slurm_proxy_upstream {...}` beside `slurm_proxy_request`. Only records naming a backend
-    and a status, with no final status, under a marker naming an attempt or an upstream,
-    count; other lines of the family (a start-up line, a health event) are not judged."""
-    family = marker.rsplit("_", 1)[0] + "_" if "_" in marker else None
-    if family is None:
-        return []
-    named = re.compile(re.escape(family) + r"\w*(?:attempt|upstream)")  # not a health or start-up line
-    siblings = [line for line in lines if marker not in line and named.search(line)]
-    return [r for r in log_records(siblings, family)[0] if not is_request_record(r) and names_an_attempt(r)]
-
-
-def _first(record: dict[str, Any], keys: tuple[str, ...]) -> Any:
-    return next((record[k] for k in keys if record.get(k) is not None), None)
-
-
-def _backend(record: dict[str, Any]) -> Any:
-    return _first(record, ATTEMPT_BACKEND_KEYS)
-
-
-def _status(record: dict[str, Any]) -> Any:
-    return _first(record, ATTEMPT_STATUS_KEYS)
-
-
-def _error(record: dict[str, Any]) -> Any:
-    return _first(record, ATTEMPT_ERROR_KEYS)
-
-
-def names_an_attempt(record: dict[str, Any]) -> bool:
-    """A record an attempt can be read from: its backend, and its status or why it had none."""
-    return _backend(record) is not None and (_status(record) is not None or _error(record) is not None)
-
-
-# An attempt that got no status: the replica held its answer until the proxy gave up on it
-# (a timeout), or the connection failed. A record says so in words ("timeout", "error",
-# "ClientConnectorError") or with the 504 a proxy answers for it; the replicas' side, with no
-# status at all.
-NO_RESPONSE = "no response"
-
-
-# Statuses that say "no response" in some proxies' logs: 0 (nothing received), 599 (a
-# network timeout, in Tornado's and others' convention), 504 (the proxy's own gateway timeout).
-NO_RESPONSE_CODES = frozenset({0, 504, 599})
-
-
-def attempt_key(record: dict[str, Any], origins: tuple[str, ...]) -> AttemptKey:
-    backend = backend_named(_backend(record), origins)
-    status = _status(record)
-    code = status_of(status)
-    if status is None or (code is None and isinstance(status, str)) or code in NO_RESPONSE_CODES:
-        return backend, NO_RESPONSE
-    return backend, str(code if code is not None else status)
-
-
-def served_key(attempt: UpstreamAttempt) -> AttemptKey:
-    """An attempt as the replica served it; one it never answered had no response."""
-    return str(attempt.replica), NO_RESPONSE if attempt.status is None else str(attempt.status)
-
-
-def broke_mid_way(attempt: UpstreamAttempt) -> bool:
-    """A stream that broke after its status: cut by the replica, or given up on by the proxy
-    after its status and some events (a streaming timeout)."""
-    return attempt.outcome == "cut" or (attempt.outcome == "abandoned" and attempt.status is not None)
-
-
-def match_attempts(
-    want: Counter[AttemptKey], got: Counter[AttemptKey], broke: Counter[AttemptKey]
-) -> Counter[AttemptKey]:
-    """`got` with the records of streams that broke after their status read as the replica
-    served them: such an attempt got its status and then timed out or was cut, and a record
-    may name the status or the failure. For each such (replica, status), as many of that
-    replica's spare no-response records as it had such streams, and as that status's records
-    fall short, count as that status; never as another status of the replica."""
-    matched = Counter(got)
-    for key, streams in broke.items():
-        gone = (key[0], NO_RESPONSE)
-        moved = min(max(0, want[key] - matched[key]), streams, max(0, matched[gone] - want[gone]))
-        if moved:
-            matched[key] += moved
-            matched[gone] -= moved
-    return +matched
-
-
 def placed_attempt_records(phase: TelemetryPhase, profile: TelemetryProfile) -> list[SutAttemptRecord]:
     """The phase's attempt records, each placed on the request of the replicas' attempt of
     the same backend and status, in order of occurrence (the records carry no request id):
@@ -512,7 +257,7 @@ def attempt_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
         "to the attempts the replicas served"
     )
     if not profile.claimed("attempt_log"):
-        return _unclaimed(attempt_log.check_id, expected_text, "attempt_log")
+        return unclaimed(attempt_log.check_id, expected_text, "attempt_log")
     wrong: list[str] = []
     served = logged = retried = unanswered = 0
     for phase in phases:
@@ -603,7 +348,7 @@ def incomplete_streams(
         "none elsewhere"
     )
     if not profile.claimed("incomplete_streams"):
-        return _unclaimed(incomplete_streams.check_id, expected_text, "incomplete_streams")
+        return unclaimed(incomplete_streams.check_id, expected_text, "incomplete_streams")
     judged = [p for p in phases if p.name in cut_phases]
     if not judged:
         return CheckResult.judge(incomplete_streams.check_id, False, expected_text, "no phase cut a stream")
@@ -691,7 +436,7 @@ def probe_routing(
         "gets requests"
     )
     if not profile.claimed("probe_routing"):
-        return _unclaimed(probe_routing.check_id, expected_text, "probe_routing")
+        return unclaimed(probe_routing.check_id, expected_text, "probe_routing")
     if window is None:
         return CheckResult.judge(
             probe_routing.check_id, False, expected_text, f"the proxy sent no health probe to replica {probed}"
@@ -722,269 +467,3 @@ def probe_routing(
         "as a request in least-connections"
     )  # fmt: skip
     return CheckResult.judge(probe_routing.check_id, counts[probed] > 0, expected_text, observed, detail, numbers)
-
-
-# Enough of a canary that no other text holds it by chance, little enough that a record
-# that cuts the prompt or the credential short still shows it.
-CANARY_SHOWN = 8
-METRIC_NAMES = {"prompt": "prompt", "credential": "header", "response": "response"}
-
-
-def sent_secrets(headers: tuple[str, ...]) -> tuple[str, ...]:
-    """The parts of the user's own credential headers (`Authorization`, an API key, a token,
-    a cookie) that only they hold: each word of 8 characters or more of the value."""
-    found = []
-    for header in headers:
-        name, _, value = header.partition(":")
-        if any(word in name.lower() for word in ("auth", "key", "token", "cookie", "secret", "password")):
-            found += [word for word in value.split() if len(word) >= 8]
-    return tuple(found)
-
-
-@check("telemetry.no_payloads")
-def no_payloads(lines: list[str], canary: str, user_secrets: tuple[str, ...] = ()) -> CheckResult:
-    """The proxy's output holds no request text, no response text and no credential (the
-    seed: its records carry no "payloads or credentials"). Every prompt of the run carried
-    the canary, every request a credential made from it (or the user's own, whose words
-    are looked for), every token the replicas streamed: text found nowhere but in what
-    the client and the replicas sent, even cut short to its first characters. Judged
-    whatever the SUT claims: a proxy that writes nothing leaks nothing."""
-    expected_text = "no line the proxy wrote holds a prompt, a response's text or a credential the client sent"
-    shown = canary[:CANARY_SHOWN]
-    marks = {
-        "prompt": (f"{PROMPT_CANARY}{shown}",),
-        "credential": (f"{CREDENTIAL_CANARY}{shown}", *user_secrets),
-        "response": (f"{RESPONSE_CANARY}{shown}",),
-    }
-    found = {what: [i for i, line in enumerate(lines) if any(m in line for m in ms)] for what, ms in marks.items()}
-    leaked = {what: where for what, where in found.items() if where}
-    observed = f"{len(lines)} lines written by the proxy in the run" + (
-        "; " + ", ".join(f"{what} text in {len(where)}" for what, where in leaked.items()) if leaked else ""
-    )
-    detail = "; ".join(
-        f"{what} text on the proxy's output (line {', '.join(str(i + 1) for i in where[:3])}"
-        f"{' ...' if len(where) > 3 else ''})"
-        for what, where in leaked.items()
-    )
-    return CheckResult.judge(
-        no_payloads.check_id,
-        not leaked,
-        expected_text,
-        observed,
-        detail,
-        # a metric named after a credential would be redacted as one: the header it rode in names it
-        {
-            "lines": float(len(lines)),
-            **{f"{METRIC_NAMES[what]}_lines": float(len(where)) for what, where in found.items()},
-        },
-    )
-
-
-# The longest a phase may wait for the SUT's own clock (an idle expiry, a timeout) to run
-# out: long enough for rc1's 65 s keep-alive to expire twice over, far short of its 3600 s
-# read timeout. A counter whose phase would need longer is not judged (`unsupported`).
-LONGEST_WAIT_SECONDS = 150.0
-
-
-def drivable(seconds: float | None, times: float = 1.0) -> bool:
-    """Whether a phase that waits `seconds` of the SUT's clock `times` over fits in a run."""
-    return seconds is not None and seconds > 0 and seconds * times <= LONGEST_WAIT_SECONDS
-
-
-@dataclass(frozen=True, slots=True)
-class CountedPhase:
-    """A phase built to produce connection events or timeouts: the proxy's counters before
-    and after, and per counter path the counts the replicas' view allows. A view can allow
-    more than one count: a proxy may keep its health probes on a pool of its own (counted
-    or not), a reading taken while a connection closes lands on either side of it, and the
-    seed's words allow two readings of a terminal timeout. `also` holds the other counters
-    of the same kind, which must move only by what the replicas saw of *their* events in
-    this window (mostly none): a counter that also counts another event is caught there."""
-
-    name: str
-    metrics_before: dict[str, Any]
-    metrics_after: dict[str, Any]
-    expected: dict[str, tuple[int, ...]]  # counter path -> the counts the replicas' view allows
-    seen: str  # what the replicas saw, in words
-    also: dict[str, tuple[int, ...]] = field(default_factory=dict)  # the other counters' allowed counts
-
-    def counted(self, path: str) -> Any:
-        return metrics_delta(self.metrics_before, self.metrics_after, path)
-
-
-def allowed_text(allowed: tuple[int, ...]) -> str:
-    """1 | 1 or 3 | 4 to 6: the counts a view allows, as a person says them."""
-    values = sorted(set(allowed))
-    if len(values) > 2 and values == list(range(values[0], values[-1] + 1)):
-        return f"{values[0]} to {values[-1]}"
-    return " or ".join(str(v) for v in values)
-
-
-def _metric_key(path: str) -> str:
-    return re.sub(r"[^a-z0-9_]", "_", path.lower())
-
-
-def _counters_judged(
-    check_id: str,
-    claim: str,
-    counters: tuple[str, ...],
-    metrics: dict[str, Any],
-    phases: list[CountedPhase],
-    profile: TelemetryProfile,
-    what: str,
-    not_driven: str,
-    also_wrong: tuple[str, ...] = (),
-    quiet: list[TelemetryPhase] | None = None,
-) -> CheckResult:
-    """Each counter against the phase built to produce its event: it must have moved by what
-    the replicas saw, and the event must have happened at all. A counter no phase could
-    produce in a run's time (`not_driven`) is judged on what can be: given `quiet` windows
-    (phases in which none of its events can happen), it must never decrease over the run's
-    readings and stay unmoved in each; it then passes saying it was *not driven* (metric
-    `driven` 0), and fails where it moved. Without quiet windows it leaves the check
-    `unsupported`, never `pass`. `also_wrong`: what else the phases showed wrong (a status
-    the client got)."""
-    expected_text = f"the metrics count {what} ({', '.join(counters)}) as the replicas saw them"
-    if not profile.claimed(claim):
-        return _unclaimed(check_id, expected_text, claim)
-    if not isinstance(metrics, dict):
-        return CheckResult.judge(check_id, False, expected_text, "the proxy's metrics are not a JSON object")
-    missing = [path for path in counters if not isinstance(find(metrics, path), int | float)]
-    if missing:
-        return CheckResult.judge(
-            check_id,
-            False,
-            expected_text,
-            f"the proxy's metrics have no {', '.join(missing)}",
-            f"claimed by the profile; the metrics document's keys: {', '.join(sorted(metrics)) or 'none'}",
-        )
-    observed, wrong, never, judged = [], [], [], []
-    numbers: dict[str, float] = {}
-    for path in counters:
-        phase = next((p for p in phases if path in p.expected), None)
-        if phase is None:
-            continue
-        allowed, counted = phase.expected[path], phase.counted(path)
-        judged.append(path)
-        key = _metric_key(path)
-        numbers[f"{key}_seen"] = float(max(allowed))
-        numbers[f"{key}_seen_min"] = float(min(allowed))
-        if isinstance(counted, int | float):
-            numbers[f"{key}_counted"] = float(counted)
-        observed.append(f"{phase.name}: {path} +{_show(counted)} ({phase.seen})")
-        if max(allowed) <= 0:
-            never.append(f"{phase.name}: no event for {path} happened ({phase.seen})")
-        elif not isinstance(counted, int | float) or counted not in allowed:
-            wrong.append(f"{phase.name}: {path} counted {_show(counted)}, the replicas saw {allowed_text(allowed)}")
-    for phase in phases:  # every window also holds the counters its events must not move
-        for path, allowed in phase.also.items():
-            counted = phase.counted(path)
-            if path in counters and (not isinstance(counted, int | float) or counted not in allowed):
-                wrong.append(
-                    f"{phase.name}: {path} counted {_show(counted)} where the replicas saw {allowed_text(allowed)} "
-                    "of its events"
-                )
-    wrong += also_wrong
-    unjudged = [path for path in counters if path not in judged]
-    quiet_note = ""
-    if unjudged and quiet:
-        wrong += _moved_where_quiet(unjudged, quiet, metrics)
-        quiet_note = (
-            f"not driven: {', '.join(unjudged)} ({not_driven}); judged only present, never decreasing and unmoved "
-            f"in the {len(quiet)} phases where none of their events could happen"
-        )
-    metrics_out = {"judged": float(len(judged)), "wrong": float(len(wrong) + len(never)), **numbers}
-    metrics_out["driven"] = float(not unjudged)
-    if wrong or never:
-        return CheckResult.judge(
-            check_id, False, expected_text, "; ".join(observed), "; ".join(wrong + never), metrics_out
-        )
-    if quiet_note:
-        shown = "; ".join(observed) or f"reported ({', '.join(f'{p}={find(metrics, p)}' for p in counters)})"
-        return CheckResult.judge(check_id, True, expected_text, f"{shown}; {quiet_note}", quiet_note, metrics_out)
-    if unjudged:
-        return CheckResult(
-            check_id,
-            "unsupported",
-            expected_text,
-            "; ".join(observed) or f"reported ({', '.join(f'{p}={find(metrics, p)}' for p in counters)})",
-            f"not judged: {', '.join(unjudged)} ({not_driven}); never a pass",
-            metrics_out,
-        )
-    return CheckResult.judge(check_id, True, expected_text, "; ".join(observed), "", metrics_out)
-
-
-def _moved_where_quiet(paths: list[str], quiet: list[TelemetryPhase], last: dict[str, Any]) -> list[str]:
-    """What the counters did that no correct one does where none of their events happened:
-    move in a quiet phase, or fall between two readings of the run (a reset counter)."""
-    wrong = []
-    readings = [document for phase in quiet for document in (phase.metrics_before, phase.metrics_after)] + [last]
-    for path in paths:
-        for phase in quiet:
-            moved = phase.delta(path)
-            if isinstance(moved, int | float) and moved != 0:
-                wrong.append(f"{phase.name}: {path} counted {_show(moved)} where none of its events could happen")
-        values = [v for document in readings if isinstance(v := find(document, path), int | float)]
-        if any(later < earlier for earlier, later in itertools.pairwise(values)):
-            wrong.append(f"{path} fell between two readings of the run ({', '.join(_show(v) for v in values)})")
-    return wrong
-
-
-# How many times over each phase waits out the SUT's own clock: an idle connection expires
-# between one and two keep-alives after its last use (a pool sweeps at that interval); a
-# request whose every attempt stalls before its first byte waits out one timeout per attempt.
-EXPIRY_WAITS = 2.0
-TIMEOUT_WAITS = 3.0
-
-
-@check("telemetry.connection_lifecycle")
-def connection_lifecycle(
-    metrics: dict[str, Any], profile: TelemetryProfile, phases: list[CountedPhase] | None = None
-) -> CheckResult:
-    """The proxy counts upstream connections that expired idle (its keep-alive ran out), went
-    stale (closed by the backend while idle, found before reuse) and were discarded (not
-    returned to the pool after a response: the backend said `Connection: close`), each equal
-    to what the replicas saw in the phase built to produce it. Opened and reused are
-    `streaming.connection_accounting`'s."""
-    keepalive = profile.keepalive_seconds
-    return _counters_judged(
-        connection_lifecycle.check_id, "connection_lifecycle", profile.connection_counters, metrics, phases or [],
-        profile, "expired, stale and discarded upstream connections",
-        f"an idle expiry needs the proxy's keep-alive ({keepalive} s in the profile) to run out "
-        f"{EXPIRY_WAITS:g} times over, beyond the {LONGEST_WAIT_SECONDS:g} s a phase waits",
-    )  # fmt: skip
-
-
-@check("telemetry.timeouts")
-def timeouts(
-    metrics: dict[str, Any],
-    profile: TelemetryProfile,
-    phases: list[CountedPhase] | None = None,
-    timed_out_status: int | None = None,
-    quiet: list[TelemetryPhase] | None = None,
-) -> CheckResult:
-    """The proxy counts terminal timeouts (an upstream attempt that got no first byte in
-    time) and streaming timeouts (a stream that stalled mid-way), as the replicas saw the
-    proxy abandon the responses they held back past its timeouts. The seed counts them
-    "without requiring another retry", which reads two ways for a terminal timeout: every
-    attempt that timed out before its first byte, or only those no retry followed (the
-    others being retries); either count passes, one that matches neither fails. The
-    request whose every attempt timed out must get the status the profile documents
-    (`timeout_status`; `timed_out_status` is what the client got). Timeouts the profile puts
-    beyond a run's time are judged in the `quiet` phases (replicas answering at once: no
-    timeout can happen) and said to be *not driven*."""
-    status_wrong = ()
-    if phases and profile.timeout_status is not None and timed_out_status != profile.timeout_status:
-        status_wrong = (
-            f"the request whose every attempt timed out got {timed_out_status}, the profile documents "
-            f"{profile.timeout_status}",
-        )
-    return _counters_judged(
-        timeouts.check_id, "timeouts", profile.timeout_counters, metrics, phases or [], profile,
-        "terminal and streaming timeouts",
-        f"the profile's timeouts ({profile.terminal_timeout_seconds} s to the first byte, "
-        f"{profile.streaming_timeout_seconds} s mid-stream) waited out {TIMEOUT_WAITS:g} times over are beyond "
-        f"the {LONGEST_WAIT_SECONDS:g} s a phase waits",
-        status_wrong,
-        quiet,
-    )  # fmt: skip

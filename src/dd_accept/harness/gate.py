@@ -43,7 +43,7 @@ from dd_accept.harness.gate_file import GateFile
 from dd_accept.harness.gate_metrics import judge_goodput, judge_metric
 from dd_accept.harness.gate_rounds import ROLES, judge_round_regressions, later_rounds, round_name
 from dd_accept.harness.runner import as_given, parse_sut, prepare_out, run
-from dd_accept.reports import compare, gate_page
+from dd_accept.reports import compare, compare_render, gate_page
 
 SCHEMA = "dd-accept/gate/v1"
 
@@ -230,9 +230,9 @@ def _judge_release(
     if "baseline" in codes:
         baseline = load_results(base / "baseline" / "results.json")
         comparison = compare.compare(baseline, candidate)
-        (base / "comparison.md").write_text(compare.to_markdown(comparison))
-        (base / "comparison.html").write_text(compare.to_html(comparison))
-        console.table(compare.to_table(comparison))
+        (base / "comparison.md").write_text(compare_render.to_markdown(comparison))
+        (base / "comparison.html").write_text(compare_render.to_html(comparison))
+        console.table(compare_render.to_table(comparison))
     checks = judge(gate, candidate, base / "candidate", baseline)
     rounds = gate.gate.capacity_rounds
     if baseline is not None and rounds > 1:  # the rounds judge the declared numbers, not one run each

@@ -14,50 +14,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import importlib
 import json
-import os
-import signal
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from dd_accept.base.events import EventWriter, UpstreamAttempt, to_tenth_ms
 from dd_accept.node.replica import openai_shapes as shapes
+from dd_accept.node.replica.asgi import (
+    PROBE_PATHS,
+    REQUEST_ID_HEADER,
+    App,
+    ConnectionReset,
+    Message,
+    PeerGone,
+    Receive,
+    Scope,
+    Send,
+    StreamCut,
+    read_body,
+    response_headers,
+    send_json,
+)
 from dd_accept.node.replica.connections import ConnectionTable
+from dd_accept.node.replica.control import (
+    ControlRouter,
+)
 from dd_accept.node.replica.control_state import ControlState, ForcedResponse
 from dd_accept.node.replica.engine import Engine
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-App = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-CONTROL_PREFIX = "/_dd/"
-REQUEST_ID_HEADER = b"x-dd-request-id"
-PROBE_PATHS = frozenset({"/health", "/metrics", "/version", "/v1/models"})
-TOKEN_HEADER = b"x-dd-control-token"
 VERSION = "0.0.0-dd-accept-synthetic"
 MAX_CHUNK_OFFSETS = 2048  # per stream: enough for the scenarios' streams, bounded for long ones
-
-
-class StreamCut(Exception):
-    """Raised to abort a response mid-stream, as a crashing or cut-off backend would."""
-
-
-class ConnectionReset(Exception):
-    """Raised once a request is read, to reset its connection instead of answering it (the
-    control router resets the transport): the proxy sees a connection error mid-request."""
-
-
-class PeerGone(Exception):
-    """The peer closed the connection while the replica held its response back (a proxy
-    that timed the attempt out): the response ends there, recorded as `abandoned`."""
 
 
 class PeerWatch:
@@ -85,41 +76,6 @@ class PeerWatch:
 
     def close(self) -> None:
         self._next.cancel()
-
-
-async def _read_body(receive: Receive, limit: int = 16 * 1024 * 1024) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise StreamCut("client went away")
-        body = message.get("body", b"")
-        size += len(body)
-        if size > limit:
-            raise ValueError("request body too large")
-        chunks.append(body)
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-def _headers(content_type: bytes, extra: Mapping[str, str] | None, close: bool) -> list[tuple[bytes, bytes]]:
-    headers = [(b"content-type", content_type)]
-    for name, value in (extra or {}).items():
-        headers.append((name.lower().encode(), value.encode()))
-    if close:
-        headers.append((b"connection", b"close"))
-    return headers
-
-
-async def send_json(
-    send: Send, status: int, payload: object, *, headers: Mapping[str, str] | None = None, close: bool = False
-) -> None:
-    body = json.dumps(payload, separators=(",", ":")).encode()
-    await send(
-        {"type": "http.response.start", "status": status, "headers": _headers(b"application/json", headers, close)}
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 def _estimate_prompt_tokens(payload: Mapping[str, Any]) -> int:
@@ -157,7 +113,7 @@ class ReplicaApp:
             if self.control.health_delay_s > 0:  # a probe held in flight (probe-aware routing)
                 started = time.time()
                 self.control.probe_window = (started, None)
-                await _read_body(receive)  # the (empty) request first: then only a disconnect can come
+                await read_body(receive)  # the (empty) request first: then only a disconnect can come
                 watch = PeerWatch(receive)
                 try:
                     with contextlib.suppress(PeerGone):  # held until the delay, a release, or the prober gives up
@@ -167,7 +123,9 @@ class ReplicaApp:
                     watch.close()
                 self.control.probe_window = (started, time.time())
             status = 200 if self.control.healthy else 503
-            await send({"type": "http.response.start", "status": status, "headers": _headers(b"text/plain", {}, close)})
+            await send(
+                {"type": "http.response.start", "status": status, "headers": response_headers(b"text/plain", {}, close)}
+            )
             await send({"type": "http.response.body", "body": b""})
         elif path == "/version":
             await send_json(send, 200, {"version": VERSION}, close=close)
@@ -180,7 +138,7 @@ class ReplicaApp:
                 {
                     "type": "http.response.start",
                     "status": 200,
-                    "headers": _headers(b"text/plain; version=0.0.4; charset=utf-8", {}, close),
+                    "headers": response_headers(b"text/plain; version=0.0.4; charset=utf-8", {}, close),
                 }
             )
             await send({"type": "http.response.body", "body": body})
@@ -192,7 +150,7 @@ class ReplicaApp:
     async def _completion(self, scope: Scope, receive: Receive, send: Send, *, chat: bool) -> None:
         close = self.control.close_connections
         forced = self.control.take_forced()
-        body = await _read_body(receive)
+        body = await read_body(receive)
         if self.control.take_reset():
             raise ConnectionReset("the request was read; its connection is reset unanswered")
         if forced is not None:
@@ -262,7 +220,7 @@ class ReplicaApp:
         identifier = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         created = int(time.time())
         kind = "chat.completion.chunk" if chat else "text_completion"
-        headers = _headers(b"text/event-stream", {"cache-control": "no-cache"}, close)
+        headers = response_headers(b"text/event-stream", {"cache-control": "no-cache"}, close)
         started = False
         sent = 0
 
@@ -393,150 +351,6 @@ class RequestRecorder:
                         chunk_offsets_s=offsets if len(offsets) > 1 else None,
                     )
                 )
-
-
-class ControlRouter:
-    """`/_dd/...` for the harness (token-guarded); everything else goes to the wrapped app."""
-
-    def __init__(
-        self,
-        app: App,
-        engine: Engine,
-        control: ControlState,
-        token: str | None,
-        shutdown: Callable[[int], None],
-        connections: ConnectionTable | None = None,
-        refuse: Callable[[float], None] | None = None,
-    ) -> None:
-        self.app = app
-        self.engine = engine
-        self.control = control
-        self.token = token
-        self.shutdown = shutdown
-        self.connections = connections
-        self.refuse = refuse
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(CONTROL_PREFIX):
-            while self.control.hung and scope["type"] == "http":  # a backend that stopped serving
-                await asyncio.sleep(0.05)
-            try:
-                await self.app(scope, receive, send)
-            except ConnectionReset:
-                if self.connections is None:
-                    raise  # no transport to reset: uvicorn answers 500, as a crash would
-                await self.connections.reset(scope.get("client"))
-            return
-        if self.connections is not None:  # the harness's own connection: none of the proxy's
-            self.connections.control_seen(scope.get("client"))
-        supplied = dict(scope.get("headers") or []).get(TOKEN_HEADER, b"")
-        if not self.token or not hmac.compare_digest(supplied, self.token.encode()):
-            await send_json(send, 403, {"error": "control token missing or wrong"})
-            return
-        action = scope["path"][len(CONTROL_PREFIX) :].strip("/")
-        try:
-            body = json.loads(await _read_body(receive) or b"{}")
-            result = self.apply(action, body if isinstance(body, dict) else {})
-        except (ValueError, TypeError, KeyError) as error:
-            await send_json(send, 400, {"error": f"bad control request: {error}"})
-            return
-        await send_json(send, 200, result)
-
-    def apply(self, action: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        """One control action; returns the replica's state afterwards."""
-        engine, control = self.engine, self.control
-        if action == "state":
-            pass
-        elif action == "hold":
-            engine.hold(int(body["depth"]))
-        elif action == "release":
-            engine.hold(0)
-        elif action == "health":
-            control.healthy = bool(body["ok"])
-        elif action == "hang":
-            control.hung = bool(body["on"])
-        elif action == "stall":
-            engine.stall(bool(body["on"]))
-        elif action == "pace":  # {"itl_ms": N, "exact": bool}, or {} for the pacing it started with
-            itl_ms = body.get("itl_ms")
-            engine.pace(None if itl_ms is None else float(itl_ms) / 1000, exact=bool(body.get("exact", False)))
-        elif action == "respond":
-            status = int(body["status"])
-            if not 100 <= status <= 599:
-                raise ValueError("status must be an HTTP status code")
-            retry_after = body.get("retry_after")
-            control.forced = ForcedResponse(status, None if retry_after is None else int(retry_after))
-            control.forced_remaining = int(body.get("count", 1))
-        elif action == "keepalive":
-            control.close_connections = bool(body["close"])
-        elif action == "delay":
-            after = body.get("after_chunks")
-            control.delay_after_chunks = None if after is None else int(after)
-            control.delay_seconds = float(body.get("seconds", 0))
-            control.delay_remaining = int(body.get("count", 1))
-        elif action == "health_delay":
-            control.health_delay_s = float(body.get("seconds", 0))  # 0 also releases a probe held now
-        elif action == "close_idle":
-            if self.connections is None:
-                raise ValueError("this replica does not track its connections")
-            return self.connections.close_idle(
-                lambda protocol: self.engine.metrics.carried_requests(getattr(protocol, "_dd_peer", None))
-            )
-        elif action == "cut":
-            after = body.get("after_chunks")
-            control.cut_after_chunks = None if after is None else int(after)
-            count = body.get("count")
-            control.cut_remaining = None if count is None else int(count)
-        elif action == "reset":
-            if self.connections is None:
-                raise ValueError("this replica does not track its connections")
-            self.control.reset_remaining = int(body.get("count", 1))
-        elif action == "refuse":  # nothing listens on the port for `seconds`, then it listens again
-            if self.refuse is None:
-                raise ValueError("this replica cannot stop listening")
-            seconds = float(body["seconds"])
-            if not 0 < seconds <= 120:
-                raise ValueError("seconds must be above 0 and at most 120")
-            self.control.refusing_until = time.time() + seconds
-            self.refuse(seconds)
-            if self.connections is not None:  # and the idle ones go, or a pool would reuse them
-                return {**self.state(), **self.connections.close_idle(lambda protocol: False)}
-        elif action == "exit":
-            code = int(body.get("code", 0))
-            asyncio.get_running_loop().call_later(0.05, self.shutdown, code)
-        elif action == "kill":
-            asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), signal.SIGKILL)
-        else:
-            raise ValueError(f"unknown action {action!r}")
-        return self.state()
-
-    def state(self) -> dict[str, Any]:
-        metrics = self.engine.metrics
-        return {
-            "pid": os.getpid(),
-            "itl_ms": self.engine.settings.itl_s * 1000,
-            "latency": self.engine.settings.latency,
-            "waiting": self.engine.waiting,
-            "running": self.engine.running,
-            "held_depth": self.engine.held_depth,
-            "healthy": self.control.healthy,
-            "hung": self.control.hung,
-            "close_connections": self.control.close_connections,
-            "forced_remaining": self.control.forced_remaining,
-            "cut_after_chunks": self.control.cut_after_chunks,
-            "connections_accepted": int(metrics.connections_accepted._value.get()),
-            "connections_closed": int(metrics.connections_closed._value.get()),
-            "connections_with_requests": int(metrics.connections_with_requests._value.get()),
-            "probe_requests": int(metrics.probe_requests._value.get()),
-            "open_connections": len(metrics.open_connections),
-            "open_connections_with_requests": sum(1 for carried in metrics.open_connections.values() if carried),
-            "chunks_sent": int(metrics.chunks_sent._value.get()),
-            "delay_remaining": self.control.delay_remaining,
-            "reset_remaining": self.control.reset_remaining,
-            "refusing_until": self.control.refusing_until,
-            "probe_window": list(self.control.probe_window) if self.control.probe_window else None,
-            **(self.connections.state() if self.connections is not None else {}),
-        }
 
 
 def load_middleware(path: str) -> Callable[[App], App]:

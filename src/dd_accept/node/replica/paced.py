@@ -46,40 +46,20 @@ from dd_accept.node import event_loop
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.node.event_loop import LOOPS
 from dd_accept.node.replica import openai_shapes as shapes
-from dd_accept.node.replica.app import CONTROL_PREFIX, MAX_CHUNK_OFFSETS, PROBE_PATHS, VERSION
+from dd_accept.node.replica.app import MAX_CHUNK_OFFSETS, VERSION
+from dd_accept.node.replica.asgi import CONTROL_PREFIX, PROBE_PATHS
+from dd_accept.node.replica.http1 import (
+    MAX_BODY,
+    REASONS,
+    BodyTooLarge,
+    frame,
+    head,
+)
 from dd_accept.node.replica.readiness import add_location_arguments, listen_port, per_task, task_index, write_ready
 
-MAX_BODY = 16 * 1024 * 1024
 COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 TICK_S = 0.001  # the pacing resolution: token gaps are whole milliseconds, as uvloop's timers are
 SAME_TICK_S = 0.0005  # a wake-up this early still writes the tick's streams
-REASONS = {
-    200: b"OK",
-    400: b"Bad Request",
-    403: b"Forbidden",
-    404: b"Not Found",
-    413: b"Payload Too Large",
-    500: b"Internal Server Error",
-}
-
-
-class BodyTooLarge(Exception):
-    pass
-
-
-def frame(body: bytes) -> bytes:
-    """One HTTP/1.1 chunk."""
-    return b"%x\r\n%s\r\n" % (len(body), body)
-
-
-def head(status: int, content_type: bytes, *, length: int | None, close: bool) -> bytes:
-    lines = [b"HTTP/1.1 %d %s" % (status, REASONS.get(status, b"Status")), b"content-type: " + content_type]
-    lines.append(b"transfer-encoding: chunked" if length is None else b"content-length: %d" % length)
-    if content_type == b"text/event-stream":
-        lines.append(b"cache-control: no-cache")
-    if close:
-        lines.append(b"connection: close")
-    return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
 @dataclass

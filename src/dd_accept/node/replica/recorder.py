@@ -14,7 +14,8 @@ from pathlib import Path
 
 from dd_accept.base.events import EventWriter
 from dd_accept.node.environment import EVENTS_ENV, REPLICA_ENV
-from dd_accept.node.replica.app import App, Receive, RequestRecorder, Scope, Send
+from dd_accept.node.replica.app import RequestRecorder
+from dd_accept.node.replica.asgi import App, Receive, Scope, Send
 
 
 class RequestEvents:

@@ -28,7 +28,8 @@ from dd_accept.node import event_loop
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.node.event_loop import LOOPS
 from dd_accept.node.loadclient.workload import CANARY
-from dd_accept.node.replica.app import StreamCut, build_app
+from dd_accept.node.replica.app import build_app
+from dd_accept.node.replica.asgi import StreamCut
 from dd_accept.node.replica.connections import ConnectionTable
 from dd_accept.node.replica.control_state import ControlState
 from dd_accept.node.replica.engine import Engine, EngineMetrics, EngineSettings

@@ -1,0 +1,122 @@
+"""How the health scenario loses a node and sees Slurm see it: a job held on the node to
+lose, Slurm's own record of the node going DOWN and of the steps on it ending (read from
+`scontrol` and `squeue`, on the harness's clock), and the wait for the node to come back.
+"""
+
+from __future__ import annotations
+
+import time
+
+from dd_accept import deployment
+from dd_accept.acceptance import health_checks as checks
+from dd_accept.base.errors import ClusterError, EnvironmentProblem
+from dd_accept.base.events import EventWriter, NodeChange, StepChange
+from dd_accept.base.waiting import WaitTimeout, wait_until
+from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.slurm_docker.interface import Cluster
+from dd_accept.slurm_docker.node_health import NodeCondition, node_condition
+
+
+def slurm_detection_bound(slurmd_timeout_s: float) -> float:
+    """How long Slurm may take to set a silent node DOWN: SlurmdTimeout, plus up to a ping
+    cycle before and after it (measured with SlurmdTimeout 30: 38 s on 22.05, 58 s on 24.11,
+    60 s on 26.05)."""
+    return 3 * slurmd_timeout_s
+
+
+NODE_LOSS_JOB = "dd-node-loss"
+
+
+def job_on_a_node_to_lose(allocation: Allocation) -> Allocation:
+    """A job of its own on a node outside the scenario's allocation: Slurm ends the jobs of
+    a node it sets DOWN, and this one must be the only one."""
+    cluster = allocation.cluster
+    if len(cluster.nodes) <= len(allocation.nodes):
+        raise EnvironmentProblem(
+            f"losing a node needs a compute node outside the scenario's allocation: cluster {cluster.name} "
+            f"has {len(cluster.nodes)} (start it with --nodes {len(allocation.nodes) + 1} or more)"
+        )
+    exclude = f"--exclude={','.join(allocation.nodes)}"
+    return Allocation.acquire(cluster, job_name=NODE_LOSS_JOB, extra=[*deployment.SCENARIO_ALLOCATION, exclude])
+
+
+def slurm_sees_loss(job: Allocation, lost_at: float, timeout: float, events: EventWriter) -> checks.SlurmSawLoss:
+    """Slurm's view of the lost node, read every second until it sets the node DOWN, then of
+    the job's steps until they end; each change goes into the events. A node not DOWN within
+    `slurm_detection_bound` is the cluster's fault, never the SUT's."""
+    cluster, node = job.cluster, job.first_node
+    flagged: list[float] = []
+    last = ""
+    steps = _StepWatch(job, events)
+
+    def read() -> NodeCondition:
+        nonlocal last
+        condition = node_condition(cluster, node)
+        if condition.state != last:
+            events.write(NodeChange(node=node, state=condition.state))
+            last = condition.state
+        if condition.not_responding and not flagged:
+            flagged.append(time.time() - lost_at)
+        return condition
+
+    try:
+        bound = slurm_detection_bound(timeout)
+        wait_until(read, lambda c: c.down, timeout=bound, interval=1.0, what=f"Slurm to set {node} DOWN")
+    except WaitTimeout:
+        raise ClusterError(
+            f"Slurm did not set the lost node {node} DOWN within {bound:g}s (SlurmdTimeout {timeout:g}s)"
+        ) from None
+    down_after = time.time() - lost_at
+    ended = steps.until_ended(_STEPS_END_AFTER_DOWN_S)
+    steps_ended_after = None if ended is None else ended - lost_at
+    return checks.SlurmSawLoss(node, flagged[0] if flagged else None, down_after, timeout, steps_ended_after)
+
+
+_STEPS_END_AFTER_DOWN_S = 20.0  # Slurm ends a DOWN node's jobs at once; this only bounds the reading
+
+
+class _StepWatch:
+    """The steps of a job as `squeue -s` lists them: each one's end (it leaves the list) is
+    an event with the job's state at that moment, so the report shows when Slurm ended what
+    ran on a lost node, not only when it set the node DOWN."""
+
+    def __init__(self, job: Allocation, events: EventWriter) -> None:
+        self.job, self.events = job, events
+        self.running = set(job.steps())
+        for step in sorted(self.running):
+            events.write(StepChange(step=step, state="running"))
+
+    def until_ended(self, timeout: float) -> float | None:
+        """When the last step ended (epoch seconds); None if one still ran after `timeout`."""
+        try:
+            wait_until(
+                self._note_ends, lambda running: not running, timeout=timeout, what="the lost node's steps to end",
+                interval=0.5, max_interval=0.5,
+            )  # fmt: skip
+        except WaitTimeout:
+            return None
+        return time.time()
+
+    def _note_ends(self) -> set[str]:
+        """The steps still running; each that left the list since the last reading is an event."""
+        gone = self.running - set(self.job.steps())
+        if gone:
+            job_state = self.job.job_state()
+            for step in sorted(gone):
+                self.events.write(StepChange(step=step, state="ended", job_state=job_state))
+            self.running -= gone
+        return self.running
+
+
+def wait_back(cluster: Cluster, node: str, events: EventWriter) -> None:
+    """The restored node answering and taken back (ReturnToService=2), or resumed by hand."""
+
+    def back(condition: NodeCondition) -> bool:
+        return not condition.down and not condition.not_responding
+
+    try:
+        condition = wait_until(lambda: node_condition(cluster, node), back, timeout=30, what=f"{node} to return")
+    except WaitTimeout:
+        cluster.exec(["scontrol", "update", f"NodeName={node}", "State=RESUME"], timeout=10)
+        condition = wait_until(lambda: node_condition(cluster, node), back, timeout=30, what=f"{node} to resume")
+    events.write(NodeChange(node=node, state=condition.state))
