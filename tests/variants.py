@@ -691,6 +691,35 @@ FAULTS = {
             ),
         ),
         Fault(
+            "hedged-requests",
+            "data-designer-slurm",
+            "hedging for tail latency: every request a replica answers 200 is also sent to the next replica, read "
+            "whole there and dropped (each answer is generated twice; the client still gets one)",
+            (
+                (
+                    PROXY,
+                    "            final_response = response\n            final_index = index\n            break\n",
+                    "            final_response = response\n            final_index = index\n"
+                    "            if response.status == 200 and len(self.pool.backends) > 1:\n"
+                    "                asyncio.get_running_loop().create_task(_hedge(self, request, body, index))\n"
+                    "            break\n",
+                ),
+                (
+                    PROXY,
+                    "async def _discard_response(response: ClientResponse) -> None:",
+                    "async def _hedge(proxy, request, body, index):\n"
+                    "    other = (index + 1) % len(proxy.pool.backends)\n"
+                    "    try:\n"
+                    "        hedged = await proxy._request_backend(request, proxy.pool.backends[other], body, other)\n"
+                    "        await hedged.read()\n"
+                    "        hedged.release()\n"
+                    "    except Exception:\n"
+                    "        pass\n\n\n"
+                    "async def _discard_response(response: ClientResponse) -> None:",
+                ),
+            ),
+        ),
+        Fault(
             "buffering",
             "data-designer-slurm",
             "the proxy reads the whole upstream body before forwarding it",

@@ -9,17 +9,23 @@ window and exits 0 by itself; the controller's 12 s allowance and KILL are the l
 - drain-3s (the endpoint exits 3 s after TERM) loses the long stream: allowance fails.
 - exit-on-term loses every stream: scancel_step fails.
 - step-aware-cleanup (the seed's fix) passes drain.sut_cleanup.*.
+- the request ledger (every scenario's): rc1 passes; a second generation of one request and
+  an answer lost on the way, planted in a copy of rc1's records, fail naming that request.
 """
 
 import json
+import shutil
 
 import pytest
 
+from dd_accept.acceptance import ledger_checks
 from dd_accept.acceptance.drain import DrainOptions, run_drain
+from dd_accept.acceptance.ledger import read_ledger
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
 from tests.helpers import assert_the_dry_run_planned_what_the_run_did, run_cli
+from tests.ledger_plants import plant_duplicate, plant_loss
 
 pytestmark = pytest.mark.cluster
 CLEANUP_MODES = ("completion", "failure", "cancel")
@@ -29,9 +35,13 @@ def _drain(allocation, run, profile, progress):
     return run_drain(allocation, run, profile, DrainOptions(), progress)
 
 
-def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(sut_allocation, sut_profile, sut_cluster):
-    result = _drain(sut_allocation, RunDirectory.create(sut_cluster), sut_profile, ProgressWriter(None, "drain"))
+def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(
+    sut_allocation, sut_profile, sut_cluster, tmp_path
+):
+    run = RunDirectory.create(sut_cluster)
+    result = _drain(sut_allocation, run, sut_profile, ProgressWriter(None, "drain"))
     checks = {c.id: c for c in result.checks}
+    _assert_the_ledger_reconciles_and_catches_what_is_planted(checks, run.host_path, tmp_path)
     assert checks["drain.scancel_step"].verdict == "pass", checks["drain.scancel_step"]
     allowance = checks["drain.allowance"]
     assert allowance.verdict == "fail" and allowance.observed.startswith("1 long stream(s): 1 forced"), allowance
@@ -47,6 +57,26 @@ def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(su
         assert "KILL after 0." in check.observed, "srun turns the launcher's TERM into a KILL of the task at once"
     # what `run drain --dry-run` prints is what this run submitted, both ways
     assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="drain", job=sut_allocation.job_id)
+
+
+def _assert_the_ledger_reconciles_and_catches_what_is_planted(checks, directory, tmp_path):
+    """rc1's ledger: the scancel phase's 4 streams generated once and delivered; the streams the
+    allowance and the cleanups cut are no whole generation. Planted in a copy of the same
+    records, a second generation of one request and a lost answer fail, naming that request."""
+    once, whole = checks["drain.ledger.answered_once"], checks["drain.ledger.delivered"]
+    assert once.verdict == "pass" and once.metrics["answered_twice"] == 0 and once.metrics["generations"] >= 4, once
+    assert whole.verdict == "pass" and whole.metrics["lost"] == 0 and whole.metrics["answered"] >= 4, whole
+    copy = tmp_path / "planted"
+    shutil.copytree(directory, copy)
+    twice = plant_duplicate(copy)
+    planted = ledger_checks.answered_once(read_ledger(copy), "drain.ledger.answered_once")
+    assert planted.verdict == "fail" and planted.metrics["answered_twice"] == 1, planted
+    assert f"more than once: planted/{twice}: " in planted.observed, planted
+    lost = plant_loss(copy)
+    planted = ledger_checks.delivered(read_ledger(copy), "drain.ledger.delivered")
+    assert planted.verdict == "fail" and planted.metrics["lost"] == 1, planted
+    assert f"not at the client: planted/{lost}: replicas: " in planted.observed, planted
+    assert "client: truncated" in planted.observed, planted
 
 
 def test_an_endpoint_that_bounds_its_drain_at_the_window_passes_allowance(

@@ -14,7 +14,7 @@ passing; rc1 runs them all. A lost node needs a cluster with a node beyond the a
 
 import pytest
 
-from dd_accept.acceptance.health import PHASES, HealthOptions, HealthRun
+from dd_accept.acceptance.health import SCENARIO, HealthOptions, HealthRun
 from dd_accept.acceptance.health_node_loss import slurm_detection_bound
 from dd_accept.acceptance.phases import scenario_runner
 from tests.controls.controls import OWN_JOB, run_on_own_cluster, run_with_fault
@@ -33,7 +33,7 @@ PROBE_ISOLATION = "probe isolation"
 
 def _health(*titles):
     """The health scenario's phases whose titles start with `titles` (all when none)."""
-    phases = [p for p in PHASES if not titles or p.title.startswith(titles)]
+    phases = [p for p in SCENARIO.phases if not titles or p.title.startswith(titles)]  # the ledger's with all
     assert not titles or len(phases) == len(titles), f"phases {titles} are not all declared"
     runner = scenario_runner("health", phases, HealthRun)
     return lambda allocation, run, profile, progress: runner(allocation, run, profile, HealthOptions(), progress)
@@ -45,6 +45,9 @@ def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_wheelhous
         _health(), sut_image, sut_wheelhouse, sut_profile, tmp_path, "rc1-health", nodes=2, records=records
     )
     assert checks["health.backend_loss.detected"].verdict == "pass", checks["health.backend_loss.detected"]
+    # the ledger reads the drills' sub-runs too: every attempt's requests, none generated twice or lost
+    for ledger in ("health.ledger.answered_once", "health.ledger.delivered"):
+        assert checks[ledger].verdict == "pass" and checks[ledger].metrics["requests"] >= 48, checks[ledger]
     loss = checks["health.backend_loss.attempt_failed"]
     assert loss.verdict == "pass" and loss.observed.startswith("the controller's wait returned 70"), loss
     detected = checks["health.unresponsive.detected"]

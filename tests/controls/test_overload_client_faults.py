@@ -102,9 +102,13 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wh
         "overload.total.cooldown",
         "overload.recovery",
         "overload.admission.rejects",
+        "overload.ledger.answered_once",
+        "overload.ledger.delivered",
     ]
     assert all(c["verdict"] == "pass" for c in scenario["checks"])
-    admission = scenario["checks"][-1]
+    admission = next(c for c in scenario["checks"] if c["id"] == "overload.admission.rejects")
+    once = next(c for c in scenario["checks"] if c["id"] == "overload.ledger.answered_once")
+    assert once["metrics"]["requests"] >= 72 and once["metrics"]["answered_twice"] == 0, once  # 32 + 40 records
     assert "threshold 0, depth 0: 404: 2; threshold 0, depth 7: 429: 2 (Retry-After 3: 2)" in admission["observed"]
     assert "threshold 128, depth 128: 404: 1; threshold 128, depth 129: 429: 1" in admission["observed"]
     # rc1's sampler starts on the first request through the middleware: that one is admitted

@@ -27,7 +27,7 @@ def _not_passed(checks):
 def test_rc1_passes_every_streaming_check(sut_allocation, sut_profile, sut_cluster):
     result = _streaming(sut_allocation, RunDirectory.create(sut_cluster), sut_profile, ProgressWriter(None, "s"))
     checks = {c.id: c for c in result.checks}
-    assert [c.verdict for c in result.checks] == ["pass"] * 4, _not_passed(checks)
+    assert [c.verdict for c in result.checks] == ["pass"] * 6, _not_passed(checks)  # the ledger's two too
     buffering = checks["streaming.no_buffering"]
     assert buffering.metrics["streams_held"] == 0 and buffering.metrics["held_share_max"] < 0.5, buffering
     assert buffering.metrics["sparse_streams_held"] == 0 and buffering.metrics["sparse_delay_of_gap_max"] < 0.5
@@ -45,6 +45,28 @@ def test_a_dropped_done_event_is_caught_by_integrity(sut_wheelhouse, sut_image, 
     assert integrity.verdict == "fail" and "112 truncated" in integrity.observed, integrity  # 64 dense, 48 sparse
     assert checks["streaming.no_buffering"].verdict == "pass"
     assert checks["streaming.least_connections"].verdict == "pass"
+    # the request ledger: every stream the replicas finished reached its client without its
+    # end, so each is an answer lost on the way, named with what each side saw
+    lost = checks["streaming.ledger.delivered"]
+    assert lost.verdict == "fail" and lost.metrics["lost"] >= 112, lost
+    assert "finished at a replica but not at the client: " in lost.observed and "client: truncated 200" in lost.observed
+    assert checks["streaming.ledger.answered_once"].verdict == "pass", "nothing is generated twice"
+
+
+def test_a_proxy_that_hedges_every_request_is_caught_by_the_ledger(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+    """Negative control of `ledger.answered_once` on a live SUT: a proxy that sends every
+    answered request to a second replica as well, reads that answer whole and drops it. Each
+    client still gets one answer, whole: only the replicas' records show the work done twice."""
+    checks = run_with_fault(_streaming, "hedged-requests", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    twice = checks["streaming.ledger.answered_once"]
+    assert twice.verdict == "fail" and twice.metrics["answered_twice"] >= 200, twice  # 224 streams, nearly all
+    assert twice.metrics["generations"] >= 2 * twice.metrics["answered_twice"], twice
+    assert "generated whole more than once: " in twice.observed and "; and " in twice.observed, "named, then counted"
+    assert checks["streaming.ledger.delivered"].verdict == "pass", "every client got its answer"
+    # integrity pairs each stream with the one replica that served it: with two, none pairs,
+    # though nothing was cut (the ledger is what says why)
+    integrity = checks["streaming.integrity"]
+    assert integrity.verdict == "fail" and "; 0 truncated; " in integrity.observed, integrity
 
 
 def test_a_buffering_proxy_is_caught_by_no_buffering(sut_wheelhouse, sut_image, sut_profile, tmp_path):
@@ -114,7 +136,7 @@ def test_a_background_health_monitor_outside_the_counters_is_not_a_miscount(
     not see. When replicas close every connection, each probe opens one the proxy does not
     count: accepted exceeds opened, the connections that carried requests do not."""
     checks = run_with_fault(_streaming, "background-health-monitor", sut_wheelhouse, sut_image, sut_profile, tmp_path)
-    assert [c.verdict for c in checks.values()] == ["pass"] * 4, _not_passed(checks)
+    assert [c.verdict for c in checks.values()] == ["pass"] * 6, _not_passed(checks)
     accounting = checks["streaming.connection_accounting"].observed
     closing = accounting[accounting.index("closing:") :]
     assert "health probes)" in closing, closing  # the replicas saw probes during the phase

@@ -83,10 +83,9 @@ def test_synthetic_dry_run_on_the_docker_cluster(tmp_path):
     assert "-n1" in default and default[default.index("--port-base") + 1] == "8200"
     assert not any(part.startswith("DD_VLLM_MAX_WAITING_REQUESTS=") for part in default)
     # every phase of the declaration is a heading, in the order the run walks them
-    from dd_accept.acceptance.overload import PHASES
 
     headings = [line.removeprefix("# == ") for line in text.splitlines() if line.startswith("# == ")]
-    assert headings == ["allocate", *(f"{p.kind}: {p.title}" for p in PHASES), "release"]
+    assert headings == ["allocate", *(f"{p.kind}: {p.title}" for p in BY_NAME["overload"].phases), "release"]
 
 
 def test_the_dry_run_plans_the_paths_of_the_chosen_slurm_release(tmp_path):

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from dd_accept.acceptance.ledger_checks import ledger_phase
 from dd_accept.acceptance.phases import Phase, ScenarioRunner, scenario_runner
 from dd_accept.acceptance.plan import BackendKind
 from dd_accept.base.options import user_options
@@ -26,7 +27,7 @@ class Scenario:
     # The options model: fields users set (`option(...)`) and fields the scenario fixes; the
     # run's shared inputs (base.scenario_inputs.SHARED_INPUTS) fill the fields named like them.
     options: type
-    phases: tuple[Phase[Any], ...]
+    phases: tuple[Phase[Any], ...]  # the module's PHASES; the request ledger's judge goes before the teardown
     state: type  # the run state its phases share (acceptance.phases.ScenarioRun)
     options_title: str = ""  # the heading of its options in `run --help` (needed when it has any)
     # Compute nodes it takes down beyond its allocation's (a node it loses on purpose): a run
@@ -41,6 +42,13 @@ class Scenario:
     run: ScenarioRunner = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # every scenario ends by reconciling its request ledger (acceptance.ledger_checks)
+        parts = tuple(dict.fromkeys(segment for phase in self.phases for segment in phase.segments))
+        work = len(self.phases)
+        while work and self.phases[work - 1].teardown:  # before the teardown, declared last where it runs
+            work -= 1
+        phases = (*self.phases[:work], ledger_phase(self.name, parts), *self.phases[work:])
+        object.__setattr__(self, "phases", phases)
         object.__setattr__(self, "run", scenario_runner(self.name, self.phases, self.state))
         if user_options(self.options) and not self.options_title:
             raise ValueError(f"scenario {self.name}: options users set need an options_title for `run --help`")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from dd_accept.acceptance.plan import BackendKind, PlannedCommand, Planner, backend_kind_of
@@ -28,7 +28,7 @@ from dd_accept.base import check_selection
 from dd_accept.base.errors import SutBehaviourMissing, UsageError
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import CheckResult, PhaseRecord, ScenarioResult
-from dd_accept.deployment import Proxy, ReplicaSet, RunDirectory, start_proxy
+from dd_accept.deployment import Proxy, ReplicaSet, RunDirectory, run_directory, start_proxy
 from dd_accept.deployment.backends.vllm import VllmBackend
 from dd_accept.slurm_docker.allocation import Allocation, scancel_argv
 from dd_accept.sut.profile import SutProfile
@@ -50,6 +50,9 @@ class ScenarioRun:
     progress: ProgressWriter
     result: ScenarioResult
     backend: VllmBackend | None = None  # None: synthetic replicas (vLLM: overload only)
+    # how many run directories this process had made when the scenario began: those made
+    # after it are its phases' sub-runs (deployment.run_directory.created_since)
+    run_directories_before: int = field(default_factory=lambda: len(run_directory.CREATED))
 
     @property
     def backend_kind(self) -> BackendKind:
