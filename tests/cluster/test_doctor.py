@@ -26,11 +26,13 @@ def test_an_unavailable_capability_is_named_and_does_not_fail_doctor(monkeypatch
     finding = doctor._cgroup_tracking(Engine())
     assert not finding.ok and finding.optional
     assert finding.observed == "the Docker engine reports cgroup v2; --slurm-config cgroup needs a cgroup v1 host"
-    from dd_accept.harness import cli
+    from dd_accept.harness import cli, machine_commands
 
-    monkeypatch.setattr(cli, "run_checks", lambda: [finding])
+    monkeypatch.setattr(machine_commands, "run_checks", lambda: [finding])
     assert cli.main(["doctor"]) == 0
-    monkeypatch.setattr(cli, "run_checks", lambda: [finding, doctor.Finding("disk", False, "0.1 GiB free", "free")])
+    monkeypatch.setattr(
+        machine_commands, "run_checks", lambda: [finding, doctor.Finding("disk", False, "0.1 GiB free", "free")]
+    )
     assert cli.main(["doctor"]) == 2
 
 

@@ -16,6 +16,7 @@ import re
 
 import pytest
 
+from dd_accept.acceptance import telemetry_counter_checks as counter_checks
 from dd_accept.acceptance.telemetry import TelemetryOptions, run_telemetry
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.deployment import RunDirectory
@@ -187,7 +188,7 @@ def test_miscounted_attempts_and_last_attempt_records_fail_each_for_its_reason(
     lifecycle = checks["telemetry.connection_lifecycle"]
     stale = _seen(lifecycle, "connections.stale")
     assert lifecycle.verdict == "fail" and stale[0] == 0 and stale[1] >= 1, lifecycle
-    allowed = counters.allowed_text(tuple(range(int(stale[1]), int(stale[2]) + 1)))
+    allowed = counter_checks.allowed_text(tuple(range(int(stale[1]), int(stale[2]) + 1)))
     # and the stale window, where the proxy closed nothing idle, counts what it found dead as expired
     shifted = re.fullmatch(
         rf"stale: connections\.stale counted 0, the replicas saw {allowed}; "

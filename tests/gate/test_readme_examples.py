@@ -86,10 +86,11 @@ RUN_ELSEWHERE = {
         "equivalent: a local wheel as --sut and --out through the gate; drain runs in the drain gate test",
         ('"--sut", str(local)',),
     ),
-    "pytest --pyargs dd_accept.acceptance --dd-out out/": (
+    "pytest --pyargs dd_accept.acceptance.test_scenarios -k drain --dd-out out/": (
         "src/dd_accept/harness/runner.py",
-        "verbatim inside every `dd-accept run` (the runner's pytest child)",
-        ('"--pyargs"', '"--dd-out"'),
+        "equivalent: inside every `dd-accept run` (the runner's pytest child), the same entry test with the "
+        "request it validated (--dd-request) choosing the scenarios instead of -k",
+        ('"--pyargs", ENTRY_TEST', '"--dd-out"', '"dd_accept.acceptance.test_scenarios"'),
     ),
     "dd-accept run overload --json > run.json": (
         "tests/controls/test_live_canaries.py::test_live_canaries_never_reach_the_bundle",

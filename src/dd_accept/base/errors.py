@@ -10,6 +10,7 @@ EXIT_PASS = 0
 EXIT_CHECK_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # Ctrl-C or TERM: 128 + SIGINT, as a shell reports it
+EXIT_TIMED_OUT = 124  # `cluster exec` gave up waiting on its command, as coreutils' timeout reports it
 
 
 class DDAcceptError(Exception):

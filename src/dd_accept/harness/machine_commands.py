@@ -11,7 +11,7 @@ from typing import Any
 
 from rich.table import Table
 
-from dd_accept.base.errors import EXIT_PASS, EXIT_USAGE, UsageError
+from dd_accept.base.errors import EXIT_PASS, EXIT_TIMED_OUT, EXIT_USAGE, UsageError
 from dd_accept.base.options import (
     add_arguments,
     build,
@@ -137,7 +137,7 @@ def _cmd_cluster_exec(args: argparse.Namespace, console: ConsoleListener) -> int
     sys.stderr.write(record.stderr_tail)
     if record.timed_out:
         fail_line(f"command timed out after {args.timeout:.0f}s")
-    return int(record.exit_code or 0) if not record.timed_out else 124
+    return int(record.exit_code or 0) if not record.timed_out else EXIT_TIMED_OUT
 
 
 def _cmd_cluster_prune(args: argparse.Namespace, console: ConsoleListener) -> int:

@@ -245,7 +245,7 @@ def die_with_parent() -> Callable[[], None]:
     def set_death_signal() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != parent:  # the parent was gone before the signal was armed
-            os._exit(1)
+            os._exit(EXIT_USAGE)  # nobody is left to read it: the run could not go on
 
     return set_death_signal
 
