@@ -27,9 +27,8 @@ from dd_accept.acceptance.phases import (
     Phase,
     deploy_proxy,
     plan_proxy,
-    plan_stop,
     recorded,
-    stop_if_started,
+    stopping,
 )
 from dd_accept.acceptance.plan import PlannedCommand, Planner
 from dd_accept.base.capacity_curve import CURVE_FILE, CURVE_KIND
@@ -384,8 +383,8 @@ PHASES: tuple[Phase[CapacityRun], ...] = (
     ),
     Phase("judge", "knee, cost per chunk, harness headroom", _judge,
           judges=("capacity.knee", "capacity.proxy_cpu_per_chunk", "capacity.harness_headroom")),
-    Phase("stop", "stopping the proxy", stop_if_started("proxy"), plan_stop("proxy"), teardown=True),
-    Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
+    stopping("proxy"),
+    stopping("replicas"),
 )  # fmt: skip
 
 SCENARIO = Scenario(

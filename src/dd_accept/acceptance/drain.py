@@ -25,8 +25,7 @@ from dd_accept.acceptance.phases import (
     Phase,
     deploy_proxy,
     plan_proxy,
-    plan_stop,
-    stop_if_started,
+    stopping,
 )
 from dd_accept.acceptance.plan import JOB, NODE, PlannedCommand, Planner
 from dd_accept.base.drain_outcomes import MARKS
@@ -271,7 +270,7 @@ PHASES: tuple[Phase[DrainRun], ...] = (
     # -- C: the SUT's own cleanup stops an endpoint it launched (deploy, drive, stop, judge in one)
     *(Phase("stop", f"SUT cleanup: {mode}", _sut_cleanup(mode), _plan_cleanup(mode),
             judges=(f"drain.sut_cleanup.{mode}",), segments=(f"cleanup-{mode}",)) for mode in checks.CLEANUP_MODES),
-    Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
+    stopping("replicas"),
 )  # fmt: skip
 
 

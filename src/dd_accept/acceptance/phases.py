@@ -20,7 +20,7 @@ import contextlib
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from dd_accept.acceptance.plan import BackendKind, PlannedCommand, Planner, backend_kind_of
 from dd_accept.acceptance.serving import serving_block
@@ -135,18 +135,14 @@ class Phase(Generic[S]):
             raise ValueError(f"phase {self.title!r}: kind {self.kind!r} is not one of {', '.join(PHASE_KINDS)}")
 
 
-class ScenarioRunner(Protocol):
-    def __call__(
-        self,
-        allocation: Any,
-        run: Any,
-        profile: Any,
-        options: Any,
-        progress: ProgressWriter,
-        *,
-        checks: Sequence[str] | None = None,
-        **extra: Any,
-    ) -> ScenarioResult: ...
+def stopping(part: str) -> Phase[Any]:
+    """The teardown phase that stops a deployed part (`stop_if_started`), and what it submits."""
+    return Phase("stop", f"stopping the {part}", stop_if_started(part), plan_stop(part), teardown=True)
+
+
+# `run_<name>(allocation, run, profile, options, progress, *, checks=None, **extra)`, as
+# `scenario_runner` makes it.
+ScenarioRunner = Callable[..., ScenarioResult]
 
 
 def scenario_runner(name: str, phases: Sequence[Phase[S]], state: Callable[..., S]) -> ScenarioRunner:

@@ -17,8 +17,7 @@ from dd_accept.acceptance.phases import (
     Phase,
     deploy_proxy,
     plan_proxy,
-    plan_stop,
-    stop_if_started,
+    stopping,
 )
 from dd_accept.acceptance.plan import PlannedCommand, Planner
 from dd_accept.base.waiting import WaitTimeout, wait_until
@@ -269,8 +268,8 @@ PHASES: tuple[Phase[StreamingRun], ...] = (
           fault="replica 0 stalls its streams"),
     Phase("relieve", "replica 0 streams again", _unstall_first),
     Phase("judge", "least-connections routing", _judge_routing, judges=("streaming.least_connections",)),
-    Phase("stop", "stopping the proxy", stop_if_started("proxy"), plan_stop("proxy"), teardown=True),
-    Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
+    stopping("proxy"),
+    stopping("replicas"),
 )  # fmt: skip
 
 SCENARIO = Scenario(

@@ -32,8 +32,7 @@ from dd_accept.acceptance.phases import (
     Phase,
     deploy_proxy,
     plan_proxy,
-    plan_stop,
-    stop_if_started,
+    stopping,
 )
 from dd_accept.acceptance.plan import CANARY_STAND_IN, PlannedCommand, Planner
 from dd_accept.acceptance.telemetry_connections import (
@@ -478,8 +477,8 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
           judges=("telemetry.attempt_counters", "telemetry.request_log", "telemetry.attempt_log",
                   "telemetry.incomplete_streams", "telemetry.connection_lifecycle", "telemetry.timeouts",
                   "telemetry.probe_routing", "telemetry.connection_errors", "telemetry.no_payloads")),
-    Phase("stop", "stopping the proxy", stop_if_started("proxy"), plan_stop("proxy"), teardown=True),
-    Phase("stop", "stopping the replicas", stop_if_started("replicas"), plan_stop("replicas"), teardown=True),
+    stopping("proxy"),
+    stopping("replicas"),
 )  # fmt: skip
 
 SCENARIO = Scenario(

@@ -244,11 +244,16 @@ def gate_fields(model: type) -> list[tuple[str, Any, Any]]:
     return out
 
 
+def gate_values(model: type, section: Any) -> dict[str, Any]:
+    """The raw values of `model`'s options a parsed gate-file section holds, by field name
+    (keys left unset, None, dropped)."""
+    raw = {f.name: getattr(section, gate_key(f)) for f in user_options(model)}
+    return {name: value for name, value in raw.items() if value is not None}
+
+
 def from_gate(model: type, section: Any, where: str, **extra: Any) -> Any:
     """`model` from a parsed gate-file section; complaints name `where.key`."""
-    raw = {f.name: getattr(section, gate_key(f)) for f in user_options(model)}
-    raw = {name: value for name, value in raw.items() if value is not None}
-    return build(model, raw, lambda f: f"{where}.{gate_key(f)}", **extra)
+    return build(model, gate_values(model, section), lambda f: f"{where}.{gate_key(f)}", **extra)
 
 
 def refuse_given(instance: Any, names: tuple[str, ...], applies_to: str) -> None:

@@ -16,7 +16,7 @@ from dd_accept.acceptance.request import scenario_options
 from dd_accept.acceptance.scenarios import ALL_SCENARIOS, SCENARIO_MODELS
 from dd_accept.base.errors import UsageError
 from dd_accept.base.noisy_comparison import FEWEST_ROUNDS
-from dd_accept.base.options import from_gate, gate_fields, gate_key, user_options
+from dd_accept.base.options import from_gate, gate_fields, gate_key, gate_values, user_options
 from dd_accept.base.toml_tables import build_table, parse_toml
 from dd_accept.base.user_files import read_user_text
 from dd_accept.deployment.backends.vllm import BackendOptions
@@ -98,13 +98,7 @@ class GateFile:
     # The option models the run takes, built from the sections (validated when the file is read).
     def scenario_options(self) -> dict[str, object]:
         """Each scenario's options model the [options] section sets a key of, by scenario."""
-        section = self.options
-
-        def given(model: type) -> dict[str, object]:
-            raw = {f.name: getattr(section, gate_key(f)) for f in user_options(model)}
-            return {name: value for name, value in raw.items() if value is not None}
-
-        return scenario_options(given, lambda f: f"options.{gate_key(f)}")
+        return scenario_options(lambda model: gate_values(model, self.options), lambda f: f"options.{gate_key(f)}")
 
     def drain(self) -> DrainTiming:
         return from_gate(DrainTiming, self.thresholds, "thresholds")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from dd_accept.acceptance.request import RunRequest, scenario_options
+from dd_accept.acceptance.request import RUN_MODELS, RunRequest, scenario_options
 from dd_accept.acceptance.scenarios import SCENARIO_NAMES, SCENARIOS
 from dd_accept.base.errors import EXIT_PASS, UsageError
 from dd_accept.base.options import (
@@ -32,9 +32,7 @@ from dd_accept.sut.profile import DrainTiming
 
 def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
     try:
-        drain = build(DrainTiming, parse_argv_values(args, DrainTiming))
-        cluster = build(ClusterOptions, parse_argv_values(args, ClusterOptions))
-        backend = build(BackendOptions, parse_argv_values(args, BackendOptions))
+        run_models = {name: build(model, parse_argv_values(args, model)) for name, model in RUN_MODELS.items()}
         for header in args.client_header:
             parse_header(header)
     except ValueError as error:
@@ -45,9 +43,7 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         profile=args.profile,
         out=Path(args.out) if args.out else None,
         options=scenario_options(lambda model: parse_argv_values(args, model)),
-        drain=drain,
-        cluster=cluster,
-        backend=backend,
+        **run_models,
         allow_unsupported=args.allow_unsupported,
         seed=args.seed,
         sign_key=Path(args.key) if args.key else None,
