@@ -7,6 +7,7 @@ import itertools
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from dd_accept.base.wall_clock import WallAnchor
 from dd_accept.node.loadclient.sse import SseTally
 
 
@@ -56,7 +57,7 @@ def test_an_event_whose_end_never_came_is_timed_at_its_data_line_in_the_record()
     as read, so TTFT and the drain's timing see it."""
     tally = SseTally()
     tally.feed(b"data: a\n", 1.0)
-    record = tally.request(0.5, mode="raw", record=0, attempt=0, outcome="error", request_id="x")
+    record = tally.request(_clock_at(0.5), mode="raw", record=0, attempt=0, outcome="error", request_id="x")
     assert record.chunks == 1 and record.ttft_s == 0.5
 
 
@@ -113,9 +114,9 @@ def test_the_fast_path_for_whole_events_concludes_what_the_line_loop_does(events
         lines.open,
     )  # fmt: skip
     attempt = {"mode": "wire", "record": 0, "attempt": 0, "outcome": "ok"}
-    assert dataclasses.replace(fast.request(0.5, **attempt), t=0.0, started=0.0, latency_s=0.0) == dataclasses.replace(
-        lines.request(0.5, **attempt), t=0.0, started=0.0, latency_s=0.0
-    )
+    assert dataclasses.replace(
+        fast.request(_clock_at(0.5), **attempt), t=0.0, started=0.0, latency_s=0.0
+    ) == dataclasses.replace(lines.request(_clock_at(0.5), **attempt), t=0.0, started=0.0, latency_s=0.0)
 
 
 def test_one_event_per_read_takes_the_fast_path_and_counts_as_the_line_loop():
@@ -125,3 +126,11 @@ def test_one_event_per_read_takes_the_fast_path_and_counts_as_the_line_loop():
     tally.feed(b"data: [DONE]\n\n", 1.02)
     tally.end(1.03)
     assert (tally.chunks, tally.done, tally.offsets) == (3, True, [0.0, 0.005, 0.01])
+
+
+def _clock_at(mono: float) -> WallAnchor:
+    """A wall-clock reading taken at monotonic moment `mono` (the tallies here are fed made-up
+    monotonic times)."""
+    clock = WallAnchor()
+    clock.mono = mono
+    return clock

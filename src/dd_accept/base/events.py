@@ -46,7 +46,7 @@ ADMISSION_PROBE_PATH = "/dd-accept/admission-probe"
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EventBase:
     KIND: ClassVar[str]
-    t: float = 0.0  # wall time; set by the writer
+    t: float = 0.0  # wall time it ended: set by the writer unless the record timed it (base.wall_clock)
     source: str = ""  # who wrote it ("client", "replica-3"); set by the writer
 
     def to_json(self) -> dict[str, Any]:
@@ -240,7 +240,7 @@ class EventWriter:
         self.counts: dict[str, int] = {}
 
     def write(self, event: EventBase) -> None:
-        record = event.to_json() | {"t": round(time.time(), 6), "source": self.source}
+        record = event.to_json() | {"t": round(event.t or time.time(), 6), "source": self.source}
         with self._lock:
             self.counts[event.KIND] = self.counts.get(event.KIND, 0) + 1
             if self._handle is not None:

@@ -22,6 +22,7 @@ from data_designer.engine.models.clients.types import ChatCompletionRequest
 from data_designer.engine.models.request_admission.controller import AdaptiveRequestAdmissionController
 
 from dd_accept.base.events import AdmissionChange, ClientRequest, EventWriter
+from dd_accept.base.wall_clock import WallAnchor
 from dd_accept.node.loadclient.workload import Workload
 
 PROVIDER = "dd-accept"
@@ -89,14 +90,14 @@ async def run_sut(workload: Workload, events: EventWriter) -> dict[str, int]:
             max_tokens=workload.max_tokens,
             extra_headers={**dict(workload.request_headers), "x-dd-request-id": request_id},
         )
-        started, started_wall = time.monotonic(), round(time.time(), 6)
+        clock = WallAnchor()  # one wall-clock reading per attempt (base.wall_clock)
 
         def emit(**outcome: Any) -> None:
-            latency = round(time.monotonic() - started, 6)
+            ended = time.monotonic()
             events.write(
                 ClientRequest(
-                    mode="sut", request_id=request_id, record=record, attempt=attempt, started=started_wall,
-                    latency_s=latency, **outcome,
+                    mode="sut", request_id=request_id, record=record, attempt=attempt, started=round(clock.wall, 6),
+                    t=round(clock.at(ended), 6), latency_s=round(ended - clock.mono, 6), **outcome,
                 )
             )  # fmt: skip
 

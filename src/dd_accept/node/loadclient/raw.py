@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 
 from dd_accept.base.events import EventWriter
+from dd_accept.base.wall_clock import WallAnchor
 from dd_accept.node.loadclient.schedule import drive, outcome_of, retry_wait
 from dd_accept.node.loadclient.sse import SseTally
 from dd_accept.node.loadclient.workload import Workload
@@ -22,7 +23,7 @@ async def _one(
     session: aiohttp.ClientSession, workload: Workload, record: int, attempt: int, events: EventWriter
 ) -> tuple[int, float | None]:
     request_id = f"{workload.run_tag}{record}.{attempt}"
-    started = time.monotonic()
+    clock = WallAnchor()
     tally = SseTally()
     status = 0
     retry_after: str | None = None
@@ -45,7 +46,7 @@ async def _one(
         outcome, error = "error", type(caught).__name__
     events.write(
         tally.request(
-            started, mode="raw", request_id=request_id, record=record, attempt=attempt, status=status,
+            clock, mode="raw", request_id=request_id, record=record, attempt=attempt, status=status,
             retry_after=retry_after, outcome=outcome, error=error,
         )
     )  # fmt: skip

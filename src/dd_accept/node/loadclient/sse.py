@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from dd_accept.base.events import ClientRequest, to_tenth_ms
+from dd_accept.base.wall_clock import WallAnchor
 
 MAX_CHUNK_OFFSETS = 2048  # as the replica records them, so the two lists line up
 
@@ -101,15 +102,19 @@ class SseTally:
             self.offsets.append(to_tenth_ms(now - self.first))
         self.last = now
 
-    def request(self, started: float, **attempt: Any) -> ClientRequest:
+    def request(self, clock: WallAnchor, **attempt: Any) -> ClientRequest:
         """The attempt's `ClientRequest`: `attempt` holds who sent it and how it ended (mode,
-        request_id, record, attempt, status, retry_after, outcome, error); it began at
-        `started` (monotonic) and ends now."""
+        request_id, record, attempt, status, retry_after, outcome, error); it began when
+        `clock` was read (the times fed in are monotonic) and ends now. Its start and end are
+        both on that one wall-clock reading (see `base.wall_clock`)."""
         ended = time.monotonic()
         if self.open:  # the body broke before the event's end: timed at its data line, as read
             self._dispatched(self.opened)
-        began = round(time.time() - (ended - started), 6)
-        return ClientRequest(started=began, latency_s=round(ended - started, 6), **attempt, **self._fields(started))
+        started = clock.mono
+        return ClientRequest(
+            t=round(clock.at(ended), 6), started=round(clock.wall, 6), latency_s=round(ended - started, 6),
+            **attempt, **self._fields(started),
+        )  # fmt: skip
 
     def _fields(self, started: float) -> dict[str, Any]:
         gaps = self.gaps

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from dd_accept.base.events import EventWriter
+from dd_accept.base.wall_clock import WallAnchor
 from dd_accept.node.loadclient.schedule import drive, outcome_of, retry_wait
 from dd_accept.node.loadclient.sse import SseTally
 from dd_accept.node.loadclient.workload import Workload
@@ -154,7 +155,7 @@ class WireClient:
     async def attempt(self, record: int, attempt: int) -> tuple[int, float | None]:
         workload = self.workload
         request_id = f"{workload.run_tag}{record}.{attempt}"
-        started = time.monotonic()
+        clock = WallAnchor()
         connection: WireConnection | None = None
         error = None
         try:
@@ -173,7 +174,7 @@ class WireClient:
         retry_after = connection.retry_after if connection is not None else None
         self.events.write(
             tally.request(
-                started, mode="wire", request_id=request_id, record=record, attempt=attempt, status=status,
+                clock, mode="wire", request_id=request_id, record=record, attempt=attempt, status=status,
                 retry_after=retry_after, outcome=outcome, error=error,
             )
         )  # fmt: skip

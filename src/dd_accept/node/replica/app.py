@@ -24,6 +24,7 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
 from dd_accept.base.events import EventWriter, UpstreamAttempt, to_tenth_ms
+from dd_accept.base.wall_clock import WallAnchor
 from dd_accept.node.replica import openai_shapes as shapes
 from dd_accept.node.replica.asgi import (
     PROBE_PATHS,
@@ -111,17 +112,18 @@ class ReplicaApp:
         close = self.control.close_connections
         if path == "/health" and method == "GET":
             if self.control.health_delay_s > 0:  # a probe held in flight (probe-aware routing)
-                started = time.time()
+                probe = WallAnchor()  # one wall-clock reading for the window (base.wall_clock)
+                started = probe.wall
                 self.control.probe_window = (started, None)
                 await read_body(receive)  # the (empty) request first: then only a disconnect can come
                 watch = PeerWatch(receive)
                 try:
                     with contextlib.suppress(PeerGone):  # held until the delay, a release, or the prober gives up
-                        while self.control.health_delay_s > 0 and time.time() < started + self.control.health_delay_s:
+                        while self.control.health_delay_s > 0 and probe.elapsed() < self.control.health_delay_s:
                             await watch.hold(0.05)
                 finally:
                     watch.close()
-                self.control.probe_window = (started, time.time())
+                self.control.probe_window = (started, probe.now())
             status = 200 if self.control.healthy else 503
             await send(
                 {"type": "http.response.start", "status": status, "headers": response_headers(b"text/plain", {}, close)}
@@ -296,7 +298,8 @@ class RequestRecorder:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        started = time.time()
+        clock = WallAnchor()  # one wall-clock reading per request (base.wall_clock)
+        started = clock.wall
         state: dict[str, Any] = {"status": None, "first_byte": None, "bytes": 0, "events": 0}
         offsets: list[float] = []  # per data event: when it was sent, after the first (no content)
         if self.engine is not None:
@@ -309,7 +312,7 @@ class RequestRecorder:
                     self.engine.metrics.responses.labels(str(message["status"])).inc()
             elif message["type"] == "http.response.body":
                 body = message.get("body", b"")
-                now = time.time()
+                now = clock.now()
                 if body and state["first_byte"] is None:
                     state["first_byte"] = now
                 count = body.count(b"data: ") - body.count(b"data: [DONE]")
@@ -336,8 +339,10 @@ class RequestRecorder:
         finally:
             if self.events is not None and scope["path"] not in PROBE_PATHS:
                 headers = dict(scope.get("headers") or [])
+                ended = clock.now()
                 self.events.write(
                     UpstreamAttempt(
+                        t=round(ended, 6),
                         replica=self.task,
                         request_id=headers.get(REQUEST_ID_HEADER, b"").decode(errors="replace") or None,
                         path=scope["path"],
@@ -345,7 +350,7 @@ class RequestRecorder:
                         outcome=outcome,
                         started=round(started, 6),
                         first_byte_s=None if state["first_byte"] is None else round(state["first_byte"] - started, 6),
-                        duration_s=round(time.time() - started, 6),
+                        duration_s=round(ended - started, 6),
                         bytes=state["bytes"],
                         data_events=state["events"],
                         chunk_offsets_s=offsets if len(offsets) > 1 else None,

@@ -42,6 +42,7 @@ import httptools
 
 from dd_accept.base.errors import EXIT_INTERRUPTED, EXIT_PASS, EXIT_USAGE
 from dd_accept.base.events import EventWriter, UpstreamAttempt, to_tenth_ms
+from dd_accept.base.wall_clock import WallAnchor
 from dd_accept.node import event_loop
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.node.event_loop import LOOPS
@@ -78,7 +79,7 @@ class Stream:
     connection: Connection
     request_id: str | None
     path: str
-    started: float
+    clock: WallAnchor  # the wall clock read once, when the request came (base.wall_clock)
     tokens: int
     close: bool  # the client asked for `connection: close`
     base: dict[str, Any]  # every event's id, object, created and model
@@ -105,7 +106,7 @@ class Stream:
             body += self.tail
             events += self.tail_events
         transport.write(body)
-        now_wall = time.time()
+        now_wall = self.clock.now()
         if self.first_byte is None:
             self.first_byte = now_wall
         offsets = self.offsets
@@ -222,7 +223,7 @@ class Connection(asyncio.Protocol):
             # gets a 500.
             traceback.print_exception(cause, file=sys.stderr)
             request_id = self.headers.get(b"x-dd-request-id", b"").decode(errors="replace") or None
-            self.server.record(request_id, "", 500, "fault", time.time(), None, 0, 0, [])
+            self.server.record(request_id, "", 500, "fault", WallAnchor(), None, 0, 0, [])
             self._fail(500)
         except httptools.HttpParserError:
             self._fail(400)
@@ -303,7 +304,7 @@ class Connection(asyncio.Protocol):
             self.respond(404, {"error": {"message": "not found", "code": 404}}, close=close)
 
     def _complete(self, path: str, headers: dict[bytes, bytes], body: bytes, close: bool) -> None:
-        started = time.time()
+        clock = WallAnchor()
         request_id = headers.get(b"x-dd-request-id", b"").decode(errors="replace") or None
         try:
             payload = json.loads(body or b"{}")
@@ -311,18 +312,18 @@ class Connection(asyncio.Protocol):
                 raise ValueError("body must be a JSON object")
         except ValueError:
             self.respond(400, {"error": {"message": "invalid JSON body", "code": 400}}, close=close)
-            self.server.record(request_id, path, 400, "ok", started, None, 0, 0, [])
+            self.server.record(request_id, path, 400, "ok", clock, None, 0, 0, [])
             return
         tokens = payload.get("max_tokens", payload.get("max_completion_tokens", 16))
         tokens = 16 if tokens is None else tokens  # null: the server's default, as vLLM's
         if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
             self.respond(400, {"error": {"message": "max_tokens must be a positive integer"}}, close=close)
-            self.server.record(request_id, path, 400, "ok", started, None, 0, 0, [])
+            self.server.record(request_id, path, 400, "ok", clock, None, 0, 0, [])
             return
         chat = path.endswith("chat/completions")
         model = str(payload.get("model") or self.server.model)
         options = payload.get("stream_options") if isinstance(payload.get("stream_options"), dict) else {}
-        stream = self.server.stream(self, request_id, path, started, tokens, chat, model, close)
+        stream = self.server.stream(self, request_id, path, clock, tokens, chat, model, close)
         if payload.get("stream"):
             stream.tail, stream.tail_events = self.server.tail(stream, chat, bool(options.get("include_usage")))
             self.busy = True
@@ -345,7 +346,7 @@ class Connection(asyncio.Protocol):
         body = stream.base | {"object": "chat.completion" if chat else "text_completion"}
         body |= {"choices": [choice], "usage": usage}
         encoded = json.dumps(body, separators=(",", ":")).encode()
-        stream.first_byte, stream.bytes = time.time(), len(encoded)
+        stream.first_byte, stream.bytes = stream.clock.now(), len(encoded)
         self.respond(200, encoded, close=stream.close)
         self.finish(stream, "ok", events=0)
 
@@ -354,7 +355,7 @@ class Connection(asyncio.Protocol):
         counted = stream.sent + (stream.tail_events if outcome == "ok" else 0) if events is None else events
         self.server.counters.chunks_sent += counted
         self.server.record(
-            stream.request_id, stream.path, 200, outcome, stream.started, stream.first_byte, stream.bytes, counted,
+            stream.request_id, stream.path, 200, outcome, stream.clock, stream.first_byte, stream.bytes, counted,
             stream.offsets,
         )  # fmt: skip
         self.busy = False
@@ -380,14 +381,14 @@ class PacedReplica:
         self.events = EventWriter(Path(path), source=f"replica-{self.task}") if path else None
 
     def stream(
-        self, connection: Connection, request_id: str | None, path: str, started: float, tokens: int, chat: bool,
+        self, connection: Connection, request_id: str | None, path: str, clock: WallAnchor, tokens: int, chat: bool,
         model: str, close: bool,
     ) -> Stream:  # fmt: skip
         identifier = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         kind = "chat.completion.chunk" if chat else "text_completion"
         base = {"id": identifier, "object": kind, "created": int(time.time()), "model": model}
 
-        stream = Stream(connection, request_id, path, started, tokens, close, base)
+        stream = Stream(connection, request_id, path, clock, tokens, close, base)
         stream.first = frame(shapes.sse(base | {"choices": [shapes.token_choice(chat, first=True)]}))
         stream.next = frame(shapes.sse(base | {"choices": [shapes.token_choice(chat, first=False)]}))
         return stream
@@ -400,13 +401,15 @@ class PacedReplica:
         return frame(b"".join(events) + b"data: [DONE]\n\n") + b"0\r\n\r\n", len(events)
 
     def record(
-        self, request_id: str | None, path: str, status: int, outcome: str, started: float, first_byte: float | None,
+        self, request_id: str | None, path: str, status: int, outcome: str, clock: WallAnchor, first_byte: float | None,
         size: int, events: int, offsets: list[float],
     ) -> None:  # fmt: skip
         if self.events is None:
             return
+        started, ended = clock.wall, clock.now()
         self.events.write(
             UpstreamAttempt(
+                t=round(ended, 6),
                 replica=self.task,
                 request_id=request_id,
                 path=path,
@@ -414,7 +417,7 @@ class PacedReplica:
                 outcome=outcome,
                 started=round(started, 6),
                 first_byte_s=None if first_byte is None else round(first_byte - started, 6),
-                duration_s=round(time.time() - started, 6),
+                duration_s=round(ended - started, 6),
                 bytes=size,
                 data_events=events,
                 chunk_offsets_s=offsets if len(offsets) > 1 else None,
