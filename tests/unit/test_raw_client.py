@@ -65,6 +65,7 @@ def test_events_split_across_reads_are_counted_whole_with_every_byte(tmp_path, r
     events.close()
     attempts = of_type(read_event_file(tmp_path / "e.jsonl"), ClientRequest)
     assert summary["completed"] == 2 and summary["cpu_s"] > 0 and summary["window_s"] > 0
+    assert abs(summary["wall_clock_step_s"]) < 0.05, "no step on a steady clock"
     assert [(a.chunks, a.bytes, a.done, a.outcome) for a in attempts] == [(5, len(stream), True, "ok")] * 2
     assert len(attempts[0].chunk_offsets_s) == 5 and attempts[0].chunk_offsets_s == sorted(attempts[0].chunk_offsets_s)
 

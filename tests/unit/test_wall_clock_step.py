@@ -71,6 +71,7 @@ def test_a_wall_clock_step_mid_stream_moves_no_chunk_against_its_pair(
     mono_after = time.monotonic()
     time.sleep(0.2)  # the replica writes its record after the last chunk
     assert summary["completed"] == STREAMS
+    assert abs(summary["wall_clock_step_s"] - STEP_S) < 0.01, "the client's summary is the evidence of the step"
     # the step happened, in both processes, while every stream was running
     assert mark.exists(), "the replica's clock was not the stepping one: the test tested nothing"
     assert mono_before + 0.2 < at < mono_after - 0.3

@@ -36,6 +36,7 @@ async def drive(workload: Workload, attempt: Attempt) -> dict[str, Any]:
     """Send the workload's records. The summary carries the client's own CPU seconds and the
     window it spent them in, so a capacity run can show what the harness cost at each load."""
     started = time.monotonic()
+    wall_offset = time.time() - started  # the wall clock against the monotonic: moves only if stepped
     cpu_started = time.process_time()
     machine_started = _machine()
     window = workload.duration_s or workload.deadline_s
@@ -86,6 +87,9 @@ async def drive(workload: Workload, attempt: Attempt) -> dict[str, Any]:
         "machine_busy": busy,
         "machine_stolen": stolen,  # the share of it a hypervisor gave elsewhere (a VM's steal)
         "loop": running_loop_name(),
+        # how far the node's wall clock was stepped (NTP, a VM catching up) while this client
+        # sent: evidence of a machine fault, which the records are timed to survive (base.wall_clock)
+        "wall_clock_step_s": round(time.time() - time.monotonic() - wall_offset, 3),
     }
 
 
