@@ -117,6 +117,32 @@ def test_a_round_that_measured_nothing_fails_the_gate_as_not_judged(tmp_path, mo
     assert code == 2 and document["run_exit_status"]["baseline-2"] == 2  # the machine's, not the SUT's
 
 
+def test_a_baseline_the_machine_did_not_finish_leaves_the_gate_not_judged(tmp_path, monkeypatch):
+    """A baseline run that ended with exit 2 measured only part of what the candidate is held
+    to: the gate is not judged (exit 2, the machine's), never failed on the candidate. CI once
+    saw a correct candidate fail "p50_itl_ms: the baseline did not measure it" this way."""
+    metrics = {"requests": 8.0, "completed": 8.0, "error_rate": 0.0, "rate_limited_rate": 0.0, "p50_ttft_ms": 40.0}
+    serving = {"metrics": metrics, "phases": [{"title": "load", "metrics": metrics}]}
+
+    def run(request, console):
+        request.out.mkdir(parents=True)
+        results = _results(spec=request.sut)
+        broken = request.out.name == "baseline"
+        if not broken:  # the baseline's overload stopped before it measured
+            results["scenarios"][0]["serving"] = serving
+        if broken:  # its streaming scenario stopped on the machine's error before it measured
+            results["scenarios"][1] |= {"error": "could not freeze node2", "verdict": "fail"}
+        (request.out / "results.json").write_text(json.dumps(results))
+        return 2 if broken else 0
+
+    monkeypatch.setattr(gate_module, "run", run)
+    text = '[gate]\nname = "b"\nscenarios = ["overload"]\n[metrics.overload]\np50_ttft_ms = { vs_baseline = 2.0 }\n'
+    code, _, document = _gate(tmp_path, text)
+    demand = {c["id"]: c for c in document["checks"]}["gate.metric.overload.p50_ttft_ms"]
+    assert demand["observed"] == "the baseline did not measure it", demand  # what the gate could tell
+    assert code == 2 and document["run_exit_status"] == {"baseline": 2, "candidate": 0}, document
+
+
 def test_a_round_the_machine_left_unjudged_fails_the_gate_and_never_drops_out(tmp_path, monkeypatch):
     """A round whose knee was not judged wrote no ladder: its cost compares with nothing, so
     the number is not judged (fail), never judged on the runs that remain, nor skipped."""

@@ -1,5 +1,7 @@
 """The drain rules on hand-made stream events: completed, forced, lost."""
 
+import pytest
+
 from dd_accept.acceptance import drain_checks as checks
 from dd_accept.base.events import ClientRequest
 
@@ -148,3 +150,16 @@ def test_an_endpoint_that_raised_is_named_by_its_exception_never_its_message():
     assert result.verdict == "fail" and "endpoint exit 1 (raised ValueError) after 0.2s" in result.observed
     assert "secret" not in result.observed + result.detail
     assert "raised" not in checks.scancel_step([stream(0, 3)], 1, checks.StepEnd(0, 2.0), [], 10).observed
+
+
+def test_a_stop_that_came_after_every_stream_ended_whole_is_the_harness_fault_not_the_suts():
+    """A loaded machine can delay the TERM past the streams it was meant to catch: nothing
+    was drained, so nothing is judged (exit 2); a stream cut before the stop still fails."""
+    end = checks.StepEnd(0, 3.0)
+    finished = [stream(0.0, 4.0), stream(0.5, 4.5)]
+    with pytest.raises(RuntimeError, match=r"all 2 stream\(s\) had ended whole 5\.5s and more before the stop"):
+        checks.scancel_step(finished, 10.0, end, [], 10)
+    with pytest.raises(RuntimeError, match="came too late"):
+        checks.allowance(finished, 10.0, None, 10, 12, end)
+    cut_before = [stream(0.0, 4.0), stream(0.5, 2.0, done=False, outcome="error")]
+    assert checks.scancel_step(cut_before, 10.0, end, [], 10).verdict == "fail"

@@ -61,8 +61,18 @@ def raised_in(output: str) -> str:
 
 
 def in_flight(events: list[Event], stop_at: float) -> list[ClientRequest]:
-    """Streams that had started and not yet ended when the stop began."""
-    return [e for e in requests(events) if e.began < stop_at <= e.t]
+    """Streams that had started and not yet ended when the stop began. Where every stream
+    had already ended whole, the stop came too late to test anything: the machine delayed
+    the harness (a RuntimeError, exit 2), never a failure of the SUT's drain."""
+    streams = requests(events)
+    flying = [e for e in streams if e.began < stop_at <= e.t]
+    if streams and not flying and all(e.done and e.outcome == "ok" and e.t < stop_at for e in streams):
+        late = stop_at - max(e.t for e in streams)
+        raise RuntimeError(
+            f"all {len(streams)} stream(s) had ended whole {late:.1f}s and more before the stop: it came too late "
+            "to test a drain (a loaded machine delayed the harness)"
+        )
+    return flying
 
 
 def _outcomes(

@@ -375,10 +375,11 @@ def describe_gate(gate: GateFile, suts: list[str], source: str) -> str:
 
 
 def _not_judged(codes: dict[str, int]) -> bool:
-    """The candidate's run, or with capacity rounds any run of either SUT, could not be judged
-    (exit 2): the machine's. Rounds judge the baseline's runs as numbers, so its first run counts too."""
-    rounds = any("-" in role for role in codes)
-    return any(code == EXIT_USAGE for role, code in codes.items() if role == "candidate" or rounds)
+    """A run of either SUT could not be judged (exit 2): the machine's. The baseline's counts
+    as the candidate's does: what it did not measure, the candidate's demands against it and
+    the comparison cannot be judged on, and a failure there would blame the candidate for
+    the machine (rounds judge every run's numbers alike)."""
+    return any(code == EXIT_USAGE for code in codes.values())
 
 
 def resolve_suts(gate: GateFile, cli_suts: list[str]) -> list[str]:

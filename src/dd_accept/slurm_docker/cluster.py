@@ -363,7 +363,7 @@ class SlurmCluster:
         of the loss only from its pings (SlurmdTimeout), as from a machine that died."""
         if node not in self.nodes:
             raise UsageError(f"cluster {self.name}: only a compute node can be lost, not {node!r}")
-        record = engine.set_frozen(self.container(node), node=node, log=self.records, frozen=True)
+        record = engine.freeze(self.container(node), node=node, log=self.records)
         if not record.ok:  # a node still running would be judged as lost
             raise ClusterError(f"could not freeze {node}: {record.describe()}")
         return record

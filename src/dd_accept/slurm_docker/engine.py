@@ -205,6 +205,23 @@ def set_frozen(container: Container, *, node: str, log: CommandLog, frozen: bool
     return log.add(record)
 
 
+# runc could not stop every task of the container in time (a busy machine: moby#48205) and
+# thawed them again: the node runs as before, and a second try usually freezes it.
+TRANSIENT_FREEZE = "unable to freeze"
+FREEZE_ATTEMPTS = 3
+
+
+def freeze(container: Container, *, node: str, log: CommandLog, wait_s: float = 0.5) -> CommandRecord:
+    """`set_frozen(frozen=True)`, tried again (each try recorded) while runc reports the
+    transient failure; the last try's record, frozen or not."""
+    for attempt in range(FREEZE_ATTEMPTS):
+        record = set_frozen(container, node=node, log=log, frozen=True)
+        if record.ok or TRANSIENT_FREEZE not in record.stderr_tail or attempt == FREEZE_ATTEMPTS - 1:
+            return record
+        time.sleep(wait_s)
+    raise AssertionError("unreachable")
+
+
 def exec_detached(container: Container, argv: Sequence[str], environment: Mapping[str, str] | None = None) -> None:
     """Start a process in a container and return at once; its wrapper reports through files."""
     container.exec_run(list(argv), detach=True, environment=dict(environment or {}))
