@@ -385,6 +385,18 @@ RC1_FAILS = (
     )
     | _TELEMETRY_FINDINGS
 )
+# rc1's loop that forwards a streamed body (the wire faults edit it)
+_LOOP = (
+    "            async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+    "                await downstream.write(chunk)\n"
+)
+# rc1's loop with what a broken upstream body raises caught (the handler is written after it)
+_GUARDED_LOOP = (
+    "            try:\n"
+    "                async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+    "                    await downstream.write(chunk)\n"
+    "            except (ClientError, ConnectionError):\n"
+)
 _SUT_CLEANUP = frozenset({"drain.sut_cleanup.completion", "drain.sut_cleanup.failure", "drain.sut_cleanup.cancel"})
 
 
@@ -716,6 +728,74 @@ FAULTS = {
                     "    except Exception:\n"
                     "        pass\n\n\n"
                     "async def _discard_response(response: ClientResponse) -> None:",
+                ),
+            ),
+        ),
+        # -- the wire scenario's faults: a stream meeting a broken network between proxy and replica
+        Fault(
+            "reframes-per-read",
+            "data-designer-slurm",
+            "the proxy re-frames SSE as it forwards, one event per line of each read (to count or filter events): "
+            "a frame that arrived in two TCP reads goes out as two",
+            (
+                (
+                    PROXY,
+                    "                await downstream.write(chunk)\n",
+                    '                for _line in chunk.split(b"\\n"):\n'
+                    "                    if _line.strip():\n"
+                    '                        await downstream.write(_line + b"\\n\\n")\n',
+                ),
+            ),
+        ),
+        Fault(
+            "clean-end-on-upstream-error",
+            "data-designer-slurm",
+            "the proxy ends a stream its backend broke off cleanly, with what it had (to spare clients a "
+            "connection error): a cut answer reads as a whole one",
+            (
+                (
+                    PROXY,
+                    _LOOP,
+                    _GUARDED_LOOP + "                pass\n",
+                ),
+            ),
+        ),
+        Fault(
+            "drops-error-events",
+            "data-designer-slurm",
+            "the proxy strips a backend's in-stream error object (to keep a server's internals from clients): "
+            "the client reads a failed generation as a finished one",
+            (
+                (
+                    PROXY,
+                    "                await downstream.write(chunk)\n",
+                    "                if b'\"error\"' in chunk:\n"
+                    '                    _events = chunk.split(b"\\n\\n")\n'
+                    "                    _kept = [e for e in _events if not e.startswith(b'data: {\"error\"')]\n"
+                    '                    chunk = b"\\n\\n".join(_kept)\n'
+                    "                await downstream.write(chunk)\n",
+                ),
+            ),
+        ),
+        Fault(
+            "retries-mid-stream",
+            "data-designer-slurm",
+            "the proxy resumes a stream its backend broke off from another backend (failover after the first "
+            "byte): the answer is generated again and two streams are spliced into one",
+            (
+                (
+                    PROXY,
+                    _LOOP,
+                    _GUARDED_LOOP + "                other = self.pool.acquire(frozenset())\n"
+                    "                try:\n"
+                    "                    body = await request.read()\n"
+                    "                    backend = self.pool.backends[other]\n"
+                    "                    again = await self._request_backend(request, backend, body, other)\n"
+                    "                    async for chunk in again.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+                    "                        await downstream.write(chunk)\n"
+                    "                    again.release()\n"
+                    "                finally:\n"
+                    "                    self.pool.release(other)\n",
                 ),
             ),
         ),

@@ -16,6 +16,7 @@ from dd_accept.base.events import (
     EventWriter,
     NodeChange,
     QueueGauge,
+    RelayedResponse,
     StepChange,
     SutAttemptRecord,
     UpstreamAttempt,
@@ -35,6 +36,8 @@ SAMPLES = [
     NodeChange(node="node2", state="DOWN+NOT_RESPONDING"),
     StepChange(step="7.0", state="ended", job_state="NODE_FAIL"),
     SutAttemptRecord(phase="retry-429", backend="0", status="429", request_id="retry-429-3.0", attempt_started=10.0),
+    RelayedResponse(request_id="reset-1.0", upstream=1, fault="reset", status=200, ended="reset", data_events=4,
+                    bytes=320),
 ]  # fmt: skip
 
 

@@ -114,11 +114,14 @@ class Planner:
         port_base: int = REPLICA_PORT_BASE,
         retry_after: int | None = None,
         replicas_on: str = NODE,
+        log: str = "proxy.log",
     ) -> PlannedCommand:
-        """The SUT's proxy as `start_proxy` starts it, in front of `replicas` replicas."""
+        """The SUT's proxy as `start_proxy` starts it, in front of `replicas` replicas (or of
+        the fault point's ports for them, `port_base`)."""
         backends = [(replicas_on, port_base + index) for index in range(replicas)]
-        log = f"{self.run_path(run)}/proxy.log"
-        step = proxy_launch(self.profile, self.target.layout, backends, NODE, log, retry_after=retry_after)
+        step = proxy_launch(
+            self.profile, self.target.layout, backends, NODE, f"{self.run_path(run)}/{log}", retry_after=retry_after
+        )
         return self.srun(purpose, step.argv, step.options)
 
     def client(

@@ -9,11 +9,11 @@ catalog are all read from this registry.
 
 from __future__ import annotations
 
-from dd_accept.acceptance import capacity, drain, health, overload, streaming, telemetry
+from dd_accept.acceptance import capacity, drain, health, overload, streaming, telemetry, wire
 from dd_accept.acceptance.declaration import Scenario
 
 SCENARIOS: tuple[Scenario, ...] = tuple(
-    module.SCENARIO for module in (overload, drain, health, streaming, telemetry, capacity)
+    module.SCENARIO for module in (overload, drain, health, streaming, telemetry, wire, capacity)
 )
 BY_NAME: dict[str, Scenario] = {scenario.name: scenario for scenario in SCENARIOS}
 SCENARIO_NAMES: tuple[str, ...] = tuple(BY_NAME)

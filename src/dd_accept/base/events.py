@@ -77,6 +77,7 @@ class ClientRequest(EventBase):
     gap_mean_s: float | None = None
     chunk_offsets_s: list[float] | None = None  # first chunks' arrival, relative to the first
     tokens: int | None = None  # output tokens the SUT's client reported
+    error_events: int | None = None  # data events that were an error object (a server's in-stream error)
 
     @property
     def began(self) -> float:
@@ -166,16 +167,44 @@ class SutAttemptRecord(EventBase):
     attempt_started: float | None = None  # the replicas' attempt it was paired with
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RelayedResponse(EventBase):
+    """One response as the fault point between the proxy and the replicas relayed it
+    (`node.faultpoint`): what it forwarded to the proxy and what it did to the stream."""
+
+    KIND: ClassVar[str] = "relayed"
+    upstream: int  # the replica's index
+    fault: str  # none, split, reset, error
+    status: int
+    ended: str  # whole, reset (both connections reset), error_event (an error event and [DONE] ended it)
+    request_id: str | None = None
+    data_events: int = 0  # forwarded, an injected error event included
+    bytes: int = 0  # body bytes forwarded (a chunked body's data, as a client decodes it)
+    split: int = 0  # chunks sent as two TCP segments
+
+
 # Where a run keeps its SutAttemptRecords, in its directory (a folder of its own: the report
 # takes the run's top-level JSONL files for load clients').
 SUT_ATTEMPT_RECORDS = ("sut", "attempt-records.jsonl")
 
 
-Event = ClientRequest | AdmissionChange | UpstreamAttempt | QueueGauge | NodeChange | StepChange | SutAttemptRecord
+Event = (
+    ClientRequest
+    | AdmissionChange
+    | UpstreamAttempt
+    | QueueGauge
+    | NodeChange
+    | StepChange
+    | SutAttemptRecord
+    | RelayedResponse
+)
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.KIND: cls
-    for cls in (ClientRequest, AdmissionChange, UpstreamAttempt, QueueGauge, NodeChange, StepChange, SutAttemptRecord)
-}
+    for cls in (
+        ClientRequest, AdmissionChange, UpstreamAttempt, QueueGauge, NodeChange, StepChange, SutAttemptRecord,
+        RelayedResponse,
+    )
+}  # fmt: skip
 E = TypeVar("E", bound=EventBase)
 
 

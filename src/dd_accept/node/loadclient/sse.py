@@ -21,11 +21,22 @@ from dd_accept.base.wall_clock import WallAnchor
 MAX_CHUNK_OFFSETS = 2048  # as the replica records them, so the two lists line up
 
 
+def is_error_event(payload: bytes) -> bool:
+    """Whether an event's data is an error object: `{"error": {...}}` (vLLM, OpenAI) or an
+    error response itself (`{"object": "error", ...}`, older vLLM). Read at its start only: a
+    token's text comes after the chunk's id and cannot be mistaken for it."""
+    head = payload[:48].lstrip()
+    return head.startswith(b'{"error"') or b'"object":"error"' in head or b'"object": "error"' in head
+
+
 class SseTally:
-    __slots__ = ("chunks", "done", "first", "gaps", "last", "offsets", "open", "opened", "pending", "size")
+    __slots__ = (
+        "chunks", "done", "errors", "first", "gaps", "last", "offsets", "open", "opened", "pending", "size",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.chunks = self.size = 0
+        self.errors = 0  # data events that are an error object (a server's in-stream error)
         self.done = False
         self.first: float | None = None
         self.last: float | None = None
@@ -53,6 +64,8 @@ class SseTally:
                 self.done = True
             else:
                 self.chunks += 1
+                if is_error_event(data[5:]):
+                    self.errors += 1
                 self._dispatched(now)
             return
         self._feed_lines(data, now)
@@ -90,6 +103,8 @@ class SseTally:
             self.done = True
             return
         self.chunks += 1
+        if is_error_event(line[5:]):
+            self.errors += 1
         self.open, self.opened = True, now
 
     def _dispatched(self, now: float) -> None:
@@ -126,4 +141,5 @@ class SseTally:
             "gap_max_s": round(max(gaps), 6) if gaps else None,
             "gap_mean_s": round(sum(gaps) / len(gaps), 6) if gaps else None,
             "chunk_offsets_s": self.offsets if len(self.offsets) > 1 else None,
+            "error_events": self.errors or None,
         }

@@ -1,0 +1,189 @@
+"""The wire scenario: faults between the SUT's proxy and the replicas, at the stream's units.
+
+  split — every SSE frame reaches the proxy in two TCP segments
+  reset — every stream's connection is reset after a few events (a replica or link lost)
+  error — every stream is ended after a few events by an in-stream error event and [DONE],
+          as vLLM ends a generation that failed
+Each part puts the fault point (`node.faultpoint`) in front of the replicas and a proxy of its
+own in front of the fault point, sends its streams through it, and stops both; the replicas
+stay up. What the fault point forwarded is set beside what the client got and what the
+replicas served (`wire_checks`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dd_accept import deployment
+from dd_accept.acceptance import wire_checks as checks
+from dd_accept.acceptance.analysis import with_prefix
+from dd_accept.acceptance.declaration import Scenario
+from dd_accept.acceptance.phases import Phase, ScenarioRun, stopping
+from dd_accept.acceptance.plan import NODE, PlannedCommand, Planner
+from dd_accept.base.events import Event, RelayedResponse
+from dd_accept.deployment.faultpoint import FaultPoint, fault_point_launch, start_fault_point
+from dd_accept.deployment.placement import FAULT_POINT_PORT_BASE, REPLICA_PORT_BASE
+from dd_accept.slurm_docker.allocation import scancel_argv
+
+FAULTS = {  # part: what the fault point does to every stream of it
+    "split": "every SSE frame reaches the proxy in two TCP segments",
+    "reset": "every stream's connection is reset after a few events",
+    "error": "every stream is ended after a few events by an in-stream error event",
+}
+JUDGES = {"split": checks.split_frames, "reset": checks.cut_visible, "error": checks.error_event}
+
+
+@dataclass(frozen=True, slots=True)
+class WireOptions:
+    replicas: int = 2
+    streams: int = 12
+    concurrency: int = 6
+    tokens: int = 16  # longer than `after_events`: every stream is faulted mid-way
+    itl_ms: int = 20
+    after_events: int = 4  # data events forwarded before a reset or an error event
+    seed: int = 0
+
+
+@dataclass
+class WireRun(ScenarioRun):
+    """One wire run's state: the replicas for every part, and each part's fault point, proxy
+    and what its streams saw (client events, the fault point's records)."""
+
+    options: WireOptions
+    replicas: deployment.ReplicaSet | None = None
+    point: FaultPoint | None = None
+    proxy: deployment.Proxy | None = None
+    seen: dict[str, tuple[list[Event], list[RelayedResponse]]] = field(default_factory=dict)
+
+
+def _replicas(o: WireOptions) -> dict[str, Any]:
+    """How the replicas are started (the run's and the plan's keywords): exact streams, so
+    every one is longer than the events the fault point lets through."""
+    return {"seed": o.seed, "options": ("--ttft-ms", "20", "--itl-ms", str(o.itl_ms)), "exact": True}
+
+
+def _deploy_replicas(s: WireRun) -> None:
+    s.replicas = deployment.start_replicas(s.allocation, s.options.replicas, run=s.run, profile=s.profile,
+                                           **_replicas(s.options))  # fmt: skip
+
+
+def _plan_replicas(p: Planner) -> list[PlannedCommand]:
+    o = p.options
+    return [p.replicas(f"{o.replicas} synthetic replicas, one task each, exact stream lengths", o.replicas,
+                       **_replicas(o))]  # fmt: skip
+
+
+def _deploy(part: str) -> Callable[[WireRun], None]:
+    def deploy(s: WireRun) -> None:
+        assert s.replicas is not None, "the replicas are deployed first"
+        s.point = start_fault_point(s.allocation, s.replicas, s.run, name=f"faultpoint-{part}", fault=part,
+                                    after_events=s.options.after_events)  # fmt: skip
+        s.proxy = deployment.start_proxy(s.allocation, s.replicas, profile=s.profile, backends=s.point.backends,
+                                         log_name=f"proxy-{part}.log")  # fmt: skip
+
+    return deploy
+
+
+def _plan_deploy(part: str) -> Callable[[Planner], list[PlannedCommand]]:
+    def plan(p: Planner) -> list[PlannedCommand]:
+        o = p.options
+        upstreams = [(NODE, REPLICA_PORT_BASE + index) for index in range(o.replicas)]
+        point = fault_point_launch(p.target.layout.python, upstreams, NODE, f"{p.run_path()}/faultpoint-{part}", part,
+                                   o.after_events)  # fmt: skip
+        return [
+            p.srun(f"the fault point in front of every replica: {FAULTS[part]}", point.argv, point.options),
+            p.proxy("the SUT's proxy in front of the fault point", o.replicas, port_base=FAULT_POINT_PORT_BASE,
+                    log=f"proxy-{part}.log"),
+        ]  # fmt: skip
+
+    return plan
+
+
+def _load(o: WireOptions) -> dict[str, Any]:
+    """What the client sends in every part (the run's and the plan's keywords): one attempt
+    per stream, so what a fault did to it is what the client records."""
+    return {"records": o.streams, "concurrency": o.concurrency, "max_tokens": o.tokens, "max_record_attempts": 1,
+            "deadline_s": 60}  # fmt: skip
+
+
+def _drive(part: str) -> Callable[[WireRun], None]:
+    def drive(s: WireRun) -> None:
+        assert s.proxy is not None and s.point is not None, "the part's proxy is deployed first"
+        client = deployment.run_client(s.allocation, s.proxy, s.run, mode="raw", profile=s.profile, name=part,
+                                       **_load(s.options))  # fmt: skip
+        record = client.wait(timeout=120)
+        if not record.ok:
+            raise RuntimeError(f"load client failed: {record.describe()}")
+        s.seen[part] = (deployment.read_events(s.run, part), s.point.relayed())
+
+    return drive
+
+
+def _plan_drive(part: str) -> Callable[[Planner], list[PlannedCommand]]:
+    return lambda p: [p.client(f"{p.options.streams} streams through the proxy", part, mode="raw", **_load(p.options))]
+
+
+def _stop_part(s: WireRun) -> None:
+    """The part's proxy, then its fault point (TERM to their steps); the replicas stay."""
+    for attribute in ("proxy", "point"):
+        started = getattr(s, attribute)
+        if started is not None:
+            started.stop()
+            setattr(s, attribute, None)
+
+
+def _plan_stop_part(p: Planner) -> list[PlannedCommand]:
+    return [
+        PlannedCommand("stop the proxy: TERM to its step", scancel_argv("$PROXY_STEP", "TERM")),
+        PlannedCommand("stop the fault point: TERM to its step", scancel_argv("$FAULTPOINT_STEP", "TERM")),
+    ]
+
+
+def _judge(part: str) -> Callable[[WireRun], None]:
+    def judge(s: WireRun) -> None:
+        client, relayed = s.seen[part]
+        s.result.add(JUDGES[part](client, relayed))
+
+    return judge
+
+
+def _judge_no_retry(s: WireRun) -> None:
+    assert s.replicas is not None
+    client = [event for part in ("reset", "error") for event in s.seen[part][0]]
+    relayed = [record for part in ("reset", "error") for record in s.seen[part][1]]
+    upstream = [a for part in ("reset", "error") for a in with_prefix(s.replicas.events(), f"{part}-")]
+    s.result.add(checks.no_retry_after_first_byte(client, relayed, upstream))
+
+
+def _part(part: str) -> tuple[Phase[WireRun], ...]:
+    judged = JUDGES[part].check_id
+    return (
+        Phase("deploy", f"{part}: the fault point and a proxy in front of it", _deploy(part), _plan_deploy(part),
+              segments=(part,)),
+        Phase("drive", f"{part}: streams through the fault point", _drive(part), _plan_drive(part),
+              fault=FAULTS[part], segments=(part,)),
+        Phase("stop", f"{part}: stopping its proxy and fault point", _stop_part, _plan_stop_part, segments=(part,)),
+        Phase("judge", f"{part}: what the streams saw", _judge(part), judges=(judged,), segments=(part,)),
+    )  # fmt: skip
+
+
+PHASES: tuple[Phase[WireRun], ...] = (
+    Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,
+          numbers=lambda s: {"replicas": s.options.replicas}),
+    *(phase for part in FAULTS for phase in _part(part)),
+    Phase("judge", "no retry after the first byte", _judge_no_retry, judges=("wire.no_retry_after_first_byte",),
+          segments=("reset", "error")),
+    Phase("stop", "stopping a part's proxy and fault point", _stop_part, teardown=True),
+    stopping("replicas"),
+)  # fmt: skip
+
+SCENARIO = Scenario(
+    "wire",
+    "faults between the proxy and the replicas: split frames, cut connections, in-stream errors",
+    WireOptions,
+    PHASES,
+    WireRun,
+)
+run_wire = SCENARIO.run

@@ -1,0 +1,210 @@
+"""The wire checks: what a stream that met a fault between the proxy and a replica must look
+like at the client, as pure functions of the client's records, the fault point's record of
+what it forwarded (`RelayedResponse`) and the replicas' attempts.
+
+The contract is the one every streaming proxy owes an SSE client:
+- bytes are bytes: a frame that arrives in two TCP segments is forwarded whole and unchanged;
+- a stream the proxy cannot finish ends in an error the client can see (a broken body), never
+  in a clean end a client takes for the whole answer (silent truncation);
+- an in-stream error event (vLLM's way to end a failed generation) reaches the client;
+- failover happens only before the first byte: once a response has started, a retry would
+  generate the answer twice and splice two streams into one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from dd_accept.acceptance.analysis import attempts_by_request, requests
+from dd_accept.acceptance.registry import check
+from dd_accept.base.events import ClientRequest, Event, RelayedResponse, UpstreamAttempt
+from dd_accept.base.results import CheckResult
+
+
+def faulted(relayed: Sequence[RelayedResponse], ended: str) -> dict[str, RelayedResponse]:
+    """The streams the fault point ended as `ended` (whole, reset, error_event), by request id."""
+    return {r.request_id: r for r in relayed if r.request_id and r.status == 200 and r.ended == ended}
+
+
+def _none_forwarded(check_id: str, expected: str, client: Sequence[Event]) -> CheckResult | None:
+    """The check's failure when the proxy forwarded none of the phase's requests (a SUT
+    behaviour that never happened), else None."""
+    sent = requests(client)
+    outcomes = Counter(s.outcome for s in sent)
+    return CheckResult.judge(
+        check_id, False, expected,
+        f"the proxy forwarded none of {len(sent)} request(s) to a replica: "
+        + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())),
+        "no stream reached the fault point: nothing the proxy does with one could be seen",
+    )  # fmt: skip
+
+
+def _untested(what: str) -> RuntimeError:
+    return RuntimeError(f"the fault point {what}: the phase tested nothing (the harness's fault)")
+
+
+def _judged(
+    check_id: str, expected: str, client: Sequence[Event], relayed: Sequence[RelayedResponse], ended: str, what: str
+) -> CheckResult | tuple[dict[str, RelayedResponse], dict[str, ClientRequest]]:
+    """The streams the fault point ended as `ended`, and what the client saw of each; or the
+    check's failure where the proxy forwarded none of the phase's requests (a SUT behaviour
+    that never happened). Where it forwarded some but none was faulted, the harness failed
+    (`what` the fault point did not do)."""
+    found = faulted(relayed, ended)
+    if not found:
+        if not [r for r in relayed if r.request_id]:
+            return _none_forwarded(check_id, expected, client)
+        raise _untested(what)
+    return found, _streams(client, set(found))
+
+
+def _streams(client: Sequence[Event], ids: set[str]) -> dict[str, ClientRequest]:
+    return {s.request_id: s for s in requests(client) if s.request_id in ids}
+
+
+def _as_forwarded(stream: ClientRequest, sent: RelayedResponse) -> bool:
+    return (stream.chunks, stream.bytes) == (sent.data_events, sent.bytes)
+
+
+def _first(ids: Sequence[str]) -> str:
+    return f"first: {ids[0]}" if ids else ""
+
+
+@check("wire.split_frames")
+def split_frames(client: Sequence[Event], relayed: Sequence[RelayedResponse]) -> CheckResult:
+    """Every frame split across two TCP segments reaches the client whole: each stream ends
+    with [DONE] and carries exactly the events and bytes the fault point forwarded."""
+    expected = (
+        "every stream whose frames arrived in two TCP segments reaches the client whole: [DONE], and the events "
+        "and bytes forwarded to the proxy"
+    )
+    judged = _judged(split_frames.check_id, expected, client, relayed, "whole", "passed no stream whole")
+    if isinstance(judged, CheckResult):
+        return judged
+    sent, seen = judged
+    splits = sum(r.split for r in sent.values())
+    if not splits:
+        raise _untested("split no frame")
+    missing = sorted(set(sent) - set(seen))
+    unfinished = sorted(k for k, s in seen.items() if s.outcome != "ok" or not s.done)
+    differ = sorted(k for k, s in seen.items() if not _as_forwarded(s, sent[k]))
+    ok = not missing and not unfinished and not differ
+    return CheckResult.judge(
+        split_frames.check_id,
+        ok,
+        expected,
+        f"{len(sent)} streams, {splits} frames split; {len(unfinished)} not finished; "
+        f"{len(differ)} differ from what was forwarded; {len(missing)} never recorded by the client",
+        "the proxy treats a TCP read as a frame" if differ else _first(unfinished or missing),
+        {"streams": len(sent), "frames_split": splits, "streams_differing": len(differ),
+         "streams_unfinished": len(unfinished)},
+    )  # fmt: skip
+
+
+def _ending(stream: ClientRequest | None) -> str:
+    """How a stream that failed upstream ended at the client: "error" (its body broke) and
+    "error event" (the proxy told it in the stream, vLLM's way, with or without [DONE] after)
+    are visible to a client; "hung", "completed" (a [DONE] and no error: an end made up after
+    the failure) and "clean end" (no error, no [DONE]) are not."""
+    if stream is None:
+        return "unrecorded"
+    if stream.error_events:
+        return "error event"
+    if stream.outcome == "error" and not stream.done:
+        return "error"
+    if stream.outcome == "deadline":
+        return "hung"
+    return "completed" if stream.done else "clean end"
+
+
+VISIBLE = ("error", "error event")
+
+
+@check("wire.cut_visible")
+def cut_visible(client: Sequence[Event], relayed: Sequence[RelayedResponse]) -> CheckResult:
+    """Every stream whose replica connection was reset mid-way ends at the client in an error
+    it can see: a broken body or an error event, not a clean end (which a client takes for the
+    whole answer), not a hang until its own deadline."""
+    expected = "every stream cut mid-way (its replica connection reset) ends at the client in a visible error"
+    judged = _judged(cut_visible.check_id, expected, client, relayed, "reset", "reset no stream")
+    if isinstance(judged, CheckResult):
+        return judged
+    cut, seen = judged
+    endings = Counter(_ending(seen.get(key)) for key in cut)
+    bad = sorted(k for k in cut if _ending(seen.get(k)) not in VISIBLE)
+    ok = not bad
+    detail = ""
+    if endings.get("clean end"):
+        detail = "a cut stream ended as if whole (no error, no [DONE]): silent truncation"
+    elif endings.get("hung"):
+        detail = "a cut stream stayed open until the client gave up"
+    elif endings.get("completed"):
+        detail = "a cut stream reached [DONE]: something generated its end after the cut"
+    return CheckResult.judge(
+        cut_visible.check_id,
+        ok,
+        expected,
+        f"{len(cut)} streams cut after {min(r.data_events for r in cut.values())} event(s): "
+        + ", ".join(f"{n} {ending}" for ending, n in sorted(endings.items())),
+        detail or _first(bad),
+        {"streams_cut": len(cut), "silently_truncated": endings.get("clean end", 0), "hung": endings.get("hung", 0),
+         "completed": endings.get("completed", 0)},
+    )  # fmt: skip
+
+
+@check("wire.error_event")
+def error_event(client: Sequence[Event], relayed: Sequence[RelayedResponse]) -> CheckResult:
+    """Every stream ended by an in-stream error event ends at the client with the failure
+    visible: the error event itself, or (a proxy that turns it into its own kind of failure)
+    a broken body; never a clean end with the error dropped. Streams that reached the client
+    other than as forwarded are counted (a proxy may word the error its own way)."""
+    expected = (
+        "every stream a replica ended with an in-stream error event ends at the client with the failure visible: "
+        "the error event, or a broken body"
+    )
+    judged = _judged(error_event.check_id, expected, client, relayed, "error_event", "ended no stream by an error")
+    if isinstance(judged, CheckResult):
+        return judged
+    ended, seen = judged
+    endings = Counter(_ending(seen.get(key)) for key in ended)
+    without = sorted(k for k in ended if _ending(seen.get(k)) not in VISIBLE)
+    differ = sorted(k for k, s in seen.items() if not _as_forwarded(s, ended[k]))
+    return CheckResult.judge(
+        error_event.check_id,
+        not without,
+        expected,
+        f"{len(ended)} streams ended by an error event: "
+        + ", ".join(f"{n} {ending}" for ending, n in sorted(endings.items()))
+        + f"; {len(differ)} reached the client other than as forwarded",
+        "the proxy drops the error: the client reads a shorter answer as a whole one" if without else "",
+        {"streams": len(ended), "errors_lost": len(without), "streams_differing": len(differ)},
+    )  # fmt: skip
+
+
+@check("wire.no_retry_after_first_byte")
+def no_retry_after_first_byte(
+    client: Sequence[Event], relayed: Sequence[RelayedResponse], upstream: Sequence[UpstreamAttempt]
+) -> CheckResult:
+    """A request whose response had started reaches the replicas once: failover only before
+    the first byte (a retry after it generates the answer twice and splices two streams)."""
+    expected = (
+        "a request whose response had started (then was cut or ended by an error event) reaches the replicas once"
+    )
+    started = {**faulted(relayed, "reset"), **faulted(relayed, "error_event")}
+    if not started:
+        if not [r for r in relayed if r.request_id]:
+            return _none_forwarded(no_retry_after_first_byte.check_id, expected, client)
+        raise _untested("faulted no stream after its first byte")
+    attempts = attempts_by_request(upstream)
+    again = sorted(k for k in started if len(attempts.get(k, [])) > 1)
+    counts = Counter(min(len(attempts.get(k, [])), 3) for k in started)
+    seen = ", ".join(f"{n} {'once' if k == 1 else f'{k}+ times'}" for k, n in sorted(counts.items()))
+    return CheckResult.judge(
+        no_retry_after_first_byte.check_id,
+        not again,
+        expected,
+        f"{len(started)} requests faulted mid-stream; the replicas saw {seen}",
+        "the proxy retried after the first byte: the answer was generated again" if again else "",
+        {"requests": len(started), "retried_mid_stream": len(again)},
+    )  # fmt: skip

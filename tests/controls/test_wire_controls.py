@@ -1,0 +1,81 @@
+"""Controls for the wire checks, each asserting the numbers behind its verdict.
+
+rc1 forwards bytes as it reads them and lets an exception from a broken upstream body break
+the client's body: it passes every wire check. Each variant mishandles one fault and is
+caught by the check for it, for its reason, while the checks it does not touch still pass:
+- reframes-per-read (one event per line of each read): a frame split over two TCP reads goes
+  out as two, and split_frames sees other events and bytes than were forwarded;
+- clean-end-on-upstream-error: a cut stream ends cleanly without [DONE], cut_visible's
+  silent truncation;
+- drops-error-events: the in-stream error never reaches the client, error_event;
+- retries-mid-stream: a cut stream is resumed from another replica, no_retry_after_first_byte.
+"""
+
+import pytest
+
+from dd_accept.acceptance.wire import WireOptions, run_wire
+from dd_accept.base.progress import ProgressWriter
+from dd_accept.deployment import RunDirectory
+from tests.controls.controls import run_with_fault
+from tests.helpers import assert_the_dry_run_planned_what_the_run_did
+
+pytestmark = pytest.mark.cluster
+OPTIONS = WireOptions()
+STREAMS = OPTIONS.streams
+WIRE_CHECKS = ("wire.split_frames", "wire.cut_visible", "wire.error_event", "wire.no_retry_after_first_byte")
+
+
+def _wire(allocation, run, profile, progress):
+    return run_wire(allocation, run, profile, OPTIONS, progress)
+
+
+def _not_passed(checks):
+    return "\n".join(f"{c.id} {c.verdict}: {c.observed} | {c.detail}" for c in checks.values() if c.verdict != "pass")
+
+
+def _the_others_pass(checks, failing):
+    others = {k: c for k, c in checks.items() if k != failing}
+    assert all(c.verdict == "pass" for c in others.values()), _not_passed(others)
+
+
+def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
+    result = _wire(sut_allocation, RunDirectory.create(sut_cluster), sut_profile, ProgressWriter(None, "wire"))
+    checks = {c.id: c for c in result.checks}
+    assert set(checks) == {*WIRE_CHECKS, "wire.ledger.answered_once", "wire.ledger.delivered"}
+    assert all(c.verdict == "pass" for c in checks.values()), _not_passed(checks)
+    split = checks["wire.split_frames"]
+    # every data chunk of every stream split (16 tokens and the finish event; [DONE] may ride along)
+    assert split.metrics["streams"] == STREAMS and split.metrics["frames_split"] >= STREAMS * OPTIONS.tokens, split
+    cut = checks["wire.cut_visible"]
+    assert cut.observed == f"{STREAMS} streams cut after {OPTIONS.after_events} event(s): {STREAMS} error", cut
+    errors = checks["wire.error_event"]
+    assert errors.metrics == {"streams": STREAMS, "errors_lost": 0, "streams_differing": 0}, errors
+    once = checks["wire.no_retry_after_first_byte"]
+    assert once.observed.endswith(f"the replicas saw {2 * STREAMS} once"), once
+    assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="wire", job=sut_allocation.job_id)
+
+
+@pytest.mark.parametrize(
+    ("fault", "failing", "reason"),
+    [
+        ("reframes-per-read", "wire.split_frames", "treats a TCP read as a frame"),
+        ("clean-end-on-upstream-error", "wire.cut_visible", "silent truncation"),
+        ("drops-error-events", "wire.error_event", "drops the error"),
+        ("retries-mid-stream", "wire.no_retry_after_first_byte", "generated again"),
+    ],
+)
+def test_each_mishandled_fault_is_caught_by_its_check(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path, fault, failing, reason
+):
+    checks = run_with_fault(_wire, fault, sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    caught = checks[failing]
+    assert caught.verdict == "fail" and reason in caught.detail, caught
+    numbers = {
+        "wire.split_frames": ("streams_differing", STREAMS),
+        "wire.cut_visible": ("silently_truncated", STREAMS),
+        "wire.error_event": ("errors_lost", STREAMS),
+        "wire.no_retry_after_first_byte": ("retried_mid_stream", STREAMS),  # each cut stream, once more
+    }
+    metric, count = numbers[failing]
+    assert caught.metrics[metric] == count, caught
+    _the_others_pass(checks, failing)

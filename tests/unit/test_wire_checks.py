@@ -1,0 +1,106 @@
+"""The wire checks on made-up records: each passes on what a correct proxy leaves behind and
+fails, naming its reason, on what each mishandling leaves; a phase the fault point did not
+fault is the harness's error, and a proxy that forwarded nothing fails every check."""
+
+import pytest
+
+from dd_accept.acceptance import wire_checks as checks
+from dd_accept.base.events import ClientRequest, RelayedResponse, UpstreamAttempt
+
+EVENT_BYTES = 60
+
+
+def _client(request_id, outcome="ok", done=True, chunks=16, errors=None, size=None):
+    return ClientRequest(
+        mode="raw", record=0, attempt=0, outcome=outcome, request_id=request_id, done=done, chunks=chunks,
+        bytes=chunks * EVENT_BYTES + (14 if done else 0) if size is None else size, error_events=errors,
+    )  # fmt: skip
+
+
+def _relayed(request_id, ended="whole", events=16, split=0, fault="none", size=None):
+    return RelayedResponse(
+        request_id=request_id, upstream=0, fault=fault, status=200, ended=ended, data_events=events,
+        bytes=events * EVENT_BYTES + (14 if ended != "reset" else 0) if size is None else size, split=split,
+    )  # fmt: skip
+
+
+def _attempt(request_id):
+    return UpstreamAttempt(replica=0, path="/v1/chat/completions", outcome="disconnected", started=0.0,
+                           duration_s=0.1, request_id=request_id, status=200)  # fmt: skip
+
+
+IDS = [f"r-{i}" for i in range(4)]
+
+
+def test_split_frames_pass_whole_and_fail_when_the_client_got_other_bytes():
+    relayed = [_relayed(i, split=17, fault="split") for i in IDS]
+    good = checks.split_frames([_client(i) for i in IDS], relayed)
+    assert good.verdict == "pass" and good.metrics["frames_split"] == 68, good
+    reframed = [_client(i, chunks=20, size=20 * EVENT_BYTES) for i in IDS]  # halves forwarded as events
+    bad = checks.split_frames(reframed, relayed)
+    assert bad.verdict == "fail" and bad.metrics["streams_differing"] == 4
+    assert "treats a TCP read as a frame" in bad.detail
+
+
+def test_split_frames_that_never_split_is_the_harness_fault():
+    with pytest.raises(RuntimeError, match="split no frame"):
+        checks.split_frames([_client(i) for i in IDS], [_relayed(i) for i in IDS])
+
+
+@pytest.mark.parametrize(
+    ("client", "ending", "metric"),
+    [
+        (dict(outcome="truncated", done=False), "silent truncation", "silently_truncated"),
+        (dict(outcome="deadline", done=False), "until the client gave up", "hung"),
+        (dict(outcome="ok", done=True), "generated its end after the cut", "completed"),
+    ],
+)
+def test_a_cut_stream_must_end_in_an_error_the_client_sees(client, ending, metric):
+    relayed = [_relayed(i, ended="reset", events=4, fault="reset") for i in IDS]
+    good = checks.cut_visible([_client(i, outcome="error", done=False, chunks=4) for i in IDS], relayed)
+    assert good.verdict == "pass" and good.observed.startswith("4 streams cut after 4 event(s): 4 error"), good
+    bad = checks.cut_visible([_client(IDS[0], chunks=4, **client)] + [_client(i, "error", False, 4) for i in IDS[1:]],
+                             relayed)  # fmt: skip
+    assert bad.verdict == "fail" and ending in bad.detail and bad.metrics[metric] == 1, bad
+
+
+def test_an_error_event_must_reach_the_client():
+    relayed = [_relayed(i, ended="error_event", events=5, fault="error") for i in IDS]
+    good = checks.error_event([_client(i, chunks=5, errors=1) for i in IDS], relayed)
+    assert good.verdict == "pass" and good.metrics == {"streams": 4, "errors_lost": 0, "streams_differing": 0}
+    dropped = [_client(i, chunks=4, size=4 * EVENT_BYTES + 14) for i in IDS]
+    bad = checks.error_event(dropped, relayed)
+    assert bad.verdict == "fail" and bad.metrics["errors_lost"] == 4 and "drops the error" in bad.detail
+
+
+def test_a_retry_after_the_first_byte_fails_and_one_attempt_each_passes():
+    relayed = [_relayed(i, ended="reset", events=4, fault="reset") for i in IDS]
+    once = checks.no_retry_after_first_byte([], relayed, [_attempt(i) for i in IDS])
+    assert once.verdict == "pass" and once.observed.endswith("the replicas saw 4 once"), once
+    twice = checks.no_retry_after_first_byte([], relayed, [_attempt(i) for i in IDS] + [_attempt(IDS[2])])
+    assert twice.verdict == "fail" and twice.metrics["retried_mid_stream"] == 1 and "generated again" in twice.detail
+
+
+def test_a_proxy_that_forwarded_nothing_fails_every_check_by_name():
+    refused = [_client(i, outcome="http_error", done=False, chunks=0) for i in IDS]
+    for judge in (checks.split_frames, checks.cut_visible, checks.error_event):
+        result = judge(refused, [])
+        assert result.verdict == "fail" and "forwarded none of 4 request(s)" in result.observed, result
+    result = checks.no_retry_after_first_byte(refused, [], [])
+    assert result.verdict == "fail" and "4 http_error" in result.observed
+
+
+@pytest.mark.parametrize("done", [True, False])
+def test_a_proxy_that_tells_a_cut_in_the_stream_is_as_visible_as_a_broken_body(done):
+    """A correct design beside rc1's: on a broken upstream, the proxy sends an error event
+    and ends the body (with or without [DONE]); a client sees the failure either way."""
+    relayed = [_relayed(i, ended="reset", events=4, fault="reset") for i in IDS]
+    told = checks.cut_visible([_client(i, done=done, chunks=5, errors=1) for i in IDS], relayed)
+    assert told.verdict == "pass" and told.observed.endswith("4 error event"), told
+
+
+def test_an_error_event_the_proxy_turns_into_a_broken_body_is_still_visible():
+    relayed = [_relayed(i, ended="error_event", events=5, fault="error") for i in IDS]
+    broken = checks.error_event([_client(i, outcome="error", done=False, chunks=4) for i in IDS], relayed)
+    assert broken.verdict == "pass" and "4 error;" in broken.observed, broken
+    assert broken.metrics["streams_differing"] == 4  # counted, not judged: the failure was told
