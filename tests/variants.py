@@ -800,6 +800,13 @@ FAULTS = {
             ),
         ),
         Fault(
+            "short-read-timeout",
+            "data-designer-slurm",
+            "the proxy's upstream read timeout cut from 3600 s to 1 s (to free connections a hung backend holds "
+            "sooner), its profile still stating 3600 s: a model that pauses mid-stream is taken for a dead one",
+            ((PROXY, "                sock_read=_READ_TIMEOUT_SECONDS,\n", "                sock_read=1.0,\n"),),
+        ),
+        Fault(
             "buffering",
             "data-designer-slurm",
             "the proxy reads the whole upstream body before forwarding it",

@@ -8,7 +8,9 @@ caught by the check for it, for its reason, while the checks it does not touch s
 - clean-end-on-upstream-error: a cut stream ends cleanly without [DONE], cut_visible's
   silent truncation;
 - drops-error-events: the in-stream error never reaches the client, error_event;
-- retries-mid-stream: a cut stream is resumed from another replica, no_retry_after_first_byte.
+- retries-mid-stream: a cut stream is resumed from another replica, no_retry_after_first_byte;
+- short-read-timeout (1 s, its profile still saying 3600 s): a 3 s silence ends the stream,
+  stall_survived.
 """
 
 import pytest
@@ -22,7 +24,8 @@ from tests.helpers import assert_the_dry_run_planned_what_the_run_did
 pytestmark = pytest.mark.cluster
 OPTIONS = WireOptions()
 STREAMS = OPTIONS.streams
-WIRE_CHECKS = ("wire.split_frames", "wire.cut_visible", "wire.error_event", "wire.no_retry_after_first_byte")
+WIRE_CHECKS = {"wire.split_frames", "wire.cut_visible", "wire.error_event", "wire.stall_survived"}
+WIRE_CHECKS |= {"wire.no_retry_after_first_byte"}
 
 
 def _wire(allocation, run, profile, progress):
@@ -50,6 +53,8 @@ def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
     assert cut.observed == f"{STREAMS} streams cut after {OPTIONS.after_events} event(s): {STREAMS} error", cut
     errors = checks["wire.error_event"]
     assert errors.metrics == {"streams": STREAMS, "errors_lost": 0, "streams_differing": 0}, errors
+    stall = checks["wire.stall_survived"]
+    assert stall.observed == f"{STREAMS} streams silent 3s mid-way: {STREAMS} whole", stall  # rc1 declares 3600 s
     once = checks["wire.no_retry_after_first_byte"]
     assert once.observed.endswith(f"the replicas saw {2 * STREAMS} once"), once
     assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="wire", job=sut_allocation.job_id)
@@ -62,6 +67,7 @@ def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
         ("clean-end-on-upstream-error", "wire.cut_visible", "silent truncation"),
         ("drops-error-events", "wire.error_event", "drops the error"),
         ("retries-mid-stream", "wire.no_retry_after_first_byte", "generated again"),
+        ("short-read-timeout", "wire.stall_survived", "gave up on a stream silent for 3s"),
     ],
 )
 def test_each_mishandled_fault_is_caught_by_its_check(
@@ -75,6 +81,7 @@ def test_each_mishandled_fault_is_caught_by_its_check(
         "wire.cut_visible": ("silently_truncated", STREAMS),
         "wire.error_event": ("errors_lost", STREAMS),
         "wire.no_retry_after_first_byte": ("retried_mid_stream", STREAMS),  # each cut stream, once more
+        "wire.stall_survived": ("streams_broken", STREAMS),
     }
     metric, count = numbers[failing]
     assert caught.metrics[metric] == count, caught

@@ -27,13 +27,13 @@ async def _sse(request):
     return response
 
 
-async def _through_fault_point(tmp_path, fault, records=3, after=2):
+async def _through_fault_point(tmp_path, fault, records=3, after=2, stall_s=0.0):
     """`records` streams from a local SSE server through the fault point to the raw client;
     each as the client saw it beside the fault point's record of it."""
 
     async def relayed_to_the_client(upstream_url):
         relayed = EventWriter(tmp_path / "relayed.jsonl", source="faultpoint")
-        relay = Relay(0, ("127.0.0.1", int(upstream_url.rsplit(":", 1)[1])), fault, after, relayed)
+        relay = Relay(0, ("127.0.0.1", int(upstream_url.rsplit(":", 1)[1])), fault, after, relayed, stall_s)
         server = await asyncio.start_server(relay.serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         client = EventWriter(tmp_path / "client.jsonl", source="client")
@@ -77,6 +77,12 @@ def test_an_error_event_ends_the_stream_as_vllm_ends_a_failed_one(tmp_path):
         assert (relayed.ended, relayed.data_events) == ("error_event", 3)  # two tokens, the error
         assert (seen.outcome, seen.done, seen.chunks, seen.error_events) == ("ok", True, 3, 1), seen
         assert seen.bytes == relayed.bytes
+
+
+def test_a_stall_holds_the_rest_of_each_stream_then_lets_it_through_whole(tmp_path):
+    for seen, relayed in asyncio.run(_through_fault_point(tmp_path, "stall", after=2, stall_s=0.3)):
+        assert (relayed.ended, relayed.stalled_s, relayed.data_events) == ("whole", 0.3, EVENTS)
+        assert (seen.outcome, seen.done, seen.chunks) == ("ok", True, EVENTS) and seen.gap_max_s >= 0.3, seen
 
 
 @pytest.mark.parametrize(

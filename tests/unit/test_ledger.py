@@ -13,7 +13,7 @@ from dd_accept.acceptance import ledger_checks
 from dd_accept.acceptance.ledger import Ledger, read_ledger
 from dd_accept.acceptance.phases import chosen_phases
 from dd_accept.acceptance.scenarios import BY_NAME, SCENARIO_NAMES
-from dd_accept.base.events import ClientRequest, UpstreamAttempt
+from dd_accept.base.events import ClientRequest, RelayedResponse, UpstreamAttempt
 from dd_accept.deployment import RunDirectory, run_directory
 from tests.ledger_plants import plant_duplicate, plant_loss
 
@@ -160,3 +160,27 @@ def test_a_ledger_with_no_client_request_is_a_harness_fault(tmp_path):
         next(
             p for p in BY_NAME["drain"].phases if p.judges == ("drain.ledger.answered_once", "drain.ledger.delivered")
         ).act(State())
+
+
+def test_a_stream_the_fault_point_broke_on_purpose_is_no_loss_but_one_it_passed_whole_is():
+    """The wire scenario's fault point may take a replica's whole answer (buffered in its
+    socket before the cut) and reset it on purpose: the client's error is the wire checks' to
+    judge, never an answer the proxy lost. One it passed whole and the client lacks is lost."""
+    whole, reset = [
+        RelayedResponse(request_id=rid, upstream=0, fault=fault, status=200, ended=ended)
+        for rid, fault, ended in (("kept", "split", "whole"), ("cut", "reset", "reset"))
+    ]
+    ledger = Ledger.of(
+        [
+            client("cut", "error", ended=102.0),
+            attempt("cut", 0, 200),  # the replica wrote it all into the fault point's socket
+            reset,
+            client("kept", "error", ended=102.0),
+            attempt("kept", 1, 200),
+            whole,
+        ]
+    )
+    result = ledger_checks.delivered(ledger, WHOLE)
+    assert result.verdict == "fail" and result.metrics["lost"] == 1, result
+    assert "kept" in result.observed and "cut:" not in result.observed
+    assert "(1 broken on purpose between proxy and replica)" in result.observed

@@ -17,10 +17,11 @@ def _client(request_id, outcome="ok", done=True, chunks=16, errors=None, size=No
     )  # fmt: skip
 
 
-def _relayed(request_id, ended="whole", events=16, split=0, fault="none", size=None):
+def _relayed(request_id, ended="whole", events=16, split=0, fault="none", size=None, stalled_s=0.0):
     return RelayedResponse(
         request_id=request_id, upstream=0, fault=fault, status=200, ended=ended, data_events=events,
-        bytes=events * EVENT_BYTES + (14 if ended != "reset" else 0) if size is None else size, split=split,
+        bytes=events * EVENT_BYTES + (0 if ended in ("reset", "broken") else 14) if size is None else size, split=split,
+        stalled_s=stalled_s,
     )  # fmt: skip
 
 
@@ -86,6 +87,8 @@ def test_a_proxy_that_forwarded_nothing_fails_every_check_by_name():
     for judge in (checks.split_frames, checks.cut_visible, checks.error_event):
         result = judge(refused, [])
         assert result.verdict == "fail" and "forwarded none of 4 request(s)" in result.observed, result
+    result = checks.stall_survived(refused, [], 3600.0)
+    assert result.verdict == "fail" and "forwarded none of 4 request(s)" in result.observed, result
     result = checks.no_retry_after_first_byte(refused, [], [])
     assert result.verdict == "fail" and "4 http_error" in result.observed
 
@@ -104,3 +107,16 @@ def test_an_error_event_the_proxy_turns_into_a_broken_body_is_still_visible():
     broken = checks.error_event([_client(i, outcome="error", done=False, chunks=4) for i in IDS], relayed)
     assert broken.verdict == "pass" and "4 error;" in broken.observed, broken
     assert broken.metrics["streams_differing"] == 4  # counted, not judged: the failure was told
+
+
+def test_a_stream_silent_for_less_than_the_declared_timeout_must_go_on():
+    whole = [_relayed(i, fault="stall", stalled_s=3.0) for i in IDS]
+    good = checks.stall_survived([_client(i) for i in IDS], whole, 3600.0)
+    assert good.verdict == "pass" and good.observed == "4 streams silent 3s mid-way: 4 whole", good
+    assert "less than its declared 3600s timeout" in good.expected
+    # the proxy gave up during the silence: the fault point's writes met a closed connection
+    gave_up = [_relayed(i, ended="broken", events=4, fault="stall", stalled_s=3.0) for i in IDS]
+    bad = checks.stall_survived([_client(i, outcome="error", done=False, chunks=4) for i in IDS], gave_up, 3600.0)
+    assert bad.verdict == "fail" and bad.metrics["streams_broken"] == 4 and "gave up on a stream silent" in bad.detail
+    with pytest.raises(RuntimeError, match="stalled no stream"):
+        checks.stall_survived([_client(i) for i in IDS], [_relayed(i) for i in IDS], 3600.0)

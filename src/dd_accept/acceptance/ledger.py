@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dd_accept.base.events import EVENT_TYPES, ClientRequest, Event, UpstreamAttempt, read_event_file
+from dd_accept.base.events import EVENT_TYPES, ClientRequest, Event, RelayedResponse, UpstreamAttempt, read_event_file
 
 
 def served_whole(attempt: UpstreamAttempt) -> bool:
@@ -39,6 +39,9 @@ class LedgerRow:
     request_id: str
     client: tuple[ClientRequest, ...]
     attempts: tuple[UpstreamAttempt, ...]  # in the order they began
+    # The fault point (node.faultpoint) did not pass its response whole: cut, ended by an error
+    # event or hung up on, by design; the wire checks judge what the client saw of it.
+    broken_on_purpose: bool = False
 
     @property
     def generations(self) -> tuple[UpstreamAttempt, ...]:
@@ -65,14 +68,19 @@ class Ledger:
     def of(cls, events: Iterable[Event]) -> Ledger:
         clients: dict[str, list[ClientRequest]] = defaultdict(list)
         attempts: dict[str, list[UpstreamAttempt]] = defaultdict(list)
+        broken: set[str] = set()
         for event in events:
             if isinstance(event, ClientRequest) and event.request_id:
                 clients[event.request_id].append(event)
             elif isinstance(event, UpstreamAttempt) and event.request_id:
                 attempts[event.request_id].append(event)
+            elif isinstance(event, RelayedResponse) and event.request_id and event.ended != "whole":
+                broken.add(event.request_id)
         ordered = sorted(clients, key=lambda rid: min(r.began for r in clients[rid]))
         rows = {
-            rid: LedgerRow(rid, tuple(clients[rid]), tuple(sorted(attempts.get(rid, ()), key=lambda a: a.started)))
+            rid: LedgerRow(
+                rid, tuple(clients[rid]), tuple(sorted(attempts.get(rid, ()), key=lambda a: a.started)), rid in broken
+            )
             for rid in ordered
         }
         unmatched = tuple(a for rid, found in attempts.items() if rid not in clients for a in found)
@@ -98,7 +106,8 @@ def read_ledger(*directories: Path) -> Ledger:
     and its id (each client run numbers its requests afresh)."""
     events: list[Event] = []
     for directory in dict.fromkeys(directories):
-        files = sorted(directory.glob("*.jsonl")) + sorted(directory.glob("replicas/*.jsonl"))
+        files = [*sorted(directory.glob("*.jsonl")), *sorted(directory.glob("replicas/*.jsonl"))]
+        files += sorted(directory.glob("faultpoint-*/relayed.jsonl"))  # the wire scenario's fault point
         for path in files:
             if is_event_file(path):
                 events += [_placed(event, directory.name) for event in read_event_file(path)]
@@ -106,6 +115,6 @@ def read_ledger(*directories: Path) -> Ledger:
 
 
 def _placed(event: Event, directory: str) -> Event:
-    if isinstance(event, ClientRequest | UpstreamAttempt) and event.request_id:
+    if isinstance(event, ClientRequest | UpstreamAttempt | RelayedResponse) and event.request_id:
         return dataclasses.replace(event, request_id=f"{directory}/{event.request_id}")
     return event

@@ -87,10 +87,13 @@ def delivered(ledger: Ledger, check_id: str) -> CheckResult:
     unforwarded = _unforwarded(check_id, expected, ledger)
     if unforwarded is not None:
         return unforwarded
-    lost = [row for row in ledger.rows.values() if _lost(row)]
+    lost = [row for row in ledger.rows.values() if _lost(row) and not row.broken_on_purpose]
     answered = sum(1 for row in ledger.rows.values() if row.answered)
+    on_purpose = sum(1 for row in ledger.rows.values() if row.broken_on_purpose)
     metrics = {"requests": len(ledger.rows), "answered": answered, "lost": len(lost)}
     observed = f"{len(ledger.rows)} request(s), {answered} answered whole at the client"
+    if on_purpose:  # what the fault point broke on the way is the wire checks' to judge
+        observed += f" ({on_purpose} broken on purpose between proxy and replica)"
     if lost:
 
         def seen(row: LedgerRow) -> str:

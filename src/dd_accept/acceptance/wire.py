@@ -4,6 +4,8 @@
   reset — every stream's connection is reset after a few events (a replica or link lost)
   error — every stream is ended after a few events by an in-stream error event and [DONE],
           as vLLM ends a generation that failed
+  stall — every stream goes silent for 3 s after a few events (well inside the proxy's declared
+          streaming timeout), then goes on
 Each part puts the fault point (`node.faultpoint`) in front of the replicas and a proxy of its
 own in front of the fault point, sends its streams through it, and stops both; the replicas
 stay up. What the fault point forwarded is set beside what the client got and what the
@@ -18,21 +20,45 @@ from typing import Any
 
 from dd_accept import deployment
 from dd_accept.acceptance import wire_checks as checks
-from dd_accept.acceptance.analysis import with_prefix
+from dd_accept.acceptance.analysis import requests, with_prefix
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.phases import Phase, ScenarioRun, stopping
 from dd_accept.acceptance.plan import NODE, PlannedCommand, Planner
 from dd_accept.base.events import Event, RelayedResponse
+from dd_accept.base.waiting import wait_for_finding
 from dd_accept.deployment.faultpoint import FaultPoint, fault_point_launch, start_fault_point
 from dd_accept.deployment.placement import FAULT_POINT_PORT_BASE, REPLICA_PORT_BASE
 from dd_accept.slurm_docker.allocation import scancel_argv
+from dd_accept.sut.profile import SutProfile
 
 FAULTS = {  # part: what the fault point does to every stream of it
     "split": "every SSE frame reaches the proxy in two TCP segments",
     "reset": "every stream's connection is reset after a few events",
     "error": "every stream is ended after a few events by an in-stream error event",
+    "stall": "every stream goes silent mid-way, for less than the proxy's streaming timeout",
 }
-JUDGES = {"split": checks.split_frames, "reset": checks.cut_visible, "error": checks.error_event}
+STALL_S = 3.0  # far above scheduling noise, far below rc1's 3600 s streaming timeout
+
+
+def stall_seconds(profile: SutProfile) -> float:
+    """How long a stream goes silent in the stall part: 3 s, or half the proxy's declared
+    streaming timeout where that is shorter (a proxy may end a silence longer than it says)."""
+    timeout = profile.telemetry.streaming_timeout_seconds
+    return STALL_S if timeout is None else min(STALL_S, timeout / 2)
+
+
+def _judge_stall(client: list[Event], relayed: list[RelayedResponse], profile: SutProfile) -> checks.CheckResult:
+    return checks.stall_survived(client, relayed, profile.telemetry.streaming_timeout_seconds)
+
+
+JUDGES = {
+    "split": lambda client, relayed, profile: checks.split_frames(client, relayed),
+    "reset": lambda client, relayed, profile: checks.cut_visible(client, relayed),
+    "error": lambda client, relayed, profile: checks.error_event(client, relayed),
+    "stall": _judge_stall,
+}
+JUDGED = {"split": "wire.split_frames", "reset": "wire.cut_visible", "error": "wire.error_event",
+          "stall": "wire.stall_survived"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +105,7 @@ def _deploy(part: str) -> Callable[[WireRun], None]:
     def deploy(s: WireRun) -> None:
         assert s.replicas is not None, "the replicas are deployed first"
         s.point = start_fault_point(s.allocation, s.replicas, s.run, name=f"faultpoint-{part}", fault=part,
-                                    after_events=s.options.after_events)  # fmt: skip
+                                    after_events=s.options.after_events, stall_s=stall_seconds(s.profile))  # fmt: skip
         s.proxy = deployment.start_proxy(s.allocation, s.replicas, profile=s.profile, backends=s.point.backends,
                                          log_name=f"proxy-{part}.log")  # fmt: skip
 
@@ -91,7 +117,7 @@ def _plan_deploy(part: str) -> Callable[[Planner], list[PlannedCommand]]:
         o = p.options
         upstreams = [(NODE, REPLICA_PORT_BASE + index) for index in range(o.replicas)]
         point = fault_point_launch(p.target.layout.python, upstreams, NODE, f"{p.run_path()}/faultpoint-{part}", part,
-                                   o.after_events)  # fmt: skip
+                                   o.after_events, stall_s=stall_seconds(p.profile))  # fmt: skip
         return [
             p.srun(f"the fault point in front of every replica: {FAULTS[part]}", point.argv, point.options),
             p.proxy("the SUT's proxy in front of the fault point", o.replicas, port_base=FAULT_POINT_PORT_BASE,
@@ -116,9 +142,23 @@ def _drive(part: str) -> Callable[[WireRun], None]:
         record = client.wait(timeout=120)
         if not record.ok:
             raise RuntimeError(f"load client failed: {record.describe()}")
-        s.seen[part] = (deployment.read_events(s.run, part), s.point.relayed())
+        client_events = deployment.read_events(s.run, part)
+        s.seen[part] = (client_events, _relayed_of(s.point, client_events, stall_seconds(s.profile) + 5))
 
     return drive
+
+
+def _relayed_of(point: FaultPoint, client: list[Event], timeout: float) -> list[RelayedResponse]:
+    """The fault point's records of the client's requests. A response is recorded when it
+    ends at the fault point, which can be after the client has its answer (a proxy that gave
+    up during a stall leaves the fault point asleep): waited for, briefly; a request the
+    fault point never saw is never waited out longer than `timeout`."""
+    sent = {e.request_id for e in requests(client) if e.request_id}
+    found = wait_for_finding(
+        point.relayed, lambda relayed: sent <= {r.request_id for r in relayed}, timeout=timeout,
+        what="the fault point's record of every request",
+    )  # fmt: skip
+    return point.relayed() if found is None else found
 
 
 def _plan_drive(part: str) -> Callable[[Planner], list[PlannedCommand]]:
@@ -144,7 +184,7 @@ def _plan_stop_part(p: Planner) -> list[PlannedCommand]:
 def _judge(part: str) -> Callable[[WireRun], None]:
     def judge(s: WireRun) -> None:
         client, relayed = s.seen[part]
-        s.result.add(JUDGES[part](client, relayed))
+        s.result.add(JUDGES[part](client, relayed, s.profile))
 
     return judge
 
@@ -158,7 +198,7 @@ def _judge_no_retry(s: WireRun) -> None:
 
 
 def _part(part: str) -> tuple[Phase[WireRun], ...]:
-    judged = JUDGES[part].check_id
+    judged = JUDGED[part]
     return (
         Phase("deploy", f"{part}: the fault point and a proxy in front of it", _deploy(part), _plan_deploy(part),
               segments=(part,)),

@@ -8,7 +8,8 @@ The contract is the one every streaming proxy owes an SSE client:
   in a clean end a client takes for the whole answer (silent truncation);
 - an in-stream error event (vLLM's way to end a failed generation) reaches the client;
 - failover happens only before the first byte: once a response has started, a retry would
-  generate the answer twice and splice two streams into one.
+  generate the answer twice and splice two streams into one;
+- a stream that goes silent for less than the proxy's declared streaming timeout goes on.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ from dd_accept.base.events import ClientRequest, Event, RelayedResponse, Upstrea
 from dd_accept.base.results import CheckResult
 
 
-def faulted(relayed: Sequence[RelayedResponse], ended: str) -> dict[str, RelayedResponse]:
-    """The streams the fault point ended as `ended` (whole, reset, error_event), by request id."""
-    return {r.request_id: r for r in relayed if r.request_id and r.status == 200 and r.ended == ended}
+def faulted(relayed: Sequence[RelayedResponse], ended: str | None) -> dict[str, RelayedResponse]:
+    """The streams the fault point ended as `ended` (whole, reset, error_event; None: however
+    they ended, a side's hang-up included), by request id."""
+    return {r.request_id: r for r in relayed if r.request_id and r.status == 200 and ended in (None, r.ended)}
 
 
 def _none_forwarded(check_id: str, expected: str, client: Sequence[Event]) -> CheckResult | None:
@@ -45,7 +47,12 @@ def _untested(what: str) -> RuntimeError:
 
 
 def _judged(
-    check_id: str, expected: str, client: Sequence[Event], relayed: Sequence[RelayedResponse], ended: str, what: str
+    check_id: str,
+    expected: str,
+    client: Sequence[Event],
+    relayed: Sequence[RelayedResponse],
+    ended: str | None,
+    what: str,
 ) -> CheckResult | tuple[dict[str, RelayedResponse], dict[str, ClientRequest]]:
     """The streams the fault point ended as `ended`, and what the client saw of each; or the
     check's failure where the proxy forwarded none of the phase's requests (a SUT behaviour
@@ -79,7 +86,7 @@ def split_frames(client: Sequence[Event], relayed: Sequence[RelayedResponse]) ->
         "every stream whose frames arrived in two TCP segments reaches the client whole: [DONE], and the events "
         "and bytes forwarded to the proxy"
     )
-    judged = _judged(split_frames.check_id, expected, client, relayed, "whole", "passed no stream whole")
+    judged = _judged(split_frames.check_id, expected, client, relayed, None, "relayed no stream")
     if isinstance(judged, CheckResult):
         return judged
     sent, seen = judged
@@ -207,4 +214,35 @@ def no_retry_after_first_byte(
         f"{len(started)} requests faulted mid-stream; the replicas saw {seen}",
         "the proxy retried after the first byte: the answer was generated again" if again else "",
         {"requests": len(started), "retried_mid_stream": len(again)},
+    )  # fmt: skip
+
+
+@check("wire.stall_survived")
+def stall_survived(client: Sequence[Event], relayed: Sequence[RelayedResponse], timeout_s: float | None) -> CheckResult:
+    """Every stream that went silent mid-way for less than the proxy's declared streaming
+    timeout (`timeout_s`, the SUT profile's) reaches the client whole, as forwarded: a model
+    that pauses mid-generation is not a dead backend."""
+    declared = "its declared streaming timeout" if timeout_s is None else f"its declared {timeout_s:g}s timeout"
+    expected = f"every stream silent mid-way for less than {declared} reaches the client whole, as forwarded"
+    judged = _judged(stall_survived.check_id, expected, client, relayed, None, "relayed no stream")
+    if isinstance(judged, CheckResult):
+        return judged
+    sent, seen = judged
+    stalled = {k: r for k, r in sent.items() if r.stalled_s}  # however it ended: the proxy may give up
+    if not stalled:
+        raise _untested("stalled no stream")
+    stall = max(r.stalled_s for r in stalled.values())
+    endings = Counter(
+        "whole" if (s := seen.get(k)) and s.outcome == "ok" and s.done and _as_forwarded(s, r) else _ending(s)
+        for k, r in stalled.items()
+    )
+    broken = len(stalled) - endings.get("whole", 0)
+    return CheckResult.judge(
+        stall_survived.check_id,
+        not broken,
+        expected,
+        f"{len(stalled)} streams silent {stall:g}s mid-way: "
+        + ", ".join(f"{n} {ending}" for ending, n in sorted(endings.items())),
+        f"the proxy gave up on a stream silent for {stall:g}s, less than {declared}" if broken else "",
+        {"streams": len(stalled), "stall_s": stall, "streams_broken": broken},
     )  # fmt: skip

@@ -176,11 +176,14 @@ class RelayedResponse(EventBase):
     upstream: int  # the replica's index
     fault: str  # none, split, reset, error
     status: int
-    ended: str  # whole, reset (both connections reset), error_event (an error event and [DONE] ended it)
+    # whole, reset (both connections reset), error_event (an error event and [DONE] ended it),
+    # broken (a side hung up mid-response: the proxy gave up, or a replica died)
+    ended: str
     request_id: str | None = None
     data_events: int = 0  # forwarded, an injected error event included
     bytes: int = 0  # body bytes forwarded (a chunked body's data, as a client decodes it)
     split: int = 0  # chunks sent as two TCP segments
+    stalled_s: float = 0.0  # how long nothing was forwarded mid-stream (a stall)
 
 
 # Where a run keeps its SutAttemptRecords, in its directory (a folder of its own: the report

@@ -28,6 +28,7 @@ def fault_point_launch(
     fault: str,
     after_events: int,
     port_base: int = FAULT_POINT_PORT_BASE,
+    stall_s: float = 0.0,
 ) -> StepLaunch:
     """The fault point's step (`start_fault_point` submits it, a dry run prints it); it writes
     its records and its ready file into `directory`."""
@@ -35,6 +36,7 @@ def fault_point_launch(
     for host, port in upstreams:
         argv += ["--upstream", f"{host}:{port}"]
     argv += ["--fault", fault, "--after-events", str(after_events)]
+    argv += ["--stall-s", f"{stall_s:g}"] if fault == "stall" else []
     argv += ["--events", f"{directory}/relayed.jsonl", "--ready-file", f"{directory}/ready.json"]
     options = ["-J", STEP_NAME, "-N1", "-n1", f"--nodelist={node}", "-o", f"{directory}/faultpoint.log"]
     return StepLaunch(argv, options)
@@ -64,6 +66,7 @@ def start_fault_point(
     name: str,
     fault: str,
     after_events: int,
+    stall_s: float = 0.0,
     timeout: float = 30.0,
 ) -> FaultPoint:
     """Start the fault point in front of every replica, on the scenario's node; return once
@@ -72,7 +75,7 @@ def start_fault_point(
     directory, host_directory = run.path(name)
     host_directory.mkdir(parents=True, exist_ok=True)
     launch = fault_point_launch(
-        allocation.cluster.layout.python, replicas.backends, node, directory, fault, after_events
+        allocation.cluster.layout.python, replicas.backends, node, directory, fault, after_events, stall_s=stall_s
     )
     step = allocation.start_step(launch.argv, options=launch.options)
     ports = [FAULT_POINT_PORT_BASE + index for index in range(len(replicas.backends))]

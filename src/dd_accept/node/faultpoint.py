@@ -14,6 +14,8 @@ by chunk, with the fault applied by counting the response's SSE data events:
   mid-stream;
 - `error`: after N data events an in-stream error event and `[DONE]` end the response, as
   vLLM ends a stream whose generation failed; the replica's connection is closed;
+- `stall`: after N data events nothing is forwarded for S seconds, then the rest (a replica
+  that pauses mid-generation, a congested link);
 - `none`: relayed unchanged.
 
 Chaos proxies (Toxiproxy and the like) cut bytes; this one cuts at the stream's own units,
@@ -36,7 +38,7 @@ from pathlib import Path
 
 from dd_accept.base.events import EventWriter, RelayedResponse
 
-FAULTS = ("none", "split", "reset", "error")
+FAULTS = ("none", "split", "reset", "error", "stall")
 SPLIT_PAUSE_S = 0.005  # long enough that the two halves leave as two segments (TCP_NODELAY)
 HEAD_LIMIT = 64 * 1024
 # vLLM's in-stream error: an OpenAI error object as one data event, then [DONE]
@@ -79,8 +81,11 @@ def reset(writer: asyncio.StreamWriter | None) -> None:
 class Relay:
     """One listening port: every connection the proxy opens gets its own to the upstream."""
 
-    def __init__(self, index: int, upstream: tuple[str, int], fault: str, after: int, events: EventWriter) -> None:
+    def __init__(
+        self, index: int, upstream: tuple[str, int], fault: str, after: int, events: EventWriter, stall_s: float = 0.0
+    ) -> None:
         self.index, self.upstream, self.fault, self.after, self.events = index, upstream, fault, after, events
+        self.stall_s = stall_s
 
     async def serve(self, down_reader: asyncio.StreamReader, down_writer: asyncio.StreamWriter) -> None:
         sock = down_writer.get_extra_info("socket")
@@ -122,7 +127,7 @@ class Relay:
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
         writer.write(head)
-        record = {"status": status, "data_events": 0, "bytes": 0, "split": 0, "ended": "whole"}
+        record = {"status": status, "data_events": 0, "bytes": 0, "split": 0, "ended": "whole", "stalled_s": 0.0}
         chunked = (header(head, b"transfer-encoding") or b"").lower() == b"chunked"
         try:
             if not chunked:
@@ -133,6 +138,9 @@ class Relay:
                 await writer.drain()
                 return length is not None
             return await self._chunks(reader, writer, record)
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
+            record["ended"] = "broken"  # a side hung up mid-response (the proxy gave up, a replica died)
+            raise
         finally:
             self.events.write(RelayedResponse(request_id=request_id, upstream=self.index, fault=self.fault, **record))
 
@@ -160,6 +168,9 @@ class Relay:
             await writer.drain()
             record["data_events"] += data_events(data)
             record["bytes"] += len(data)
+            if faulting == "stall" and not record["stalled_s"] and record["data_events"] >= self.after:
+                record["stalled_s"] = self.stall_s  # recorded however the stall ends
+                await asyncio.sleep(self.stall_s)  # the rest waits upstream, unread
             if faulting in ("reset", "error") and record["data_events"] >= self.after:
                 if faulting == "reset":
                     record["ended"] = "reset"
@@ -179,7 +190,7 @@ async def serve(args: argparse.Namespace) -> None:
     servers = []
     for index, target in enumerate(args.upstream):
         host, _, port = target.rpartition(":")
-        relay = Relay(index, (host, int(port)), args.fault, args.after_events, events)
+        relay = Relay(index, (host, int(port)), args.fault, args.after_events, events, args.stall_s)
         servers.append(await asyncio.start_server(relay.serve, "0.0.0.0", args.port_base + index, limit=HEAD_LIMIT))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -198,7 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port-base", type=int, required=True)
     parser.add_argument("--upstream", action="append", required=True, help="HOST:PORT of a replica, in order")
     parser.add_argument("--fault", choices=FAULTS, default="none")
-    parser.add_argument("--after-events", type=int, default=3, help="data events before a reset or an error event")
+    parser.add_argument("--after-events", type=int, default=3, help="data events before the fault acts")
+    parser.add_argument("--stall-s", type=float, default=0.0, help="seconds a stall holds the rest of a stream")
     parser.add_argument("--events", required=True)
     parser.add_argument("--ready-file", required=True)
     args = parser.parse_args(argv)
