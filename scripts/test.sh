@@ -19,7 +19,8 @@ for build in "${builds[@]}"; do wait "$build" || { kill "${builds[@]}" 2>/dev/nu
 shared=0
 # Three workers on 2 cores: a cluster test waits on Slurm, on paced streams and on timeouts far
 # more than it computes (one worker leaves the cores 71% idle), and the checks that time the
-# SUT judge ratios on one clock, not milliseconds a loaded machine stretches.
+# SUT judge ratios on one clock, not milliseconds a loaded machine stretches. Four bought
+# nothing (2026-12-04): the machine was 93% busy and the stage took 22:19 against 21:56.
 .venv/bin/pytest -n 3 --dist loadfile --no-loadscope-reorder --durations=40 -m "not exclusive" "$@" || shared=$?
 # interrupted (Ctrl-C), an internal or a usage error: stop here, as one pytest run would
 if ((shared != 0 && shared != 1 && shared != 5)); then exit "${shared}"; fi
