@@ -47,18 +47,12 @@ def stall_seconds(profile: SutProfile) -> float:
     return STALL_S if timeout is None else min(STALL_S, timeout / 2)
 
 
-def _judge_stall(client: list[Event], relayed: list[RelayedResponse], profile: SutProfile) -> checks.CheckResult:
-    return checks.stall_survived(client, relayed, profile.telemetry.streaming_timeout_seconds)
-
-
 JUDGES = {
-    "split": lambda client, relayed, profile: checks.split_frames(client, relayed),
-    "reset": lambda client, relayed, profile: checks.cut_visible(client, relayed),
-    "error": lambda client, relayed, profile: checks.error_event(client, relayed),
-    "stall": _judge_stall,
+    "split": checks.split_frames,
+    "reset": checks.cut_visible,
+    "error": checks.error_event,
+    "stall": checks.stall_survived,  # judged against the proxy's declared streaming timeout
 }
-JUDGED = {"split": "wire.split_frames", "reset": "wire.cut_visible", "error": "wire.error_event",
-          "stall": "wire.stall_survived"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +178,8 @@ def _plan_stop_part(p: Planner) -> list[PlannedCommand]:
 def _judge(part: str) -> Callable[[WireRun], None]:
     def judge(s: WireRun) -> None:
         client, relayed = s.seen[part]
-        s.result.add(JUDGES[part](client, relayed, s.profile))
+        declared = (s.profile.telemetry.streaming_timeout_seconds,) if part == "stall" else ()
+        s.result.add(JUDGES[part](client, relayed, *declared))
 
     return judge
 
@@ -198,7 +193,7 @@ def _judge_no_retry(s: WireRun) -> None:
 
 
 def _part(part: str) -> tuple[Phase[WireRun], ...]:
-    judged = JUDGED[part]
+    judged = JUDGES[part].check_id
     return (
         Phase("deploy", f"{part}: the fault point and a proxy in front of it", _deploy(part), _plan_deploy(part),
               segments=(part,)),
