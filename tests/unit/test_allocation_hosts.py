@@ -51,3 +51,19 @@ def test_acquire_cancels_the_job_it_could_not_place():
     with pytest.raises(ClusterError, match="expands its node list 'node1' to no host"):
         Allocation.acquire(cluster)  # type: ignore[arg-type]
     assert cluster.ran[-1] == ("scancel", "7") and cluster.told == []
+
+
+@pytest.mark.parametrize(
+    ("listed", "leaked"),
+    [
+        ([(0, "7.0\n"), (0, "7.0\n"), (0, "")], []),  # a finished step, listed a moment longer
+        ([(0, "7.0\n")], ["7.0"]),  # still running after the grace: a leak
+    ],
+)
+def test_a_step_listed_a_moment_after_its_srun_returned_is_no_leak(listed, leaked):
+    cluster = ScriptedCluster(salloc=[(0, "")], squeue=[(0, "node1\n")], scontrol=[(0, "node1\n")])
+    allocation = Allocation.acquire(cluster, nodes=1)  # type: ignore[arg-type]
+    cluster.answers["squeue"] = [*listed]
+    cluster.answers["scancel"] = [(0, "")]
+    allocation.job_state = lambda: "CANCELLED"  # type: ignore[method-assign]
+    assert allocation.release(grace_s=1.0) == leaked

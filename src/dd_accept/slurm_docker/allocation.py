@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Self
 
 from dd_accept.base.errors import ClusterError
-from dd_accept.base.waiting import WaitTimeout, wait_until
+from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.slurm_docker.interface import AllocationSite, Cluster
 from dd_accept.slurm_docker.records import CommandRecord, tail, utc_now_iso
 from dd_accept.slurm_docker.spec import CONTROLLER
@@ -271,9 +271,13 @@ class Allocation:
         record = self.cluster.exec(["squeue", "-h", "-j", self.job_id, "-o", "%T"], timeout=10)
         return record.stdout_tail.strip() or "GONE"
 
-    def release(self, timeout: float = 30.0) -> list[str]:
-        """Cancel the allocation; return the steps that were still running (leaks)."""
-        leaked = self.steps()
+    def release(self, timeout: float = 30.0, grace_s: float = 5.0) -> list[str]:
+        """Cancel the allocation; return the steps that were still running (leaks). A step whose
+        srun has returned can stay listed a moment while its node finishes it (CI once saw
+        a cat's step still listed under proctrack/cgroup on 24.11): a leak is one still listed
+        after `grace_s`."""
+        leaked = wait_for_finding(self.steps, lambda steps: not steps, timeout=grace_s, what="steps to end")
+        leaked = self.steps() if leaked is None else []
         self.cluster.exec(scancel_argv(self.job_id), timeout=10)
         for command in self.background:
             if not command.finished:
