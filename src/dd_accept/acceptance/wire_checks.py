@@ -128,6 +128,19 @@ def _ending(stream: ClientRequest | None) -> str:
 VISIBLE = ("error", "error event")
 
 
+def _endings(
+    faulted_streams: dict[str, RelayedResponse], seen: dict[str, ClientRequest]
+) -> tuple[Counter[str], list[str]]:
+    """How each faulted stream ended at the client, counted, and the ids of those that ended
+    without a failure the client can see."""
+    ending = {key: _ending(seen.get(key)) for key in faulted_streams}
+    return Counter(ending.values()), sorted(key for key, how in ending.items() if how not in VISIBLE)
+
+
+def _shown(endings: Counter[str]) -> str:
+    return ", ".join(f"{n} {ending}" for ending, n in sorted(endings.items()))
+
+
 @check("wire.cut_visible")
 def cut_visible(client: Sequence[Event], relayed: Sequence[RelayedResponse]) -> CheckResult:
     """Every stream whose replica connection was reset mid-way ends at the client in an error
@@ -138,8 +151,7 @@ def cut_visible(client: Sequence[Event], relayed: Sequence[RelayedResponse]) -> 
     if isinstance(judged, CheckResult):
         return judged
     cut, seen = judged
-    endings = Counter(_ending(seen.get(key)) for key in cut)
-    bad = sorted(k for k in cut if _ending(seen.get(k)) not in VISIBLE)
+    endings, bad = _endings(cut, seen)
     ok = not bad
     detail = ""
     if endings.get("clean end"):
@@ -153,7 +165,7 @@ def cut_visible(client: Sequence[Event], relayed: Sequence[RelayedResponse]) -> 
         ok,
         expected,
         f"{len(cut)} streams cut after {min(r.data_events for r in cut.values())} event(s): "
-        + ", ".join(f"{n} {ending}" for ending, n in sorted(endings.items())),
+        + _shown(endings),
         detail or _first(bad),
         {"streams_cut": len(cut), "silently_truncated": endings.get("clean end", 0), "hung": endings.get("hung", 0),
          "completed": endings.get("completed", 0)},
@@ -174,15 +186,14 @@ def error_event(client: Sequence[Event], relayed: Sequence[RelayedResponse]) -> 
     if isinstance(judged, CheckResult):
         return judged
     ended, seen = judged
-    endings = Counter(_ending(seen.get(key)) for key in ended)
-    without = sorted(k for k in ended if _ending(seen.get(k)) not in VISIBLE)
+    endings, without = _endings(ended, seen)
     differ = sorted(k for k, s in seen.items() if not _as_forwarded(s, ended[k]))
     return CheckResult.judge(
         error_event.check_id,
         not without,
         expected,
         f"{len(ended)} streams ended by an error event: "
-        + ", ".join(f"{n} {ending}" for ending, n in sorted(endings.items()))
+        + _shown(endings)
         + f"; {len(differ)} reached the client other than as forwarded",
         "the proxy drops the error: the client reads a shorter answer as a whole one" if without else "",
         {"streams": len(ended), "errors_lost": len(without), "streams_differing": len(differ)},
@@ -242,7 +253,7 @@ def stall_survived(client: Sequence[Event], relayed: Sequence[RelayedResponse], 
         not broken,
         expected,
         f"{len(stalled)} streams silent {stall:g}s mid-way: "
-        + ", ".join(f"{n} {ending}" for ending, n in sorted(endings.items())),
+        + _shown(endings),
         f"the proxy gave up on a stream silent for {stall:g}s, less than {declared}" if broken else "",
         {"streams": len(stalled), "stall_s": stall, "streams_broken": broken},
     )  # fmt: skip
