@@ -189,13 +189,15 @@ def test_miscounted_attempts_and_last_attempt_records_fail_each_for_its_reason(
     stale = _seen(lifecycle, "connections.stale")
     assert lifecycle.verdict == "fail" and stale[0] == 0 and stale[1] >= 1, lifecycle
     allowed = counter_checks.allowed_text(tuple(range(int(stale[1]), int(stale[2]) + 1)))
-    # and the stale window, where the proxy closed nothing idle, counts what it found dead as expired
+    # and the stale window, where the proxy closed nothing idle, counts what it found dead as
+    # expired: shown where that lies outside what the replicas allow there (CI once measured a
+    # count inside it, which the check rightly let pass)
     shifted = re.fullmatch(
-        rf"stale: connections\.stale counted 0, the replicas saw {allowed}; "
-        r"stale: connections\.expired counted (\d+) where the replicas saw (\d+)(?: to \d+)? of its events",
+        rf"stale: connections\.stale counted 0, the replicas saw {allowed}"
+        r"(?:; stale: connections\.expired counted (\d+) where the replicas saw (\d+)(?: to \d+)? of its events)?",
         lifecycle.detail,
     )
-    assert shifted and int(shifted[1]) >= stale[1] + int(shifted[2]), lifecycle
+    assert shifted and (shifted[1] is None or int(shifted[1]) >= stale[1] + int(shifted[2])), lifecycle
     expired = _seen(lifecycle, "connections.expired")
     assert expired[1] <= expired[0] <= expired[2], f"untouched: what expired is still counted {lifecycle}"
     assert _seen(lifecycle, "connections.discarded") == (OPTIONS.requests,) * 3, "untouched"

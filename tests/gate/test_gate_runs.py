@@ -158,7 +158,12 @@ def test_drain_thresholds_of_a_gate_file_replace_the_profiles(tmp_path):
     assert allowance["verdict"] == "fail" and "the 4s allowance" in allowance["expected"]
     assert "forced at 4." in allowance["observed"] and allowance["metrics"]["streams_forced"] == 1
     gate = json.loads((out / "gate.json").read_text())
-    assert gate["verdict"] == "fail" and "drain.scancel_step" in gate["checks"][0]["observed"]
+    # the gate names exactly the checks its candidate did not pass, scancel_step among them where it failed
+    shown = gate["checks"][0]["observed"]
+    assert gate["verdict"] == "fail" and shown.startswith("not passing: "), gate["checks"][0]
+    not_passing = [c["id"] for c in checks.values() if c["verdict"] != "pass"]
+    assert sorted(shown.removeprefix("not passing: ").split(", ")) == sorted(not_passing), (shown, not_passing)
+    assert ("drain.scancel_step" in not_passing) == (scancel["verdict"] == "fail")
     demand = next(c for c in gate["checks"] if c["id"] == "gate.metric.streaming.p99_ttft_ms")
     assert demand["verdict"] == "fail" and demand["expected"] == "p99_ttft_ms ≤ 0.001 ms"
     # judged per phase: the worst phase that drives no fault is named with its number
