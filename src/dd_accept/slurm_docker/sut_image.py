@@ -57,7 +57,8 @@ ARG BASE
 FROM ${{BASE}}
 COPY dd_accept {HARNESS_DIR}/dd_accept
 RUN {SUT_PYTHON} -c 'import site, sys; open(site.getsitepackages()[0] + "/dd_accept.pth", "w").write(sys.argv[1])' \\
-      {HARNESS_DIR}
+      {HARNESS_DIR} \\
+ && {SUT_PYTHON} -m compileall -q {HARNESS_DIR}
 """
 
 
