@@ -800,6 +800,28 @@ FAULTS = {
             ),
         ),
         Fault(
+            "reads-to-end-after-hangup",
+            "data-designer-slurm",
+            "the proxy's handlers are no longer cancelled when their client leaves (to let writes finish), and "
+            "each reads its backend's stream to the end (to keep the connection reusable): every abandoned "
+            "generation runs on for nobody",
+            (
+                (PROXY, "        handler_cancellation=True,\n", "        handler_cancellation=False,\n"),
+                (
+                    PROXY,
+                    _LOOP,
+                    "            _client_gone = False\n"
+                    "            async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+                    "                if _client_gone:\n"
+                    "                    continue\n"
+                    "                try:\n"
+                    "                    await downstream.write(chunk)\n"
+                    "                except ConnectionError:\n"
+                    "                    _client_gone = True\n",
+                ),
+            ),
+        ),
+        Fault(
             "short-read-timeout",
             "data-designer-slurm",
             "the proxy's upstream read timeout cut from 3600 s to 1 s (to free connections a hung backend holds "

@@ -10,7 +10,9 @@ caught by the check for it, for its reason, while the checks it does not touch s
 - drops-error-events: the in-stream error never reaches the client, error_event;
 - retries-mid-stream: a cut stream is resumed from another replica, no_retry_after_first_byte;
 - short-read-timeout (1 s, its profile still saying 3600 s): a 3 s silence ends the stream,
-  stall_survived.
+  stall_survived;
+- reads-to-end-after-hangup: the proxy keeps reading a stream whose client left, so each
+  generation runs to its last token for nobody, cancel_stops_generation.
 """
 
 import pytest
@@ -25,7 +27,7 @@ pytestmark = pytest.mark.cluster
 OPTIONS = WireOptions()
 STREAMS = OPTIONS.streams
 WIRE_CHECKS = {"wire.split_frames", "wire.cut_visible", "wire.error_event", "wire.stall_survived"}
-WIRE_CHECKS |= {"wire.no_retry_after_first_byte"}
+WIRE_CHECKS |= {"wire.no_retry_after_first_byte", "wire.cancel_stops_generation"}
 
 
 def _wire(allocation, run, profile, progress):
@@ -57,6 +59,10 @@ def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
     assert stall.observed == f"{STREAMS} streams silent 3s mid-way: {STREAMS} whole", stall  # rc1 declares 3600 s
     once = checks["wire.no_retry_after_first_byte"]
     assert once.observed.endswith(f"the replicas saw {2 * STREAMS} once"), once
+    # each stream the client left after 4 events stopped at its replica, long before its 200th token
+    left = checks["wire.cancel_stops_generation"]
+    assert left.observed == f"{STREAMS} streams left after {OPTIONS.after_events} events: {STREAMS} stopped", left
+    assert left.metrics["events_generated_max"] < OPTIONS.hangup_tokens / 2, left
     assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="wire", job=sut_allocation.job_id)
 
 
@@ -68,6 +74,7 @@ def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
         ("drops-error-events", "wire.error_event", "drops the error"),
         ("retries-mid-stream", "wire.no_retry_after_first_byte", "generated again"),
         ("short-read-timeout", "wire.stall_survived", "gave up on a stream silent for 3s"),
+        ("reads-to-end-after-hangup", "wire.cancel_stops_generation", "ran on after its client left"),
     ],
 )
 def test_each_mishandled_fault_is_caught_by_its_check(
@@ -82,6 +89,7 @@ def test_each_mishandled_fault_is_caught_by_its_check(
         "wire.error_event": ("errors_lost", STREAMS),
         "wire.no_retry_after_first_byte": ("retried_mid_stream", STREAMS),  # each cut stream, once more
         "wire.stall_survived": ("streams_broken", STREAMS),
+        "wire.cancel_stops_generation": ("generated_to_the_end", STREAMS),  # each to its last token
     }
     metric, count = numbers[failing]
     assert caught.metrics[metric] == count, caught

@@ -222,3 +222,36 @@ def test_every_request_carries_the_canary_in_its_prompt_and_its_credential(tmp_p
     assert len(seen) == 3
     for authorization, prompt in seen:
         assert authorization == "Bearer ddcredentialfeedface00" and prompt.startswith("ddpromptfeedface00 "), seen
+
+
+def test_a_client_that_hangs_up_closes_the_stream_after_n_events(tmp_path):
+    """`hang_up_after`: the raw client reads N events, closes the connection and records
+    `hung_up`; the server sees its connection go (what a proxy must pass on upstream)."""
+    gone = []
+
+    async def handler(request):
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        try:
+            for _ in range(200):
+                await response.write(EVENT)
+                await asyncio.sleep(0.01)
+        except ConnectionError:
+            gone.append(request.headers["x-dd-request-id"])
+        return response
+
+    events = EventWriter(tmp_path / "e.jsonl", source="client")
+
+    async def body(url):
+        workload = Workload(endpoint=url, records=3, concurrency=3, max_tokens=200, hang_up_after=4)
+        return await run_raw(workload, events)
+
+    summary = asyncio.run(_serve(handler, body))
+    events.close()
+    sent = of_type(read_event_file(tmp_path / "e.jsonl"), ClientRequest)
+    assert summary["completed"] == 3 and [r.outcome for r in sent] == ["hung_up"] * 3, (summary, sent)
+    assert all(r.chunks >= 4 and not r.done for r in sent), sent
+    assert sorted(gone) == sorted(r.request_id for r in sent), "the server saw each connection close"
+    assert Workload("http://x", hang_up_after=4).to_argv()[-2:] == ["--hang-up-after", "4"]
+    with pytest.raises(ValueError, match="hang_up_after"):
+        Workload("http://x", hang_up_after=-1)

@@ -120,3 +120,38 @@ def test_a_stream_silent_for_less_than_the_declared_timeout_must_go_on():
     assert bad.verdict == "fail" and bad.metrics["streams_broken"] == 4 and "gave up on a stream silent" in bad.detail
     with pytest.raises(RuntimeError, match="stalled no stream"):
         checks.stall_survived([_client(i) for i in IDS], [_relayed(i) for i in IDS], 3600.0)
+
+
+def _served(request_id, outcome="abandoned", events=6):
+    return UpstreamAttempt(replica=0, path="/v1/chat/completions", outcome=outcome, started=0.0, duration_s=0.1,
+                           request_id=request_id, status=200, data_events=events)  # fmt: skip
+
+
+def _left(request_id):
+    return _client(request_id, outcome="hung_up", done=False, chunks=4)
+
+
+def test_a_stream_its_client_left_must_stop_at_the_replica():
+    left = [_left(i) for i in IDS]
+    # stopped a few tokens after the client left (rc1: the proxy's next write fails, it closes upstream)
+    good = checks.cancel_stops_generation(left, [_served(i) for i in IDS], tokens=200, after=4)
+    assert good.verdict == "pass" and good.observed == "4 streams left after 4 events: 4 stopped", good
+    assert good.metrics["events_generated_max"] == 6
+    # served whole (the proxy read it to its end), past half of what remained, or never ended
+    served = [_served("r-0", "ok", 202), _served("r-1", events=103), _served("r-2", events=102)]
+    bad = checks.cancel_stops_generation(left, served, tokens=200, after=4)
+    assert bad.verdict == "fail" and "ran on after its client left (first: r-0)" in bad.detail, bad
+    assert (bad.metrics["generated_to_the_end"], bad.metrics["stopped_late"], bad.metrics["still_running"]) == (1, 1, 1)
+    assert bad.metrics["stopped"] == 1, "102 events: 98 of the 196 that remained, just inside half"
+    # a retry that served it whole after a stopped attempt still ran to the end
+    retried = checks.cancel_stops_generation(left[:1], [_served("r-0"), _served("r-0", "ok", 202)], 200, 4)
+    assert retried.verdict == "fail" and retried.metrics["generated_to_the_end"] == 1
+
+
+def test_a_proxy_that_streamed_nothing_fails_cancel_stops_generation_by_name():
+    failed = [_client(i, outcome="http_error", done=False, chunks=0) for i in IDS]
+    result = checks.cancel_stops_generation(failed, [], tokens=200, after=4)
+    assert (
+        result.verdict == "fail"
+        and result.observed == "no stream reached the 4 events its client hangs up after: 4 http_error"
+    )

@@ -6,6 +6,8 @@
           as vLLM ends a generation that failed
   stall — every stream goes silent for 3 s after a few events (well inside the proxy's declared
           streaming timeout), then goes on
+  hangup — the client hangs up on every stream after a few events (the fault point relays
+          untouched): the generation behind it must stop, not run on for nobody
 Each part puts the fault point (`node.faultpoint`) in front of the replicas and a proxy of its
 own in front of the fault point, sends its streams through it, and stops both; the replicas
 stay up. What the fault point forwarded is set beside what the client got and what the
@@ -24,7 +26,7 @@ from dd_accept.acceptance.analysis import requests, with_prefix
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.phases import Phase, ScenarioRun, stopping
 from dd_accept.acceptance.plan import NODE, PlannedCommand, Planner
-from dd_accept.base.events import Event, RelayedResponse
+from dd_accept.base.events import Event, RelayedResponse, UpstreamAttempt
 from dd_accept.base.waiting import wait_for_finding
 from dd_accept.deployment.faultpoint import FaultPoint, fault_point_launch, start_fault_point
 from dd_accept.deployment.placement import FAULT_POINT_PORT_BASE, REPLICA_PORT_BASE
@@ -36,7 +38,9 @@ FAULTS = {  # part: what the fault point does to every stream of it
     "reset": "every stream's connection is reset after a few events",
     "error": "every stream is ended after a few events by an in-stream error event",
     "stall": "every stream goes silent mid-way, for less than the proxy's streaming timeout",
+    "hangup": "the client hangs up on every stream after a few events",
 }
+POINT_FAULT = {"hangup": "none"}  # a part whose fault is not the fault point's: it relays untouched
 STALL_S = 3.0  # far above scheduling noise, far below rc1's 3600 s streaming timeout
 
 
@@ -52,6 +56,7 @@ JUDGES = {
     "reset": checks.cut_visible,
     "error": checks.error_event,
     "stall": checks.stall_survived,  # judged against the proxy's declared streaming timeout
+    "hangup": checks.cancel_stops_generation,  # judged on the replicas' records
 }
 
 
@@ -62,7 +67,8 @@ class WireOptions:
     concurrency: int = 6
     tokens: int = 16  # longer than `after_events`: every stream is faulted mid-way
     itl_ms: int = 20
-    after_events: int = 4  # data events forwarded before a reset or an error event
+    after_events: int = 4  # data events forwarded before a reset or an error event, or the client hangs up
+    hangup_tokens: int = 200  # 4 s at 20 ms: a generation left running is far longer than one stopped
     seed: int = 0
 
 
@@ -98,7 +104,8 @@ def _plan_replicas(p: Planner) -> list[PlannedCommand]:
 def _deploy(part: str) -> Callable[[WireRun], None]:
     def deploy(s: WireRun) -> None:
         assert s.replicas is not None, "the replicas are deployed first"
-        s.point = start_fault_point(s.allocation, s.replicas, s.run, name=f"faultpoint-{part}", fault=part,
+        s.point = start_fault_point(s.allocation, s.replicas, s.run, name=f"faultpoint-{part}",
+                                    fault=POINT_FAULT.get(part, part),
                                     after_events=s.options.after_events, stall_s=stall_seconds(s.profile))  # fmt: skip
         s.proxy = deployment.start_proxy(s.allocation, s.replicas, profile=s.profile, backends=s.point.backends,
                                          log_name=f"proxy-{part}.log")  # fmt: skip
@@ -110,8 +117,9 @@ def _plan_deploy(part: str) -> Callable[[Planner], list[PlannedCommand]]:
     def plan(p: Planner) -> list[PlannedCommand]:
         o = p.options
         upstreams = [(NODE, REPLICA_PORT_BASE + index) for index in range(o.replicas)]
-        point = fault_point_launch(p.target.layout.python, upstreams, NODE, f"{p.run_path()}/faultpoint-{part}", part,
-                                   o.after_events, stall_s=stall_seconds(p.profile))  # fmt: skip
+        point = fault_point_launch(p.target.layout.python, upstreams, NODE, f"{p.run_path()}/faultpoint-{part}",
+                                   POINT_FAULT.get(part, part), o.after_events,
+                                   stall_s=stall_seconds(p.profile))  # fmt: skip
         return [
             p.srun(f"the fault point in front of every replica: {FAULTS[part]}", point.argv, point.options),
             p.proxy("the SUT's proxy in front of the fault point", o.replicas, port_base=FAULT_POINT_PORT_BASE,
@@ -121,18 +129,22 @@ def _plan_deploy(part: str) -> Callable[[Planner], list[PlannedCommand]]:
     return plan
 
 
-def _load(o: WireOptions) -> dict[str, Any]:
-    """What the client sends in every part (the run's and the plan's keywords): one attempt
-    per stream, so what a fault did to it is what the client records."""
-    return {"records": o.streams, "concurrency": o.concurrency, "max_tokens": o.tokens, "max_record_attempts": 1,
+def _load(o: WireOptions, part: str) -> dict[str, Any]:
+    """What the client sends in a part (the run's and the plan's keywords): one attempt per
+    stream, so what a fault did to it is what the client records. In the hangup part the
+    streams are long and the client leaves each after `after_events`."""
+    load = {"records": o.streams, "concurrency": o.concurrency, "max_tokens": o.tokens, "max_record_attempts": 1,
             "deadline_s": 60}  # fmt: skip
+    if part == "hangup":
+        load |= {"max_tokens": o.hangup_tokens, "hang_up_after": o.after_events}
+    return load
 
 
 def _drive(part: str) -> Callable[[WireRun], None]:
     def drive(s: WireRun) -> None:
         assert s.proxy is not None and s.point is not None, "the part's proxy is deployed first"
         client = deployment.run_client(s.allocation, s.proxy, s.run, mode="raw", profile=s.profile, name=part,
-                                       **_load(s.options))  # fmt: skip
+                                       **_load(s.options, part))  # fmt: skip
         record = client.wait(timeout=120)
         if not record.ok:
             raise RuntimeError(f"load client failed: {record.describe()}")
@@ -156,7 +168,9 @@ def _relayed_of(point: FaultPoint, client: list[Event], timeout: float) -> list[
 
 
 def _plan_drive(part: str) -> Callable[[Planner], list[PlannedCommand]]:
-    return lambda p: [p.client(f"{p.options.streams} streams through the proxy", part, mode="raw", **_load(p.options))]
+    return lambda p: [
+        p.client(f"{p.options.streams} streams through the proxy", part, mode="raw", **_load(p.options, part))
+    ]
 
 
 def _stop_part(s: WireRun) -> None:
@@ -178,10 +192,31 @@ def _plan_stop_part(p: Planner) -> list[PlannedCommand]:
 def _judge(part: str) -> Callable[[WireRun], None]:
     def judge(s: WireRun) -> None:
         client, relayed = s.seen[part]
+        if part == "hangup":
+            o = s.options
+            s.result.add(checks.cancel_stops_generation(client, _served(s, client), o.hangup_tokens, o.after_events))
+            return
         declared = (s.profile.telemetry.streaming_timeout_seconds,) if part == "stall" else ()
         s.result.add(JUDGES[part](client, relayed, *declared))
 
     return judge
+
+
+def _served(s: WireRun, client: list[Event]) -> list[UpstreamAttempt]:
+    """The replicas' records of the streams the client hung up on. A replica records a stream
+    when it ends: one left generating for nobody ends by itself at its last token, so the
+    records are waited for that long (plus 5 s); one still missing then is still running."""
+    assert s.replicas is not None
+    replicas = s.replicas
+    left = {e.request_id for e in requests(client) if e.outcome == "hung_up" and e.request_id}
+    longest = s.options.hangup_tokens * s.options.itl_ms / 1000 + 5
+
+    def served() -> list[UpstreamAttempt]:
+        return [a for a in replicas.events() if isinstance(a, UpstreamAttempt) and a.request_id in left]
+
+    found = wait_for_finding(served, lambda got: left <= {a.request_id for a in got}, timeout=longest,
+                             what="the replicas' record of every stream the client left")  # fmt: skip
+    return served() if found is None else found
 
 
 def _judge_no_retry(s: WireRun) -> None:

@@ -9,7 +9,8 @@ The contract is the one every streaming proxy owes an SSE client:
 - an in-stream error event (vLLM's way to end a failed generation) reaches the client;
 - failover happens only before the first byte: once a response has started, a retry would
   generate the answer twice and splice two streams into one;
-- a stream that goes silent for less than the proxy's declared streaming timeout goes on.
+- a stream that goes silent for less than the proxy's declared streaming timeout goes on;
+- a stream its client hangs up on stops at the replica: no generation runs on for nobody.
 """
 
 from __future__ import annotations
@@ -256,4 +257,60 @@ def stall_survived(client: Sequence[Event], relayed: Sequence[RelayedResponse], 
         + _shown(endings),
         f"the proxy gave up on a stream silent for {stall:g}s, less than {declared}" if broken else "",
         {"streams": len(stalled), "stall_s": stall, "streams_broken": broken},
+    )  # fmt: skip
+
+
+# How a stream the client left ended at the replicas (`cancel_stops_generation`).
+STOPPED, STOPPED_LATE, TO_THE_END, STILL_RUNNING = "stopped", "stopped late", "generated to the end", "still running"
+
+
+def _after_hang_up(attempts: Sequence[UpstreamAttempt], tokens: int, after: int) -> str:
+    """What the replicas did with a stream after its client left `after` events in: stopped
+    within the first half of what remained of its `tokens`, later, never (served whole), or
+    not yet (no replica has ended it: it is still generating when judged)."""
+    if not attempts:
+        return STILL_RUNNING
+    if any(a.outcome == "ok" for a in attempts):
+        return TO_THE_END
+    generated = max(a.data_events for a in attempts)
+    return STOPPED if generated - after <= (tokens - after) / 2 else STOPPED_LATE
+
+
+@check("wire.cancel_stops_generation")
+def cancel_stops_generation(
+    client: Sequence[Event], upstream: Sequence[UpstreamAttempt], tokens: int, after: int
+) -> CheckResult:
+    """A stream whose client hangs up stops at the replica, within half of what remained of
+    it: the proxy closes the upstream when its client goes (an inference server aborts the
+    generation when its connection closes), so no GPU time is spent on an answer nobody
+    reads. Judged on the replicas' own records of each stream the client left."""
+    expected = (
+        f"every stream the client hangs up on after {after} events stops at the replica within half of what "
+        f"remained of its {tokens} tokens; none is generated to the end for nobody"
+    )
+    sent = requests(client)
+    left = [s for s in sent if s.outcome == "hung_up" and s.request_id]
+    if not left:
+        outcomes = Counter(s.outcome for s in sent)
+        return CheckResult.judge(
+            cancel_stops_generation.check_id, False, expected,
+            f"no stream reached the {after} events its client hangs up after: "
+            + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())),
+            "the proxy streamed none of the part's requests: what it does when a client leaves could not be seen",
+        )  # fmt: skip
+    attempts = attempts_by_request(upstream)
+    endings = {s.request_id: _after_hang_up(attempts.get(s.request_id, []), tokens, after) for s in left}
+    counts = Counter(endings.values())
+    wrong = sorted(k for k, ending in endings.items() if ending != STOPPED)
+    generated = [max(a.data_events for a in attempts[k]) for k in endings if attempts.get(k)]
+    detail = f"the generation ran on after its client left ({_first(wrong)})" if wrong else ""
+    return CheckResult.judge(
+        cancel_stops_generation.check_id,
+        not wrong,
+        expected,
+        f"{len(left)} streams left after {after} events: " + _shown(counts),
+        detail,
+        {"streams": len(left), "stopped": counts.get(STOPPED, 0), "stopped_late": counts.get(STOPPED_LATE, 0),
+         "generated_to_the_end": counts.get(TO_THE_END, 0), "still_running": counts.get(STILL_RUNNING, 0),
+         "events_generated_max": max(generated, default=0)},
     )  # fmt: skip

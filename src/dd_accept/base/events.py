@@ -62,7 +62,7 @@ class ClientRequest(EventBase):
     mode: str  # "raw", "wire" (the raw client on bare connections) or "sut"
     record: int
     attempt: int
-    outcome: str  # ok, rate_limited, http_error, truncated, error, deadline
+    outcome: str  # ok, rate_limited, http_error, truncated, error, deadline, hung_up (the client left)
     request_id: str | None = None  # x-dd-request-id: the key to the replicas' records of it
     started: float | None = None  # wall time the attempt began (t is when it ended)
     status: int | None = None

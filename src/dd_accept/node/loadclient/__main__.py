@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--duration-s", type=float, default=0.0, help="stop sending new requests after this")
     parser.add_argument("--seed", type=int, default=0, help="seed of the Poisson arrivals")
     parser.add_argument("--canary", default="", help="hex the prompts and a credential carry (finds leaks)")
+    parser.add_argument(
+        "--hang-up-after", type=int, default=0, help="raw: close each stream after N data events (a user who leaves)"
+    )
     parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (auto: uvloop when installed)")
     return parser
 
@@ -81,6 +84,7 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         duration_s=args.duration_s,
         seed=args.seed,
         canary=args.canary,
+        hang_up_after=args.hang_up_after,
     )
 
 
@@ -88,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         workload = workload_from_args(args)
+        if workload.hang_up_after and args.mode != "raw":
+            raise ValueError("--hang-up-after is a raw client's (--mode raw)")
     except ValueError as error:
         print(f"loadclient: {error}", file=sys.stderr)
         return EXIT_USAGE

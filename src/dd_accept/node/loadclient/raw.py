@@ -40,8 +40,13 @@ async def _one(
             async for data in response.content.iter_any():
                 now = time.monotonic()
                 tally.feed(data, now)
-            tally.end(now)
-            outcome = outcome_of(status, workload.stream, tally.done)
+                if 0 < workload.hang_up_after <= tally.chunks and not tally.done:
+                    response.close()  # the connection, not back to the pool: the user left
+                    outcome = "hung_up"
+                    break
+            else:
+                tally.end(now)
+                outcome = outcome_of(status, workload.stream, tally.done)
     except (TimeoutError, aiohttp.ClientError) as caught:
         outcome, error = "error", type(caught).__name__
     events.write(
@@ -50,7 +55,7 @@ async def _one(
             retry_after=retry_after, outcome=outcome, error=error,
         )
     )  # fmt: skip
-    return (1 if outcome == "ok" else 0), retry_wait(outcome, retry_after)
+    return (1 if outcome in ("ok", "hung_up") else 0), retry_wait(outcome, retry_after)
 
 
 async def run_raw(workload: Workload, events: EventWriter) -> dict[str, Any]:

@@ -36,6 +36,9 @@ class Workload:
     duration_s: float = 0.0  # > 0: stop sending new requests after this long (records is a cap)
     seed: int = 0
     canary: str = ""  # hex: the prompt and a credential carry it (see PROMPT_CANARY)
+    # > 0 (raw mode): close each stream's connection after this many data events, as a user
+    # who stops reading: what the proxy does with the generation behind it is then visible.
+    hang_up_after: int = 0
 
     def __post_init__(self) -> None:
         if self.canary and not CANARY.fullmatch(self.canary):
@@ -51,6 +54,8 @@ class Workload:
             raise ValueError("a rate (> 0) is given with, and only with, a constant or poisson arrival")
         if self.duration_s < 0:
             raise ValueError("duration_s must be >= 0")
+        if self.hang_up_after < 0:
+            raise ValueError("hang_up_after must be >= 0")
 
     @property
     def connections(self) -> int:
@@ -105,6 +110,8 @@ class Workload:
             argv += ["--seed", str(self.seed)]
         if self.canary:
             argv += ["--canary", self.canary]
+        if self.hang_up_after:
+            argv += ["--hang-up-after", str(self.hang_up_after)]
         for name, value in self.headers:
             argv += ["--header", f"{name}: {value}"]
         return argv
