@@ -106,9 +106,9 @@ def _runs_named(row: Sequence[str]) -> set[str]:
 def recorded_by_job(records: list[dict]) -> dict[str, set[tuple[str, ...]]]:
     """A run's allocations and what each submitted to Slurm, normalized as a plan writes
     them, by the job name its salloc asked for: its salloc and sruns, the drills it ran on
-    the controller's host for it (by the run directories they share with its sruns), and a
-    job of its own on another node (`--exclude` of its node), with that job's salloc; by
-    job id too."""
+    the controller's host for it (by the run directories they share with its sruns), the
+    `scontrol update`s of its node, and a job of its own on another node (`--exclude` of its
+    node), with that job's salloc; by job id too."""
     rows = [tuple(row["argv"]) for row in records]
     jobs: dict[str, tuple[str, ...]] = {}
     for row, record in zip(rows, records, strict=True):
@@ -138,7 +138,9 @@ def recorded_by_job(records: list[dict]) -> dict[str, set[tuple[str, ...]]]:
         ]
         runs = set().union(*map(_runs_named, submitted)) if submitted else set()
         drills = [r for r in rows if "srun" not in r and "/drills/" in " ".join(r) and _runs_named(r) & runs]
-        chosen = [salloc, *(s for _, s in helpers), *submitted, *drills]
+        # an administrator's change of the job's node (health's drain): submitted to Slurm too
+        updates = [r for r in rows if r[:2] == ("scontrol", "update") and f"NodeName={node}" in r]
+        chosen = [salloc, *(s for _, s in helpers), *submitted, *drills, *updates]
         found[name_of(salloc)] = found[job] = {_normalized(r, job, node, helper) for r in chosen}
     return found
 

@@ -107,6 +107,25 @@ _HEALTH_WATCHING_WAIT = (
     ),
 )
 
+# rc1's wait also watching the job's nodes in Slurm, polled as health-watching-wait polls: a
+# node whose State carries DRAIN is taken for a lost one (an administrator's maintenance ahead
+# ends the attempt). Slurm unreachable is no verdict.
+_SLURM_NODE_WATCHING_WAIT = (
+    (
+        CLEANUP,
+        '        kill -0 "${pid}" 2>/dev/null || return 1\n    done\n}\n',
+        '        kill -0 "${pid}" 2>/dev/null || return 1\n'
+        "    done\n"
+        "    local nodes\n"
+        '    nodes=$(squeue -h -j "${SLURM_JOB_ID:-0}" -o %N 2>/dev/null) || return 0\n'
+        '    if [[ -n ${nodes} ]] && scontrol -o show node "${nodes}" 2>/dev/null | grep -q "State=[^ ]*DRAIN"; then\n'
+        "        return 1\n"
+        "    fi\n"
+        "}\n",
+    ),
+    _HEALTH_WATCHING_WAIT[1],
+)
+
 # The same watch asking each backend without a timeout: a backend that answers 503 fails the
 # attempt; one that hangs (accepts, answers nothing) holds the wait for ever.
 _HEALTH_WAIT_WITHOUT_TIMEOUT = (
@@ -570,6 +589,13 @@ FAULTS = {
             "(the positive control of health.unresponsive.attempt_failed)",
             _HEALTH_WATCHING_WAIT,
             fixes=frozenset({"health.unresponsive.attempt_failed"}),
+        ),
+        Fault(
+            "drained-node-is-lost",
+            "data-designer-slurm",
+            "rc1's wait also watches the job's nodes in Slurm and takes one set DRAIN (an administrator's "
+            "maintenance ahead, its steps still running) for a lost node: the attempt fails with 70",
+            _SLURM_NODE_WATCHING_WAIT,
         ),
         Fault(
             "health-wait-without-timeout",

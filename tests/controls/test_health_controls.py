@@ -6,7 +6,9 @@ control of probe_isolation (its probes share the inference pool: a true finding)
 unresponsive.attempt_failed (its wait checks only that processes live: the seed's "health
 failure still permits success"). rc1 with probes on their own pool is the positive control of
 probe_isolation; rc1 whose wait also watches /health is the positive control of
-unresponsive.attempt_failed, and fails an attempt on a lost node before Slurm does.
+unresponsive.attempt_failed, and fails an attempt on a lost node before Slurm does. rc1 is
+the positive control of node_drain.attempt_undisturbed (its wait watches processes only); a
+wait that also watches the job's nodes in Slurm and takes DRAIN for loss is its negative one.
 
 Each control runs the phases its fault is about, plus one whose check the fault must leave
 passing; rc1 runs them all. A lost node needs a cluster with a node beyond the allocation.
@@ -26,6 +28,7 @@ LOSS_DETECTION = "backend loss: detection"
 HEALTHY = "a healthy attempt"
 LOSS_ATTEMPT = "backend loss: the attempt"
 NODE_LOSS = "node loss"
+NODE_DRAIN = "node drain"
 UNRESPONSIVE_DETECTION = "unresponsive backend: detection"
 UNRESPONSIVE_ATTEMPT = "unresponsive backend: the attempt"
 PROBE_ISOLATION = "probe isolation"
@@ -62,6 +65,10 @@ def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_wheelhous
     assert unresponsive.detail.endswith("not failed as it must be: /health 503, hung"), unresponsive
     isolation = checks["health.probe_isolation"]
     assert isolation.verdict == "fail" and not isolation.observed.startswith("/health 200")
+    # a node set DRAIN mid-generation keeps its steps: rc1's attempt succeeds, every record answered
+    drained = checks["health.node_drain.attempt_undisturbed"]
+    assert drained.verdict == "pass" and drained.observed.startswith("the attempt succeeded (wait status 0)"), drained
+    assert "+DRAIN" in drained.observed and drained.metrics["records_done"] == drained.metrics["records"] == 24
     node_seen = checks["health.node_loss.detected"]
     assert node_seen.verdict == "pass" and "backends_ready 0" in node_seen.observed, node_seen
     assert node_seen.metrics["detected_after_s"] < 15 and "DOWN" in node_seen.observed
@@ -94,7 +101,9 @@ def test_probes_on_their_own_pool_are_the_positive_control_of_probe_isolation(
 
 
 def test_a_health_endpoint_that_ignores_probes_is_caught_by_detected(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    health = _health(LOSS_DETECTION, HEALTHY, LOSS_ATTEMPT, NODE_LOSS, UNRESPONSIVE_DETECTION)
+    # the node-loss attempt is the check it must leave passing (the controller learns of the
+    # loss from Slurm); the backend-loss attempt, judged alike, would only add its 25 s
+    health = _health(LOSS_DETECTION, NODE_LOSS, UNRESPONSIVE_DETECTION)
     checks = run_with_fault(health, "health-always-ok", sut_wheelhouse, sut_image, sut_profile, tmp_path, nodes=2)
     detected = checks["health.backend_loss.detected"]
     assert detected.verdict == "fail" and detected.observed == "the proxy's /health never reported the loss"
@@ -104,7 +113,6 @@ def test_a_health_endpoint_that_ignores_probes_is_caught_by_detected(sut_wheelho
     node_seen = checks["health.node_loss.detected"]
     assert node_seen.verdict == "fail", node_seen
     assert node_seen.observed.startswith("the proxy's /health did not report the loss within 15s; Slurm: node2")
-    assert checks["health.backend_loss.attempt_failed"].verdict == "pass"
     assert checks["health.node_loss.attempt_failed"].verdict == "pass", "the controller still learns it from Slurm"
 
 
@@ -156,4 +164,21 @@ def test_a_wait_that_asks_without_a_timeout_misses_a_hung_backend(sut_wheelhouse
     assert blind.observed.startswith("/health 503: the controller's wait returned 70"), blind
     assert "; hung: the controller did not end; client " in blind.observed, blind
     assert blind.metrics["unhealthy_attempt_ended_after_s"] < 5 and "hung_attempt_ended_after_s" not in blind.metrics
+    assert checks["health.backend_loss.attempt_failed"].verdict == "pass"
+
+
+def test_a_wait_that_takes_a_drained_node_for_a_lost_one_is_caught_by_node_drain(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """Negative control of node_drain.attempt_undisturbed: rc1's wait also watching the job's
+    nodes in Slurm fails the attempt with 70 once its node is set DRAIN, though Slurm kept
+    every step running. Backend loss, which its process check still sees, keeps passing."""
+    health = _health(HEALTHY, LOSS_ATTEMPT, NODE_DRAIN)
+    checks = run_with_fault(health, "drained-node-is-lost", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    drained = checks["health.node_drain.attempt_undisturbed"]
+    print("drained-node-is-lost:", drained.observed)
+    assert drained.verdict == "fail" and drained.observed.startswith("the controller's wait returned 70"), drained
+    assert "+DRAIN" in drained.observed and drained.metrics["records_done"] < drained.metrics["records"], drained
+    assert "without a fault the attempt succeeded" in drained.observed, "the same wait succeeds undrained"
+    assert drained.detail == "a drained node was taken for a lost one: Slurm kept its steps running", drained
     assert checks["health.backend_loss.attempt_failed"].verdict == "pass"

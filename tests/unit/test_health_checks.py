@@ -149,3 +149,18 @@ def test_a_declared_monitor_bounds_node_loss_from_the_loss_not_from_slurms_down(
     assert watched.verdict == "pass" and watched.metrics["attempt_ended_after_s"] == 6.0
     undeclared = checks.node_loss_attempt_failed(outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0)
     assert undeclared.verdict == "pass", "no monitor declared: Slurm's DOWN plus the bound, as before"
+
+
+def test_node_drain_requires_the_attempt_to_succeed_whole():
+    healthy = outcome(0, 8.0, 24)
+    passed = checks.node_drain_attempt_undisturbed(outcome(0, 7.5, 24), "node1", "ALLOCATED+DRAIN", healthy)
+    assert passed.verdict == "pass" and passed.observed.startswith(
+        "the attempt succeeded (wait status 0) 7.5s after"
+    ), passed
+    assert "; Slurm: node1 ALLOCATED+DRAIN; without a fault the attempt succeeded" in passed.observed
+    failed = checks.node_drain_attempt_undisturbed(outcome(70, 0.6, 9), "node1", "ALLOCATED+DRAIN", healthy)
+    assert failed.verdict == "fail" and "returned 70, 0.6s after node1 was set DRAIN; client 9/24" in failed.observed
+    assert failed.detail == "a drained node was taken for a lost one: Slurm kept its steps running"
+    # a wait that returned 0 with records missing, or never returned, did not succeed either
+    assert checks.node_drain_attempt_undisturbed(outcome(0, 7.5, 20), "node1", "MIXED+DRAIN").verdict == "fail"
+    assert checks.node_drain_attempt_undisturbed(outcome(None, None, 24), "node1", "MIXED+DRAIN").verdict == "fail"

@@ -7,7 +7,7 @@ import pytest
 from dd_accept.acceptance.health_node_loss import _StepWatch
 from dd_accept.base.errors import ClusterError
 from dd_accept.base.events import EventWriter, StepChange, read_event_file
-from dd_accept.slurm_docker.node_health import NodeCondition, node_condition, slurmd_timeout
+from dd_accept.slurm_docker.node_health import NodeCondition, node_condition, set_node_state, slurmd_timeout
 
 
 @pytest.mark.parametrize(
@@ -25,6 +25,37 @@ from dd_accept.slurm_docker.node_health import NodeCondition, node_condition, sl
 def test_a_state_is_read_as_its_base_and_flags(state, down, silent):
     condition = NodeCondition("node2", state)
     assert (condition.down, condition.not_responding) == (down, silent)
+    assert condition.drained == state.endswith("DRAIN")
+
+
+class Admin:
+    """A controller that takes `scontrol update` and then shows the node in `state`."""
+
+    def __init__(self, state, update_exit=0):
+        self.state, self.update_exit, self.calls = state, update_exit, []
+
+    def exec(self, argv, timeout):
+        self.calls.append(list(argv))
+        ok = argv[1] != "update" or self.update_exit == 0
+        return SimpleNamespace(stdout=f"NodeName=node1 State={self.state} Reason=x", ok=ok,
+                               describe=lambda: f"{argv[0]} {argv[1]} exited {self.update_exit}")  # fmt: skip
+
+
+def test_a_node_is_set_drain_with_its_reason_and_read_back():
+    admin = Admin("ALLOCATED+DRAIN")
+    condition = set_node_state(admin, "node1", "DRAIN", "dd-accept: maintenance ahead")
+    assert condition.drained and not condition.down, condition
+    assert admin.calls[0] == [
+        "scontrol",
+        "update",
+        "NodeName=node1",
+        "State=DRAIN",
+        "Reason=dd-accept: maintenance ahead",
+    ]
+    assert admin.calls[1] == ["scontrol", "-o", "show", "node", "node1"]
+    assert set_node_state(Admin("ALLOCATED"), "node1", "RESUME").state == "ALLOCATED"
+    with pytest.raises(ClusterError, match="could not set node node1 DRAIN: scontrol update exited 1"):
+        set_node_state(Admin("ALLOCATED", update_exit=1), "node1", "DRAIN", "r")
 
 
 class Controller:

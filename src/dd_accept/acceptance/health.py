@@ -2,6 +2,9 @@
 
 loss         — replicas run as separate required steps under a drill that waits for the
                client with the SUT's own wait function; one replica is killed mid-generation.
+node drain   — the same attempt with its node set DRAIN mid-generation (an administrator's
+               maintenance ahead): Slurm keeps the running steps, so the attempt must succeed.
+               Only on dd-accept's own cluster.
 node loss    — the same attempt with every replica on a node of its own job, and that node
                frozen mid-generation (docker pause: no exit, no reset, Slurm learns of it
                only from its pings): the proxy's /health must report it, and the controller
@@ -54,7 +57,7 @@ from dd_accept.base.errors import ClusterError
 from dd_accept.base.events import EventWriter, NodeChange
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.slurm_docker.allocation import salloc_argv, scancel_argv, srun_argv
-from dd_accept.slurm_docker.node_health import slurmd_timeout
+from dd_accept.slurm_docker.node_health import NodeCondition, set_node_state, slurmd_timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,8 @@ class HealthRun(ScenarioRun):
 
 
 # Each attempt's replica ports (another attempt's replicas may still hold theirs).
-HEALTHY_PORT_OFFSET, NODE_LOSS_PORT_OFFSET = 300, 400
+HEALTHY_PORT_OFFSET, NODE_DRAIN_PORT_OFFSET, NODE_LOSS_PORT_OFFSET = 300, 350, 400
+DRAIN_REASON = "dd-accept: maintenance ahead"
 
 
 def _detect_loss(s: HealthRun) -> None:
@@ -98,6 +102,31 @@ def _healthy_attempt(s: HealthRun) -> None:
 def _loss_attempt(s: HealthRun) -> None:
     outcome = drilled_attempt(s.allocation, s.profile, s.options, "loss", lambda r: r.control([0], "kill"))
     s.result.add(checks.attempt_failed(outcome, s.profile.cleanup.failure_status, s.healthy))
+
+
+def _node_drain(s: HealthRun) -> None:
+    """Set the node carrying the whole attempt (replicas, proxy, client) DRAIN mid-generation,
+    as an administrator does ahead of maintenance, and RESUME it however the attempt ended."""
+    cluster, node = s.allocation.cluster, s.allocation.first_node
+    events = EventWriter(s.run.path("node-drain-nodes.jsonl")[1], "harness")
+    seen: dict[str, NodeCondition] = {}
+
+    def drain(replicas: deployment.ReplicaSet) -> None:
+        seen["drained"] = set_node_state(cluster, node, "DRAIN", DRAIN_REASON)
+        events.write(NodeChange(node=node, state=seen["drained"].state))
+
+    try:
+        outcome = drilled_attempt(s.allocation, s.profile, s.options, "node-drain", drain,
+                                  port_offset=NODE_DRAIN_PORT_OFFSET)  # fmt: skip
+    finally:
+        if "drained" in seen:
+            events.write(NodeChange(node=node, state=set_node_state(cluster, node, "RESUME").state))
+        events.close()
+    if not seen["drained"].drained:
+        raise ClusterError(f"Slurm did not drain {node}: its State is {seen['drained'].state}")
+    if not outcome.running_at_fault:
+        raise RuntimeError(f"the attempt had ended before {node} was set DRAIN: the phase tested nothing")
+    s.result.add(checks.node_drain_attempt_undisturbed(outcome, node, seen["drained"].state, s.healthy))
 
 
 def _node_loss(s: HealthRun) -> None:
@@ -294,6 +323,21 @@ def _plan_attempt(
     return plan
 
 
+def _plan_node_drain(p: Planner) -> list[PlannedCommand]:
+    """The attempt, with its node set DRAIN mid-generation and resumed at its end."""
+    if p.target.slurmd_timeout_s is None:
+        return []  # an existing cluster: dd-accept never changes a site's nodes
+    update = ["scontrol", "update", f"NodeName={NODE}"]
+    drain = [*update, "State=DRAIN", f"Reason={DRAIN_REASON}"]
+    *attempt, ending = _plan_attempt("node-drain", NODE_DRAIN_PORT_OFFSET)(p)
+    return [
+        *attempt,
+        PlannedCommand("mid-generation, set the attempt's node DRAIN", drain),
+        ending,
+        PlannedCommand("then resume the node", [*update, "State=RESUME"]),
+    ]
+
+
 def _plan_unresponsive_attempt(p: Planner) -> list[PlannedCommand]:
     return [
         command
@@ -322,6 +366,9 @@ PHASES: tuple[Phase[HealthRun], ...] = (
           segments=("backend loss attempt", "unresponsive attempt")),
     Phase("judge", "backend loss: the attempt", _loss_attempt, _plan_attempt("loss"), numbers=_replicas,
           fault="a backend killed", judges=("health.backend_loss.attempt_failed",), segments=("backend loss attempt",)),
+    Phase("judge", "node drain: the attempt", _node_drain, _plan_node_drain, numbers=_replicas,
+          applies=_may_lose_nodes, fault="the attempt's node set DRAIN",
+          judges=("health.node_drain.attempt_undisturbed",), segments=("node drain",)),
     Phase(
         "judge",
         "node loss: detection and the attempt",

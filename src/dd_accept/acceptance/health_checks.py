@@ -99,6 +99,27 @@ def attempt_failed(outcome: AttemptOutcome, failure_status: int, healthy: Attemp
     )
 
 
+@check("health.node_drain.attempt_undisturbed")
+def node_drain_attempt_undisturbed(
+    outcome: AttemptOutcome, node: str, state: str, healthy: AttemptOutcome | None = None
+) -> CheckResult:
+    """The node carrying an attempt is set DRAIN mid-generation (`state`: what Slurm then
+    reported), as an administrator does ahead of maintenance: Slurm starts no new job there
+    and lets the running steps go on, so nothing is lost. The attempt must succeed as it does
+    undisturbed (wait status 0, every record answered); a controller or monitor that takes a
+    drained node for a lost one fails work that nothing failed."""
+    ok = outcome.wait_status == 0 and outcome.client_finished
+    return CheckResult.judge(
+        node_drain_attempt_undisturbed.check_id,
+        ok,
+        "with the attempt's node set DRAIN mid-generation (its steps keep running), the attempt succeeds: "
+        "wait status 0, every record answered",
+        _attempt_observed(outcome, f"{node} was set DRAIN") + f"; Slurm: {node} {state}" + _baseline_text(healthy),
+        "" if ok else "a drained node was taken for a lost one: Slurm kept its steps running",
+        metrics={"records_done": outcome.records_done, "records": outcome.records},
+    )
+
+
 # How a required replica stops serving while it stays alive, by the words the check says it in:
 # its /health answers 503 (it knows it is sick), or it hangs (accepts connections, answers
 # nothing, /health included: a wait that asks it without a timeout waits for ever).

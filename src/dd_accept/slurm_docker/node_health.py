@@ -39,6 +39,11 @@ class NodeCondition:
     def down(self) -> bool:
         return self.base == "DOWN"
 
+    @property
+    def drained(self) -> bool:
+        """Set DRAIN by an administrator: no new job starts on it, its running steps go on."""
+        return any(flag in ("DRAIN", "DRAINING", "DRAINED") for flag in self.state.rstrip("*").split("+"))
+
 
 def node_condition(cluster: Cluster, node: str) -> NodeCondition:
     record = cluster.exec(["scontrol", "-o", "show", "node", node], timeout=10)
@@ -46,6 +51,16 @@ def node_condition(cluster: Cluster, node: str) -> NodeCondition:
     if not record.ok or match is None:
         raise ClusterError(f"could not read the state of node {node}: {record.describe()}")
     return NodeCondition(node, match.group(1))
+
+
+def set_node_state(cluster: Cluster, node: str, state: str, reason: str = "") -> NodeCondition:
+    """An administrator's `scontrol update` of a node (State=DRAIN with a reason, RESUME), and
+    the condition Slurm then reports for it."""
+    argv = ["scontrol", "update", f"NodeName={node}", f"State={state}", *([f"Reason={reason}"] if reason else [])]
+    record = cluster.exec(argv, timeout=10)
+    if not record.ok:
+        raise ClusterError(f"could not set node {node} {state}: {record.describe()}")
+    return node_condition(cluster, node)
 
 
 def slurmd_timeout(cluster: Cluster) -> float:
