@@ -14,10 +14,11 @@ from __future__ import annotations
 import functools
 import json
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
-from referencing import Registry, Resource
+if TYPE_CHECKING:  # imported where a document is validated: 120 ms a command that writes none need not pay
+    import jsonschema
+    from referencing import Registry
 
 # Schema id -> its file in dd_accept/base/schemas (and docs/schema). One version per file:
 # a reader that still reads an old version keeps its entry.
@@ -47,17 +48,23 @@ def schema_text(schema_id: str) -> str:
 
 @functools.cache
 def _registry() -> Registry:
+    from referencing import Registry, Resource
+
     resources_by_id = [(sid, Resource.from_contents(json.loads(schema_text(sid)))) for sid in SCHEMA_FILES]
     return Registry().with_resources(resources_by_id)
 
 
 @functools.cache
 def validator(schema_id: str) -> jsonschema.Draft202012Validator:
+    import jsonschema
+
     return jsonschema.Draft202012Validator(json.loads(schema_text(schema_id)), registry=_registry())
 
 
 def problem(document: Any, schema_id: str) -> str | None:
     """Where `document` departs from `schema_id`: the first place, or None."""
+    import jsonschema
+
     error = jsonschema.exceptions.best_match(validator(schema_id).iter_errors(document))
     if error is None:
         return None
