@@ -164,3 +164,7 @@ def test_node_drain_requires_the_attempt_to_succeed_whole():
     # a wait that returned 0 with records missing, or never returned, did not succeed either
     assert checks.node_drain_attempt_undisturbed(outcome(0, 7.5, 20), "node1", "MIXED+DRAIN").verdict == "fail"
     assert checks.node_drain_attempt_undisturbed(outcome(None, None, 24), "node1", "MIXED+DRAIN").verdict == "fail"
+    assert passed.metrics["drained_s"] == 7.5, "how long the attempt ran drained"
+    # where the attempt fails undisturbed too, the drain is not named as the cause
+    broken = checks.node_drain_attempt_undisturbed(outcome(70, 0.6, 9), "node1", "MIXED+DRAIN", outcome(70, 1.0, 9))
+    assert broken.verdict == "fail" and broken.detail.startswith("the attempt does not succeed undisturbed either")

@@ -110,8 +110,10 @@ def _node_drain(s: HealthRun) -> None:
     cluster, node = s.allocation.cluster, s.allocation.first_node
     events = EventWriter(s.run.path("node-drain-nodes.jsonl")[1], "harness")
     seen: dict[str, NodeCondition] = {}
+    asked: list[bool] = []  # the update was sent: resumed whatever came of it (it may have taken effect)
 
     def drain(replicas: deployment.ReplicaSet) -> None:
+        asked.append(True)
         seen["drained"] = set_node_state(cluster, node, "DRAIN", DRAIN_REASON)
         events.write(NodeChange(node=node, state=seen["drained"].state))
 
@@ -119,9 +121,11 @@ def _node_drain(s: HealthRun) -> None:
         outcome = drilled_attempt(s.allocation, s.profile, s.options, "node-drain", drain,
                                   port_offset=NODE_DRAIN_PORT_OFFSET)  # fmt: skip
     finally:
-        if "drained" in seen:
-            events.write(NodeChange(node=node, state=set_node_state(cluster, node, "RESUME").state))
-        events.close()
+        try:
+            if asked:
+                events.write(NodeChange(node=node, state=set_node_state(cluster, node, "RESUME").state))
+        finally:
+            events.close()
     if not seen["drained"].drained:
         raise ClusterError(f"Slurm did not drain {node}: its State is {seen['drained'].state}")
     if not outcome.running_at_fault:

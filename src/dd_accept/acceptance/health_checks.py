@@ -109,14 +109,22 @@ def node_drain_attempt_undisturbed(
     undisturbed (wait status 0, every record answered); a controller or monitor that takes a
     drained node for a lost one fails work that nothing failed."""
     ok = outcome.wait_status == 0 and outcome.client_finished
+    detail = ""
+    if not ok:  # the same attempt undisturbed says whether the drain is what failed it
+        detail = "a drained node was taken for a lost one: Slurm kept its steps running"
+        if not _baseline_ok(healthy):
+            detail = "the attempt does not succeed undisturbed either: the drain is not shown to be the cause"
+    metrics = {"records_done": float(outcome.records_done), "records": float(outcome.records)}
+    if outcome.ended_after_fault_s is not None:  # how long the attempt ran on the drained node
+        metrics["drained_s"] = round(outcome.ended_after_fault_s, 3)
     return CheckResult.judge(
         node_drain_attempt_undisturbed.check_id,
         ok,
         "with the attempt's node set DRAIN mid-generation (its steps keep running), the attempt succeeds: "
         "wait status 0, every record answered",
         _attempt_observed(outcome, f"{node} was set DRAIN") + f"; Slurm: {node} {state}" + _baseline_text(healthy),
-        "" if ok else "a drained node was taken for a lost one: Slurm kept its steps running",
-        metrics={"records_done": outcome.records_done, "records": outcome.records},
+        detail,
+        metrics,
     )
 
 

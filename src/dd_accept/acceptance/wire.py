@@ -68,7 +68,7 @@ class WireOptions:
     tokens: int = 16  # longer than `after_events`: every stream is faulted mid-way
     itl_ms: int = 20
     after_events: int = 4  # data events forwarded before a reset or an error event, or the client hangs up
-    hangup_tokens: int = 200  # 4 s at 20 ms: a generation left running is far longer than one stopped
+    hangup_tokens: int = 300  # 6 s at 20 ms: a generation left running is far longer than one stopped
     seed: int = 0
 
 
@@ -82,6 +82,7 @@ class WireRun(ScenarioRun):
     point: FaultPoint | None = None
     proxy: deployment.Proxy | None = None
     seen: dict[str, tuple[list[Event], list[RelayedResponse]]] = field(default_factory=dict)
+    left: list[UpstreamAttempt] = field(default_factory=list)  # the replicas' records of the streams the client left
 
 
 def _replicas(o: WireOptions) -> dict[str, Any]:
@@ -149,6 +150,8 @@ def _drive(part: str) -> Callable[[WireRun], None]:
         if not record.ok:
             raise RuntimeError(f"load client failed: {record.describe()}")
         client_events = deployment.read_events(s.run, part)
+        if part == "hangup":  # before the part's proxy is stopped: its stop would end a runaway generation
+            s.left = _served(s, client_events)
         s.seen[part] = (client_events, _relayed_of(s.point, client_events, stall_seconds(s.profile) + 5))
 
     return drive
@@ -194,7 +197,7 @@ def _judge(part: str) -> Callable[[WireRun], None]:
         client, relayed = s.seen[part]
         if part == "hangup":
             o = s.options
-            s.result.add(checks.cancel_stops_generation(client, _served(s, client), o.hangup_tokens, o.after_events))
+            s.result.add(checks.cancel_stops_generation(client, s.left, o.hangup_tokens, o.after_events))
             return
         declared = (s.profile.telemetry.streaming_timeout_seconds,) if part == "stall" else ()
         s.result.add(JUDGES[part](client, relayed, *declared))
@@ -203,9 +206,11 @@ def _judge(part: str) -> Callable[[WireRun], None]:
 
 
 def _served(s: WireRun, client: list[Event]) -> list[UpstreamAttempt]:
-    """The replicas' records of the streams the client hung up on. A replica records a stream
-    when it ends: one left generating for nobody ends by itself at its last token, so the
-    records are waited for that long (plus 5 s); one still missing then is still running."""
+    """The replicas' records of the streams the client hung up on, waited for while the
+    part's proxy still runs. A replica records a stream when it ends: one left generating for
+    nobody ends by itself at its last token, so the records are waited for that long (plus
+    5 s); one still missing then never ended at a replica (held open unread, or its request id
+    was not forwarded)."""
     assert s.replicas is not None
     replicas = s.replicas
     left = {e.request_id for e in requests(client) if e.outcome == "hung_up" and e.request_id}

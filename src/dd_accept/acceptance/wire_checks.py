@@ -261,19 +261,20 @@ def stall_survived(client: Sequence[Event], relayed: Sequence[RelayedResponse], 
 
 
 # How a stream the client left ended at the replicas (`cancel_stops_generation`).
-STOPPED, STOPPED_LATE, TO_THE_END, STILL_RUNNING = "stopped", "stopped late", "generated to the end", "still running"
+STOPPED, STOPPED_LATE, TO_THE_END, UNRECORDED = "stopped", "stopped late", "generated to the end", "no replica record"
 
 
-def _after_hang_up(attempts: Sequence[UpstreamAttempt], tokens: int, after: int) -> str:
-    """What the replicas did with a stream after its client left `after` events in: stopped
-    within the first half of what remained of its `tokens`, later, never (served whole), or
-    not yet (no replica has ended it: it is still generating when judged)."""
+def _after_hang_up(attempts: Sequence[UpstreamAttempt], tokens: int, read: int) -> str:
+    """What the replicas did with a stream after its client left, `read` events in (one read
+    may carry several, so each stream is judged from what its client had): stopped within
+    the first half of what remained of its `tokens`, later, never (served whole), or never
+    ended at a replica when judged (held open unread, or its request id not forwarded)."""
     if not attempts:
-        return STILL_RUNNING
+        return UNRECORDED
     if any(a.outcome == "ok" for a in attempts):
         return TO_THE_END
     generated = max(a.data_events for a in attempts)
-    return STOPPED if generated - after <= (tokens - after) / 2 else STOPPED_LATE
+    return STOPPED if generated - read <= (tokens - read) / 2 else STOPPED_LATE
 
 
 @check("wire.cancel_stops_generation")
@@ -299,7 +300,7 @@ def cancel_stops_generation(
             "the proxy streamed none of the part's requests: what it does when a client leaves could not be seen",
         )  # fmt: skip
     attempts = attempts_by_request(upstream)
-    endings = {s.request_id: _after_hang_up(attempts.get(s.request_id, []), tokens, after) for s in left}
+    endings = {s.request_id: _after_hang_up(attempts.get(s.request_id, []), tokens, s.chunks or after) for s in left}
     counts = Counter(endings.values())
     wrong = sorted(k for k, ending in endings.items() if ending != STOPPED)
     generated = [max(a.data_events for a in attempts[k]) for k in endings if attempts.get(k)]
@@ -311,6 +312,6 @@ def cancel_stops_generation(
         f"{len(left)} streams left after {after} events: " + _shown(counts),
         detail,
         {"streams": len(left), "stopped": counts.get(STOPPED, 0), "stopped_late": counts.get(STOPPED_LATE, 0),
-         "generated_to_the_end": counts.get(TO_THE_END, 0), "still_running": counts.get(STILL_RUNNING, 0),
+         "generated_to_the_end": counts.get(TO_THE_END, 0), "unrecorded": counts.get(UNRECORDED, 0),
          "events_generated_max": max(generated, default=0)},
     )  # fmt: skip

@@ -40,7 +40,7 @@ async def _one(
             async for data in response.content.iter_any():
                 now = time.monotonic()
                 tally.feed(data, now)
-                if 0 < workload.hang_up_after <= tally.chunks and not tally.done:
+                if 0 < workload.hang_up_after <= tally.chunks and status == 200 and not tally.done:
                     response.close()  # the connection, not back to the pool: the user left
                     outcome = "hung_up"
                     break
