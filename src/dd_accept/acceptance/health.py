@@ -109,28 +109,31 @@ def _node_drain(s: HealthRun) -> None:
     as an administrator does ahead of maintenance, and RESUME it however the attempt ended."""
     cluster, node = s.allocation.cluster, s.allocation.first_node
     events = EventWriter(s.run.path("node-drain-nodes.jsonl")[1], "harness")
-    seen: dict[str, NodeCondition] = {}
-    asked: list[bool] = []  # the update was sent: resumed whatever came of it (it may have taken effect)
+    # "drained": None once the update is sent (resumed whatever came of it: it may have taken
+    # effect before an error), then what Slurm reported after it
+    seen: dict[str, NodeCondition | None] = {}
 
     def drain(replicas: deployment.ReplicaSet) -> None:
-        asked.append(True)
-        seen["drained"] = set_node_state(cluster, node, "DRAIN", DRAIN_REASON)
-        events.write(NodeChange(node=node, state=seen["drained"].state))
+        seen["drained"] = None
+        condition = seen["drained"] = set_node_state(cluster, node, "DRAIN", DRAIN_REASON)
+        events.write(NodeChange(node=node, state=condition.state))
 
     try:
         outcome = drilled_attempt(s.allocation, s.profile, s.options, "node-drain", drain,
                                   port_offset=NODE_DRAIN_PORT_OFFSET)  # fmt: skip
     finally:
         try:
-            if asked:
+            if "drained" in seen:
                 events.write(NodeChange(node=node, state=set_node_state(cluster, node, "RESUME").state))
         finally:
             events.close()
-    if not seen["drained"].drained:
-        raise ClusterError(f"Slurm did not drain {node}: its State is {seen['drained'].state}")
+    drained = seen["drained"]
+    assert drained is not None, "the attempt does the fault, or raises"
+    if not drained.drained:
+        raise ClusterError(f"Slurm did not drain {node}: its State is {drained.state}")
     if not outcome.running_at_fault:
         raise RuntimeError(f"the attempt had ended before {node} was set DRAIN: the phase tested nothing")
-    s.result.add(checks.node_drain_attempt_undisturbed(outcome, node, seen["drained"].state, s.healthy))
+    s.result.add(checks.node_drain_attempt_undisturbed(outcome, node, drained.state, s.healthy))
 
 
 def _node_loss(s: HealthRun) -> None:

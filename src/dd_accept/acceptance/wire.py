@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from dd_accept import deployment
 from dd_accept.acceptance import wire_checks as checks
@@ -41,6 +41,7 @@ FAULTS = {  # part: what the fault point does to every stream of it
     "hangup": "the client hangs up on every stream after a few events",
 }
 POINT_FAULT = {"hangup": "none"}  # a part whose fault is not the fault point's: it relays untouched
+T = TypeVar("T", RelayedResponse, UpstreamAttempt)  # a record that names its request
 STALL_S = 3.0  # far above scheduling noise, far below rc1's 3600 s streaming timeout
 
 
@@ -163,11 +164,14 @@ def _relayed_of(point: FaultPoint, client: list[Event], timeout: float) -> list[
     up during a stall leaves the fault point asleep): waited for, briefly; a request the
     fault point never saw is never waited out longer than `timeout`."""
     sent = {e.request_id for e in requests(client) if e.request_id}
-    found = wait_for_finding(
-        point.relayed, lambda relayed: sent <= {r.request_id for r in relayed}, timeout=timeout,
-        what="the fault point's record of every request",
-    )  # fmt: skip
-    return point.relayed() if found is None else found
+    return _records_of(point.relayed, sent, timeout, "the fault point's record of every request")
+
+
+def _records_of(read: Callable[[], list[T]], ids: set[str | None], timeout: float, what: str) -> list[T]:
+    """What `read` returns once it holds a record of every id in `ids`, or after `timeout`
+    whatever it then holds: a record that never comes is evidence for a check, not an error."""
+    found = wait_for_finding(read, lambda got: ids <= {r.request_id for r in got}, timeout=timeout, what=what)
+    return read() if found is None else found
 
 
 def _plan_drive(part: str) -> Callable[[Planner], list[PlannedCommand]]:
@@ -219,9 +223,7 @@ def _served(s: WireRun, client: list[Event]) -> list[UpstreamAttempt]:
     def served() -> list[UpstreamAttempt]:
         return [a for a in replicas.events() if isinstance(a, UpstreamAttempt) and a.request_id in left]
 
-    found = wait_for_finding(served, lambda got: left <= {a.request_id for a in got}, timeout=longest,
-                             what="the replicas' record of every stream the client left")  # fmt: skip
-    return served() if found is None else found
+    return _records_of(served, left, longest, "the replicas' record of every stream the client left")
 
 
 def _judge_no_retry(s: WireRun) -> None:

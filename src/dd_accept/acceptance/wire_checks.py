@@ -34,11 +34,10 @@ def _none_forwarded(check_id: str, expected: str, client: Sequence[Event]) -> Ch
     """The check's failure when the proxy forwarded none of the phase's requests (a SUT
     behaviour that never happened), else None."""
     sent = requests(client)
-    outcomes = Counter(s.outcome for s in sent)
     return CheckResult.judge(
         check_id, False, expected,
         f"the proxy forwarded none of {len(sent)} request(s) to a replica: "
-        + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())),
+        + _shown(Counter(s.outcome for s in sent)),
         "no stream reached the fault point: nothing the proxy does with one could be seen",
     )  # fmt: skip
 
@@ -139,6 +138,7 @@ def _endings(
 
 
 def _shown(endings: Counter[str]) -> str:
+    """A count of endings (or outcomes) as "N name", by name."""
     return ", ".join(f"{n} {ending}" for ending, n in sorted(endings.items()))
 
 
@@ -292,11 +292,10 @@ def cancel_stops_generation(
     sent = requests(client)
     left = [s for s in sent if s.outcome == "hung_up" and s.request_id]
     if not left:
-        outcomes = Counter(s.outcome for s in sent)
         return CheckResult.judge(
             cancel_stops_generation.check_id, False, expected,
             f"no stream reached the {after} events its client hangs up after: "
-            + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())),
+            + _shown(Counter(s.outcome for s in sent)),
             "the proxy streamed none of the part's requests: what it does when a client leaves could not be seen",
         )  # fmt: skip
     attempts = attempts_by_request(upstream)
