@@ -2,6 +2,11 @@
 # Lint, format check, images (built only when missing), then every test, cluster ones included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The suite starts Python well over a thousand times (the CLI, pytester sessions, workers). With
+# bytecode writing off (PYTHONDONTWRITEBYTECODE, which some CI machines set), each start compiles
+# every module it imports again, and each worker rewrites every test module's assertions again:
+# on a fresh clone that was a quarter of the unit tests' CPU (5:41 against 4:18, measured).
+unset PYTHONDONTWRITEBYTECODE
 .venv/bin/ruff check src tests benchmarks
 .venv/bin/ruff format --check src tests benchmarks
 .venv/bin/lint-imports --no-cache  # the layer order written in pyproject.toml

@@ -26,6 +26,7 @@ from dd_accept.base.options import add_arguments, build, flag, given
 from dd_accept.base.user_files import read_user_text
 from dd_accept.deployment.backends.vllm import vllm_backend
 from dd_accept.node.loadclient.workload import parse_header
+from dd_accept.slurm_docker.login_node import open_existing
 from dd_accept.slurm_docker.spec import MAX_NODES, ClusterSpec
 from dd_accept.sut.spec import DEFAULT_SUT
 
@@ -173,8 +174,6 @@ def _existing_cluster(request: RunRequest, from_runner: bool) -> Any:
     """The login node's cluster when the request says `existing`, validated; else None."""
     if request.cluster.mode != "existing":
         return None
-    from dd_accept.slurm_docker.login_node import open_existing
-
     # The runner's request is spelled in `run`'s flags; plain pytest's in `--dd-*` ones.
     return open_existing(request.cluster, flag if from_runner else _pytest_flag)
 

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from dd_accept import __version__
+import dd_accept
 from dd_accept.base.hashing import sha256_file
 from dd_accept.base.results import all_checks, load_results
 from dd_accept.reports import render
@@ -119,7 +119,7 @@ def provenance(
         {
             "name": "dd-accept",
             "digest": {"sha256": context.harness_source_digest},
-            "annotations": {"version": __version__, "what": "digest over the harness's package files"},
+            "annotations": {"version": dd_accept.__version__, "what": "digest over the harness's package files"},
         },
         {
             "name": "sut-runtime-source",

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import zipfile
 from collections.abc import Iterable
-from importlib import metadata
 from pathlib import Path
 
 # The SUT files that run at the edge of the allocation: proxy, middleware, shell helpers.
@@ -37,7 +36,10 @@ def runtime_source_digest(wheel: Path) -> tuple[str, list[str]]:
 
 
 def lock_of_environment() -> list[str]:
-    """The harness's own environment as a sorted `name==version` list."""
+    """The harness's own environment as a sorted `name==version` list. importlib.metadata is
+    imported here, where a bundle is written: every CLI start loads this module, few write."""
+    from importlib import metadata
+
     found = {
         f"{dist.metadata['Name'].lower()}=={dist.version}" for dist in metadata.distributions() if dist.metadata["Name"]
     }

@@ -11,15 +11,14 @@ delay per load level, the knee marked).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections import Counter, defaultdict
 from datetime import UTC, datetime
 from html import escape
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from dd_accept.base.capacity_curve import CURVE_FILE
 from dd_accept.base.drain_outcomes import MARKS, classify
@@ -38,6 +37,9 @@ from dd_accept.base.events import (
 from dd_accept.base.results import load_results, partial_note, run_span, where_judged
 from dd_accept.base.serving_names import SUMMARY_COLUMNS, serving_rows, shown
 from dd_accept.reports.serving_charts import WIDTH, capacity_chart, latency_cdf_chart, latency_chart
+
+if TYPE_CHECKING:
+    import jinja2
 
 ROW = 14
 COLOURS = {"ok": "#2e7d32", "rate_limited": "#f9a825", "truncated": "#c62828", "error": "#c62828"}
@@ -346,8 +348,7 @@ def drain_chart(streams: list[dict[str, Any]], mark: dict[str, Any], title: str)
     )
 
 
-TEMPLATE = jinja2.Template(
-    """<!DOCTYPE html>
+TEMPLATE_SOURCE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>dd-accept {{ results.verdict | upper }} — {{ results.sut.spec }}</title>
 <style>
@@ -364,7 +365,7 @@ svg{width:100%;height:auto;background:#fafafa;border:1px solid #eee}
 .term{stroke:#b71c1c;stroke-width:2} .allowance{stroke:#757575;stroke-width:1.5;stroke-dasharray:2 2}
 code{font-size:.85em}
 </style></head><body>
-{{ banner }}
+{{ banner | safe }}
 <h1>dd-accept <span class="{{ results.verdict }}">{{ results.verdict | upper }}</span></h1>
 <p>SUT <code>{{ results.sut.spec }}</code>, profile <code>{{ results.sut.profile }}</code>
 {%- if where %}, judged on {{ where }}{% endif %}{% if when %}; ran {{ when }}{% endif %}</p>
@@ -394,17 +395,24 @@ first.</p>{% endif %}
 {% for label, metrics in serving_rows({"scenarios": [scenario]}) %}<tr><td>{{ label }}</td>
 {% for name, _ in columns %}<td>{{ shown(name, metrics.get(name)) }}</td>{% endfor %}</tr>
 {% endfor %}</table>
-{{ latency_charts[scenario.name] }}
+{{ latency_charts[scenario.name] | safe }}
 {% endif %}
 {% endfor %}
 <h2>Charts</h2>
 {% for name, charts in runs %}<section id="run-{{ name }}"><h3>Run {{ name }}</h3>
-{% for chart in charts %}{{ chart }}{% endfor %}</section>
+{% for chart in charts %}{{ chart | safe }}{% endfor %}</section>
 {% endfor %}
 </body></html>
-""",
-    autoescape=True,
-)
+"""
+
+
+@functools.cache
+def _template() -> jinja2.Template:
+    """Compiled on first use, not at import: every command of the CLI imports this module
+    through the bundle readers, and only `report` and a run's bundle render a page."""
+    import jinja2
+
+    return jinja2.Template(TEMPLATE_SOURCE, autoescape=True)
 
 
 def render_bundle(bundle: Path, banner: str = "") -> str:
@@ -447,15 +455,13 @@ def render_bundle(bundle: Path, banner: str = "") -> str:
             ]
         charts.append(latency_cdf_chart(latencies, run.name))
         charts += [queue_chart(per_replica, run.name), replica_chart(replica_events, run.name)]
-        runs.append((run.name, [jinja2.filters.Markup(c) for c in charts if c]))
+        runs.append((run.name, [c for c in charts if c]))
     where = where_judged(results)
     latency_charts = {
-        s["name"]: jinja2.filters.Markup(latency_chart(s["serving"]["metrics"], s["name"]))
-        for s in results["scenarios"]
-        if s.get("serving")
+        s["name"]: latency_chart(s["serving"]["metrics"], s["name"]) for s in results["scenarios"] if s.get("serving")
     }
     present = {name for name, _ in runs}
-    return TEMPLATE.render(
+    return _template().render(
         results=results,
         where=where,
         runs=runs,
@@ -463,7 +469,7 @@ def render_bundle(bundle: Path, banner: str = "") -> str:
         serving_rows=serving_rows,
         shown=shown,
         latency_charts=latency_charts,
-        banner=jinja2.filters.Markup(banner),
+        banner=banner,
         when=_when(results),
         partial=partial_note(results),
         failing=[(s, c) for s in results["scenarios"] for c in s.get("checks", []) if c.get("verdict") != "pass"],

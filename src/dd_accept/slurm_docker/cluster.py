@@ -12,12 +12,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Self
-
-import docker
-import docker.errors
-import docker.types
-from docker.models.containers import Container
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from dd_accept.base.errors import ClusterError, EnvironmentProblem, UsageError
 from dd_accept.base.interrupts import deferred_interrupts
@@ -30,6 +25,7 @@ from dd_accept.slurm_docker.layout import NodeLayout, docker_layout
 from dd_accept.slurm_docker.networks import free_subnets
 from dd_accept.slurm_docker.ownership import LABEL_KEEP, LABEL_OWNER, Owner, Reaper, orphaned, ownership_labels
 from dd_accept.slurm_docker.records import CommandLog, CommandRecord
+from dd_accept.slurm_docker.sdk import docker
 from dd_accept.slurm_docker.slurm_conf import CGROUP_CONF, render_slurm_conf
 from dd_accept.slurm_docker.spec import (
     CONTROLLER,
@@ -44,6 +40,9 @@ from dd_accept.slurm_docker.spec import (
 from dd_accept.slurm_docker.status import ClusterStatus, JobState, NodeState, StepState, reported_versions
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit
 from dd_accept.slurm_docker.sweep import remove_cluster, sweep_orphans, views_of
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
 
 # proctrack/cgroup tracks a step's processes in the freezer hierarchy, which Docker mounts
 # read-only. A compute node (only) starts with its own cgroup namespace, so the hierarchy it

@@ -11,11 +11,7 @@ import tarfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import docker
-import docker.errors
-from docker.models.containers import Container
+from typing import TYPE_CHECKING, Any
 
 from dd_accept.base.errors import EnvironmentProblem
 from dd_accept.slurm_docker.records import (
@@ -26,6 +22,10 @@ from dd_accept.slurm_docker.records import (
     tail,
     utc_now_iso,
 )
+from dd_accept.slurm_docker.sdk import docker
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
 
 LABEL_CLUSTER = "io.dd-accept.cluster"
 LABEL_ROLE = "io.dd-accept.role"

@@ -20,15 +20,13 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-import docker
-import docker.errors
-
 from dd_accept.base.errors import ClusterError, EnvironmentProblem
 from dd_accept.base.progress import BuildListener, QuietListener
 from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES, SlurmRelease
 from dd_accept.base.state import file_lock, state_root
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.mirror import find_mirror
+from dd_accept.slurm_docker.sdk import docker
 
 VARIANT = "minbase"
 PACKAGES = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 from pathlib import Path
 
-import docker
+from dd_accept.slurm_docker.sdk import docker
 
 
 def _host_routes() -> list[ipaddress.IPv4Network]:

@@ -21,11 +21,10 @@ import select
 import sys
 import time
 
-import docker
-
 from dd_accept.base.errors import EXIT_PASS, EXIT_USAGE
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.ownership import LABEL_OWNER, RELEASED, Owner
+from dd_accept.slurm_docker.sdk import docker
 from dd_accept.slurm_docker.sweep import remove_owned
 
 

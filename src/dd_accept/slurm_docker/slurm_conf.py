@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from importlib import resources
 
-import jinja2
-
 from dd_accept.base.slurm_releases import slurm_release
 from dd_accept.slurm_docker.spec import CONTROLLER, PARTITION, SLURMD_TIMEOUT_S, ClusterSpec
 
@@ -23,6 +21,10 @@ ConstrainDevices=no
 
 
 def render_slurm_conf(spec: ClusterSpec) -> str:
+    """Imports jinja2 here, where a cluster is made: every CLI start loads this module
+    (through the cluster's options), and most make none."""
+    import jinja2
+
     template_text = resources.files("dd_accept.slurm_docker").joinpath("templates", "slurm.conf.j2").read_text()
     template = jinja2.Template(template_text, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     return template.render(

@@ -16,10 +16,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-
-import docker
-import docker.errors
-from docker.models.images import Image
+from typing import TYPE_CHECKING
 
 import dd_accept
 from dd_accept.base.errors import ClusterError, UsageError
@@ -30,7 +27,11 @@ from dd_accept.base.state import beyond_keeping, file_lock, state_root
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.images import BuildResult, ensure_images, slurm_tag
 from dd_accept.slurm_docker.layout import DOCKER_LAYOUT
+from dd_accept.slurm_docker.sdk import docker
 from dd_accept.sut.wheelhouse import Wheelhouse
+
+if TYPE_CHECKING:
+    from docker.models.images import Image
 
 SUT_REPOSITORY = "dd-accept/sut"
 NODE_REPOSITORY = "dd-accept/node"

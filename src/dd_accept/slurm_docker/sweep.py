@@ -6,15 +6,16 @@ from __future__ import annotations
 import contextlib
 import shutil
 from pathlib import Path
-
-import docker
-import docker.errors
-from docker.models.containers import Container
+from typing import TYPE_CHECKING
 
 from dd_accept.base.state import cluster_dir
 from dd_accept.slurm_docker import engine
 from dd_accept.slurm_docker.ownership import LABEL_OWNER, orphaned
+from dd_accept.slurm_docker.sdk import docker
 from dd_accept.slurm_docker.spec import SHARED_PATH
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
 
 
 def list_clusters(client: docker.DockerClient) -> dict[str, list[str]]:
