@@ -848,6 +848,36 @@ FAULTS = {
             ),
         ),
         Fault(
+            "gathers-for-slow-readers",
+            "data-designer-slurm",
+            "the proxy reads each backend stream as fast as it comes, into a queue its writer empties (to free "
+            "the backend's slot sooner): what a slow client has not taken gathers in the proxy",
+            (
+                (
+                    PROXY,
+                    _LOOP,
+                    "            _gathered: asyncio.Queue = asyncio.Queue()\n"
+                    "\n"
+                    "            async def _gather() -> None:\n"
+                    "                try:\n"
+                    "                    async for piece in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+                    "                        _gathered.put_nowait(piece)\n"
+                    "                    _gathered.put_nowait(None)\n"
+                    "                except BaseException as error:  # the writer raises it: a cut stays visible\n"
+                    "                    _gathered.put_nowait(error)\n"
+                    "\n"
+                    "            _reading = asyncio.ensure_future(_gather())\n"
+                    "            try:\n"
+                    "                while (chunk := await _gathered.get()) is not None:\n"
+                    "                    if isinstance(chunk, BaseException):\n"
+                    "                        raise chunk\n"
+                    "                    await downstream.write(chunk)\n"
+                    "            finally:\n"
+                    "                _reading.cancel()\n",
+                ),
+            ),
+        ),
+        Fault(
             "short-read-timeout",
             "data-designer-slurm",
             "the proxy's upstream read timeout cut from 3600 s to 1 s (to free connections a hung backend holds "

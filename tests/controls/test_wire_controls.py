@@ -12,12 +12,15 @@ caught by the check for it, for its reason, while the checks it does not touch s
 - short-read-timeout (1 s, its profile still saying 3600 s): a 3 s silence ends the stream,
   stall_survived;
 - reads-to-end-after-hangup: the proxy keeps reading a stream whose client left, so each
-  generation runs to its last token for nobody, cancel_stops_generation.
+  generation runs to its last token for nobody, cancel_stops_generation;
+- gathers-for-slow-readers: the proxy reads each stream into a queue as fast as it comes, so
+  what a slow client has not taken gathers in it, slow_reader_bounded.
 """
 
 import pytest
 
 from dd_accept.acceptance.wire import WireOptions, run_wire
+from dd_accept.acceptance.wire_checks import SLOW_READER_BOUND_MIB
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.deployment import RunDirectory
 from tests.controls.controls import run_with_fault
@@ -27,7 +30,7 @@ pytestmark = pytest.mark.cluster
 OPTIONS = WireOptions()
 STREAMS = OPTIONS.streams
 WIRE_CHECKS = {"wire.split_frames", "wire.cut_visible", "wire.error_event", "wire.stall_survived"}
-WIRE_CHECKS |= {"wire.no_retry_after_first_byte", "wire.cancel_stops_generation"}
+WIRE_CHECKS |= {"wire.no_retry_after_first_byte", "wire.cancel_stops_generation", "wire.slow_reader_bounded"}
 
 
 def _wire(allocation, run, profile, progress):
@@ -63,6 +66,12 @@ def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
     left = checks["wire.cancel_stops_generation"]
     assert left.observed == f"{STREAMS} streams left after {OPTIONS.after_events} events: {STREAMS} stopped", left
     assert left.metrics["events_generated_max"] < OPTIONS.hangup_tokens / 2, left
+    # a client reading 64 MiB streams at 256 KiB/s: rc1 waits for it (each write drains), and
+    # holds a few MiB of buffers beyond its size before the streams
+    slow = checks["wire.slow_reader_bounded"]
+    print("rc1 slow reader:", slow.observed)
+    assert slow.metrics["streams"] == OPTIONS.slow_streams and slow.metrics["proxy_grew_mib"] <= 16, slow
+    assert slow.metrics["client_read_mib"] >= OPTIONS.slow_streams * OPTIONS.slow_events / 64, slow  # 16 KiB events
     assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="wire", job=sut_allocation.job_id)
 
 
@@ -75,6 +84,7 @@ def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
         ("retries-mid-stream", "wire.no_retry_after_first_byte", "generated again"),
         ("short-read-timeout", "wire.stall_survived", "gave up on a stream silent for 3s"),
         ("reads-to-end-after-hangup", "wire.cancel_stops_generation", "ran on after its client left"),
+        ("gathers-for-slow-readers", "wire.slow_reader_bounded", "gathered what its slow reader had not taken"),
     ],
 )
 def test_each_mishandled_fault_is_caught_by_its_check(
@@ -91,6 +101,10 @@ def test_each_mishandled_fault_is_caught_by_its_check(
         "wire.stall_survived": ("streams_broken", STREAMS),
         "wire.cancel_stops_generation": ("generated_to_the_end", STREAMS),  # each to its last token
     }
-    metric, count = numbers[failing]
-    assert caught.metrics[metric] == count, caught
+    if failing == "wire.slow_reader_bounded":  # held what the replicas wrote unpaced, far past the bound
+        print("gathers-for-slow-readers:", caught.observed)
+        assert caught.metrics["proxy_grew_mib"] > 2 * SLOW_READER_BOUND_MIB, caught
+    else:
+        metric, count = numbers[failing]
+        assert caught.metrics[metric] == count, caught
     _the_others_pass(checks, failing)

@@ -82,6 +82,14 @@ def test_a_client_that_gave_up_before_the_generation_ended_is_no_loss():
     assert ledger_checks.delivered(done, WHOLE).verdict == "fail"
 
 
+def test_a_client_that_hung_up_on_a_stream_a_replica_finished_is_no_loss():
+    """A slow reader leaves mid-stream an answer its replica finished long before: it left."""
+    left = Ledger.of([client("slow", "hung_up", ended=105.0), attempt("slow", 0, 200, started=100.1, s=1.0)])
+    assert ledger_checks.delivered(left, WHOLE).verdict == "pass"
+    cut = Ledger.of([client("cut", "truncated", ended=105.0), attempt("cut", 0, 200, started=100.1, s=1.0)])
+    assert ledger_checks.delivered(cut, WHOLE).verdict == "fail", "the same stream cut, not left: lost"
+
+
 def test_requests_whose_id_never_reached_a_replica_fail_both_checks():
     ledger = Ledger.of([client("a"), client("b"), attempt(None, 0, 200)])
     for judge, check_id in ((ledger_checks.answered_once, ONCE), (ledger_checks.delivered, WHOLE)):

@@ -255,3 +255,45 @@ def test_a_client_that_hangs_up_closes_the_stream_after_n_events(tmp_path):
     assert Workload("http://x", hang_up_after=4).to_argv()[-2:] == ["--hang-up-after", "4"]
     with pytest.raises(ValueError, match="hang_up_after"):
         Workload("http://x", hang_up_after=-1)
+
+
+def test_a_slow_reader_reads_at_its_rate_and_holds_the_server_back(tmp_path):
+    """`read_bytes_per_s`: the raw client takes each stream no faster than its rate, and what
+    it has not taken stays with the server (TCP's flow control): a server offering 64 MiB as
+    fast as it can has written a fraction of it when the client leaves after 512 KiB."""
+    token = b"data: " + b"x" * (16 * 1024 - 8) + b"\n\n"
+    written = {}
+
+    async def handler(request):
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        sent = 0
+        try:
+            for _ in range(4096):
+                await response.write(token)  # waits while the client's side is full
+                sent += len(token)
+        except ConnectionError:
+            pass
+        written[request.headers["x-dd-request-id"]] = sent
+        return response
+
+    events = EventWriter(tmp_path / "e.jsonl", source="client")
+
+    async def body(url):
+        workload = Workload(endpoint=url, records=1, concurrency=1, max_tokens=4096, hang_up_after=32,
+                            read_bytes_per_s=256 * 1024)  # fmt: skip
+        started = time.monotonic()
+        summary = await run_raw(workload, events)
+        elapsed = time.monotonic() - started
+        await asyncio.sleep(0.2)  # the server's handler notices the close
+        return summary, elapsed
+
+    summary, elapsed = asyncio.run(_serve(handler, body))
+    events.close()
+    (sent,) = of_type(read_event_file(tmp_path / "e.jsonl"), ClientRequest)
+    assert summary["completed"] == 1 and sent.outcome == "hung_up" and sent.bytes >= 32 * len(token), sent
+    assert elapsed >= sent.bytes / (256 * 1024), "it took each read's bytes at its rate"
+    assert written and max(written.values()) < 32 * 2**20, f"the server ran on to {written} bytes"
+    assert Workload("http://x", read_bytes_per_s=1024).to_argv()[-2:] == ["--read-bytes-per-s", "1024"]
+    with pytest.raises(ValueError, match="read_bytes_per_s"):
+        Workload("http://x", read_bytes_per_s=-1)

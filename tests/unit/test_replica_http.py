@@ -238,6 +238,18 @@ def test_pace_spaces_the_tokens_of_the_next_streams_and_back(local_replica, tmp_
     assert dense["chunk_offsets_s"][2] < 0.1, dense
 
 
+def test_pace_with_large_tokens_makes_each_token_that_long_and_back(local_replica):
+    """The slow-reader part's streams: the same replicas, each token 16 KiB, unpaced."""
+    replica = local_replica("--ttft-ms", "5", "--itl-ms", "10")
+    replica.control("pace", itl_ms=0, exact=True, token_bytes=16384)
+    _, _, large = asyncio.run(_raw_stream(replica.url, max_tokens=3))
+    texts = [json.loads(e)["choices"][0]["delta"].get("content") for e in large[:3]]
+    assert [len(t) for t in texts] == [16384] * 3 and texts[0].startswith("tok tok "), [t[:20] for t in texts]
+    replica.control("pace")
+    _, _, small = asyncio.run(_raw_stream(replica.url, max_tokens=3))
+    assert json.loads(small[0])["choices"][0]["delta"]["content"] == "tok ", "as it started"
+
+
 @pytest.mark.parametrize(("action", "expected"), [("exit", 3), ("kill", -9)])
 def test_exit_and_kill(local_replica, action, expected):
     replica = local_replica(*FAST)

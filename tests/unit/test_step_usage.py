@@ -7,12 +7,22 @@ from dd_accept.node import step_usage
 
 
 def test_a_process_usage_is_its_cpu_seconds_and_resident_memory():
-    before, rss = step_usage.process_usage(os.getpid())
+    before, rss, _ = step_usage.process_usage(os.getpid())
     deadline = time.process_time() + 0.2
     while time.process_time() < deadline:
         pass
-    after, _ = step_usage.process_usage(os.getpid())
+    after, _, _ = step_usage.process_usage(os.getpid())
     assert 0.15 <= after - before <= 1.0 and rss > 1000
+
+
+def test_the_peak_is_what_a_process_held_however_briefly():
+    """VmHWM: 64 MiB touched and freed between two readings still shows in the second."""
+    _, _, peak_before = step_usage.process_usage(os.getpid())
+    held = bytearray(64 * 2**20)
+    held[::4096] = b"x" * len(held[::4096])  # touch every page: resident, not just reserved
+    del held
+    _, rss, peak = step_usage.process_usage(os.getpid())
+    assert peak >= peak_before and peak >= rss and peak - rss >= 60 * 1024, (peak_before, rss, peak)
 
 
 def test_a_process_that_is_gone_is_none_not_an_error():

@@ -159,3 +159,38 @@ def test_a_proxy_that_streamed_nothing_fails_cancel_stops_generation_by_name():
         result.verdict == "fail"
         and result.observed == "no stream reached the 4 events its client hangs up after: 4 http_error"
     )
+
+
+def _slow(request_id, read_mib=1.0):
+    return ClientRequest(mode="raw", record=0, attempt=0, outcome="hung_up", request_id=request_id, status=200,
+                         done=False, chunks=64, bytes=int(read_mib * 2**20))  # fmt: skip
+
+
+def _wrote(request_id, mib):
+    return UpstreamAttempt(replica=0, path="/v1/chat/completions", outcome="abandoned", started=0.0, duration_s=4.0,
+                           request_id=request_id, status=200, bytes=int(mib * 2**20))  # fmt: skip
+
+
+def test_a_proxy_must_not_gather_what_its_slow_reader_has_not_taken():
+    read = [_slow(i) for i in IDS]
+    # held back: a few MiB of buffers over its size before the streams, the replicas paced by TCP
+    good = checks.slow_reader_bounded(read, [_wrote(i, 5) for i in IDS], 60 * 1024, 66 * 1024, 64, 256)
+    assert good.verdict == "pass", good
+    assert good.observed == (
+        "the proxy's peak RSS grew 6.0 MiB (from 60 to 66 MiB) while the client read 4.0 MiB of 4 streams "
+        "and the replicas wrote 20.0 MiB"
+    )
+    assert good.expected.startswith("the proxy's resident memory grows by at most 32 MiB while a client reads")
+    # gathered: the replicas wrote whole streams into it while its reader took 1 MiB of each
+    bad = checks.slow_reader_bounded(read, [_wrote(i, 64) for i in IDS], 60 * 1024, 300 * 1024, 64, 256)
+    assert bad.verdict == "fail" and bad.detail == "the proxy gathered what its slow reader had not taken (240 MiB)"
+    assert bad.metrics["proxy_grew_mib"] == 240.0 and bad.metrics["replicas_wrote_mib"] == 256.0, bad
+    # the bound is the check's, not the replicas': 33 MiB held fails though the replicas wrote little
+    over = checks.slow_reader_bounded(read, [], 60 * 1024, 93 * 1024, 64, 256)
+    assert over.verdict == "fail" and over.metrics["replicas_wrote_mib"] == 0
+
+
+def test_a_proxy_that_streamed_nothing_fails_slow_reader_bounded_by_name():
+    failed = [_client(i, outcome="http_error", done=False, chunks=0, size=0) for i in IDS]
+    result = checks.slow_reader_bounded(failed, [], 60 * 1024, 60 * 1024, 64, 256)
+    assert result.verdict == "fail" and result.observed == "no stream reached the slow reader: 4 http_error", result

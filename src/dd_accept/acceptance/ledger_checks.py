@@ -72,8 +72,10 @@ def answered_once(ledger: Ledger, check_id: str) -> CheckResult:
 
 def _lost(row: LedgerRow) -> bool:
     """A whole generation finished while the client still waited, and the client has no answer
-    (a client that gave up first, its own deadline or timeout, ended before the generation)."""
-    if row.answered:
+    (a client that gave up first, its own deadline or timeout, ended before the generation).
+    A client that hung up mid-stream was owed nothing: it left an answer that was reaching it
+    (a slow reader's, finished at the replica long before its last byte could be read)."""
+    if row.answered or any(record.outcome == "hung_up" for record in row.client):
         return False
     ends = [record.t for record in row.client]
     return any(attempt_end(g) <= max(ends) + SAME_MOMENT_S for g in row.generations)

@@ -8,6 +8,9 @@
           streaming timeout), then goes on
   hangup — the client hangs up on every stream after a few events (the fault point relays
           untouched): the generation behind it must stop, not run on for nobody
+  slowread — the client reads every stream at 256 KiB/s while the replicas offer 16 KiB tokens
+          as fast as they can be taken (the fault point relays untouched): the proxy must hold
+          back what its client has not taken, its resident memory read before and at its peak
 Each part puts the fault point (`node.faultpoint`) in front of the replicas and a proxy of its
 own in front of the fault point, sends its streams through it, and stops both; the replicas
 stay up. What the fault point forwarded is set beside what the client got and what the
@@ -27,9 +30,11 @@ from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.phases import Phase, ScenarioRun, stopping
 from dd_accept.acceptance.plan import NODE, PlannedCommand, Planner
 from dd_accept.base.events import Event, RelayedResponse, UpstreamAttempt
+from dd_accept.base.results import CheckResult
 from dd_accept.base.waiting import wait_for_finding
 from dd_accept.deployment.faultpoint import FaultPoint, fault_point_launch, start_fault_point
 from dd_accept.deployment.placement import FAULT_POINT_PORT_BASE, REPLICA_PORT_BASE
+from dd_accept.deployment.step_usage import sample_usage
 from dd_accept.slurm_docker.allocation import scancel_argv
 from dd_accept.sut.profile import SutProfile
 
@@ -39,8 +44,9 @@ FAULTS = {  # part: what the fault point does to every stream of it
     "error": "every stream is ended after a few events by an in-stream error event",
     "stall": "every stream goes silent mid-way, for less than the proxy's streaming timeout",
     "hangup": "the client hangs up on every stream after a few events",
+    "slowread": "the client reads every stream slower than the replicas write it",
 }
-POINT_FAULT = {"hangup": "none"}  # a part whose fault is not the fault point's: it relays untouched
+POINT_FAULT = {"hangup": "none", "slowread": "none"}  # a part whose fault is not the fault point's: it relays
 T = TypeVar("T", RelayedResponse, UpstreamAttempt)  # a record that names its request
 STALL_S = 3.0  # far above scheduling noise, far below rc1's 3600 s streaming timeout
 
@@ -58,6 +64,7 @@ JUDGES = {
     "error": checks.error_event,
     "stall": checks.stall_survived,  # judged against the proxy's declared streaming timeout
     "hangup": checks.cancel_stops_generation,  # judged on the replicas' records
+    "slowread": checks.slow_reader_bounded,  # judged on the proxy's resident memory
 }
 
 
@@ -70,6 +77,13 @@ class WireOptions:
     itl_ms: int = 20
     after_events: int = 4  # data events forwarded before a reset or an error event, or the client hangs up
     hangup_tokens: int = 300  # 6 s at 20 ms: a generation left running is far longer than one stopped
+    # slowread: streams of 4096 tokens of 16 KiB (64 MiB each), read at 256 KiB/s and left
+    # after 64 events (1 MiB, about 4 s): a proxy that gathers holds far more than one that waits.
+    slow_streams: int = 6
+    slow_tokens: int = 4096
+    slow_token_bytes: int = 16384
+    slow_read_kib_s: int = 256
+    slow_events: int = 64
     seed: int = 0
 
 
@@ -83,7 +97,9 @@ class WireRun(ScenarioRun):
     point: FaultPoint | None = None
     proxy: deployment.Proxy | None = None
     seen: dict[str, tuple[list[Event], list[RelayedResponse]]] = field(default_factory=dict)
-    left: list[UpstreamAttempt] = field(default_factory=list)  # the replicas' records of the streams the client left
+    # by part: the replicas' records of the streams the client left
+    left: dict[str, list[UpstreamAttempt]] = field(default_factory=dict)
+    proxy_memory_kb: tuple[int, int] = (0, 0)  # slowread: the proxy's RSS before its streams, its peak after
 
 
 def _replicas(o: WireOptions) -> dict[str, Any]:
@@ -139,6 +155,9 @@ def _load(o: WireOptions, part: str) -> dict[str, Any]:
             "deadline_s": 60}  # fmt: skip
     if part == "hangup":
         load |= {"max_tokens": o.hangup_tokens, "hang_up_after": o.after_events}
+    if part == "slowread":
+        load |= {"records": o.slow_streams, "concurrency": o.slow_streams, "max_tokens": o.slow_tokens,
+                 "hang_up_after": o.slow_events, "read_bytes_per_s": o.slow_read_kib_s * 1024}  # fmt: skip
     return load
 
 
@@ -151,11 +170,42 @@ def _drive(part: str) -> Callable[[WireRun], None]:
         if not record.ok:
             raise RuntimeError(f"load client failed: {record.describe()}")
         client_events = deployment.read_events(s.run, part)
-        if part == "hangup":  # before the part's proxy is stopped: its stop would end a runaway generation
-            s.left = _served(s, client_events)
+        if part in LEFT_WITHIN_S:  # before the part's proxy is stopped: its stop would end a runaway generation
+            s.left[part] = _served(s, client_events, LEFT_WITHIN_S[part](s.options))
         s.seen[part] = (client_events, _relayed_of(s.point, client_events, stall_seconds(s.profile) + 5))
 
     return drive
+
+
+# The parts whose client leaves its streams, and how long after that a generation left
+# running for nobody ends by itself at the replica (its records are waited for that long).
+LEFT_WITHIN_S: dict[str, Callable[[WireOptions], float]] = {
+    "hangup": lambda o: o.hangup_tokens * o.itl_ms / 1000 + 5,
+    "slowread": lambda o: 15.0,  # unpaced: 64 MiB a stream go in seconds where nothing holds them back
+}
+
+
+def _drive_slow_reader(part: str) -> Callable[[WireRun], None]:
+    """The part's streams with the replicas writing large tokens unpaced, the proxy step's
+    memory read before them and at its peak after (the kernel's VmHWM)."""
+    streams = _drive(part)
+
+    def drive(s: WireRun) -> None:
+        assert s.replicas is not None, "the replicas are deployed first"
+        o = s.options
+        s.replicas.control(None, "pace", itl_ms=0, exact=True, token_bytes=o.slow_token_bytes)
+        try:
+            before = sample_usage(s.allocation, ("proxy",))
+            streams(s)
+            after = sample_usage(s.allocation, ("proxy",))
+        finally:
+            s.replicas.control(None, "pace")  # as they started, for the parts after this one
+        s.proxy_memory_kb = (before.rss_kb["proxy"], after.peak_rss_kb["proxy"])
+
+    return drive
+
+
+DRIVES = {"slowread": _drive_slow_reader}
 
 
 def _relayed_of(point: FaultPoint, client: list[Event], timeout: float) -> list[RelayedResponse]:
@@ -197,28 +247,39 @@ def _plan_stop_part(p: Planner) -> list[PlannedCommand]:
 
 
 def _judge(part: str) -> Callable[[WireRun], None]:
-    def judge(s: WireRun) -> None:
-        client, relayed = s.seen[part]
-        if part == "hangup":
-            o = s.options
-            s.result.add(checks.cancel_stops_generation(client, s.left, o.hangup_tokens, o.after_events))
-            return
-        declared = (s.profile.telemetry.streaming_timeout_seconds,) if part == "stall" else ()
-        s.result.add(JUDGES[part](client, relayed, *declared))
-
-    return judge
+    return lambda s: s.result.add(JUDGED[part](s))
 
 
-def _served(s: WireRun, client: list[Event]) -> list[UpstreamAttempt]:
+def _judge_slow_reader(s: WireRun) -> CheckResult:
+    o = s.options
+    before, peak = s.proxy_memory_kb
+    offered = o.slow_tokens * o.slow_token_bytes / 2**20
+    client, left = s.seen["slowread"][0], s.left["slowread"]
+    return checks.slow_reader_bounded(client, left, before, peak, offered, o.slow_read_kib_s)
+
+
+# Each part's check, given what its streams saw (JUDGES names which check it is).
+JUDGED: dict[str, Callable[[WireRun], CheckResult]] = {
+    "split": lambda s: checks.split_frames(*s.seen["split"]),
+    "reset": lambda s: checks.cut_visible(*s.seen["reset"]),
+    "error": lambda s: checks.error_event(*s.seen["error"]),
+    "stall": lambda s: checks.stall_survived(*s.seen["stall"], s.profile.telemetry.streaming_timeout_seconds),
+    "hangup": lambda s: checks.cancel_stops_generation(
+        s.seen["hangup"][0], s.left["hangup"], s.options.hangup_tokens, s.options.after_events
+    ),
+    "slowread": _judge_slow_reader,
+}
+
+
+def _served(s: WireRun, client: list[Event], longest: float) -> list[UpstreamAttempt]:
     """The replicas' records of the streams the client hung up on, waited for while the
     part's proxy still runs. A replica records a stream when it ends: one left generating for
-    nobody ends by itself at its last token, so the records are waited for that long (plus
-    5 s); one still missing then never ended at a replica (held open unread, or its request id
-    was not forwarded)."""
+    nobody ends by itself at its last token, so the records are waited for `longest`; one
+    still missing then never ended at a replica (held open unread, or its request id was not
+    forwarded)."""
     assert s.replicas is not None
     replicas = s.replicas
     left = {e.request_id for e in requests(client) if e.outcome == "hung_up" and e.request_id}
-    longest = s.options.hangup_tokens * s.options.itl_ms / 1000 + 5
 
     def served() -> list[UpstreamAttempt]:
         return [a for a in replicas.events() if isinstance(a, UpstreamAttempt) and a.request_id in left]
@@ -239,7 +300,7 @@ def _part(part: str) -> tuple[Phase[WireRun], ...]:
     return (
         Phase("deploy", f"{part}: the fault point and a proxy in front of it", _deploy(part), _plan_deploy(part),
               segments=(part,)),
-        Phase("drive", f"{part}: streams through the fault point", _drive(part), _plan_drive(part),
+        Phase("drive", f"{part}: streams through the fault point", DRIVES.get(part, _drive)(part), _plan_drive(part),
               fault=FAULTS[part], segments=(part,)),
         Phase("stop", f"{part}: stopping its proxy and fault point", _stop_part, _plan_stop_part, segments=(part,)),
         Phase("judge", f"{part}: what the streams saw", _judge(part), judges=(judged,), segments=(part,)),
@@ -258,7 +319,7 @@ PHASES: tuple[Phase[WireRun], ...] = (
 
 SCENARIO = Scenario(
     "wire",
-    "faults between the proxy and the replicas: split frames, cut connections, in-stream errors",
+    "faults between the proxy and the replicas: split frames, cut connections, in-stream errors, a slow reader",
     WireOptions,
     PHASES,
     WireRun,

@@ -10,7 +10,9 @@ The contract is the one every streaming proxy owes an SSE client:
 - failover happens only before the first byte: once a response has started, a retry would
   generate the answer twice and splice two streams into one;
 - a stream that goes silent for less than the proxy's declared streaming timeout goes on;
-- a stream its client hangs up on stops at the replica: no generation runs on for nobody.
+- a stream its client hangs up on stops at the replica: no generation runs on for nobody;
+- a client that reads slower than the replica writes is paced by TCP's flow control, end to end:
+  the proxy holds back what it has not sent instead of gathering it (its memory is bounded).
 """
 
 from __future__ import annotations
@@ -313,4 +315,55 @@ def cancel_stops_generation(
         {"streams": len(left), "stopped": counts.get(STOPPED, 0), "stopped_late": counts.get(STOPPED_LATE, 0),
          "generated_to_the_end": counts.get(TO_THE_END, 0), "unrecorded": counts.get(UNRECORDED, 0),
          "events_generated_max": max(generated, default=0)},
+    )  # fmt: skip
+
+
+# What a proxy may hold beyond its size before a slow reader's streams: aiohttp's and
+# asyncio's per-stream buffers are 64-128 KiB a side, a few MiB for the part's streams
+# together; a proxy that gathers what its reader has not taken holds what the replicas
+# offered, hundreds of MiB (`wire.WireOptions`: 6 streams of 64 MiB).
+SLOW_READER_BOUND_MIB = 32
+
+
+@check("wire.slow_reader_bounded")
+def slow_reader_bounded(
+    client: Sequence[Event],
+    upstream: Sequence[UpstreamAttempt],
+    rss_before_kb: int,
+    peak_kb: int,
+    offered_mib: float,
+    read_kib_s: float,
+) -> CheckResult:
+    """A proxy relaying to a client that reads slower than the replica writes stops reading the
+    replica until its client has taken what it sent (TCP's flow control carries the reader's
+    pace back upstream), so its memory does not grow with the response. Judged on the
+    kernel's count of the proxy step's resident memory: its peak during the part (VmHWM)
+    against its size before the streams, beside what the client read and the replicas wrote."""
+    expected = (
+        f"the proxy's resident memory grows by at most {SLOW_READER_BOUND_MIB} MiB while a client reads streams "
+        f"of {offered_mib:g} MiB each at {read_kib_s:g} KiB/s"
+    )
+    sent = requests(client)
+    read = [s for s in sent if s.status == 200 and (s.bytes or 0) > 0]
+    if not read:
+        return CheckResult.judge(
+            slow_reader_bounded.check_id, False, expected,
+            "no stream reached the slow reader: " + _shown(Counter(s.outcome for s in sent)),
+            "the proxy streamed none of the part's requests: what it holds for a slow reader could not be seen",
+        )  # fmt: skip
+    grown = max(0, peak_kb - rss_before_kb) / 1024
+    client_mib = sum(s.bytes or 0 for s in read) / 2**20
+    written_mib = sum(a.bytes for a in upstream if a.request_id in {s.request_id for s in read}) / 2**20
+    broken = grown > SLOW_READER_BOUND_MIB
+    return CheckResult.judge(
+        slow_reader_bounded.check_id,
+        not broken,
+        expected,
+        f"the proxy's peak RSS grew {grown:.1f} MiB (from {rss_before_kb / 1024:.0f} to {peak_kb / 1024:.0f} MiB) "
+        f"while the client read {client_mib:.1f} MiB of {len(read)} streams and the replicas wrote "
+        f"{written_mib:.1f} MiB",
+        f"the proxy gathered what its slow reader had not taken ({grown:.0f} MiB)" if broken else "",
+        {"streams": len(read), "proxy_rss_before_mib": round(rss_before_kb / 1024, 1),
+         "proxy_peak_rss_mib": round(peak_kb / 1024, 1), "proxy_grew_mib": round(grown, 1),
+         "client_read_mib": round(client_mib, 2), "replicas_wrote_mib": round(written_mib, 2)},
     )  # fmt: skip

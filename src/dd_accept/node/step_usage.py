@@ -1,5 +1,5 @@
 """`python -m dd_accept.node.step_usage JOB.STEP [JOB.STEP...]`: CPU seconds and resident
-memory of each step's processes on this node, and the machine's busy CPU, as one JSON line.
+memory (now and at its peak) of each step's processes on this node, and the machine's busy CPU, as one JSON line.
 
 Runs on a compute node (stdlib only). Slurm names a step's processes (`scontrol listpids`,
 which every process-tracking plugin answers), and the kernel's own counters say what they
@@ -35,9 +35,11 @@ def step_pids(step: str) -> list[int]:
     return pids
 
 
-def process_usage(pid: int) -> tuple[float, int] | None:
-    """(CPU seconds, resident kB) of one process; None once it is gone. The CPU includes the
-    children it has waited for (cutime, cstime), so work done in short-lived children counts."""
+def process_usage(pid: int) -> tuple[float, int, int] | None:
+    """(CPU seconds, resident kB, peak resident kB) of one process; None once it is gone. The
+    CPU includes the children it has waited for (cutime, cstime), so work done in short-lived
+    children counts. The peak (VmHWM) is the kernel's own high-water mark: what a process
+    held between two readings is seen however briefly it held it."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         status = Path(f"/proc/{pid}/status").read_text()
@@ -45,8 +47,11 @@ def process_usage(pid: int) -> tuple[float, int] | None:
         return None
     fields = stat.rsplit(")", 1)[1].split()  # the name may hold spaces; what follows it does not
     cpu_s = sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICKS  # utime, stime, cutime, cstime (14-17)
-    rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    return cpu_s, rss
+    return cpu_s, _status_kb(status, "VmRSS:"), _status_kb(status, "VmHWM:")
+
+
+def _status_kb(status: str, field: str) -> int:
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith(field)), 0)
 
 
 def run_queue_wait(pid: int) -> float | None:
@@ -85,16 +90,17 @@ def usage(steps: list[str]) -> dict[str, object]:
     for step in steps:
         cpu: dict[str, float] = {}
         wait: dict[str, float] = {}
-        rss_kb = 0
+        rss_kb = peak_kb = 0
         for pid in step_pids(step):
             read = process_usage(pid)
             if read is not None:
                 cpu[str(pid)] = round(read[0], 3)
                 rss_kb += read[1]
+                peak_kb += read[2]
                 waited = run_queue_wait(pid)
                 if waited is not None:
                     wait[str(pid)] = round(waited, 4)
-        found[step] = {"cpu_s": cpu, "wait_s": wait, "rss_kb": rss_kb, "processes": len(cpu)}
+        found[step] = {"cpu_s": cpu, "wait_s": wait, "rss_kb": rss_kb, "peak_rss_kb": peak_kb, "processes": len(cpu)}
     return {"steps": found, "machine": machine_cpu(), "cpus": os.cpu_count() or 1}
 
 

@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--hang-up-after", type=int, default=0, help="raw: close each stream after N data events (a user who leaves)"
     )
+    parser.add_argument(
+        "--read-bytes-per-s", type=int, default=0, help="raw: read each stream at most this fast (a slow link)"
+    )
     parser.add_argument("--loop", choices=LOOPS, default="auto", help="event loop (auto: uvloop when installed)")
     return parser
 
@@ -85,6 +88,7 @@ def workload_from_args(args: argparse.Namespace) -> Workload:
         seed=args.seed,
         canary=args.canary,
         hang_up_after=args.hang_up_after,
+        read_bytes_per_s=args.read_bytes_per_s,
     )
 
 
@@ -92,8 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         workload = workload_from_args(args)
-        if workload.hang_up_after and args.mode != "raw":
-            raise ValueError("--hang-up-after is a raw client's (--mode raw)")
+        if (workload.hang_up_after or workload.read_bytes_per_s) and args.mode != "raw":
+            raise ValueError("--hang-up-after and --read-bytes-per-s are a raw client's (--mode raw)")
     except ValueError as error:
         print(f"loadclient: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -7,6 +7,7 @@ Retry-After (the caller's job, as in the generation engine).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -40,6 +41,8 @@ async def _one(
             async for data in response.content.iter_any():
                 now = time.monotonic()
                 tally.feed(data, now)
+                if workload.read_bytes_per_s:  # a slow link: aiohttp stops reading the socket
+                    await asyncio.sleep(len(data) / workload.read_bytes_per_s)  # once its buffer is full
                 if 0 < workload.hang_up_after <= tally.chunks and status == 200 and not tally.done:
                     response.close()  # the connection, not back to the pool: the user left
                     outcome = "hung_up"

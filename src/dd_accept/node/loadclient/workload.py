@@ -39,6 +39,9 @@ class Workload:
     # > 0 (raw mode): close each stream's connection after this many data events, as a user
     # who stops reading: what the proxy does with the generation behind it is then visible.
     hang_up_after: int = 0
+    # > 0 (raw mode): read each stream no faster than this many bytes a second, as a client on
+    # a slow link: the proxy must hold back what it has not yet sent, not gather it.
+    read_bytes_per_s: int = 0
 
     def __post_init__(self) -> None:
         if self.canary and not CANARY.fullmatch(self.canary):
@@ -54,8 +57,8 @@ class Workload:
             raise ValueError("a rate (> 0) is given with, and only with, a constant or poisson arrival")
         if self.duration_s < 0:
             raise ValueError("duration_s must be >= 0")
-        if self.hang_up_after < 0:
-            raise ValueError("hang_up_after must be >= 0")
+        if self.hang_up_after < 0 or self.read_bytes_per_s < 0:
+            raise ValueError("hang_up_after and read_bytes_per_s must be >= 0")
 
     @property
     def connections(self) -> int:
@@ -112,6 +115,8 @@ class Workload:
             argv += ["--canary", self.canary]
         if self.hang_up_after:
             argv += ["--hang-up-after", str(self.hang_up_after)]
+        if self.read_bytes_per_s:
+            argv += ["--read-bytes-per-s", str(self.read_bytes_per_s)]
         for name, value in self.headers:
             argv += ["--header", f"{name}: {value}"]
         return argv

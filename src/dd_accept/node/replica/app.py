@@ -239,7 +239,7 @@ class ReplicaApp:
             return shapes.sse(data)
 
         # Every token event but the first is byte-identical: serialise it once per stream.
-        text = shapes.token_text(self.engine.settings.response_canary)
+        text = shapes.token_text(self.engine.settings.response_canary, self.engine.settings.token_bytes)
         first_choice = shapes.token_choice(chat, first=True, text=text)
         next_choice = shapes.token_choice(chat, first=False, text=text)
         first_bytes, next_bytes = chunk(first_choice), chunk(next_choice)

@@ -93,9 +93,13 @@ class ControlRouter:
             control.hung = bool(body["on"])
         elif action == "stall":
             engine.stall(bool(body["on"]))
-        elif action == "pace":  # {"itl_ms": N, "exact": bool}, or {} for the pacing it started with
+        elif action == "pace":  # {"itl_ms": N, "exact": bool, "token_bytes": N}, or {} for the pacing it started with
             itl_ms = body.get("itl_ms")
-            engine.pace(None if itl_ms is None else float(itl_ms) / 1000, exact=bool(body.get("exact", False)))
+            engine.pace(
+                None if itl_ms is None else float(itl_ms) / 1000,
+                exact=bool(body.get("exact", False)),
+                token_bytes=int(body.get("token_bytes", 0)),
+            )
         elif action == "respond":
             status = int(body["status"])
             if not 100 <= status <= 599:

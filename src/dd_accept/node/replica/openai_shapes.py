@@ -11,9 +11,12 @@ TOKEN = "tok "  # every synthetic token's text, unless a response canary is give
 RESPONSE_CANARY = "ddresponse"  # with a canary, every token is RESPONSE_CANARY + canary + " "
 
 
-def token_text(canary: str = "") -> str:
-    """A token's text: found in a SUT's output, the canary proves it wrote response text."""
-    return f"{RESPONSE_CANARY}{canary} " if canary else TOKEN
+def token_text(canary: str = "", size: int = 0) -> str:
+    """A token's text: found in a SUT's output, the canary proves it wrote response text.
+    With a `size`, the text is repeated to that many characters: a large token makes a
+    stream's bytes outrun any reader, as a long answer does a slow link."""
+    text = f"{RESPONSE_CANARY}{canary} " if canary else TOKEN
+    return (text * (size // len(text) + 1))[:size] if size > len(text) else text
 
 
 def token_choice(chat: bool, *, first: bool, text: str = TOKEN) -> dict[str, Any]:
