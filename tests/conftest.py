@@ -8,11 +8,8 @@ pytest_plugins = ["pytester"]
 # `make test` runs three workers, each handed whole files in collection order (--dist
 # loadfile). Started last, a file of several minutes (a login-node cluster, node loss)
 # would run alone at the end while the other worker idles; collected first, the long
-# cluster files overlap. Longest first, by directory (within one, the order stays as
-# collected); the short files (unit, reports, architecture) go between them, a few after
-# each: a cluster test waits on Slurm and paced streams more than it computes, so the short
-# files' CPU fills that wait instead of piling up at the end (CI: the shared stage was 80%
-# busy on average, 64-86% in its first half and 90-96% in its last minutes).
+# cluster files overlap and the many short unit files fill the gaps. Longest first, by
+# directory (within one, the order stays as collected).
 LONGEST_FIRST = ("existing", "controls", "gate", "sut", "cluster")
 
 
@@ -24,36 +21,18 @@ def _is_exclusive(item) -> bool:
 MACHINE_SHARE: dict[str, str] = {}
 
 
-def _weight(item) -> float:
-    if _is_exclusive(item):
-        return len(LONGEST_FIRST) - 0.5
-    parts = item.nodeid.split("/")
-    where = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
-    return LONGEST_FIRST.index(where) if where in LONGEST_FIRST else len(LONGEST_FIRST)
-
-
-def spread(long: list, short: list) -> list:
-    """`long` in its order with `short` spread evenly between its members, in their order."""
-    order, taken = [], 0
-    for index, member in enumerate(long):
-        order.append(member)
-        upto = round((index + 1) * len(short) / len(long))
-        order += short[taken:upto]
-        taken = upto
-    return order + short[taken:]
-
-
 def pytest_collection_modifyitems(items):
-    """Longest first, the short files spread between the long ones; the tests that need the
-    machine to themselves last among the cluster files, so that the other workers spend
-    their time on other files rather than waiting."""
-    items.sort(key=_weight)
-    modules: dict[str, list] = {}
-    for item in items:
-        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-    long = [m for m, held in modules.items() if _weight(held[0]) < len(LONGEST_FIRST)]
-    short = [m for m, held in modules.items() if _weight(held[0]) >= len(LONGEST_FIRST)]
-    items[:] = [item for module in spread(long, short) for item in modules[module]]
+    """Longest first; the tests that need the machine to themselves last among the cluster
+    files, so that the other worker spends their time on unit files rather than waiting."""
+
+    def weight(item) -> float:
+        if _is_exclusive(item):
+            return len(LONGEST_FIRST) - 0.5
+        parts = item.nodeid.split("/")
+        where = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+        return LONGEST_FIRST.index(where) if where in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=weight)
     for item in items:
         module = item.nodeid.split("::")[0]
         if _is_exclusive(item):
