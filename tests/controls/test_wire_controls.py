@@ -2,7 +2,8 @@
 
 rc1 forwards bytes as it reads them and lets an exception from a broken upstream body break
 the client's body: it passes every wire check. Each variant mishandles one fault and is
-caught by the check for it, for its reason, while the checks it does not touch still pass:
+caught by the check for it, for its reason, while the checks nearest its patch still pass
+(each control runs those parts only; rc1's runs them all):
 - reframes-per-read (one event per line of each read): a frame split over two TCP reads goes
   out as two, and split_frames sees other events and bytes than were forwarded;
 - clean-end-on-upstream-error: a cut stream ends cleanly without [DONE], cut_visible's
@@ -37,6 +38,13 @@ def _wire(allocation, run, profile, progress):
     return run_wire(allocation, run, profile, OPTIONS, progress)
 
 
+def _wire_judging(*chosen):
+    """The wire scenario with only the parts the `chosen` checks need (as `--check` runs it)."""
+    return lambda allocation, run, profile, progress: run_wire(
+        allocation, run, profile, OPTIONS, progress, checks=chosen
+    )
+
+
 def _not_passed(checks):
     return "\n".join(f"{c.id} {c.verdict}: {c.observed} | {c.detail}" for c in checks.values() if c.verdict != "pass")
 
@@ -67,30 +75,36 @@ def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
     assert left.observed == f"{STREAMS} streams left after {OPTIONS.after_events} events: {STREAMS} stopped", left
     assert left.metrics["events_generated_max"] < OPTIONS.hangup_tokens / 2, left
     # a client reading 64 MiB streams at 256 KiB/s: rc1 waits for it (each write drains), and
-    # holds a few MiB of buffers beyond its size before the streams
+    # holds a few MiB of buffers beyond its size before the streams (16 KiB events)
     slow = checks["wire.slow_reader_bounded"]
     print("rc1 slow reader:", slow.observed)
     assert slow.metrics["streams"] == OPTIONS.slow_streams and slow.metrics["proxy_grew_mib"] <= 16, slow
-    assert slow.metrics["client_read_mib"] >= OPTIONS.slow_streams * OPTIONS.slow_events / 64, slow  # 16 KiB events
+    assert slow.metrics["client_read_mib"] >= OPTIONS.slow_streams * OPTIONS.slow_events / 64, slow
     assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="wire", job=sut_allocation.job_id)
 
 
+# Each control runs the part its fault is about and the parts of the checks it must leave
+# passing: those nearest its patch (as health's controls do; rc1's control above runs all).
 @pytest.mark.parametrize(
-    ("fault", "failing", "reason"),
+    ("fault", "failing", "reason", "kept"),
     [
-        ("reframes-per-read", "wire.split_frames", "treats a TCP read as a frame"),
-        ("clean-end-on-upstream-error", "wire.cut_visible", "silent truncation"),
-        ("drops-error-events", "wire.error_event", "drops the error"),
-        ("retries-mid-stream", "wire.no_retry_after_first_byte", "generated again"),
-        ("short-read-timeout", "wire.stall_survived", "gave up on a stream silent for 3s"),
-        ("reads-to-end-after-hangup", "wire.cancel_stops_generation", "ran on after its client left"),
-        ("gathers-for-slow-readers", "wire.slow_reader_bounded", "gathered what its slow reader had not taken"),
+        ("reframes-per-read", "wire.split_frames", "treats a TCP read as a frame", ("wire.error_event",)),
+        ("clean-end-on-upstream-error", "wire.cut_visible", "silent truncation", ("wire.error_event",)),
+        ("drops-error-events", "wire.error_event", "drops the error", ("wire.cut_visible",)),
+        ("retries-mid-stream", "wire.no_retry_after_first_byte", "generated again", ("wire.cut_visible",)),
+        ("short-read-timeout", "wire.stall_survived", "gave up on a stream silent for 3s", ("wire.split_frames",)),
+        ("reads-to-end-after-hangup", "wire.cancel_stops_generation", "ran on after its client left",
+         ("wire.split_frames",)),
+        ("gathers-for-slow-readers", "wire.slow_reader_bounded", "gathered what its slow reader had not taken",
+         ("wire.cancel_stops_generation", "wire.cut_visible")),
     ],
-)
+)  # fmt: skip
 def test_each_mishandled_fault_is_caught_by_its_check(
-    sut_wheelhouse, sut_image, sut_profile, tmp_path, fault, failing, reason
+    sut_wheelhouse, sut_image, sut_profile, tmp_path, fault, failing, reason, kept
 ):
-    checks = run_with_fault(_wire, fault, sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    wire = _wire_judging(failing, *kept)
+    checks = run_with_fault(wire, fault, sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    assert set(checks) == {failing, *kept}, "judged: the fault's check and those it must leave passing"
     caught = checks[failing]
     assert caught.verdict == "fail" and reason in caught.detail, caught
     numbers = {

@@ -78,12 +78,12 @@ class WireOptions:
     after_events: int = 4  # data events forwarded before a reset or an error event, or the client hangs up
     hangup_tokens: int = 300  # 6 s at 20 ms: a generation left running is far longer than one stopped
     # slowread: streams of 4096 tokens of 16 KiB (64 MiB each), read at 256 KiB/s and left
-    # after 64 events (1 MiB, about 4 s): a proxy that gathers holds far more than one that waits.
-    slow_streams: int = 6
+    # after 32 events (512 KiB, about 2 s): a proxy that gathers holds far more than one that waits.
+    slow_streams: int = 3
     slow_tokens: int = 4096
     slow_token_bytes: int = 16384
     slow_read_kib_s: int = 256
-    slow_events: int = 64
+    slow_events: int = 32
     seed: int = 0
 
 
@@ -155,6 +155,8 @@ def _load(o: WireOptions, part: str) -> dict[str, Any]:
             "deadline_s": 60}  # fmt: skip
     if part == "hangup":
         load |= {"max_tokens": o.hangup_tokens, "hang_up_after": o.after_events}
+    if part == "stall":  # every stream at once: one silence to wait out, not one per wave
+        load |= {"concurrency": o.streams}
     if part == "slowread":
         load |= {"records": o.slow_streams, "concurrency": o.slow_streams, "max_tokens": o.slow_tokens,
                  "hang_up_after": o.slow_events, "read_bytes_per_s": o.slow_read_kib_s * 1024}  # fmt: skip
