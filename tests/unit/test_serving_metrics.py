@@ -68,6 +68,15 @@ def test_no_completed_attempt_gives_rates_and_no_latencies():
     assert serving_metrics([]) == {}
 
 
+def test_a_client_that_hung_up_on_purpose_is_no_error():
+    """The wire scenario's hangup and slow-reader parts leave every stream: 0 errors, not 100%."""
+    left = [ClientRequest(t=12.0, mode="raw", record=i, attempt=0, outcome="hung_up", started=10.0, status=200)
+            for i in range(3)]  # fmt: skip
+    cut = [ClientRequest(t=12.0, mode="raw", record=3, attempt=0, outcome="truncated", started=10.0, status=200)]
+    assert serving_metrics(left)["error_rate"] == 0.0
+    assert serving_metrics(left + cut)["error_rate"] == 0.25, "a cut stream still is one"
+
+
 def test_attempts_are_given_to_the_phase_in_which_they_began():
     phases = [PhaseRecord("drive", "partial", 99.0, 101.2), PhaseRecord("drive", "total", 101.2, 110.0)]
     measured = {p["title"]: p["metrics"] for p in by_phase(ATTEMPTS, phases)}

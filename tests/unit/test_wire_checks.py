@@ -188,6 +188,10 @@ def test_a_proxy_must_not_gather_what_its_slow_reader_has_not_taken():
     # the bound is the check's, not the replicas': 33 MiB held fails though the replicas wrote little
     over = checks.slow_reader_bounded(read, [], 60 * 1024, 93 * 1024, 64, 256)
     assert over.verdict == "fail" and over.metrics["replicas_wrote_mib"] == 0
+    # gone: its step ended during the streams (killed for what it gathered), a failure, not the harness's
+    gone = checks.slow_reader_bounded(read, [_wrote(i, 64) for i in IDS], 60 * 1024, None, 64, 256)
+    assert gone.verdict == "fail" and gone.detail == "the proxy did not survive a slow reader", gone
+    assert gone.observed.startswith("the proxy's step ended while the client read 4.0 MiB of 4 streams"), gone
 
 
 def test_a_proxy_that_streamed_nothing_fails_slow_reader_bounded_by_name():

@@ -36,6 +36,10 @@ from dd_accept.base.percentiles import percentile
 from dd_accept.base.results import PhaseRecord
 from dd_accept.base.serving_names import PERCENTILES
 
+# What the client ended that is no error of the SUT: served, rejected with Retry-After, or left
+# by a client that hung up mid-stream on purpose (the wire scenario's hangup and slow reader).
+NOT_ERRORS = ("ok", "rate_limited", "hung_up")
+
 
 def _percentile(ordered: list[float], percent: float) -> float:
     found = percentile(ordered, percent / 100)
@@ -96,7 +100,7 @@ def serving_metrics(attempts: list[ClientRequest]) -> dict[str, float]:
         tokens = [t for t in map(output_tokens, ok) if t is not None]
         if tokens:  # absent, never 0, when the client counted none (a client that cannot see them)
             metrics["output_throughput"] = sum(tokens) / duration
-    metrics["error_rate"] = sum(a.outcome not in ("ok", "rate_limited") for a in attempts) / len(attempts)
+    metrics["error_rate"] = sum(a.outcome not in NOT_ERRORS for a in attempts) / len(attempts)
     metrics["rate_limited_rate"] = sum(a.outcome == "rate_limited" for a in attempts) / len(attempts)
     for name, values in (("ttft", ttft), ("itl", itl), ("tpot", tpot), ("e2el", e2el)):
         metrics |= _summary(name, values)

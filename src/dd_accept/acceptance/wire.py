@@ -29,6 +29,7 @@ from dd_accept.acceptance.analysis import requests, with_prefix
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.phases import Phase, ScenarioRun, stopping
 from dd_accept.acceptance.plan import NODE, PlannedCommand, Planner
+from dd_accept.base.errors import ClusterError
 from dd_accept.base.events import Event, RelayedResponse, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 from dd_accept.base.waiting import wait_for_finding
@@ -99,7 +100,8 @@ class WireRun(ScenarioRun):
     seen: dict[str, tuple[list[Event], list[RelayedResponse]]] = field(default_factory=dict)
     # by part: the replicas' records of the streams the client left
     left: dict[str, list[UpstreamAttempt]] = field(default_factory=dict)
-    proxy_memory_kb: tuple[int, int] = (0, 0)  # slowread: the proxy's RSS before its streams, its peak after
+    # slowread: the proxy's RSS before its streams, its peak after (None: its step had ended)
+    proxy_memory_kb: tuple[int, int | None] = (0, 0)
 
 
 def _replicas(o: WireOptions) -> dict[str, Any]:
@@ -199,12 +201,23 @@ def _drive_slow_reader(part: str) -> Callable[[WireRun], None]:
         try:
             before = sample_usage(s.allocation, ("proxy",))
             streams(s)
-            after = sample_usage(s.allocation, ("proxy",))
+            s.proxy_memory_kb = (before.rss_kb["proxy"], _peak_after(s))
         finally:
             s.replicas.control(None, "pace")  # as they started, for the parts after this one
-        s.proxy_memory_kb = (before.rss_kb["proxy"], after.peak_rss_kb["proxy"])
 
     return drive
+
+
+def _peak_after(s: WireRun) -> int | None:
+    """The proxy step's peak resident kB; None where its step ended during the streams (a
+    proxy killed for the memory it gathered is the check's finding, not the harness's)."""
+    assert s.proxy is not None
+    try:
+        return sample_usage(s.allocation, ("proxy",)).peak_rss_kb["proxy"]
+    except ClusterError:
+        if s.proxy.step.finished:
+            return None
+        raise
 
 
 DRIVES = {"slowread": _drive_slow_reader}

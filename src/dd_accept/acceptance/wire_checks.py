@@ -330,7 +330,7 @@ def slow_reader_bounded(
     client: Sequence[Event],
     upstream: Sequence[UpstreamAttempt],
     rss_before_kb: int,
-    peak_kb: int,
+    peak_kb: int | None,
     offered_mib: float,
     read_kib_s: float,
 ) -> CheckResult:
@@ -351,9 +351,18 @@ def slow_reader_bounded(
             "no stream reached the slow reader: " + _shown(Counter(s.outcome for s in sent)),
             "the proxy streamed none of the part's requests: what it holds for a slow reader could not be seen",
         )  # fmt: skip
-    grown = max(0, peak_kb - rss_before_kb) / 1024
     client_mib = sum(s.bytes or 0 for s in read) / 2**20
     written_mib = sum(a.bytes for a in upstream if a.request_id in {s.request_id for s in read}) / 2**20
+    if peak_kb is None:
+        return CheckResult.judge(
+            slow_reader_bounded.check_id, False, expected,
+            f"the proxy's step ended while the client read {client_mib:.1f} MiB of {len(read)} streams "
+            f"(the replicas wrote {written_mib:.1f} MiB); its memory could not be read after them",
+            "the proxy did not survive a slow reader",
+            {"streams": len(read), "client_read_mib": round(client_mib, 2),
+             "replicas_wrote_mib": round(written_mib, 2)},
+        )  # fmt: skip
+    grown = max(0, peak_kb - rss_before_kb) / 1024
     broken = grown > SLOW_READER_BOUND_MIB
     return CheckResult.judge(
         slow_reader_bounded.check_id,
