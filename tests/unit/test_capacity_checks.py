@@ -212,11 +212,13 @@ def test_a_proxy_that_ended_under_load_is_the_suts_failure_any_other_reading_err
 
     from dd_accept.acceptance import capacity
     from dd_accept.base.errors import ClusterError
+    from dd_accept.deployment import step_usage
 
     def unreadable(allocation, names):
         raise ClusterError("reading step usage: no running step named proxy")
 
-    monkeypatch.setattr(capacity, "sample_usage", unreadable)
+    # the reading is step_usage.sample_while_running's, which the wire scenario's slow reader shares
+    monkeypatch.setattr(step_usage, "sample_usage", unreadable)
     ended = SimpleNamespace(allocation=None, deployed=(None, SimpleNamespace(step=SimpleNamespace(finished=True))))
     assert capacity._usage(ended) is None
     running = SimpleNamespace(allocation=None, deployed=(None, SimpleNamespace(step=SimpleNamespace(finished=False))))

@@ -35,7 +35,7 @@ from dd_accept.base.capacity_curve import CURVE_FILE, CURVE_KIND
 from dd_accept.base.errors import ClusterError
 from dd_accept.base.options import option
 from dd_accept.base.waiting import WaitTimeout
-from dd_accept.deployment.step_usage import UsageSample, sample_usage
+from dd_accept.deployment.step_usage import UsageSample, sample_usage, sample_while_running
 from dd_accept.slurm_docker.records import CommandRecord
 
 MEASURED_STEPS = ("proxy", "replicas")
@@ -302,14 +302,8 @@ def _level(s: CapacityRun, index: int, load: float) -> checks.LoadLevel:
 
 
 def _usage(s: CapacityRun) -> UsageSample | None:
-    """The steps' usage; None when the SUT's proxy step has ended (its failure, judged as
-    such). Any other reading that fails is the harness's (exit 2)."""
-    try:
-        return sample_usage(s.allocation, MEASURED_STEPS)
-    except ClusterError:
-        if s.deployed[1].step.finished:
-            return None
-        raise
+    """The steps' usage; None when the SUT's proxy step has ended (its failure, judged as such)."""
+    return sample_while_running(s.allocation, MEASURED_STEPS, s.deployed[1].step)
 
 
 def _summary(record: CommandRecord) -> tuple[dict[str, object], str]:

@@ -29,13 +29,12 @@ from dd_accept.acceptance.analysis import requests, with_prefix
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.phases import Phase, ScenarioRun, stopping
 from dd_accept.acceptance.plan import NODE, PlannedCommand, Planner
-from dd_accept.base.errors import ClusterError
 from dd_accept.base.events import Event, RelayedResponse, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 from dd_accept.base.waiting import wait_for_finding
 from dd_accept.deployment.faultpoint import FaultPoint, fault_point_launch, start_fault_point
 from dd_accept.deployment.placement import FAULT_POINT_PORT_BASE, REPLICA_PORT_BASE
-from dd_accept.deployment.step_usage import sample_usage
+from dd_accept.deployment.step_usage import sample_usage, sample_while_running
 from dd_accept.slurm_docker.allocation import scancel_argv
 from dd_accept.sut.profile import SutProfile
 
@@ -212,12 +211,8 @@ def _peak_after(s: WireRun) -> int | None:
     """The proxy step's peak resident kB; None where its step ended during the streams (a
     proxy killed for the memory it gathered is the check's finding, not the harness's)."""
     assert s.proxy is not None
-    try:
-        return sample_usage(s.allocation, ("proxy",)).peak_rss_kb["proxy"]
-    except ClusterError:
-        if s.proxy.step.finished:
-            return None
-        raise
+    after = sample_while_running(s.allocation, ("proxy",), s.proxy.step)
+    return None if after is None else after.peak_rss_kb["proxy"]
 
 
 DRIVES = {"slowread": _drive_slow_reader}
