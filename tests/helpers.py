@@ -138,8 +138,10 @@ def recorded_by_job(records: list[dict]) -> dict[str, set[tuple[str, ...]]]:
         ]
         runs = set().union(*map(_runs_named, submitted)) if submitted else set()
         drills = [r for r in rows if "srun" not in r and "/drills/" in " ".join(r) and _runs_named(r) & runs]
-        # an administrator's change of the job's node (health's drain): submitted to Slurm too
+        # an administrator's change of the job's node (health's drain) and restart of the
+        # controller (health's, on dd-accept's own cluster): submitted to Slurm too
         updates = [r for r in rows if r[:2] == ("scontrol", "update") and f"NodeName={node}" in r]
+        updates += [r for r in rows if r[:2] == ("scontrol", "shutdown")]
         chosen = [salloc, *(s for _, s in helpers), *submitted, *drills, *updates]
         found[name_of(salloc)] = found[job] = {_normalized(r, job, node, helper) for r in chosen}
     return found

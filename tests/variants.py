@@ -126,6 +126,22 @@ _SLURM_NODE_WATCHING_WAIT = (
     _HEALTH_WATCHING_WAIT[1],
 )
 
+# rc1's wait also asking Slurm, polled as health-watching-wait polls, whether its job still
+# runs, each query bounded at 2 s (a wait must not hang on Slurm): no answer in time is taken
+# for a job that is gone. While Slurm's controller restarts, nothing answers.
+_SLURM_JOB_WATCHING_WAIT = (
+    (
+        CLEANUP,
+        '        kill -0 "${pid}" 2>/dev/null || return 1\n    done\n}\n',
+        '        kill -0 "${pid}" 2>/dev/null || return 1\n'
+        "    done\n"
+        "    [[ -z ${SLURM_JOB_ID:-} ]] \\\n"
+        '        || [[ $(timeout 2 squeue -h -j "${SLURM_JOB_ID}" -o %T 2>/dev/null) == RUNNING ]]\n'
+        "}\n",
+    ),
+    _HEALTH_WATCHING_WAIT[1],
+)
+
 # The same watch asking each backend without a timeout: a backend that answers 503 fails the
 # attempt; one that hangs (accepts, answers nothing) holds the wait for ever.
 _HEALTH_WAIT_WITHOUT_TIMEOUT = (
@@ -598,6 +614,13 @@ FAULTS = {
             _SLURM_NODE_WATCHING_WAIT,
         ),
         Fault(
+            "controller-silence-is-loss",
+            "data-designer-slurm",
+            "rc1's wait also asks Slurm whether its job still runs (squeue, bounded at 2 s) and takes no answer "
+            "for a job that is gone: while Slurm's controller restarts, the attempt fails with 70",
+            _SLURM_JOB_WATCHING_WAIT,
+        ),
+        Fault(
             "health-wait-without-timeout",
             "data-designer-slurm",
             "rc1's wait watches each required backend's /health as health-watching-wait does, but asks without "
@@ -883,6 +906,13 @@ FAULTS = {
             "the proxy's upstream read timeout cut from 3600 s to 1 s (to free connections a hung backend holds "
             "sooner), its profile still stating 3600 s: a model that pauses mid-stream is taken for a dead one",
             ((PROXY, "                sock_read=_READ_TIMEOUT_SECONDS,\n", "                sock_read=1.0,\n"),),
+        ),
+        Fault(
+            "bounds-whole-response",
+            "data-designer-slurm",
+            "the proxy bounds each whole upstream response to 6 s (to shed long generations), its silences still "
+            "to 3600 s as its profile states: a stream that is slow but alive is cut mid-way",
+            ((PROXY, "                total=_READ_TIMEOUT_SECONDS,\n", "                total=6.0,\n"),),
         ),
         Fault(
             "buffering",

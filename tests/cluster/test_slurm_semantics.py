@@ -14,6 +14,9 @@ one, the failing test names which:
 (d) slurmd records each task's end (exit code, or the killing signal) and the signal it
     delivered, in the log format `step_exit` parses: the drain checks read the endpoint's
     exit status and TERM's moment from there.
+(e) slurmctld shut down with its state saved (`scontrol shutdown slurmctld`) and started again
+    keeps a running job and its steps, whose tasks run on meanwhile: health's controller
+    restart judges the SUT on that, through dd-accept's entrypoint (controller_restart).
 """
 
 import time
@@ -24,6 +27,7 @@ from dd_accept.base.slurm_releases import PROCTRACK, RELEASES
 from dd_accept.base.waiting import wait_until
 from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.cluster import SlurmCluster
+from dd_accept.slurm_docker.controller_restart import restart_controller
 from dd_accept.slurm_docker.spec import CONTROLLER, ClusterSpec
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit, from_slurmd_log, signal_sent_at
 
@@ -186,3 +190,15 @@ def test_scancel_of_the_job_sends_term_then_kill_after_killwait(release_cluster)
         assert KILL_WAIT - 0.5 <= ended.ended_at - term_seen <= KILL_WAIT + 5, (term_seen, ended)
     finally:
         allocation.release()
+
+
+def test_a_controller_restart_keeps_the_job_and_its_steps_running(release_allocation, release_cluster):
+    launcher, step, host_dir = _start_task(release_allocation, release_cluster, "restart")
+    restart = restart_controller(release_cluster, release_allocation.job_id, held_s=3.0)
+    assert restart.job_state_before == restart.job_state_after == "RUNNING", restart.describe()
+    assert restart.steps_after == restart.steps_before >= 1 and 3.0 <= restart.down_s < 20, restart.describe()
+    assert not launcher.finished and step in release_allocation.steps(), "the step outlived the restart"
+    # the restarted controller still reaches the step: TERM runs its handler, as in (b)
+    release_allocation.scancel_step(step, "TERM")
+    assert launcher.wait(timeout=60).exit_code == 0
+    assert (host_dir / "handler").read_text().split() == ["started", "finished"]

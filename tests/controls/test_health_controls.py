@@ -9,6 +9,9 @@ probe_isolation; rc1 whose wait also watches /health is the positive control of
 unresponsive.attempt_failed, and fails an attempt on a lost node before Slurm does. rc1 is
 the positive control of node_drain.attempt_undisturbed (its wait watches processes only); a
 wait that also watches the job's nodes in Slurm and takes DRAIN for loss is its negative one.
+That same wait, which takes a query Slurm does not answer for no verdict, is a positive control
+of controller_restart.attempt_undisturbed beside rc1; a wait that asks Slurm whether its job
+runs, with a 2 s bound, and takes no answer for a lost job is its negative one.
 
 Each control runs the phases its fault is about, plus one whose check the fault must leave
 passing; rc1 runs them all. A lost node needs a cluster with a node beyond the allocation.
@@ -29,6 +32,7 @@ HEALTHY = "a healthy attempt"
 LOSS_ATTEMPT = "backend loss: the attempt"
 NODE_LOSS = "node loss"
 NODE_DRAIN = "node drain"
+CONTROLLER_RESTART = "controller restart"
 UNRESPONSIVE_DETECTION = "unresponsive backend: detection"
 UNRESPONSIVE_ATTEMPT = "unresponsive backend: the attempt"
 PROBE_ISOLATION = "probe isolation"
@@ -69,6 +73,11 @@ def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_wheelhous
     drained = checks["health.node_drain.attempt_undisturbed"]
     assert drained.verdict == "pass" and drained.observed.startswith("the attempt succeeded (wait status 0)"), drained
     assert "+DRAIN" in drained.observed and drained.metrics["records_done"] == drained.metrics["records"] == 24
+    # Slurm's controller restarted mid-generation (down 5 s): the job and its steps run on
+    restarted = checks["health.controller_restart.attempt_undisturbed"]
+    print("rc1 controller restart:", restarted.observed)
+    assert restarted.verdict == "pass" and restarted.observed.startswith("the attempt succeeded (wait status 0)")
+    assert "job RUNNING before, RUNNING after" in restarted.observed and restarted.metrics["records_done"] == 24
     node_seen = checks["health.node_loss.detected"]
     assert node_seen.verdict == "pass" and "backends_ready 0" in node_seen.observed, node_seen
     assert node_seen.metrics["detected_after_s"] < 15 and "DOWN" in node_seen.observed
@@ -172,8 +181,10 @@ def test_a_wait_that_takes_a_drained_node_for_a_lost_one_is_caught_by_node_drain
 ):
     """Negative control of node_drain.attempt_undisturbed: rc1's wait also watching the job's
     nodes in Slurm fails the attempt with 70 once its node is set DRAIN, though Slurm kept
-    every step running. Backend loss, which its process check still sees, keeps passing."""
-    health = _health(HEALTHY, LOSS_ATTEMPT, NODE_DRAIN)
+    every step running. Backend loss, which its process check still sees, keeps passing; so
+    does the controller's restart, which this wait (asking Slurm, taking no answer for no
+    verdict) rides out: a positive control of controller_restart beside rc1, which never asks."""
+    health = _health(HEALTHY, LOSS_ATTEMPT, NODE_DRAIN, CONTROLLER_RESTART)
     checks = run_with_fault(health, "drained-node-is-lost", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     drained = checks["health.node_drain.attempt_undisturbed"]
     print("drained-node-is-lost:", drained.observed)
@@ -181,4 +192,27 @@ def test_a_wait_that_takes_a_drained_node_for_a_lost_one_is_caught_by_node_drain
     assert "+DRAIN" in drained.observed and drained.metrics["records_done"] < drained.metrics["records"], drained
     assert "without a fault the attempt succeeded" in drained.observed, "the same wait succeeds undrained"
     assert drained.detail == "a drained node was taken for a lost one: Slurm kept its steps running", drained
+    assert checks["health.backend_loss.attempt_failed"].verdict == "pass"
+    restarted = checks["health.controller_restart.attempt_undisturbed"]
+    assert restarted.verdict == "pass" and restarted.metrics["records_done"] == 24, restarted
+
+
+def test_a_wait_that_takes_slurms_silence_for_a_lost_job_is_caught_by_controller_restart(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """Negative control of controller_restart.attempt_undisturbed: rc1's wait also asking
+    Slurm whether its job runs (bounded at 2 s) fails the attempt with 70 while the controller
+    restarts, though Slurm kept the job and its steps. Backend loss keeps passing."""
+    health = _health(HEALTHY, LOSS_ATTEMPT, CONTROLLER_RESTART)
+    checks = run_with_fault(health, "controller-silence-is-loss", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    restarted = checks["health.controller_restart.attempt_undisturbed"]
+    print("controller-silence-is-loss:", restarted.observed)
+    assert restarted.verdict == "fail" and restarted.observed.startswith("the controller's wait returned 70"), restarted
+    assert "job RUNNING before, RUNNING after" in restarted.observed, "Slurm kept the job it was taken to have lost"
+    assert restarted.metrics["records_done"] < restarted.metrics["records"], restarted
+    # taken for lost while the controller was down (a poll every half second, each query bounded at 2 s)
+    assert restarted.metrics["ran_after_restart_s"] < restarted.metrics["controller_down_s"], restarted
+    assert "without a fault the attempt succeeded" in restarted.observed, "the same wait succeeds undisturbed"
+    expected = "the controller's restart was taken for the job's loss: Slurm kept the job and its steps running"
+    assert restarted.detail == expected, restarted
     assert checks["health.backend_loss.attempt_failed"].verdict == "pass"

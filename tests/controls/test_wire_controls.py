@@ -15,7 +15,10 @@ caught by the check for it, for its reason, while the checks nearest its patch s
 - reads-to-end-after-hangup: the proxy keeps reading a stream whose client left, so each
   generation runs to its last token for nobody, cancel_stops_generation;
 - gathers-for-slow-readers: the proxy reads each stream into a queue as fast as it comes, so
-  what a slow client has not taken gathers in it, slow_reader_bounded.
+  what a slow client has not taken gathers in it, slow_reader_bounded;
+- bounds-whole-response (6 s for a whole response, its silences still bounded at 3600 s): each
+  8 s stream over the slow link is cut 6 s in, slow_link_survived, while a 3 s silence (a
+  stream of under 4 s) still passes stall_survived.
 """
 
 import pytest
@@ -32,6 +35,7 @@ OPTIONS = WireOptions()
 STREAMS = OPTIONS.streams
 WIRE_CHECKS = {"wire.split_frames", "wire.cut_visible", "wire.error_event", "wire.stall_survived"}
 WIRE_CHECKS |= {"wire.no_retry_after_first_byte", "wire.cancel_stops_generation", "wire.slow_reader_bounded"}
+WIRE_CHECKS |= {"wire.slow_link_survived"}
 
 
 def _wire(allocation, run, profile, progress):
@@ -78,8 +82,15 @@ def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
     # holds a few MiB of buffers beyond its size before the streams (16 KiB events)
     slow = checks["wire.slow_reader_bounded"]
     print("rc1 slow reader:", slow.observed)
-    assert slow.metrics["streams"] == OPTIONS.slow_streams and slow.metrics["proxy_grew_mib"] <= 16, slow
-    assert slow.metrics["client_read_mib"] >= OPTIONS.slow_streams * OPTIONS.slow_events / 64, slow
+    reader = OPTIONS.slow_reader
+    assert slow.metrics["streams"] == reader.streams and slow.metrics["proxy_grew_mib"] <= 16, slow
+    assert slow.metrics["client_read_mib"] >= reader.streams * reader.events / 64, slow
+    # 128 KiB streams over a link whose rate takes 8 s for one (each chunk held 50 +- 40 ms):
+    # every one whole at the client, however long the link took
+    link = checks["wire.slow_link_survived"]
+    print("rc1 slow link:", link.observed)
+    assert link.observed.endswith(f"over the link: {STREAMS} whole"), link
+    assert OPTIONS.slow_link.stream_s <= link.metrics["stream_s_max"] <= 2 * OPTIONS.slow_link.stream_s, link
     assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="wire", job=sut_allocation.job_id)
 
 
@@ -97,6 +108,7 @@ def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
          ("wire.split_frames",)),
         ("gathers-for-slow-readers", "wire.slow_reader_bounded", "gathered what its slow reader had not taken",
          ("wire.cancel_stops_generation", "wire.cut_visible")),
+        ("bounds-whole-response", "wire.slow_link_survived", "slow but alive", ("wire.stall_survived",)),
     ],
 )  # fmt: skip
 def test_each_mishandled_fault_is_caught_by_its_check(
@@ -114,6 +126,7 @@ def test_each_mishandled_fault_is_caught_by_its_check(
         "wire.no_retry_after_first_byte": ("retried_mid_stream", STREAMS),  # each cut stream, once more
         "wire.stall_survived": ("streams_broken", STREAMS),
         "wire.cancel_stops_generation": ("generated_to_the_end", STREAMS),  # each to its last token
+        "wire.slow_link_survived": ("streams_broken", STREAMS),  # each at the proxy's 6 s bound
     }
     if failing == "wire.slow_reader_bounded":  # held what the replicas wrote unpaced, far past the bound
         print("gathers-for-slow-readers:", caught.observed)
@@ -121,4 +134,7 @@ def test_each_mishandled_fault_is_caught_by_its_check(
     else:
         metric, count = numbers[failing]
         assert caught.metrics[metric] == count, caught
+    if fault == "bounds-whole-response":  # cut at its bound, before the link was done with any stream
+        print("bounds-whole-response:", caught.observed, caught.detail)
+        assert 5.5 <= caught.metrics["cut_after_s"] < OPTIONS.slow_link.stream_s, caught
     _the_others_pass(checks, failing)

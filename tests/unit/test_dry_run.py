@@ -153,7 +153,7 @@ def test_conditional_and_sut_launched_commands_are_marked():
     text = run_cli("run", "telemetry", "--dry-run", env=NOTHING).stdout
     assert "KILL, the controller's escalation (only if the endpoint still runs 12s after TERM)" in text
     health = run_cli("run", "health", "--dry-run", env=NOTHING).stdout
-    assert health.count("(launched by the SUT's register function)") == 6 * (4 + 1)  # 6 attempts: 4 replicas, a client
+    assert health.count("(launched by the SUT's register function)") == 7 * (4 + 1)  # 7 attempts: 4 replicas, a client
     existing = run_cli("run", "health", "--dry-run", "--cluster", "existing", "--run-dir", "/lustre/dd", env=NOTHING)
     assert "dd-node-loss" not in existing.stdout  # a site's node is never taken down
     assert "State=DRAIN" in health and "scontrol update" not in existing.stdout, "nor drained"

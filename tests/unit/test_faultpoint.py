@@ -2,12 +2,15 @@
 stream what it says, counted in the stream's own units, and records what it did."""
 
 import asyncio
+import random
 
 import pytest
 from aiohttp import web
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dd_accept.base.events import ClientRequest, EventWriter, RelayedResponse, of_type, read_event_file
-from dd_accept.node.faultpoint import Relay, chunk, data_events, header
+from dd_accept.node.faultpoint import Relay, SlowLink, _LinkClock, chunk, data_events, header
 from dd_accept.node.loadclient.raw import run_raw
 from dd_accept.node.loadclient.sse import is_error_event
 from dd_accept.node.loadclient.workload import Workload
@@ -27,13 +30,13 @@ async def _sse(request):
     return response
 
 
-async def _through_fault_point(tmp_path, fault, records=3, after=2, stall_s=0.0):
+async def _through_fault_point(tmp_path, fault, records=3, after=2, stall_s=0.0, link=None):
     """`records` streams from a local SSE server through the fault point to the raw client;
     each as the client saw it beside the fault point's record of it."""
 
     async def relayed_to_the_client(upstream_url):
         relayed = EventWriter(tmp_path / "relayed.jsonl", source="faultpoint")
-        relay = Relay(0, ("127.0.0.1", int(upstream_url.rsplit(":", 1)[1])), fault, after, relayed, stall_s)
+        relay = Relay(0, ("127.0.0.1", int(upstream_url.rsplit(":", 1)[1])), fault, after, relayed, stall_s, link)
         server = await asyncio.start_server(relay.serve, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         client = EventWriter(tmp_path / "client.jsonl", source="client")
@@ -83,6 +86,40 @@ def test_a_stall_holds_the_rest_of_each_stream_then_lets_it_through_whole(tmp_pa
     for seen, relayed in asyncio.run(_through_fault_point(tmp_path, "stall", after=2, stall_s=0.3)):
         assert (relayed.ended, relayed.stalled_s, relayed.data_events) == ("whole", 0.3, EVENTS)
         assert (seen.outcome, seen.done, seen.chunks) == ("ok", True, EVENTS) and seen.gap_max_s >= 0.3, seen
+
+
+def test_a_slow_link_delivers_each_stream_whole_and_records_how_long_it_took(tmp_path):
+    # 7 chunks of about 70 bytes each at 1000 bytes/s: the rate alone takes about half a second
+    link = SlowLink(latency_s=0.02, jitter_s=0.015, rate_bytes_s=1000.0)
+    for seen, relayed in asyncio.run(_through_fault_point(tmp_path, "slow", records=2, link=link)):
+        assert (relayed.ended, relayed.data_events, relayed.fault) == ("whole", EVENTS, "slow"), relayed
+        assert relayed.slowed_s >= relayed.bytes / 1000 and relayed.stalled_s == 0.0, relayed
+        assert (seen.outcome, seen.done, seen.chunks, seen.bytes) == ("ok", True, EVENTS, relayed.bytes), seen
+        assert seen.latency_s >= relayed.bytes / 1000, seen
+
+
+def test_the_slow_fault_without_a_link_is_refused():
+    with pytest.raises(ValueError, match="needs its link"):
+        Relay(0, ("127.0.0.1", 1), "slow", 1, None)
+
+
+@given(
+    st.lists(st.tuples(st.floats(0, 0.5), st.integers(1, 4096)), min_size=1, max_size=40),
+    st.floats(0, 0.1),
+    st.floats(0, 1),
+    st.integers(0, 2**16),
+)
+def test_the_slow_links_chunks_leave_in_order_no_sooner_than_latency_and_rate_allow(arrivals, latency, share, seed):
+    """Whatever comes in, when: no chunk overtakes the one before it, none leaves before its
+    least latency has passed, and the link never carries more than its rate."""
+    link = SlowLink(latency_s=latency, jitter_s=latency * share, rate_bytes_s=2000.0)
+    clock, arrived, last = _LinkClock(link, random.Random(seed)), 0.0, 0.0
+    for gap, size in arrivals:
+        arrived += gap
+        leaves = clock.leaves(arrived, size)
+        assert leaves >= last + size / link.rate_bytes_s - 1e-9  # the rate: the one before it was sent first
+        assert leaves >= arrived + link.latency_s - link.jitter_s + size / link.rate_bytes_s - 1e-9
+        last = leaves
 
 
 @pytest.mark.parametrize(

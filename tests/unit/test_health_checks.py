@@ -1,4 +1,5 @@
 from dd_accept.acceptance import health_checks as checks
+from dd_accept.slurm_docker.controller_restart import ControllerRestart
 
 
 def test_detected_requires_503_with_exactly_one_backend_missing():
@@ -168,3 +169,36 @@ def test_node_drain_requires_the_attempt_to_succeed_whole():
     # where the attempt fails undisturbed too, the drain is not named as the cause
     broken = checks.node_drain_attempt_undisturbed(outcome(70, 0.6, 9), "node1", "MIXED+DRAIN", outcome(70, 1.0, 9))
     assert broken.verdict == "fail" and broken.detail.startswith("the attempt does not succeed undisturbed either")
+
+
+def _restart(after="RUNNING", steps_after=6):
+    return ControllerRestart(
+        asked_at=0.0, down_s=6.2, job_state_before="RUNNING", job_state_after=after, steps_before=6,
+        steps_after=steps_after,
+    )  # fmt: skip
+
+
+def test_a_controller_restart_requires_the_attempt_to_succeed_whole():
+    healthy = outcome(0, 8.0, 24)
+    passed = checks.controller_restart_attempt_undisturbed(outcome(0, 9.1, 24), _restart(), healthy)
+    assert passed.verdict == "pass" and passed.observed.startswith(
+        "the attempt succeeded (wait status 0) 9.1s after slurmctld was shut down; client 24/24 records"
+    ), passed
+    assert "; Slurm: slurmctld down 6.2s; job RUNNING before, RUNNING after, steps 6 before, 6 after" in passed.observed
+    assert passed.metrics["ran_after_restart_s"] == 9.1 and passed.metrics["controller_down_s"] == 6.2
+    failed = checks.controller_restart_attempt_undisturbed(outcome(70, 2.4, 11), _restart(), healthy)
+    assert (
+        failed.verdict == "fail" and "returned 70, 2.4s after slurmctld was shut down; client 11/24" in failed.observed
+    )
+    assert (
+        failed.detail
+        == "the controller's restart was taken for the job's loss: Slurm kept the job and its steps running"
+    )
+    assert checks.controller_restart_attempt_undisturbed(outcome(0, 9.1, 20), _restart()).verdict == "fail"
+    broken = checks.controller_restart_attempt_undisturbed(outcome(70, 2.4, 11), _restart(), outcome(70, 1.0, 9))
+    assert broken.detail.startswith("the attempt does not succeed undisturbed either: the restart is not shown")
+
+
+def test_slurm_kept_the_job_only_if_its_state_is_unchanged():
+    assert _restart().job_kept and _restart(steps_after=2).job_kept, "the attempt's steps may end meanwhile"
+    assert not _restart(after="gone").job_kept and not _restart(after="PENDING").job_kept

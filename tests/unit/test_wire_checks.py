@@ -2,10 +2,14 @@
 fails, naming its reason, on what each mishandling leaves; a phase the fault point did not
 fault is the harness's error, and a proxy that forwarded nothing fails every check."""
 
+from dataclasses import replace
+
 import pytest
 
 from dd_accept.acceptance import wire_checks as checks
+from dd_accept.acceptance.wire import SlowLinkPart
 from dd_accept.base.events import ClientRequest, RelayedResponse, UpstreamAttempt
+from dd_accept.sut.profile import profile_for
 
 EVENT_BYTES = 60
 
@@ -17,11 +21,11 @@ def _client(request_id, outcome="ok", done=True, chunks=16, errors=None, size=No
     )  # fmt: skip
 
 
-def _relayed(request_id, ended="whole", events=16, split=0, fault="none", size=None, stalled_s=0.0):
+def _relayed(request_id, ended="whole", events=16, split=0, fault="none", size=None, stalled_s=0.0, slowed_s=0.0):
     return RelayedResponse(
         request_id=request_id, upstream=0, fault=fault, status=200, ended=ended, data_events=events,
         bytes=events * EVENT_BYTES + (0 if ended in ("reset", "broken") else 14) if size is None else size, split=split,
-        stalled_s=stalled_s,
+        stalled_s=stalled_s, slowed_s=slowed_s,
     )  # fmt: skip
 
 
@@ -87,8 +91,9 @@ def test_a_proxy_that_forwarded_nothing_fails_every_check_by_name():
     for judge in (checks.split_frames, checks.cut_visible, checks.error_event):
         result = judge(refused, [])
         assert result.verdict == "fail" and "forwarded none of 4 request(s)" in result.observed, result
-    result = checks.stall_survived(refused, [], 3600.0)
-    assert result.verdict == "fail" and "forwarded none of 4 request(s)" in result.observed, result
+    for judge in (checks.stall_survived, checks.slow_link_survived):
+        result = judge(refused, [], 3600.0)
+        assert result.verdict == "fail" and "forwarded none of 4 request(s)" in result.observed, result
     result = checks.no_retry_after_first_byte(refused, [], [])
     assert result.verdict == "fail" and "4 http_error" in result.observed
 
@@ -120,6 +125,24 @@ def test_a_stream_silent_for_less_than_the_declared_timeout_must_go_on():
     assert bad.verdict == "fail" and bad.metrics["streams_broken"] == 4 and "gave up on a stream silent" in bad.detail
     with pytest.raises(RuntimeError, match="stalled no stream"):
         checks.stall_survived([_client(i) for i in IDS], [_relayed(i) for i in IDS], 3600.0)
+
+
+def test_a_stream_slow_as_a_whole_but_alive_must_reach_its_end():
+    whole = [_relayed(i, fault="slow", slowed_s=8.0 + n / 10) for n, i in enumerate(IDS)]
+    good = checks.slow_link_survived([_client(i) for i in IDS], whole, 3600.0)
+    assert good.verdict == "pass" and good.observed == "4 streams took 8.0-8.3s over the link: 4 whole", good
+    assert good.metrics["stream_s_max"] == 8.3 and "less than its declared 3600s timeout" in good.expected
+    # a proxy bounding a whole response to 6 s: each stream cut 6 s in, its body broken
+    cut = [_relayed(i, ended="broken", events=40, fault="slow", slowed_s=6.0) for i in IDS[:3]] + whole[3:]
+    seen = [_client(i, outcome="error", done=False, chunks=40) for i in IDS[:3]] + [_client(IDS[3])]
+    bad = checks.slow_link_survived(seen, cut, 3600.0)
+    assert bad.verdict == "fail" and (bad.metrics["streams_broken"], bad.metrics["cut_after_s"]) == (3, 6.0), bad
+    assert "slow but alive, 6.0s in" in bad.detail and bad.observed.endswith("3 error, 1 whole"), bad
+    # a stream the proxy ended cleanly short of its end is no more whole than a broken one
+    short = checks.slow_link_survived([_client(i, done=False, chunks=40) for i in IDS], whole, 3600.0)
+    assert short.verdict == "fail" and short.observed.endswith("4 clean end"), short
+    with pytest.raises(RuntimeError, match="slowed no stream"):
+        checks.slow_link_survived([_client(i) for i in IDS], [_relayed(i) for i in IDS], 3600.0)
 
 
 def _served(request_id, outcome="abandoned", events=6):
@@ -198,3 +221,16 @@ def test_a_proxy_that_streamed_nothing_fails_slow_reader_bounded_by_name():
     failed = [_client(i, outcome="http_error", done=False, chunks=0, size=0) for i in IDS]
     result = checks.slow_reader_bounded(failed, [], 60 * 1024, 60 * 1024, 64, 256)
     assert result.verdict == "fail" and result.observed == "no stream reached the slow reader: 4 http_error", result
+
+
+@pytest.mark.parametrize(("timeout_s", "stream_s"), [(3600.0, 8.0), (None, 8.0), (6.0, 3.0)])
+def test_the_slow_link_takes_its_streams_length_or_half_the_declared_timeout(timeout_s, stream_s):
+    """Each chunk pays its latency then its bytes at the rate, in turn: the part's 64 tokens take
+    `stream_s` in all, scaled down (latency, jitter and all) where the proxy declares less."""
+    profile = profile_for("data-designer-slurm", "1.0.0rc1")
+    profile = replace(profile, telemetry=replace(profile.telemetry, streaming_timeout_seconds=timeout_s))
+    part = SlowLinkPart()
+    link = part.link(profile, seed=3)
+    took = part.tokens * link.latency_s + part.tokens * part.token_bytes / link.rate_bytes_s
+    assert took == pytest.approx(stream_s) and link.seed == 3
+    assert link.jitter_s / link.latency_s == pytest.approx(part.jitter_ms / part.latency_ms)

@@ -5,6 +5,9 @@ loss         — replicas run as separate required steps under a drill that wait
 node drain   — the same attempt with its node set DRAIN mid-generation (an administrator's
                maintenance ahead): Slurm keeps the running steps, so the attempt must succeed.
                Only on dd-accept's own cluster.
+controller restart — the same attempt with Slurm's controller shut down mid-generation (its
+               state saved) and started again 5 s later, as an upgrade does: the job and its
+               steps run on meanwhile, so the attempt must succeed. Only on dd-accept's own cluster.
 node loss    — the same attempt with every replica on a node of its own job, and that node
                frozen mid-generation (docker pause: no exit, no reset, Slurm learns of it
                only from its pings): the proxy's /health must report it, and the controller
@@ -57,6 +60,7 @@ from dd_accept.base.errors import ClusterError
 from dd_accept.base.events import EventWriter, NodeChange
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.slurm_docker.allocation import salloc_argv, scancel_argv, srun_argv
+from dd_accept.slurm_docker.controller_restart import ControllerRestart, restart_controller
 from dd_accept.slurm_docker.node_health import NodeCondition, set_node_state, slurmd_timeout
 
 
@@ -86,6 +90,10 @@ class HealthRun(ScenarioRun):
 
 # Each attempt's replica ports (another attempt's replicas may still hold theirs).
 HEALTHY_PORT_OFFSET, NODE_DRAIN_PORT_OFFSET, NODE_LOSS_PORT_OFFSET = 300, 350, 400
+CONTROLLER_RESTART_PORT_OFFSET = 450
+# From the shutdown asked to slurmctld's start: many polls of any wait that asks Slurm, and
+# short enough that the attempt (about 12 s) is still generating when it is back.
+CONTROLLER_DOWN_S = 5.0
 DRAIN_REASON = "dd-accept: maintenance ahead"
 
 
@@ -134,6 +142,24 @@ def _node_drain(s: HealthRun) -> None:
     if not outcome.running_at_fault:
         raise RuntimeError(f"the attempt had ended before {node} was set DRAIN: the phase tested nothing")
     s.result.add(checks.node_drain_attempt_undisturbed(outcome, node, drained.state, s.healthy))
+
+
+def _controller_restart(s: HealthRun) -> None:
+    """Restart Slurm's controller mid-generation (its state saved, down CONTROLLER_DOWN_S),
+    as an administrator's upgrade or reconfiguration does."""
+    seen: dict[str, ControllerRestart] = {}
+
+    def restart(replicas: deployment.ReplicaSet) -> None:
+        seen["restart"] = restart_controller(s.allocation.cluster, s.allocation.job_id, CONTROLLER_DOWN_S)
+
+    outcome = drilled_attempt(s.allocation, s.profile, s.options, "controller-restart", restart,
+                              port_offset=CONTROLLER_RESTART_PORT_OFFSET)  # fmt: skip
+    restart = seen["restart"]
+    if not restart.job_kept:
+        raise ClusterError(f"Slurm did not keep the job across its controller's restart: {restart.describe()}")
+    if not outcome.running_at_fault:
+        raise RuntimeError("the attempt had ended before the controller was shut down: the phase tested nothing")
+    s.result.add(checks.controller_restart_attempt_undisturbed(outcome, restart, s.healthy))
 
 
 def _node_loss(s: HealthRun) -> None:
@@ -345,6 +371,20 @@ def _plan_node_drain(p: Planner) -> list[PlannedCommand]:
     ]
 
 
+def _plan_controller_restart(p: Planner) -> list[PlannedCommand]:
+    """The attempt, with Slurm's controller restarted mid-generation."""
+    if p.target.slurmd_timeout_s is None:
+        return []  # an existing cluster: dd-accept never restarts a site's controller
+    *attempt, ending = _plan_attempt("controller-restart", CONTROLLER_RESTART_PORT_OFFSET)(p)
+    shutdown = ["scontrol", "shutdown", "slurmctld"]
+    return [
+        *attempt,
+        PlannedCommand(f"mid-generation, shut Slurm's controller down (its state saved); it starts again "
+                       f"{CONTROLLER_DOWN_S:g} s after", shutdown),
+        ending,
+    ]  # fmt: skip
+
+
 def _plan_unresponsive_attempt(p: Planner) -> list[PlannedCommand]:
     return [
         command
@@ -376,6 +416,9 @@ PHASES: tuple[Phase[HealthRun], ...] = (
     Phase("judge", "node drain: the attempt", _node_drain, _plan_node_drain, numbers=_replicas,
           applies=_may_lose_nodes, fault="the attempt's node set DRAIN",
           judges=("health.node_drain.attempt_undisturbed",), segments=("node drain",)),
+    Phase("judge", "controller restart: the attempt", _controller_restart, _plan_controller_restart,
+          numbers=_replicas, applies=_may_lose_nodes, fault="Slurm's controller restarted",
+          judges=("health.controller_restart.attempt_undisturbed",), segments=("controller restart",)),
     Phase(
         "judge",
         "node loss: detection and the attempt",

@@ -7,6 +7,7 @@ from typing import Any
 
 from dd_accept.acceptance.registry import check
 from dd_accept.base.results import CheckResult
+from dd_accept.slurm_docker.controller_restart import ControllerRestart
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,27 @@ def attempt_failed(outcome: AttemptOutcome, failure_status: int, healthy: Attemp
     )
 
 
+def _undisturbed(
+    check_id: str, expected: str, outcome: AttemptOutcome, observed: str, mistaken: str, cause: str,
+    healthy: AttemptOutcome | None, ran_on: str, slurm: dict[str, float] | None = None,
+) -> CheckResult:  # fmt: skip
+    """An attempt Slurm kept running through an event (`observed`: the attempt beside Slurm's
+    view of it) must succeed as it does undisturbed; where it did not, the same attempt
+    without the event says whether the event (`cause`) is what failed it. `ran_on`: the
+    metric of how long the attempt ran on after the event; `slurm`: Slurm's numbers of it."""
+    ok = outcome.wait_status == 0 and outcome.client_finished
+    detail = ""
+    if not ok:
+        detail = mistaken
+        if not _baseline_ok(healthy):
+            detail = f"the attempt does not succeed undisturbed either: {cause} is not shown to be the cause"
+    metrics = {"records_done": float(outcome.records_done), "records": float(outcome.records)}
+    if outcome.ended_after_fault_s is not None:
+        metrics[ran_on] = round(outcome.ended_after_fault_s, 3)
+    metrics |= slurm or {}
+    return CheckResult.judge(check_id, ok, expected, observed + _baseline_text(healthy), detail, metrics)
+
+
 @check("health.node_drain.attempt_undisturbed")
 def node_drain_attempt_undisturbed(
     outcome: AttemptOutcome, node: str, state: str, healthy: AttemptOutcome | None = None
@@ -108,23 +130,40 @@ def node_drain_attempt_undisturbed(
     and lets the running steps go on, so nothing is lost. The attempt must succeed as it does
     undisturbed (wait status 0, every record answered); a controller or monitor that takes a
     drained node for a lost one fails work that nothing failed."""
-    ok = outcome.wait_status == 0 and outcome.client_finished
-    detail = ""
-    if not ok:  # the same attempt undisturbed says whether the drain is what failed it
-        detail = "a drained node was taken for a lost one: Slurm kept its steps running"
-        if not _baseline_ok(healthy):
-            detail = "the attempt does not succeed undisturbed either: the drain is not shown to be the cause"
-    metrics = {"records_done": float(outcome.records_done), "records": float(outcome.records)}
-    if outcome.ended_after_fault_s is not None:  # how long the attempt ran on the drained node
-        metrics["drained_s"] = round(outcome.ended_after_fault_s, 3)
-    return CheckResult.judge(
+    return _undisturbed(
         node_drain_attempt_undisturbed.check_id,
-        ok,
         "with the attempt's node set DRAIN mid-generation (its steps keep running), the attempt succeeds: "
         "wait status 0, every record answered",
-        _attempt_observed(outcome, f"{node} was set DRAIN") + f"; Slurm: {node} {state}" + _baseline_text(healthy),
-        detail,
-        metrics,
+        outcome,
+        _attempt_observed(outcome, f"{node} was set DRAIN") + f"; Slurm: {node} {state}",
+        "a drained node was taken for a lost one: Slurm kept its steps running",
+        "the drain",
+        healthy,
+        "drained_s",
+    )
+
+
+@check("health.controller_restart.attempt_undisturbed")
+def controller_restart_attempt_undisturbed(
+    outcome: AttemptOutcome, restart: ControllerRestart, healthy: AttemptOutcome | None = None
+) -> CheckResult:
+    """Slurm's controller is restarted mid-generation (`scontrol shutdown slurmctld`, its state
+    saved, started again seconds later), as an administrator's upgrade or reconfiguration
+    does. A running job's steps live on its nodes and go on meanwhile, and Slurm keeps the
+    job (`restart`: its state and steps before and after). The attempt must succeed as it does
+    undisturbed (wait status 0, every record answered); a controller path that takes Slurm's
+    silence for its job's loss fails work that nothing failed."""
+    return _undisturbed(
+        controller_restart_attempt_undisturbed.check_id,
+        "with Slurm's controller restarted mid-generation (the job and its steps keep running), the attempt "
+        "succeeds: wait status 0, every record answered",
+        outcome,
+        _attempt_observed(outcome, "slurmctld was shut down") + f"; Slurm: {restart.describe()}",
+        "the controller's restart was taken for the job's loss: Slurm kept the job and its steps running",
+        "the restart",
+        healthy,
+        "ran_after_restart_s",
+        {"controller_down_s": restart.down_s},
     )
 
 

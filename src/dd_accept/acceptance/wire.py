@@ -11,6 +11,9 @@
   slowread — the client reads every stream at 256 KiB/s while the replicas offer 16 KiB tokens
           as fast as they can be taken (the fault point relays untouched): the proxy must hold
           back what its client has not taken, its resident memory read before and at its peak
+  slowlink — every stream crosses a slow, jittery link (each chunk held 50 ± 40 ms, then sent
+          at a rate such that a stream takes about 8 s whole, or half the proxy's declared
+          streaming timeout where that is shorter): slow but alive, it must arrive whole
 Each part puts the fault point (`node.faultpoint`) in front of the replicas and a proxy of its
 own in front of the fault point, sends its streams through it, and stops both; the replicas
 stay up. What the fault point forwarded is set beside what the client got and what the
@@ -19,7 +22,8 @@ replicas served (`wire_checks`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -35,6 +39,7 @@ from dd_accept.base.waiting import wait_for_finding
 from dd_accept.deployment.faultpoint import FaultPoint, fault_point_launch, start_fault_point
 from dd_accept.deployment.placement import FAULT_POINT_PORT_BASE, REPLICA_PORT_BASE
 from dd_accept.deployment.step_usage import sample_usage, sample_while_running
+from dd_accept.node.faultpoint import SlowLink
 from dd_accept.slurm_docker.allocation import scancel_argv
 from dd_accept.sut.profile import SutProfile
 
@@ -45,17 +50,25 @@ FAULTS = {  # part: what the fault point does to every stream of it
     "stall": "every stream goes silent mid-way, for less than the proxy's streaming timeout",
     "hangup": "the client hangs up on every stream after a few events",
     "slowread": "the client reads every stream slower than the replicas write it",
+    "slowlink": "every stream crosses a slow link: each chunk held a jittered latency, the connection's rate low",
 }
-POINT_FAULT = {"hangup": "none", "slowread": "none"}  # a part whose fault is not the fault point's: it relays
+# The fault point's fault in a part not named after it ("none": the part's fault is not the
+# fault point's, it relays untouched).
+POINT_FAULT = {"hangup": "none", "slowread": "none", "slowlink": "slow"}
 T = TypeVar("T", RelayedResponse, UpstreamAttempt)  # a record that names its request
 STALL_S = 3.0  # far above scheduling noise, far below rc1's 3600 s streaming timeout
 
 
-def stall_seconds(profile: SutProfile) -> float:
-    """How long a stream goes silent in the stall part: 3 s, or half the proxy's declared
-    streaming timeout where that is shorter (a proxy may end a silence longer than it says)."""
+def _within_timeout(seconds: float, profile: SutProfile) -> float:
+    """`seconds`, or half the proxy's declared streaming timeout where that is shorter: a
+    proxy may end a stream that outlasts what it says."""
     timeout = profile.telemetry.streaming_timeout_seconds
-    return STALL_S if timeout is None else min(STALL_S, timeout / 2)
+    return seconds if timeout is None else min(seconds, timeout / 2)
+
+
+def stall_seconds(profile: SutProfile) -> float:
+    """How long a stream goes silent in the stall part."""
+    return _within_timeout(STALL_S, profile)
 
 
 JUDGES = {
@@ -65,7 +78,44 @@ JUDGES = {
     "stall": checks.stall_survived,  # judged against the proxy's declared streaming timeout
     "hangup": checks.cancel_stops_generation,  # judged on the replicas' records
     "slowread": checks.slow_reader_bounded,  # judged on the proxy's resident memory
+    "slowlink": checks.slow_link_survived,  # judged against the proxy's declared streaming timeout
 }
+
+
+@dataclass(frozen=True, slots=True)
+class SlowReaderPart:
+    """slowread: streams of 4096 tokens of 16 KiB (64 MiB each), read at 256 KiB/s and left
+    after 32 events (512 KiB, about 2 s): a proxy that gathers holds far more than one that waits."""
+
+    streams: int = 3
+    tokens: int = 4096
+    token_bytes: int = 16384
+    read_kib_s: int = 256
+    events: int = 32
+
+
+@dataclass(frozen=True, slots=True)
+class SlowLinkPart:
+    """slowlink: streams of 64 tokens of 2 KiB (128 KiB each) through a link that holds each
+    chunk 50 ± 40 ms, then sends it at a rate that makes a stream take about `stream_s` whole
+    (the fault point reads a replica's next chunk once it has sent the last: each chunk pays
+    its latency and its time on the wire in turn). No silence lasts more than a fraction of a
+    second; each stream lasts far longer than a proxy that bounds a whole response (not its
+    silences) would let it."""
+
+    tokens: int = 64
+    token_bytes: int = 2048
+    latency_ms: int = 50
+    jitter_ms: int = 40
+    stream_s: float = 8.0
+
+    def link(self, profile: SutProfile, seed: int) -> SlowLink:
+        """The fault point's link, scaled down where half the proxy's declared streaming
+        timeout is shorter than `stream_s`: a stream must take less than what it declares."""
+        scale = _within_timeout(self.stream_s, profile) / self.stream_s
+        latency_s = self.latency_ms / 1000 * scale
+        sending_s = self.stream_s * scale - self.tokens * latency_s  # what is left of it for the rate
+        return SlowLink(latency_s, self.jitter_ms / 1000 * scale, self.tokens * self.token_bytes / sending_s, seed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +127,8 @@ class WireOptions:
     itl_ms: int = 20
     after_events: int = 4  # data events forwarded before a reset or an error event, or the client hangs up
     hangup_tokens: int = 300  # 6 s at 20 ms: a generation left running is far longer than one stopped
-    # slowread: streams of 4096 tokens of 16 KiB (64 MiB each), read at 256 KiB/s and left
-    # after 32 events (512 KiB, about 2 s): a proxy that gathers holds far more than one that waits.
-    slow_streams: int = 3
-    slow_tokens: int = 4096
-    slow_token_bytes: int = 16384
-    slow_read_kib_s: int = 256
-    slow_events: int = 32
+    slow_reader: SlowReaderPart = SlowReaderPart()
+    slow_link: SlowLinkPart = SlowLinkPart()
     seed: int = 0
 
 
@@ -124,8 +169,9 @@ def _deploy(part: str) -> Callable[[WireRun], None]:
     def deploy(s: WireRun) -> None:
         assert s.replicas is not None, "the replicas are deployed first"
         s.point = start_fault_point(s.allocation, s.replicas, s.run, name=f"faultpoint-{part}",
-                                    fault=POINT_FAULT.get(part, part),
-                                    after_events=s.options.after_events, stall_s=stall_seconds(s.profile))  # fmt: skip
+                                    fault=POINT_FAULT.get(part, part), after_events=s.options.after_events,
+                                    stall_s=stall_seconds(s.profile),
+                                    link=s.options.slow_link.link(s.profile, s.options.seed))  # fmt: skip
         s.proxy = deployment.start_proxy(s.allocation, s.replicas, profile=s.profile, backends=s.point.backends,
                                          log_name=f"proxy-{part}.log")  # fmt: skip
 
@@ -137,8 +183,8 @@ def _plan_deploy(part: str) -> Callable[[Planner], list[PlannedCommand]]:
         o = p.options
         upstreams = [(NODE, REPLICA_PORT_BASE + index) for index in range(o.replicas)]
         point = fault_point_launch(p.target.layout.python, upstreams, NODE, f"{p.run_path()}/faultpoint-{part}",
-                                   POINT_FAULT.get(part, part), o.after_events,
-                                   stall_s=stall_seconds(p.profile))  # fmt: skip
+                                   POINT_FAULT.get(part, part), o.after_events, stall_s=stall_seconds(p.profile),
+                                   link=o.slow_link.link(p.profile, o.seed))  # fmt: skip
         return [
             p.srun(f"the fault point in front of every replica: {FAULTS[part]}", point.argv, point.options),
             p.proxy("the SUT's proxy in front of the fault point", o.replicas, port_base=FAULT_POINT_PORT_BASE,
@@ -156,11 +202,14 @@ def _load(o: WireOptions, part: str) -> dict[str, Any]:
             "deadline_s": 60}  # fmt: skip
     if part == "hangup":
         load |= {"max_tokens": o.hangup_tokens, "hang_up_after": o.after_events}
-    if part == "stall":  # every stream at once: one silence to wait out, not one per wave
+    if part in ("stall", "slowlink"):  # every stream at once: one slow stretch to wait out, not one per wave
         load |= {"concurrency": o.streams}
+    if part == "slowlink":
+        load |= {"max_tokens": o.slow_link.tokens}
     if part == "slowread":
-        load |= {"records": o.slow_streams, "concurrency": o.slow_streams, "max_tokens": o.slow_tokens,
-                 "hang_up_after": o.slow_events, "read_bytes_per_s": o.slow_read_kib_s * 1024}  # fmt: skip
+        slow = o.slow_reader
+        load |= {"records": slow.streams, "concurrency": slow.streams, "max_tokens": slow.tokens,
+                 "hang_up_after": slow.events, "read_bytes_per_s": slow.read_kib_s * 1024}  # fmt: skip
     return load
 
 
@@ -188,21 +237,40 @@ LEFT_WITHIN_S: dict[str, Callable[[WireOptions], float]] = {
 }
 
 
+@contextmanager
+def _large_tokens(s: WireRun, itl_ms: int, token_bytes: int) -> Iterator[None]:
+    """The replicas writing tokens of `token_bytes` every `itl_ms` meanwhile, then as they
+    started (for the parts after this one)."""
+    assert s.replicas is not None, "the replicas are deployed first"
+    s.replicas.control(None, "pace", itl_ms=itl_ms, exact=True, token_bytes=token_bytes)
+    try:
+        yield
+    finally:
+        s.replicas.control(None, "pace")
+
+
 def _drive_slow_reader(part: str) -> Callable[[WireRun], None]:
     """The part's streams with the replicas writing large tokens unpaced, the proxy step's
     memory read before them and at its peak after (the kernel's VmHWM)."""
     streams = _drive(part)
 
     def drive(s: WireRun) -> None:
-        assert s.replicas is not None, "the replicas are deployed first"
-        o = s.options
-        s.replicas.control(None, "pace", itl_ms=0, exact=True, token_bytes=o.slow_token_bytes)
-        try:
+        with _large_tokens(s, 0, s.options.slow_reader.token_bytes):
             before = sample_usage(s.allocation, ("proxy",))
             streams(s)
             s.proxy_memory_kb = (before.rss_kb["proxy"], _peak_after(s))
-        finally:
-            s.replicas.control(None, "pace")  # as they started, for the parts after this one
+
+    return drive
+
+
+def _drive_slow_link(part: str) -> Callable[[WireRun], None]:
+    """The part's streams with the replicas writing tokens large enough for the link's rate,
+    not its latency, to set how long a stream takes."""
+    streams = _drive(part)
+
+    def drive(s: WireRun) -> None:
+        with _large_tokens(s, s.options.itl_ms, s.options.slow_link.token_bytes):
+            streams(s)
 
     return drive
 
@@ -215,7 +283,7 @@ def _peak_after(s: WireRun) -> int | None:
     return None if after is None else after.peak_rss_kb["proxy"]
 
 
-DRIVES = {"slowread": _drive_slow_reader}
+DRIVES = {"slowread": _drive_slow_reader, "slowlink": _drive_slow_link}
 
 
 def _relayed_of(point: FaultPoint, client: list[Event], timeout: float) -> list[RelayedResponse]:
@@ -261,11 +329,11 @@ def _judge(part: str) -> Callable[[WireRun], None]:
 
 
 def _judge_slow_reader(s: WireRun) -> CheckResult:
-    o = s.options
+    slow = s.options.slow_reader
     before, peak = s.proxy_memory_kb
-    offered = o.slow_tokens * o.slow_token_bytes / 2**20
+    offered = slow.tokens * slow.token_bytes / 2**20
     client, left = s.seen["slowread"][0], s.left["slowread"]
-    return checks.slow_reader_bounded(client, left, before, peak, offered, o.slow_read_kib_s)
+    return checks.slow_reader_bounded(client, left, before, peak, offered, slow.read_kib_s)
 
 
 # Each part's check, given what its streams saw (JUDGES names which check it is).
@@ -278,6 +346,7 @@ JUDGED: dict[str, Callable[[WireRun], CheckResult]] = {
         s.seen["hangup"][0], s.left["hangup"], s.options.hangup_tokens, s.options.after_events
     ),
     "slowread": _judge_slow_reader,
+    "slowlink": lambda s: checks.slow_link_survived(*s.seen["slowlink"], s.profile.telemetry.streaming_timeout_seconds),
 }
 
 
@@ -329,7 +398,7 @@ PHASES: tuple[Phase[WireRun], ...] = (
 
 SCENARIO = Scenario(
     "wire",
-    "faults between the proxy and the replicas: split frames, cut connections, in-stream errors, a slow reader",
+    "faults between the proxy and the replicas: split frames, cut streams, in-stream errors, slow readers and links",
     WireOptions,
     PHASES,
     WireRun,

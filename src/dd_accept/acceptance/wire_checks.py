@@ -10,6 +10,7 @@ The contract is the one every streaming proxy owes an SSE client:
 - failover happens only before the first byte: once a response has started, a retry would
   generate the answer twice and splice two streams into one;
 - a stream that goes silent for less than the proxy's declared streaming timeout goes on;
+- a stream that is slow as a whole (a slow, jittery link) but alive goes on to its end;
 - a stream its client hangs up on stops at the replica: no generation runs on for nobody;
 - a client that reads slower than the replica writes is paced by TCP's flow control, end to end:
   the proxy holds back what it has not sent instead of gathering it (its memory is bounded).
@@ -18,7 +19,7 @@ The contract is the one every streaming proxy owes an SSE client:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from dd_accept.acceptance.analysis import attempts_by_request, requests
 from dd_accept.acceptance.registry import check
@@ -231,25 +232,55 @@ def no_retry_after_first_byte(
     )  # fmt: skip
 
 
+def _declared(timeout_s: float | None) -> str:
+    return "its declared streaming timeout" if timeout_s is None else f"its declared {timeout_s:g}s timeout"
+
+
+def _whole(stream: ClientRequest | None, sent: RelayedResponse) -> bool:
+    """The stream reached the client whole: its [DONE], and the events and bytes forwarded."""
+    return stream is not None and stream.outcome == "ok" and bool(stream.done) and _as_forwarded(stream, sent)
+
+
+def _arrived(faulted_streams: dict[str, RelayedResponse], seen: dict[str, ClientRequest]) -> Counter[str]:
+    """How each stream a fault slowed down reached the client: "whole", else how it ended
+    (`_ending`), counted."""
+    return Counter("whole" if _whole(seen.get(k), r) else _ending(seen.get(k)) for k, r in faulted_streams.items())
+
+
+def _slowed(
+    check_id: str,
+    expected: str,
+    client: Sequence[Event],
+    relayed: Sequence[RelayedResponse],
+    by: Callable[[RelayedResponse], float],
+    did: str,
+) -> CheckResult | tuple[dict[str, RelayedResponse], dict[str, ClientRequest]]:
+    """The streams the fault point slowed down (`by`: how long it held one), however they
+    ended (the proxy may give up on them), and what the client saw of each; or the check's
+    failure where the proxy forwarded none (`_judged`)."""
+    judged = _judged(check_id, expected, client, relayed, None, "relayed no stream")
+    if isinstance(judged, CheckResult):
+        return judged
+    sent, seen = judged
+    slowed = {k: r for k, r in sent.items() if by(r)}
+    if not slowed:
+        raise _untested(f"{did} no stream")
+    return slowed, seen
+
+
 @check("wire.stall_survived")
 def stall_survived(client: Sequence[Event], relayed: Sequence[RelayedResponse], timeout_s: float | None) -> CheckResult:
     """Every stream that went silent mid-way for less than the proxy's declared streaming
     timeout (`timeout_s`, the SUT profile's) reaches the client whole, as forwarded: a model
     that pauses mid-generation is not a dead backend."""
-    declared = "its declared streaming timeout" if timeout_s is None else f"its declared {timeout_s:g}s timeout"
+    declared = _declared(timeout_s)
     expected = f"every stream silent mid-way for less than {declared} reaches the client whole, as forwarded"
-    judged = _judged(stall_survived.check_id, expected, client, relayed, None, "relayed no stream")
+    judged = _slowed(stall_survived.check_id, expected, client, relayed, lambda r: r.stalled_s, "stalled")
     if isinstance(judged, CheckResult):
         return judged
-    sent, seen = judged
-    stalled = {k: r for k, r in sent.items() if r.stalled_s}  # however it ended: the proxy may give up
-    if not stalled:
-        raise _untested("stalled no stream")
+    stalled, seen = judged
     stall = max(r.stalled_s for r in stalled.values())
-    endings = Counter(
-        "whole" if (s := seen.get(k)) and s.outcome == "ok" and s.done and _as_forwarded(s, r) else _ending(s)
-        for k, r in stalled.items()
-    )
+    endings = _arrived(stalled, seen)
     broken = len(stalled) - endings.get("whole", 0)
     return CheckResult.judge(
         stall_survived.check_id,
@@ -259,6 +290,39 @@ def stall_survived(client: Sequence[Event], relayed: Sequence[RelayedResponse], 
         + _shown(endings),
         f"the proxy gave up on a stream silent for {stall:g}s, less than {declared}" if broken else "",
         {"streams": len(stalled), "stall_s": stall, "streams_broken": broken},
+    )  # fmt: skip
+
+
+@check("wire.slow_link_survived")
+def slow_link_survived(
+    client: Sequence[Event], relayed: Sequence[RelayedResponse], timeout_s: float | None
+) -> CheckResult:
+    """Every stream that crossed a slow, jittery link (each chunk held a drawn latency, the
+    connection's rate low), taking seconds whole but less than the proxy's declared streaming
+    timeout, reaches the client whole, as forwarded: a slow network or replica is not a dead
+    one. A proxy that bounds a whole response's time, where it declares a bound on silence,
+    cuts every long generation this way."""
+    declared = _declared(timeout_s)
+    expected = (
+        f"every stream that took seconds to cross a slow, jittery link (less than {declared}) reaches the client "
+        "whole, as forwarded"
+    )
+    judged = _slowed(slow_link_survived.check_id, expected, client, relayed, lambda r: r.slowed_s, "slowed")
+    if isinstance(judged, CheckResult):
+        return judged
+    slowed, seen = judged
+    endings = _arrived(slowed, seen)
+    broken = sorted(k for k, r in slowed.items() if not _whole(seen.get(k), r))
+    took = sorted(r.slowed_s for r in slowed.values())
+    cut = min((slowed[k].slowed_s for k in broken), default=0.0)
+    return CheckResult.judge(
+        slow_link_survived.check_id,
+        not broken,
+        expected,
+        f"{len(slowed)} streams took {took[0]:.1f}-{took[-1]:.1f}s over the link: " + _shown(endings),
+        f"the proxy gave up on a stream that was slow but alive, {cut:.1f}s in (less than {declared})"
+        if broken else "",
+        {"streams": len(slowed), "stream_s_max": took[-1], "streams_broken": len(broken), "cut_after_s": cut},
     )  # fmt: skip
 
 

@@ -174,7 +174,7 @@ class RelayedResponse(EventBase):
 
     KIND: ClassVar[str] = "relayed"
     upstream: int  # the replica's index
-    fault: str  # none, split, reset, error
+    fault: str  # none, split, reset, error, stall, slow
     status: int
     # whole, reset (both connections reset), error_event (an error event and [DONE] ended it),
     # broken (a side hung up mid-response: the proxy gave up, or a replica died)
@@ -184,6 +184,7 @@ class RelayedResponse(EventBase):
     bytes: int = 0  # body bytes forwarded (a chunked body's data, as a client decodes it)
     split: int = 0  # chunks sent as two TCP segments
     stalled_s: float = 0.0  # how long nothing was forwarded mid-stream (a stall)
+    slowed_s: float = 0.0  # a slow link: how long the response took to cross it, head to end
 
 
 # Where a run keeps its SutAttemptRecords, in its directory (a folder of its own: the report

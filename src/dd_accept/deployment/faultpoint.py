@@ -14,6 +14,7 @@ from dd_accept.base.waiting import WaitAborted, WaitTimeout, wait_until
 from dd_accept.deployment.placement import FAULT_POINT_PORT_BASE, StepLaunch
 from dd_accept.deployment.replica_set import ReplicaSet
 from dd_accept.deployment.run_directory import RunDirectory
+from dd_accept.node.faultpoint import SlowLink
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand
 from dd_accept.slurm_docker.records import CommandRecord
 
@@ -29,6 +30,7 @@ def fault_point_launch(
     after_events: int,
     port_base: int = FAULT_POINT_PORT_BASE,
     stall_s: float = 0.0,
+    link: SlowLink | None = None,
 ) -> StepLaunch:
     """The fault point's step (`start_fault_point` submits it, a dry run prints it); it writes
     its records and its ready file into `directory`."""
@@ -37,6 +39,7 @@ def fault_point_launch(
         argv += ["--upstream", f"{host}:{port}"]
     argv += ["--fault", fault, "--after-events", str(after_events)]
     argv += ["--stall-s", f"{stall_s:g}"] if fault == "stall" else []
+    argv += link.argv() if fault == "slow" and link is not None else []
     argv += ["--events", f"{directory}/relayed.jsonl", "--ready-file", f"{directory}/ready.json"]
     options = ["-J", STEP_NAME, "-N1", "-n1", f"--nodelist={node}", "-o", f"{directory}/faultpoint.log"]
     return StepLaunch(argv, options)
@@ -67,6 +70,7 @@ def start_fault_point(
     fault: str,
     after_events: int,
     stall_s: float = 0.0,
+    link: SlowLink | None = None,
     timeout: float = 30.0,
 ) -> FaultPoint:
     """Start the fault point in front of every replica, on the scenario's node; return once
@@ -75,7 +79,14 @@ def start_fault_point(
     directory, host_directory = run.path(name)
     host_directory.mkdir(parents=True, exist_ok=True)
     launch = fault_point_launch(
-        allocation.cluster.layout.python, replicas.backends, node, directory, fault, after_events, stall_s=stall_s
+        allocation.cluster.layout.python,
+        replicas.backends,
+        node,
+        directory,
+        fault,
+        after_events,
+        stall_s=stall_s,
+        link=link,
     )
     step = allocation.start_step(launch.argv, options=launch.options)
     ports = [FAULT_POINT_PORT_BASE + index for index in range(len(replicas.backends))]

@@ -16,6 +16,9 @@ by chunk, with the fault applied by counting the response's SSE data events:
   vLLM ends a stream whose generation failed; the replica's connection is closed;
 - `stall`: after N data events nothing is forwarded for S seconds, then the rest (a replica
   that pauses mid-generation, a congested link);
+- `slow`: a slow, jittery link: each chunk is held a latency drawn around a mean (seeded),
+  then sent at R bytes a second, and the replica's next chunk is read only then (in order:
+  none overtakes another), so a stream takes many seconds whole though no silence is long;
 - `none`: relayed unchanged.
 
 Chaos proxies (Toxiproxy and the like) cut bytes; this one cuts at the stream's own units,
@@ -30,15 +33,17 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from dd_accept.base.events import EventWriter, RelayedResponse
 
-FAULTS = ("none", "split", "reset", "error", "stall")
+FAULTS = ("none", "split", "reset", "error", "stall", "slow")
 SPLIT_PAUSE_S = 0.005  # long enough that the two halves leave as two segments (TCP_NODELAY)
 HEAD_LIMIT = 64 * 1024
 # vLLM's in-stream error: an OpenAI error object as one data event, then [DONE]
@@ -78,20 +83,64 @@ def reset(writer: asyncio.StreamWriter | None) -> None:
     writer.transport.abort()
 
 
+@dataclass(frozen=True, slots=True)
+class SlowLink:
+    """The `slow` fault's link: each chunk held `latency_s` ± `jitter_s` (uniform, from `seed`),
+    never ahead of the chunk before it, and the connection sending at most `rate_bytes_s`."""
+
+    latency_s: float
+    jitter_s: float
+    rate_bytes_s: float
+    seed: int = 0
+
+    def argv(self) -> list[str]:
+        """The fault point's arguments that give it this link."""
+        return ["--latency-ms", f"{self.latency_s * 1000:g}", "--jitter-ms", f"{self.jitter_s * 1000:g}",
+                "--rate-bytes-s", f"{self.rate_bytes_s:g}", "--seed", str(self.seed)]  # fmt: skip
+
+
+class _LinkClock:
+    """When each chunk of one connection leaves the slow link: a chunk read at `arrived` starts
+    once its drawn latency has passed and the chunk before it has been sent, and takes its size
+    over the rate to send (a netem-like delay with jitter and rate, kept in order)."""
+
+    def __init__(self, link: SlowLink, draws: random.Random) -> None:
+        self.link, self.draws, self.free_at = link, draws, 0.0
+
+    def leaves(self, arrived: float, size: int) -> float:
+        link = self.link
+        start = max(arrived + link.latency_s + self.draws.uniform(-link.jitter_s, link.jitter_s), self.free_at)
+        self.free_at = start + size / link.rate_bytes_s
+        return self.free_at
+
+
 class Relay:
     """One listening port: every connection the proxy opens gets its own to the upstream."""
 
     def __init__(
-        self, index: int, upstream: tuple[str, int], fault: str, after: int, events: EventWriter, stall_s: float = 0.0
+        self,
+        index: int,
+        upstream: tuple[str, int],
+        fault: str,
+        after: int,
+        events: EventWriter,
+        stall_s: float = 0.0,
+        link: SlowLink | None = None,
     ) -> None:
         self.index, self.upstream, self.fault, self.after, self.events = index, upstream, fault, after, events
-        self.stall_s = stall_s
+        self.stall_s, self.link, self.connections = stall_s, link, 0
+        if fault == "slow" and link is None:
+            raise ValueError("the slow fault needs its link")
 
     async def serve(self, down_reader: asyncio.StreamReader, down_writer: asyncio.StreamWriter) -> None:
         sock = down_writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         up: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self.connections += 1
+        clock = None  # the slow link's, one per connection: its rate is the connection's
+        if self.link is not None:
+            clock = _LinkClock(self.link, random.Random(f"{self.link.seed}/{self.index}/{self.connections}"))
         try:
             while True:
                 try:
@@ -104,7 +153,7 @@ class Relay:
                     up = await asyncio.open_connection(*self.upstream, limit=HEAD_LIMIT)
                 up[1].write(head + body)
                 request_id = (header(head, b"x-dd-request-id") or b"").decode(errors="replace") or None
-                keep = await self._response(up[0], down_writer, request_id)
+                keep = await self._response(up[0], down_writer, request_id, clock)
                 if keep is None:  # reset: both connections are gone
                     reset(up[1])
                     return
@@ -120,14 +169,20 @@ class Relay:
                 down_writer.close()
 
     async def _response(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request_id: str | None
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        request_id: str | None,
+        clock: _LinkClock | None = None,
     ) -> bool | None:
         """Relay one response. True: the upstream connection can carry the next request;
         False: it must be closed (its response was ended early); None: both were reset."""
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
         writer.write(head)
-        record = {"status": status, "data_events": 0, "bytes": 0, "split": 0, "ended": "whole", "stalled_s": 0.0}
+        record = {"status": status, "data_events": 0, "bytes": 0, "split": 0, "ended": "whole", "stalled_s": 0.0,
+                  "slowed_s": 0.0}  # fmt: skip
+        began = asyncio.get_running_loop().time()
         chunked = (header(head, b"transfer-encoding") or b"").lower() == b"chunked"
         try:
             if not chunked:
@@ -137,19 +192,26 @@ class Relay:
                 record["bytes"] = len(body)
                 await writer.drain()
                 return length is not None
-            return await self._chunks(reader, writer, record)
+            return await self._chunks(reader, writer, record, clock)
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             record["ended"] = "broken"  # a side hung up mid-response (the proxy gave up, a replica died)
             raise
         finally:
+            if clock is not None and self.fault == "slow":  # how long the link took with it, however it ended
+                record["slowed_s"] = round(asyncio.get_running_loop().time() - began, 3)
             self.events.write(RelayedResponse(request_id=request_id, upstream=self.index, fault=self.fault, **record))
 
-    async def _chunks(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: dict) -> bool | None:
+    async def _chunks(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: dict, clock: _LinkClock | None
+    ) -> bool | None:
         faulting = self.fault if self.fault != "none" else None
+        loop = asyncio.get_running_loop()
         while True:
             size_line = await reader.readuntil(b"\r\n")
             size = int(size_line.split(b";")[0], 16)
             payload = await reader.readexactly(size + 2)  # the data and its CRLF
+            if faulting == "slow" and clock is not None:  # the rest waits upstream, unread, meanwhile
+                await asyncio.sleep(max(0.0, clock.leaves(loop.time(), len(size_line) + len(payload)) - loop.time()))
             if size == 0:  # the last chunk (and the empty trailer)
                 writer.write(size_line + payload)
                 await writer.drain()
@@ -190,7 +252,9 @@ async def serve(args: argparse.Namespace) -> None:
     servers = []
     for index, target in enumerate(args.upstream):
         host, _, port = target.rpartition(":")
-        relay = Relay(index, (host, int(port)), args.fault, args.after_events, events, args.stall_s)
+        link = SlowLink(args.latency_ms / 1000, args.jitter_ms / 1000, args.rate_bytes_s, args.seed)
+        relay = Relay(index, (host, int(port)), args.fault, args.after_events, events, args.stall_s,
+                      link if args.fault == "slow" else None)  # fmt: skip
         servers.append(await asyncio.start_server(relay.serve, "0.0.0.0", args.port_base + index, limit=HEAD_LIMIT))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -211,11 +275,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fault", choices=FAULTS, default="none")
     parser.add_argument("--after-events", type=int, default=3, help="data events before the fault acts")
     parser.add_argument("--stall-s", type=float, default=0.0, help="seconds a stall holds the rest of a stream")
+    parser.add_argument("--latency-ms", type=float, default=50.0, help="slow: mean hold of each chunk")
+    parser.add_argument("--jitter-ms", type=float, default=0.0, help="slow: the hold varies this much either way")
+    parser.add_argument("--rate-bytes-s", type=float, default=16384.0, help="slow: what the link carries a second")
+    parser.add_argument("--seed", type=int, default=0, help="slow: the seed of the drawn holds")
     parser.add_argument("--events", required=True)
     parser.add_argument("--ready-file", required=True)
     args = parser.parse_args(argv)
     if args.after_events < 1:
         parser.error("--after-events must be at least 1")
+    if args.rate_bytes_s <= 0 or args.latency_ms < 0 or not 0 <= args.jitter_ms <= args.latency_ms:
+        parser.error("the slow link needs a rate above 0 and a jitter between 0 and its latency")
     asyncio.run(serve(args))
     return 0
 

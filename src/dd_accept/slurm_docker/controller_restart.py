@@ -1,0 +1,95 @@
+"""A restart of Slurm's controller while a job runs: slurmctld saves its state and ends
+(`scontrol shutdown slurmctld`, as an administrator's upgrade or reconfiguration does), stays
+down a while, and starts again from its saved state.
+
+A running job's steps live in slurmd and slurmstepd on its nodes and in their srun launchers:
+they go on meanwhile. Only what asks the controller (squeue, scontrol, sbatch, a new srun)
+fails or waits until it is back. Only dd-accept's own cluster's controller is restarted (its
+entrypoint runs slurmctld as a child it starts again: recipe/dd-node-entrypoint), never a
+site's.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from dd_accept.base.errors import ClusterError
+from dd_accept.base.waiting import WaitTimeout, wait_until
+from dd_accept.slurm_docker.interface import Cluster
+
+# The entrypoint's handshake: it starts slurmctld again after an end it was told of (the
+# restart file), once the held file is gone.
+RESTART_FILE = "/run/dd-accept/controller-restart"
+HELD_FILE = "/run/dd-accept/controller-held"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerRestart:
+    """One restart as Slurm showed it: when it was asked, how long the controller did not
+    answer, and the job's state and steps before and after it (Slurm's view of the job)."""
+
+    asked_at: float  # wall clock
+    down_s: float  # from the shutdown asked to `scontrol ping` answering UP again
+    job_state_before: str
+    job_state_after: str
+    steps_before: int
+    steps_after: int
+
+    @property
+    def job_kept(self) -> bool:
+        """Slurm still runs the job as before (its steps are reported: the attempt may end its
+        own meanwhile)."""
+        return self.job_state_after == self.job_state_before
+
+    def describe(self) -> str:
+        return (
+            f"slurmctld down {self.down_s:.1f}s; job {self.job_state_before} before, {self.job_state_after} after, "
+            f"steps {self.steps_before} before, {self.steps_after} after"
+        )
+
+
+def _answers(cluster: Cluster) -> bool:
+    record = cluster.exec(["scontrol", "ping"], timeout=20)
+    return record.ok and " is UP" in record.stdout
+
+
+def _wait(cluster: Cluster, *, up: bool, timeout: float) -> None:
+    what = "slurmctld to answer again" if up else "slurmctld to stop answering"
+    try:
+        wait_until(lambda: _answers(cluster), lambda answers: answers == up, timeout=timeout, what=what)
+    except WaitTimeout as error:
+        raise ClusterError(f"the controller's restart failed: {error}") from error
+
+
+def _job(cluster: Cluster, job_id: str) -> tuple[str, int]:
+    """The job's state and its running steps (Slurm's extern step not counted)."""
+    state = cluster.exec(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=20)
+    steps = cluster.exec(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], timeout=20)
+    if not state.ok or not steps.ok:
+        raise ClusterError(f"could not read job {job_id} from Slurm: {(state if not state.ok else steps).describe()}")
+    running = [s for s in steps.stdout.split() if not s.endswith((".extern", ".batch", ".interactive"))]
+    return state.stdout.strip() or "gone", len(running)
+
+
+def restart_controller(cluster: Cluster, job_id: str, held_s: float, timeout: float = 60.0) -> ControllerRestart:
+    """Shut slurmctld down with its state saved, keep it down `held_s` seconds from the ask,
+    start it again and wait until it answers; the job's state and steps are read before and
+    after. Whatever fails, the controller is let start again."""
+    state_before, steps_before = _job(cluster, job_id)
+    marked = cluster.exec(["sh", "-c", f"mkdir -p /run/dd-accept && touch {RESTART_FILE} {HELD_FILE}"], timeout=10)
+    if not marked.ok:
+        raise ClusterError(f"could not mark the controller for a restart: {marked.describe()}")
+    asked_at = time.time()
+    try:
+        shutdown = cluster.exec(["scontrol", "shutdown", "slurmctld"], timeout=20)
+        if not shutdown.ok:
+            raise ClusterError(f"slurmctld refused to shut down: {shutdown.describe()}")
+        _wait(cluster, up=False, timeout=timeout)
+        time.sleep(max(0.0, asked_at + held_s - time.time()))
+    finally:
+        cluster.exec(["rm", "-f", HELD_FILE], timeout=10)
+    _wait(cluster, up=True, timeout=timeout)
+    down_s = time.time() - asked_at
+    state_after, steps_after = _job(cluster, job_id)
+    return ControllerRestart(asked_at, round(down_s, 3), state_before, state_after, steps_before, steps_after)
