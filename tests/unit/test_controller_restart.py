@@ -7,15 +7,15 @@ import pytest
 
 from dd_accept.base.errors import ClusterError
 from dd_accept.slurm_docker import controller_restart
-from dd_accept.slurm_docker.controller_restart import HELD_FILE, ControllerRestart, restart_controller
+from dd_accept.slurm_docker.controller_restart import HELD_FILE, ControllerRestart, restart_controller, serves_only
 from dd_accept.slurm_docker.records import CommandRecord
 
 
 class PlayedController:
     """slurmctld as the entrypoint runs it: down from its shutdown until the held file is gone."""
 
-    def __init__(self, shutdown_ok=True, comes_back=True, state_after="RUNNING"):
-        self.argvs, self.up, self.held = [], True, False
+    def __init__(self, shutdown_ok=True, comes_back=True, state_after="RUNNING", jobs=("7",)):
+        self.argvs, self.up, self.held, self.jobs = [], True, False, jobs
         self.shutdown_ok, self.comes_back, self.state_after = shutdown_ok, comes_back, state_after
         self.restarted = False
 
@@ -34,6 +34,8 @@ class PlayedController:
             self.held = False
             if not self.up and self.comes_back:
                 self.up, self.restarted = True, True
+        elif argv[0] == "squeue" and "-j" not in argv:
+            out = "".join(f"{job}\n" for job in self.jobs)
         elif argv[0] == "squeue":
             steps = "7.0\n7.1\n7.2\n7.extern\n"
             out = steps if "-s" in argv else ((self.state_after if self.restarted else "RUNNING") + "\n")
@@ -76,3 +78,9 @@ def test_a_controller_that_never_returns_is_the_clusters_error(monkeypatch):
 def test_a_job_slurm_lost_in_the_restart_is_told():
     restart = ControllerRestart(0.0, 6.0, "RUNNING", "gone", 3, 0)
     assert not restart.job_kept and "job RUNNING before, gone after" in restart.describe()
+
+
+def test_the_controller_is_restarted_only_while_it_serves_the_scenarios_job_alone():
+    assert serves_only(PlayedController(jobs=("7",)), "7")
+    assert not serves_only(PlayedController(jobs=("7", "8")), "7"), "another scenario's job, in parallel"
+    assert not serves_only(PlayedController(jobs=("8",)), "7")

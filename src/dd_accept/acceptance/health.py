@@ -7,7 +7,8 @@ node drain   — the same attempt with its node set DRAIN mid-generation (an adm
                Only on dd-accept's own cluster.
 controller restart — the same attempt with Slurm's controller shut down mid-generation (its
                state saved) and started again 5 s later, as an upgrade does: the job and its
-               steps run on meanwhile, so the attempt must succeed. Only on dd-accept's own cluster.
+               steps run on meanwhile, so the attempt must succeed. Only on dd-accept's own
+               cluster, while it runs no other job (no other scenario of the run in parallel).
 node loss    — the same attempt with every replica on a node of its own job, and that node
                frozen mid-generation (docker pause: no exit, no reset, Slurm learns of it
                only from its pings): the proxy's /health must report it, and the controller
@@ -60,7 +61,7 @@ from dd_accept.base.errors import ClusterError
 from dd_accept.base.events import EventWriter, NodeChange
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.slurm_docker.allocation import salloc_argv, scancel_argv, srun_argv
-from dd_accept.slurm_docker.controller_restart import ControllerRestart, restart_controller
+from dd_accept.slurm_docker.controller_restart import ControllerRestart, restart_controller, serves_only
 from dd_accept.slurm_docker.node_health import NodeCondition, set_node_state, slurmd_timeout
 
 
@@ -236,6 +237,12 @@ def _may_lose_nodes(s: HealthRun) -> bool:
     return s.allocation.cluster.may_lose_nodes
 
 
+def _controller_to_itself(s: HealthRun) -> bool:
+    """dd-accept's own cluster, running this scenario's job alone: the run's other scenarios,
+    in parallel allocations, would meet the controller's silence too."""
+    return s.allocation.cluster.may_lose_nodes and serves_only(s.allocation.cluster, s.allocation.job_id)
+
+
 def _detect_unresponsive(s: HealthRun) -> None:
     s.result.add(unresponsive_detection(s.allocation, s.profile, s.options))
 
@@ -380,7 +387,8 @@ def _plan_controller_restart(p: Planner) -> list[PlannedCommand]:
     return [
         *attempt,
         PlannedCommand(f"mid-generation, shut Slurm's controller down (its state saved); it starts again "
-                       f"{CONTROLLER_DOWN_S:g} s after", shutdown),
+                       f"{CONTROLLER_DOWN_S:g} s after (only if the cluster runs no other scenario's job)",
+                       shutdown),
         ending,
     ]  # fmt: skip
 
@@ -417,7 +425,7 @@ PHASES: tuple[Phase[HealthRun], ...] = (
           applies=_may_lose_nodes, fault="the attempt's node set DRAIN",
           judges=("health.node_drain.attempt_undisturbed",), segments=("node drain",)),
     Phase("judge", "controller restart: the attempt", _controller_restart, _plan_controller_restart,
-          numbers=_replicas, applies=_may_lose_nodes, fault="Slurm's controller restarted",
+          numbers=_replicas, applies=_controller_to_itself, fault="Slurm's controller restarted",
           judges=("health.controller_restart.attempt_undisturbed",), segments=("controller restart",)),
     Phase(
         "judge",

@@ -6,7 +6,7 @@ A running job's steps live in slurmd and slurmstepd on its nodes and in their sr
 they go on meanwhile. Only what asks the controller (squeue, scontrol, sbatch, a new srun)
 fails or waits until it is back. Only dd-accept's own cluster's controller is restarted (its
 entrypoint runs slurmctld as a child it starts again: recipe/dd-node-entrypoint), never a
-site's.
+site's, and only while it serves one job (`serves_only`).
 """
 
 from __future__ import annotations
@@ -70,6 +70,15 @@ def _job(cluster: Cluster, job_id: str) -> tuple[str, int]:
         raise ClusterError(f"could not read job {job_id} from Slurm: {(state if not state.ok else steps).describe()}")
     running = [s for s in steps.stdout.split() if not s.endswith((".extern", ".batch", ".interactive"))]
     return state.stdout.strip() or "gone", len(running)
+
+
+def serves_only(cluster: Cluster, job_id: str) -> bool:
+    """Whether the controller runs no job but `job_id`: a restart is felt by every job that
+    asks Slurm meanwhile (a run's scenarios in parallel share one controller)."""
+    record = cluster.exec(["squeue", "-h", "-o", "%i"], timeout=20)
+    if not record.ok:
+        raise ClusterError(f"could not list the cluster's jobs: {record.describe()}")
+    return record.stdout.split() == [job_id]
 
 
 def restart_controller(cluster: Cluster, job_id: str, held_s: float, timeout: float = 60.0) -> ControllerRestart:
