@@ -552,10 +552,10 @@ FAULTS = {
             _on_term("os._exit, 143"),
         ),
         Fault(
-            "drain-3s",
+            "drain-6s",
             "data-designer-slurm",
-            "the endpoint ends its drain cleanly after 3 s, well inside the 10 s window",
-            _on_term("loop.call_later, 3.0, os._exit, 0"),
+            "the endpoint ends its drain cleanly after 6 s, well inside the 10 s window",
+            _on_term("loop.call_later, 6.0, os._exit, 0"),
         ),
         Fault(
             "drain-bounded",
