@@ -194,7 +194,7 @@ def test_scancel_of_the_job_sends_term_then_kill_after_killwait(release_cluster)
 
 def test_a_controller_restart_keeps_the_job_and_its_steps_running(release_allocation, release_cluster):
     launcher, step, host_dir = _start_task(release_allocation, release_cluster, "restart")
-    restart = restart_controller(release_cluster, release_allocation.job_id, held_s=3.0)
+    restart = restart_controller(release_allocation, held_s=3.0)
     assert restart.job_state_before == restart.job_state_after == "RUNNING", restart.describe()
     assert restart.steps_after == restart.steps_before >= 1 and 3.0 <= restart.down_s < 20, restart.describe()
     assert not launcher.finished and step in release_allocation.steps(), "the step outlived the restart"

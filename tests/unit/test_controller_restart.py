@@ -7,6 +7,7 @@ import pytest
 
 from dd_accept.base.errors import ClusterError
 from dd_accept.slurm_docker import controller_restart
+from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.controller_restart import HELD_FILE, ControllerRestart, restart_controller, serves_only
 from dd_accept.slurm_docker.records import CommandRecord
 
@@ -49,7 +50,7 @@ def _fast(monkeypatch):
 def test_a_restart_shuts_down_holds_releases_and_reads_the_job_before_and_after(monkeypatch):
     _fast(monkeypatch)
     cluster = PlayedController()
-    restart = restart_controller(cluster, "7", held_s=0.0)
+    restart = restart_controller(Allocation(cluster, "7"), held_s=0.0)
     commands = [a[:3] for a in cluster.argvs if a[0] != "squeue"]
     assert commands[:3] == [("sh", "-c", commands[0][2]), ("scontrol", "shutdown", "slurmctld"), ("scontrol", "ping")]
     assert ("rm", "-f", HELD_FILE) in commands and commands[-1] == ("scontrol", "ping")
@@ -63,7 +64,7 @@ def test_a_refused_shutdown_is_the_clusters_error_and_releases_the_hold(monkeypa
     _fast(monkeypatch)
     cluster = PlayedController(shutdown_ok=False)
     with pytest.raises(ClusterError, match="refused to shut down"):
-        restart_controller(cluster, "7", held_s=0.0)
+        restart_controller(Allocation(cluster, "7"), held_s=0.0)
     assert not cluster.held and ("rm", "-f", HELD_FILE) in cluster.argvs
 
 
@@ -71,7 +72,7 @@ def test_a_controller_that_never_returns_is_the_clusters_error(monkeypatch):
     _fast(monkeypatch)
     cluster = PlayedController(comes_back=False)
     with pytest.raises(ClusterError, match="slurmctld to answer again"):
-        restart_controller(cluster, "7", held_s=0.0, timeout=0.3)
+        restart_controller(Allocation(cluster, "7"), held_s=0.0, timeout=0.3)
     assert not cluster.held
 
 
@@ -81,6 +82,6 @@ def test_a_job_slurm_lost_in_the_restart_is_told():
 
 
 def test_the_controller_is_restarted_only_while_it_serves_the_scenarios_job_alone():
-    assert serves_only(PlayedController(jobs=("7",)), "7")
-    assert not serves_only(PlayedController(jobs=("7", "8")), "7"), "another scenario's job, in parallel"
-    assert not serves_only(PlayedController(jobs=("8",)), "7")
+    assert serves_only(Allocation(PlayedController(jobs=("7",)), "7"))
+    assert not serves_only(Allocation(PlayedController(jobs=("7", "8")), "7")), "another scenario's job, in parallel"
+    assert not serves_only(Allocation(PlayedController(jobs=("8",)), "7"))

@@ -151,7 +151,7 @@ def _controller_restart(s: HealthRun) -> None:
     seen: dict[str, ControllerRestart] = {}
 
     def restart(replicas: deployment.ReplicaSet) -> None:
-        seen["restart"] = restart_controller(s.allocation.cluster, s.allocation.job_id, CONTROLLER_DOWN_S)
+        seen["restart"] = restart_controller(s.allocation, CONTROLLER_DOWN_S)
 
     outcome = drilled_attempt(s.allocation, s.profile, s.options, "controller-restart", restart,
                               port_offset=CONTROLLER_RESTART_PORT_OFFSET)  # fmt: skip
@@ -240,7 +240,7 @@ def _may_lose_nodes(s: HealthRun) -> bool:
 def _controller_to_itself(s: HealthRun) -> bool:
     """dd-accept's own cluster, running this scenario's job alone: the run's other scenarios,
     in parallel allocations, would meet the controller's silence too."""
-    return s.allocation.cluster.may_lose_nodes and serves_only(s.allocation.cluster, s.allocation.job_id)
+    return s.allocation.cluster.may_lose_nodes and serves_only(s.allocation)
 
 
 def _detect_unresponsive(s: HealthRun) -> None:

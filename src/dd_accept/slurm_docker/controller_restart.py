@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from dd_accept.base.errors import ClusterError
 from dd_accept.base.waiting import WaitTimeout, wait_until
+from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.interface import Cluster
 
 # The entrypoint's handshake: it starts slurmctld again after an end it was told of (the
@@ -62,30 +63,21 @@ def _wait(cluster: Cluster, *, up: bool, timeout: float) -> None:
         raise ClusterError(f"the controller's restart failed: {error}") from error
 
 
-def _job(cluster: Cluster, job_id: str) -> tuple[str, int]:
-    """The job's state and its running steps (Slurm's extern step not counted)."""
-    state = cluster.exec(["squeue", "-h", "-j", job_id, "-o", "%T"], timeout=20)
-    steps = cluster.exec(["squeue", "-h", "-s", "-j", job_id, "-o", "%i"], timeout=20)
-    if not state.ok or not steps.ok:
-        raise ClusterError(f"could not read job {job_id} from Slurm: {(state if not state.ok else steps).describe()}")
-    running = [s for s in steps.stdout.split() if not s.endswith((".extern", ".batch", ".interactive"))]
-    return state.stdout.strip() or "gone", len(running)
-
-
-def serves_only(cluster: Cluster, job_id: str) -> bool:
-    """Whether the controller runs no job but `job_id`: a restart is felt by every job that
-    asks Slurm meanwhile (a run's scenarios in parallel share one controller)."""
-    record = cluster.exec(["squeue", "-h", "-o", "%i"], timeout=20)
+def serves_only(allocation: Allocation) -> bool:
+    """Whether the controller runs no job but the allocation's: a restart is felt by every job
+    that asks Slurm meanwhile (a run's scenarios in parallel share one controller)."""
+    record = allocation.cluster.exec(["squeue", "-h", "-o", "%i"], timeout=20)
     if not record.ok:
         raise ClusterError(f"could not list the cluster's jobs: {record.describe()}")
-    return record.stdout.split() == [job_id]
+    return record.stdout.split() == [allocation.job_id]
 
 
-def restart_controller(cluster: Cluster, job_id: str, held_s: float, timeout: float = 60.0) -> ControllerRestart:
+def restart_controller(allocation: Allocation, held_s: float, timeout: float = 60.0) -> ControllerRestart:
     """Shut slurmctld down with its state saved, keep it down `held_s` seconds from the ask,
-    start it again and wait until it answers; the job's state and steps are read before and
-    after. Whatever fails, the controller is let start again."""
-    state_before, steps_before = _job(cluster, job_id)
+    start it again and wait until it answers; the allocation's job state and steps are read
+    before and after. Whatever fails, the controller is let start again."""
+    cluster = allocation.cluster
+    state_before, steps_before = allocation.job_state(), len(allocation.steps())
     marked = cluster.exec(["sh", "-c", f"mkdir -p /run/dd-accept && touch {RESTART_FILE} {HELD_FILE}"], timeout=10)
     if not marked.ok:
         raise ClusterError(f"could not mark the controller for a restart: {marked.describe()}")
@@ -100,5 +92,5 @@ def restart_controller(cluster: Cluster, job_id: str, held_s: float, timeout: fl
         cluster.exec(["rm", "-f", HELD_FILE], timeout=10)
     _wait(cluster, up=True, timeout=timeout)
     down_s = time.time() - asked_at
-    state_after, steps_after = _job(cluster, job_id)
+    state_after, steps_after = allocation.job_state(), len(allocation.steps())
     return ControllerRestart(asked_at, round(down_s, 3), state_before, state_after, steps_before, steps_after)
