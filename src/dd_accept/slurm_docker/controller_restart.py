@@ -73,9 +73,10 @@ def serves_only(allocation: Allocation) -> bool:
 
 
 def restart_controller(allocation: Allocation, held_s: float, timeout: float = 60.0) -> ControllerRestart:
-    """Shut slurmctld down with its state saved, keep it down `held_s` seconds from the ask,
-    start it again and wait until it answers; the allocation's job state and steps are read
-    before and after. Whatever fails, the controller is let start again."""
+    """Shut slurmctld down with its state saved, keep it down `held_s` seconds from when it
+    stopped answering (a loaded machine may take seconds to save its state), start it again
+    and wait until it answers; the allocation's job state and steps are read before and
+    after. Whatever fails, the controller is let start again."""
     cluster = allocation.cluster
     state_before, steps_before = allocation.job_state(), len(allocation.steps())
     marked = cluster.exec(["sh", "-c", f"mkdir -p /run/dd-accept && touch {RESTART_FILE} {HELD_FILE}"], timeout=10)
@@ -87,7 +88,7 @@ def restart_controller(allocation: Allocation, held_s: float, timeout: float = 6
         if not shutdown.ok:
             raise ClusterError(f"slurmctld refused to shut down: {shutdown.describe()}")
         _wait(cluster, up=False, timeout=timeout)
-        time.sleep(max(0.0, asked_at + held_s - time.time()))
+        time.sleep(held_s)
     finally:
         cluster.exec(["rm", "-f", HELD_FILE], timeout=10)
     _wait(cluster, up=True, timeout=timeout)
