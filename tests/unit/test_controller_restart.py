@@ -77,7 +77,7 @@ def test_a_controller_that_never_returns_is_the_clusters_error(monkeypatch):
 
 
 def test_a_job_slurm_lost_in_the_restart_is_told():
-    restart = ControllerRestart(0.0, 6.0, "RUNNING", "gone", 3, 0)
+    restart = ControllerRestart(6.0, "RUNNING", "gone", 3, 0)
     assert not restart.job_kept and "job RUNNING before, gone after" in restart.describe()
 
 

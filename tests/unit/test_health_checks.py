@@ -173,7 +173,7 @@ def test_node_drain_requires_the_attempt_to_succeed_whole():
 
 def _restart(after="RUNNING", steps_after=6):
     return ControllerRestart(
-        asked_at=0.0, down_s=6.2, job_state_before="RUNNING", job_state_after=after, steps_before=6,
+        down_s=6.2, job_state_before="RUNNING", job_state_after=after, steps_before=6,
         steps_after=steps_after,
     )  # fmt: skip
 

@@ -27,10 +27,10 @@ HELD_FILE = "/run/dd-accept/controller-held"
 
 @dataclass(frozen=True, slots=True)
 class ControllerRestart:
-    """One restart as Slurm showed it: when it was asked, how long the controller did not
-    answer, and the job's state and steps before and after it (Slurm's view of the job)."""
+    """One restart as Slurm showed it: how long the controller did not answer, and the job's
+    state and steps before and after it (Slurm's view of the job; the commands' records say
+    when, on the run's clock)."""
 
-    asked_at: float  # wall clock
     down_s: float  # from the shutdown asked to `scontrol ping` answering UP again
     job_state_before: str
     job_state_after: str
@@ -94,4 +94,4 @@ def restart_controller(allocation: Allocation, held_s: float, timeout: float = 6
     _wait(cluster, up=True, timeout=timeout)
     down_s = time.time() - asked_at
     state_after, steps_after = allocation.job_state(), len(allocation.steps())
-    return ControllerRestart(asked_at, round(down_s, 3), state_before, state_after, steps_before, steps_after)
+    return ControllerRestart(round(down_s, 3), state_before, state_after, steps_before, steps_after)
