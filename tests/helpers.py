@@ -84,16 +84,17 @@ def file_contents_under(root: Path, changed_since: float = 0.0) -> Iterator[tupl
                 continue
 
 
-def _normalized(argv: Sequence[str], job: str, node: str, helper: str | None = None) -> tuple[str, ...]:
+def _normalized(argv: Sequence[str], job: str, node: str, helpers: Sequence[str] = ()) -> tuple[str, ...]:
     """A recorded command with what only a run knows (job ids, nodes, run directories,
-    canary) as the plan writes it; `helper` is a job of the scenario's own on another node
-    (health's node to lose), any other docker node that node."""
+    canary) as the plan writes it; `helpers` are jobs of the scenario's own on another node
+    (health's replicas on the node to lose or to preempt), any other docker node that node."""
     text = "\0".join(argv)
     text = text.replace(f"--jobid={job}\0", "--jobid=$JOB\0")
     text = re.sub(rf"\b{re.escape(node)}\b", "$NODE", text)
-    if helper is not None:
-        text = text.replace(f"--jobid={helper}\0", "--jobid=$NODE_JOB\0")
-        text = re.sub(r"\bnode\d+\b", "$LOST_NODE", text)
+    for helper in helpers:
+        text = text.replace(f"--jobid={helper}\0", "--jobid=$REPLICAS_JOB\0")
+    if helpers:
+        text = re.sub(r"\bnode\d+\b", "$REPLICAS_NODE", text)
     text = re.sub(r"(/runs/[a-z][a-z-]*)-[0-9a-f]{8}\b", r"\1-<id>", text)
     text = re.sub(r"(--(?:response-)?canary\0)[0-9a-f]{8,32}\b", r"\1<per-run canary>", text)
     return tuple(text.split("\0"))
@@ -132,7 +133,6 @@ def recorded_by_job(records: list[dict]) -> dict[str, set[tuple[str, ...]]]:
         if node is None or excluded:
             continue  # a helper job: recorded with the scenario job whose node it excludes
         helpers = [(j, s) for j, s in jobs.items() if f"--exclude={node}" in s]
-        helper = (helpers[0][0], node_of(helpers[0][0]) or "") if helpers else None
         submitted = [
             r for r in rows if "srun" in r and any(f"--jobid={j}" in r for j in [job, *(h[0] for h in helpers)])
         ]
@@ -142,8 +142,11 @@ def recorded_by_job(records: list[dict]) -> dict[str, set[tuple[str, ...]]]:
         # controller (health's, on dd-accept's own cluster): submitted to Slurm too
         updates = [r for r in rows if r[:2] == ("scontrol", "update") and f"NodeName={node}" in r]
         updates += [r for r in rows if r[:2] == ("scontrol", "shutdown")]
+        # a higher-priority job for a helper's node, not the job's own (health's preemption; the
+        # helper's node is in no record of the harness's: the SUT's functions launch its steps)
+        updates += [r for r in rows if r[0] == "sbatch" and helpers and f"--nodelist={node}" not in r]
         chosen = [salloc, *(s for _, s in helpers), *submitted, *drills, *updates]
-        found[name_of(salloc)] = found[job] = {_normalized(r, job, node, helper) for r in chosen}
+        found[name_of(salloc)] = found[job] = {_normalized(r, job, node, [j for j, _ in helpers]) for r in chosen}
     return found
 
 

@@ -83,6 +83,15 @@ _STEP_AWARE_CLEANUP = (
 # every required backend's process must live *and* its /health must answer 200 (the URLs
 # come from DD_REQUIRED_HEALTH_URLS, which dd-accept's drill sets); otherwise the attempt
 # fails with the documented 70.
+# rc1's wait loop (cleanup.sh, dd_wait_for_client): each child's end, then its required steps.
+_RC1_WAIT_LOOP = (
+    "        wait -n || status=$?\n"
+    '        if ! kill -0 "${client_pid}" 2>/dev/null; then\n'
+    '            return "${status}"\n'
+    "        fi\n"
+    "        dd_require_running || return 70\n"
+)
+
 _HEALTH_WATCHING_WAIT = (
     (
         CLEANUP,
@@ -98,11 +107,7 @@ _HEALTH_WATCHING_WAIT = (
     ),
     (
         CLEANUP,
-        "        wait -n || status=$?\n"
-        '        if ! kill -0 "${client_pid}" 2>/dev/null; then\n'
-        '            return "${status}"\n'
-        "        fi\n"
-        "        dd_require_running || return 70\n",
+        _RC1_WAIT_LOOP,
         "        dd_require_running || return 70\n        sleep 0.5\n",
     ),
 )
@@ -140,6 +145,31 @@ _SLURM_JOB_WATCHING_WAIT = (
         "}\n",
     ),
     _HEALTH_WATCHING_WAIT[1],
+)
+
+# rc1's wait taking a required step that exited 0 for one that finished its work, not for a
+# lost one: only a step that failed (its srun's status, kept from `wait -n`) fails the attempt.
+# A backend stopped by Slurm's TERM (a preemption) exits 0, so its loss goes unnoticed; one
+# killed still fails the attempt.
+_CLEAN_EXIT_IS_DONE_WAIT = (
+    (CLEANUP, "    local client_pid=$1\n", "    local client_pid=$1 ended pid\n    local -A ended_with=()\n"),
+    (
+        CLEANUP,
+        _RC1_WAIT_LOOP,
+        "        status=0 ended=\n"
+        "        wait -n -p ended || status=$?\n"
+        '        if ! kill -0 "${client_pid}" 2>/dev/null; then\n'
+        '            return "${status}"\n'
+        "        fi\n"
+        "        [[ -z ${ended:-} ]] || ended_with[${ended}]=${status}\n"
+        '        for pid in "${DD_REQUIRED_PIDS[@]+"${DD_REQUIRED_PIDS[@]}"}"; do\n'
+        '            kill -0 "${pid}" 2>/dev/null && continue\n'
+        "            if [[ -z ${ended_with[${pid}]+set} ]]; then\n"
+        '                wait "${pid}" 2>/dev/null && ended_with[${pid}]=0 || ended_with[${pid}]=$?\n'
+        "            fi\n"
+        "            ((ended_with[${pid}] == 0)) || return 70\n"
+        "        done\n",
+    ),
 )
 
 # The same watch asking each backend without a timeout: a backend that answers 503 fails the
@@ -619,6 +649,13 @@ FAULTS = {
             "rc1's wait also asks Slurm whether its job still runs (squeue, bounded at 2 s) and takes no answer "
             "for a job that is gone: while Slurm's controller restarts, the attempt fails with 70",
             _SLURM_JOB_WATCHING_WAIT,
+        ),
+        Fault(
+            "clean-exit-is-done",
+            "data-designer-slurm",
+            "rc1's wait takes a required step that exited 0 for one that finished its work: only a failed one "
+            "fails the attempt, so backends that stop cleanly on Slurm's TERM (a preemption) are never taken for lost",
+            _CLEAN_EXIT_IS_DONE_WAIT,
         ),
         Fault(
             "health-wait-without-timeout",

@@ -46,6 +46,12 @@ def test_declared_cpus_are_independent_of_host_cores(slurm_cluster):
     assert set(record.stdout_tail.split()) == {str(slurm_cluster.spec.cpus_per_node)}
 
 
+def test_the_status_lists_each_node_once_though_root_sees_the_hidden_preemptor_partition(slurm_cluster):
+    every_partition = slurm_cluster.exec(["sinfo", "-h", "-N", "-o", "%N"]).stdout.split()
+    assert len(every_partition) == 2 * len(slurm_cluster.nodes), "root lists each node under both partitions"
+    assert [node.name for node in slurm_cluster.status().nodes] == slurm_cluster.nodes
+
+
 def test_munge_key_never_leaves_the_cluster(slurm_cluster, tmp_path_factory):
     record = slurm_cluster.exec(["base64", "-w0", "/etc/munge/munge.key"])
     key = base64.b64decode(record.stdout_tail)

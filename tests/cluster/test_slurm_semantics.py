@@ -17,9 +17,22 @@ one, the failing test names which:
 (e) slurmctld shut down with its state saved (`scontrol shutdown slurmctld`) and started again
     keeps a running job and its steps, whose tasks run on meanwhile: health's controller
     restart judges the SUT on that, through dd-accept's entrypoint (controller_restart).
+(f) `scontrol reconfigure` keeps a running job and its steps, and the controller answers every
+    query meanwhile, each within the 2 s a bounded wait might allow: nothing a SUT asks of Slurm
+    can tell it happened, so no health phase judges a SUT on it. A release where the
+    reconfiguration silences the controller (as a restart does) fails here, naming it: then it
+    needs the restart's phase.
+(g) A job preempted for a higher-priority one (PreemptMode=CANCEL with a GraceTime, as
+    dd-accept's own cluster sets it up) has every step sent TERM at once, long before its
+    grace time ends, and a task that exits 0 on it leaves its srun exiting 0: to a SUT's wait,
+    a preempted backend is a process that ended cleanly. Health's preemption judges the SUT
+    on that.
 """
 
+import threading
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 
@@ -28,11 +41,13 @@ from dd_accept.base.waiting import wait_until
 from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.cluster import SlurmCluster
 from dd_accept.slurm_docker.controller_restart import restart_controller
+from dd_accept.slurm_docker.preemption import preempt
 from dd_accept.slurm_docker.spec import CONTROLLER, ClusterSpec
 from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit, from_slurmd_log, signal_sent_at
 
 pytestmark = pytest.mark.cluster
 
+T = TypeVar("T")
 KILL_WAIT = 3  # seconds; short, so (c) is quick to observe, and long enough to tell apart
 
 # The task records its step identity, then traps TERM: the handler marks that it ran,
@@ -194,11 +209,77 @@ def test_scancel_of_the_job_sends_term_then_kill_after_killwait(release_cluster)
 
 def test_a_controller_restart_keeps_the_job_and_its_steps_running(release_allocation, release_cluster):
     launcher, step, host_dir = _start_task(release_allocation, release_cluster, "restart")
-    restart = restart_controller(release_allocation, held_s=3.0)
+    restart, asked = _queries_during(
+        release_cluster, release_allocation, lambda: restart_controller(release_allocation, held_s=3.0)
+    )
+    # what (f) measures is what a restart does to a SUT's queries: the controller is silent
+    assert len(_unanswered(asked)) >= 2, f"a restart left every one of {len(asked)} queries answered"
     assert restart.job_state_before == restart.job_state_after == "RUNNING", restart.describe()
-    assert restart.steps_after == restart.steps_before >= 1 and 3.0 <= restart.down_s < 20, restart.describe()
+    assert step in restart.steps_before and restart.steps_after == restart.steps_before, restart.describe()
+    assert restart.job_kept and 3.0 <= restart.down_s < 20, restart.describe()
     assert not launcher.finished and step in release_allocation.steps(), "the step outlived the restart"
     # the restarted controller still reaches the step: TERM runs its handler, as in (b)
     release_allocation.scancel_step(step, "TERM")
     assert launcher.wait(timeout=60).exit_code == 0
     assert (host_dir / "handler").read_text().split() == ["started", "finished"]
+
+
+QUERY_BOUND_S = 2.0  # the bound of a wait that asks Slurm (health's controller-silence control)
+
+
+def _queries_during(cluster: SlurmCluster, allocation: Allocation, event: Callable[[], T]) -> tuple[T, list]:
+    """What a SUT's wait would see of `event`: `scontrol ping` and the job's state asked over
+    and over from a second before it until 5 s after, each bounded in the container, as the
+    SUT's wait bounds it (docker exec's own start on a loaded machine is not the controller's
+    silence); returns the event's result and the queries' records."""
+    asked, done = [], threading.Event()
+
+    def ask() -> None:
+        while not done.is_set():
+            for argv in (["scontrol", "ping"], ["squeue", "-h", "-j", allocation.job_id, "-o", "%T"]):
+                asked.append(cluster.exec(["timeout", str(QUERY_BOUND_S), *argv], timeout=30))
+
+    asking = threading.Thread(target=ask)
+    asking.start()
+    try:
+        time.sleep(1.0)
+        result = event()
+        time.sleep(5.0)  # a controller that restarts itself to reconfigure is silent within this
+    finally:
+        done.set()
+        asking.join()
+    return result, asked
+
+
+def _unanswered(asked: list) -> list[str]:
+    return [r.describe() for r in asked if not r.ok or "DOWN" in r.stdout]
+
+
+def test_a_reconfigure_keeps_the_job_and_its_steps_and_the_controller_answering(release_allocation, release_cluster):
+    launcher, step, host_dir = _start_task(release_allocation, release_cluster, "reconfigure")
+    steps_before = release_allocation.steps()
+    reconfigured, asked = _queries_during(
+        release_cluster, release_allocation, lambda: release_cluster.exec(["scontrol", "reconfigure"], timeout=60)
+    )
+    assert reconfigured.ok, reconfigured.describe()
+    unanswered = _unanswered(asked)
+    assert len(asked) >= 10 and not unanswered, f"{len(unanswered)} of {len(asked)} queries unanswered: {unanswered}"
+    assert all(r.stdout.strip() == "RUNNING" or " is UP" in r.stdout for r in asked), asked
+    assert release_allocation.job_state() == "RUNNING" and release_allocation.steps() == steps_before
+    assert not launcher.finished, "the step outlived the reconfiguration"
+    release_allocation.scancel_step(step, "TERM")  # and the reconfigured controller still reaches it
+    assert launcher.wait(timeout=60).exit_code == 0
+    assert (host_dir / "handler").read_text().split() == ["started", "finished"]
+
+
+def test_a_preemption_terms_every_step_at_once_and_a_clean_exit_leaves_srun_0(release_allocation, release_cluster):
+    started = [_start_task(release_allocation, release_cluster, f"preempted-{n}", work="0") for n in range(2)]
+    preemption = preempt(release_allocation)
+    try:
+        assert set(preemption.steps_signalled) == {step for _, step, _ in started}, preemption.describe()
+        assert preemption.term_after_s < 10 and preemption.job_state == "RUNNING", preemption.describe()
+        for launcher, step, host_dir in started:
+            assert launcher.wait(timeout=30).exit_code == 0, f"{step}: srun of a task that exited 0 on TERM"
+            assert (host_dir / "handler").read_text().split() == ["started", "finished"]
+    finally:
+        release_cluster.exec(["scancel", preemption.preemptor_job], timeout=10)

@@ -11,7 +11,9 @@ the positive control of node_drain.attempt_undisturbed (its wait watches process
 wait that also watches the job's nodes in Slurm and takes DRAIN for loss is its negative one.
 That same wait, which takes a query Slurm does not answer for no verdict, is a positive control
 of controller_restart.attempt_undisturbed beside rc1; a wait that asks Slurm whether its job
-runs, with a 2 s bound, and takes no answer for a lost job is its negative one.
+runs, with a 2 s bound, and takes no answer for a lost job is its negative one. rc1 is the
+positive control of preemption.attempt_failed (any required process gone fails the attempt);
+a wait that takes a required step's exit 0 for work done is its negative one.
 
 Each control runs the phases its fault is about, plus one whose check the fault must leave
 passing; rc1 runs them all. A lost node needs a cluster with a node beyond the allocation.
@@ -33,6 +35,7 @@ LOSS_ATTEMPT = "backend loss: the attempt"
 NODE_LOSS = "node loss"
 NODE_DRAIN = "node drain"
 CONTROLLER_RESTART = "controller restart"
+PREEMPTION = "preemption"
 UNRESPONSIVE_DETECTION = "unresponsive backend: detection"
 UNRESPONSIVE_ATTEMPT = "unresponsive backend: the attempt"
 PROBE_ISOLATION = "probe isolation"
@@ -78,6 +81,11 @@ def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_wheelhous
     print("rc1 controller restart:", restarted.observed)
     assert restarted.verdict == "pass" and restarted.observed.startswith("the attempt succeeded (wait status 0)")
     assert "job RUNNING before, RUNNING after" in restarted.observed and restarted.metrics["records_done"] == 24
+    # the replicas' job preempted mid-generation: each replica exits 0 on Slurm's TERM, a loss all the same
+    preempted = checks["health.preemption.attempt_failed"]
+    print("rc1 preemption:", preempted.observed)
+    assert preempted.verdict == "pass" and preempted.observed.startswith("the controller's wait returned 70"), preempted
+    assert "Slurm: the job preempted" in preempted.observed and preempted.metrics["failed_after_s"] < 5, preempted
     node_seen = checks["health.node_loss.detected"]
     assert node_seen.verdict == "pass" and "backends_ready 0" in node_seen.observed, node_seen
     assert node_seen.metrics["detected_after_s"] < 15 and "DOWN" in node_seen.observed
@@ -142,6 +150,23 @@ def test_an_ignored_required_step_is_caught_by_attempt_failed(sut_wheelhouse, su
     )
     assert "attempt_ended_after_s" not in node_attempt.metrics and "DOWN" in node_attempt.observed
     assert checks["health.node_loss.detected"].verdict == "pass"
+
+
+def test_a_wait_that_takes_a_clean_exit_for_work_done_is_caught_by_preemption(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """Negative control of preemption.attempt_failed: rc1's wait failing the attempt only for a
+    required step that failed. Preempted replicas exit 0 on Slurm's TERM, and the attempt runs
+    on without them; a killed replica still fails it (backend loss keeps passing)."""
+    health = _health(HEALTHY, LOSS_ATTEMPT, PREEMPTION)
+    checks = run_with_fault(health, "clean-exit-is-done", sut_wheelhouse, sut_image, sut_profile, tmp_path, nodes=2)
+    preempted = checks["health.preemption.attempt_failed"]
+    print("clean-exit-is-done:", preempted.observed)
+    assert preempted.verdict == "fail" and "returned 70" not in preempted.observed, preempted
+    assert "TERM to its steps" in preempted.observed and "records" in preempted.observed, preempted
+    assert int(preempted.observed.split("client ")[1].split("/")[0]) < 24, "the client did not get every record"
+    loss = checks["health.backend_loss.attempt_failed"]
+    assert loss.verdict == "pass" and loss.observed.startswith("the controller's wait returned 70"), loss
 
 
 def test_a_health_watching_wait_is_the_positive_control_of_unresponsive_attempt_failed(

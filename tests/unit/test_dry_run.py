@@ -138,9 +138,11 @@ def test_all_plans_each_scenario_in_its_own_allocation():
     result = run_cli("run", "all", "--dry-run", "--client-header", "Authorization: Bearer ddcanary-secret", env=NOTHING)
     assert result.returncode == 0, result.stderr
     sallocs = [line for line in result.stdout.splitlines() if line.startswith("salloc ")]
-    # health's own second job, on the node it loses, besides one per scenario
+    # health's own second jobs, alone on another node, the one Slurm preempts and the one it
+    # loses, besides one per scenario
+    health_helpers = ["dd-preempted", "dd-node-loss"]
     assert [s.split("--job-name=")[1].split()[0] for s in sallocs] == [
-        name for scenario in ALL_SCENARIOS for name in (f"dd-{scenario}", *(["dd-node-loss"] * (scenario == "health")))
+        name for scenario in ALL_SCENARIOS for name in (f"dd-{scenario}", *health_helpers * (scenario == "health"))
     ]
     assert {h.split(":", 1)[0] for h in _headings(result.stdout)} == set(ALL_SCENARIOS)
     # the header the client sends is named, its value (maybe a secret) never printed
@@ -153,9 +155,12 @@ def test_conditional_and_sut_launched_commands_are_marked():
     text = run_cli("run", "telemetry", "--dry-run", env=NOTHING).stdout
     assert "KILL, the controller's escalation (only if the endpoint still runs 12s after TERM)" in text
     health = run_cli("run", "health", "--dry-run", env=NOTHING).stdout
-    assert health.count("(launched by the SUT's register function)") == 7 * (4 + 1)  # 7 attempts: 4 replicas, a client
+    assert health.count("(launched by the SUT's register function)") == 8 * (4 + 1)  # 8 attempts: 4 replicas, a client
     existing = run_cli("run", "health", "--dry-run", "--cluster", "existing", "--run-dir", "/lustre/dd", env=NOTHING)
     assert "dd-node-loss" not in existing.stdout  # a site's node is never taken down
+    assert "sbatch" in health and "dd-preempted" not in existing.stdout and "sbatch" not in existing.stdout, (
+        "nor preempted"
+    )
     assert "State=DRAIN" in health and "scontrol update" not in existing.stdout, "nor drained"
 
 

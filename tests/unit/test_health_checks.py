@@ -1,5 +1,7 @@
 from dd_accept.acceptance import health_checks as checks
 from dd_accept.slurm_docker.controller_restart import ControllerRestart
+from dd_accept.slurm_docker.preemption import Preemption
+from dd_accept.slurm_docker.step_exit import StepExit
 
 
 def test_detected_requires_503_with_exactly_one_backend_missing():
@@ -9,8 +11,9 @@ def test_detected_requires_503_with_exactly_one_backend_missing():
     assert checks.backend_loss_detected(None, 4, False).verdict == "fail"
 
 
-def outcome(status, after, done, records=24):
-    return checks.AttemptOutcome(status, after, done, records)
+def outcome(status, after, done, records=24, fault_at=1000.0):
+    ended_at = None if after is None else fault_at + after
+    return checks.AttemptOutcome(status, after, done, records, ended_at=ended_at)
 
 
 def test_attempt_failed_requires_the_documented_status_before_the_client_finished():
@@ -171,10 +174,13 @@ def test_node_drain_requires_the_attempt_to_succeed_whole():
     assert broken.verdict == "fail" and broken.detail.startswith("the attempt does not succeed undisturbed either")
 
 
-def _restart(after="RUNNING", steps_after=6):
+STEPS = tuple(f"7.{n}" for n in range(6))
+
+
+def _restart(after="RUNNING", steps_after=STEPS, gone=()):
     return ControllerRestart(
-        down_s=6.2, job_state_before="RUNNING", job_state_after=after, steps_before=6,
-        steps_after=steps_after,
+        down_s=6.2, job_state_before="RUNNING", job_state_after=after, steps_before=STEPS,
+        steps_after=steps_after, asked_at=1000.0, steps_gone=gone,
     )  # fmt: skip
 
 
@@ -199,6 +205,42 @@ def test_a_controller_restart_requires_the_attempt_to_succeed_whole():
     assert broken.detail.startswith("the attempt does not succeed undisturbed either: the restart is not shown")
 
 
-def test_slurm_kept_the_job_only_if_its_state_is_unchanged():
-    assert _restart().job_kept and _restart(steps_after=2).job_kept, "the attempt's steps may end meanwhile"
-    assert not _restart(after="gone").job_kept and not _restart(after="PENDING").job_kept
+def test_slurm_kept_the_job_only_if_its_state_is_unchanged_and_it_lost_no_step():
+    ended = tuple((step, StepExit(0, 1005.0, "slurmd step record")) for step in STEPS[2:])
+    assert _restart().job_kept(None) and _restart(steps_after=STEPS[:2], gone=ended).job_kept(None), (
+        "the attempt's steps may end meanwhile"
+    )
+    assert not _restart(after="gone").job_kept(None) and not _restart(after="PENDING").job_kept(None)
+    lost = _restart(steps_after=STEPS[:4], gone=(("7.4", None), ("7.5", StepExit(0, 1005.0, "slurmd step record"))))
+    assert not lost.job_kept(2000.0) and lost.steps_lost(2000.0) == ("7.4",)
+    assert "steps 6 before, 4 after (gone: 7.4 no end logged, 7.5 exit 0)" in lost.describe()
+
+
+def test_an_attempt_is_tested_by_a_fault_only_while_it_runs():
+    running = outcome(0, 9.1, 24)  # ended 9.1 s after the fault began (its ended_at: 1009.1)
+    assert running.running_at(1005.0) and not running.running_at(1010.0)
+    assert outcome(None, None, 3).running_at(2000.0), "an attempt that never ended ran at any moment"
+
+
+def test_a_preemption_must_fail_the_attempt_as_a_loss_does():
+    preemption = Preemption("99", 1000.0, 1.2, ("7.1", "7.2"), "RUNNING")
+    healthy = outcome(0, 8.0, 24)
+    passed = checks.preemption_attempt_failed(outcome(70, 0.6, 9), 70, preemption, healthy)
+    assert passed.verdict == "pass" and passed.observed.startswith(
+        "the controller's wait returned 70, 0.6s after Slurm's TERM; client 9/24 records; Slurm: the job preempted "
+        "1.2s after a higher-priority job was submitted for its node: TERM to its steps 7.1, 7.2; job RUNNING"
+    ), passed
+    assert passed.expected.startswith("with every required replica preempted by Slurm (TERM, each exiting 0), ")
+    assert passed.metrics["failed_after_s"] == 0.6
+    # a wait that takes the clean exits for work done: the attempt runs on and "succeeds" with fewer
+    ran_on = checks.preemption_attempt_failed(outcome(0, 4.0, 9), 70, preemption, healthy)
+    assert ran_on.verdict == "fail" and "succeeded (wait status 0) 4.0s after Slurm's TERM; client 9/24" in (
+        ran_on.observed
+    )
+    assert checks.preemption_attempt_failed(outcome(None, None, 9), 70, preemption, healthy).verdict == "fail"
+    assert checks.preemption_attempt_failed(outcome(1, 2.0, 9), 70, preemption, healthy).verdict == "fail"
+    # a wait that always fails passes nothing: the same attempt without the fault must succeed
+    assert checks.preemption_attempt_failed(outcome(70, 0.6, 9), 70, preemption, outcome(70, 1, 9)).verdict == "fail"
+    # backend loss judges the same way and its expectation did not change
+    loss = checks.attempt_failed(outcome(70, 0.4, 10), 70)
+    assert loss.expected.startswith("the attempt fails with status 70 before the client finishes")

@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import signal
 import time
 import urllib.request
 
@@ -493,3 +494,33 @@ def test_a_refusing_replica_refuses_connections_then_listens_again(local_replica
     assert back == 200 and replica.control("state")["pid"] == replica.process.pid
     with pytest.raises(ControlError, match="400"):
         replica.control("refuse", seconds=0)
+
+
+async def _stream_while_termed(replica, max_tokens=400):
+    """One long stream; TERM to the replica once it is under way: (events the client read, how
+    the stream ended: "done" or the error that cut it)."""
+    body = {"model": "m", "max_tokens": max_tokens, "stream": True, "prompt": "x"}
+    events, ended = 0, "done"
+    async with aiohttp.ClientSession() as session, session.post(f"{replica.url}/v1/completions", json=body) as response:
+        try:
+            async for line in response.content:
+                events += line.startswith(b"data: ")
+                if events == 5:
+                    replica.process.send_signal(signal.SIGTERM)
+        except aiohttp.ClientError as error:
+            ended = type(error).__name__
+    return events, ended
+
+
+@pytest.mark.parametrize("exit_on_term", [True, False], ids=["exit-on-term", "uvicorn-drain"])
+def test_term_stops_a_replica_at_once_with_exit_0_only_where_asked(local_replica, exit_on_term):
+    """What a preempted backend shows a SUT's wait: vLLM's server stops serving at once on
+    TERM and exits 0 (`--exit-on-term`, the health attempts' replicas); without it uvicorn
+    drains the stream whole, then the TERM it re-raises ends the process."""
+    replica = local_replica("--ttft-ms", "5", "--itl-ms", "10", *(["--exit-on-term"] if exit_on_term else []))
+    events, ended = asyncio.run(_stream_while_termed(replica))
+    status = replica.process.wait(timeout=30)
+    if exit_on_term:
+        assert (status, ended) == (0, "ClientPayloadError") and events < 100, (status, ended, events)
+    else:
+        assert status == -signal.SIGTERM and ended == "done" and events >= 400, (status, ended, events)

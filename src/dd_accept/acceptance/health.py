@@ -9,6 +9,9 @@ controller restart — the same attempt with Slurm's controller shut down mid-ge
                state saved) and started again 5 s later, as an upgrade does: the job and its
                steps run on meanwhile, so the attempt must succeed. Only on dd-accept's own
                cluster, while it runs no other job (no other scenario of the run in parallel).
+preemption   — the same attempt with its replicas' job (alone on another node) preempted by
+               Slurm mid-generation (TERM; each replica exits 0): the service is lost all the
+               same, so the attempt must fail. Only on dd-accept's own cluster.
 node loss    — the same attempt with every replica on a node of its own job, and that node
                frozen mid-generation (docker pause: no exit, no reset, Slurm learns of it
                only from its pings): the proxy's /health must report it, and the controller
@@ -31,6 +34,7 @@ from typing import Any
 
 from dd_accept import deployment
 from dd_accept.acceptance import health_checks as checks
+from dd_accept.acceptance import health_preemption as preemption
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.health_drills import (
     DETECT_LOAD,
@@ -63,6 +67,7 @@ from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.slurm_docker.allocation import salloc_argv, scancel_argv, srun_argv
 from dd_accept.slurm_docker.controller_restart import ControllerRestart, restart_controller, serves_only
 from dd_accept.slurm_docker.node_health import NodeCondition, set_node_state, slurmd_timeout
+from dd_accept.slurm_docker.preemption import preemptor_argv
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,9 +166,9 @@ def _controller_restart(s: HealthRun) -> None:
     if restart is None:  # not judged, as where the phase does not apply from the start
         s.progress.emit("controller restart: not done, another job shares the controller")
         return
-    if not restart.job_kept:
+    if not restart.job_kept(outcome.ended_at):  # the gone steps' ends are in the description
         raise ClusterError(f"Slurm did not keep the job across its controller's restart: {restart.describe()}")
-    if not outcome.running_at_fault:
+    if not outcome.running_at(restart.asked_at) and outcome.wait_status == 0:  # one that failed is judged
         raise RuntimeError("the attempt had ended before the controller was shut down: the phase tested nothing")
     s.result.add(checks.controller_restart_attempt_undisturbed(outcome, restart, s.healthy))
 
@@ -328,22 +333,24 @@ def _plan_loss_detection(p: Planner) -> list[PlannedCommand]:
 
 
 def _plan_attempt(
-    name: str, port_offset: int = 0, records: int = 24, lost: bool = False
-) -> Callable[[Planner], list[PlannedCommand]]:
+    name: str, port_offset: int = 0, records: int = 24, lost: bool = False, own_job: str | None = None, attempts=3
+) -> Callable[[Planner], list[PlannedCommand]]:  # fmt: skip
     """A drilled attempt (`drilled_attempt`): the drill, what the SUT's functions launch from
-    its command files, the proxy, and the steps KILLed at its end."""
+    its command files, the proxy, and the steps KILLed at its end; the replicas in a job of
+    their own on another node where `lost` (the node is lost) or `own_job` (its name) says."""
 
     def plan(p: Planner) -> list[PlannedCommand]:
         o, layout, run = p.options, p.target.layout, p.run_path(name)
         commands: list[PlannedCommand] = []
         node, job = (NODE, JOB)
-        if lost:
+        if lost or own_job:
             if p.target.slurmd_timeout_s is None:
-                return []  # an existing cluster: dd-accept never takes a site's node down
-            node, job = "$LOST_NODE", "$NODE_JOB"
+                return []  # an existing cluster: dd-accept never takes a site's node down nor preempts
+            node, job = "$REPLICAS_NODE", "$REPLICAS_JOB"
             exclude = [*deployment.SCENARIO_ALLOCATION, f"--exclude={NODE}"]
-            salloc = salloc_argv(p.target, nodes=1, job_name=NODE_LOSS_JOB, extra=exclude)
-            commands.append(PlannedCommand("a job of its own on another node, the one to lose", salloc))
+            salloc = salloc_argv(p.target, nodes=1, job_name=own_job or NODE_LOSS_JOB, extra=exclude)
+            whose = "on another node, the one to lose" if lost else "alone on another node, for Slurm to preempt"
+            commands.append(PlannedCommand(f"the replicas' job of its own {whose}", salloc))
         drill = PlannedCommand(
             f"the SUT's controller functions run the attempt ({name}); on the controller's host",
             drill_argv(p.profile, layout, f"{run}/health-drill"), {"SLURM_JOB_ID": JOB, TOKEN_ENV: TOKEN},
@@ -358,11 +365,11 @@ def _plan_attempt(
         commands.append(proxy)
         deadline = _node_loss_deadline(p.target.slurmd_timeout_s or 0, o) if lost else 60.0
         client = p.client(f"{records} records through the proxy", name, mode="raw", run=name,
-                          step=DRILLED_CLIENT_STEP(NODE), **attempt_load(records, deadline))  # fmt: skip
+                          step=DRILLED_CLIENT_STEP(NODE), **attempt_load(records, deadline, attempts))  # fmt: skip
         commands.append(client.by("the SUT's register function"))
         commands.append(PlannedCommand(f"at the attempt's end, {KILL_STEPS}", scancel_argv("$ATTEMPT_STEPS", "KILL")))
-        if lost:
-            commands.append(PlannedCommand("release the lost node's job", scancel_argv("$NODE_JOB")))
+        if lost or own_job:
+            commands.append(PlannedCommand("release the replicas' job", scancel_argv("$REPLICAS_JOB")))
         return commands
 
     return plan
@@ -398,6 +405,23 @@ def _plan_controller_restart(p: Planner) -> list[PlannedCommand]:
     ]  # fmt: skip
 
 
+def _plan_preemption(p: Planner) -> list[PlannedCommand]:
+    """The attempt, with its replicas' job preempted mid-generation by a higher-priority one."""
+    planned = _plan_attempt("preemption", preemption.PORT_OFFSET, own_job=preemption.REPLICAS_JOB,
+                            attempts=preemption.CLIENT_ATTEMPTS)(p)  # fmt: skip
+    if not planned:
+        return []  # an existing cluster: dd-accept never preempts a site's jobs
+    *attempt, ending, release = planned
+    return [
+        *attempt,
+        PlannedCommand("mid-generation, a higher-priority job for the replicas' node: Slurm preempts their job "
+                       "(TERM to each of its steps)", preemptor_argv("$REPLICAS_NODE")),
+        PlannedCommand("once Slurm has sent the TERM, cancel the higher-priority job", scancel_argv("$PREEMPTOR_JOB")),
+        ending,
+        release,
+    ]  # fmt: skip
+
+
 def _plan_unresponsive_attempt(p: Planner) -> list[PlannedCommand]:
     return [
         command
@@ -423,7 +447,8 @@ PHASES: tuple[Phase[HealthRun], ...] = (
           judges=("health.backend_loss.detected",), segments=("backend loss detection",)),
     Phase("drive", "a healthy attempt (the baseline of the attempt checks)", _healthy_attempt,
           _plan_attempt("healthy", HEALTHY_PORT_OFFSET), numbers=_replicas,
-          segments=("backend loss attempt", "unresponsive attempt")),
+          segments=("backend loss attempt", "unresponsive attempt", "preemption", "node loss", "node drain",
+                    "controller restart")),
     Phase("judge", "backend loss: the attempt", _loss_attempt, _plan_attempt("loss"), numbers=_replicas,
           fault="a backend killed", judges=("health.backend_loss.attempt_failed",), segments=("backend loss attempt",)),
     Phase("judge", "node drain: the attempt", _node_drain, _plan_node_drain, numbers=_replicas,
@@ -432,6 +457,9 @@ PHASES: tuple[Phase[HealthRun], ...] = (
     Phase("judge", "controller restart: the attempt", _controller_restart, _plan_controller_restart,
           numbers=_replicas, applies=_controller_to_itself, fault="Slurm's controller restarted",
           judges=("health.controller_restart.attempt_undisturbed",), segments=("controller restart",)),
+    Phase("judge", "preemption: the attempt", preemption.attempt, _plan_preemption, numbers=_replicas,
+          applies=_may_lose_nodes, fault="the replicas' job preempted by Slurm",
+          judges=("health.preemption.attempt_failed",), segments=("preemption",)),
     Phase(
         "judge",
         "node loss: detection and the attempt",

@@ -8,6 +8,7 @@ from typing import Any
 from dd_accept.acceptance.registry import check
 from dd_accept.base.results import CheckResult
 from dd_accept.slurm_docker.controller_restart import ControllerRestart
+from dd_accept.slurm_docker.preemption import Preemption
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,10 +52,16 @@ class AttemptOutcome:
     records_done: int
     records: int
     running_at_fault: bool = True  # the attempt was still under way when the fault was done
+    ended_at: float | None = None  # epoch seconds the SUT's wait returned; None: it never did
 
     @property
     def client_finished(self) -> bool:
         return self.records_done == self.records
+
+    def running_at(self, moment: float) -> bool:
+        """Whether the attempt was still under way at `moment` (a fault that strikes after its
+        preparations, as the controller's shutdown does, tests nothing after the attempt ended)."""
+        return self.running_at_fault and (self.ended_at is None or self.ended_at > moment)
 
 
 def _attempt_observed(outcome: AttemptOutcome, fault: str) -> str:
@@ -79,11 +86,13 @@ def _baseline_text(healthy: AttemptOutcome | None) -> str:
     )
 
 
-@check("health.backend_loss.attempt_failed")
-def attempt_failed(outcome: AttemptOutcome, failure_status: int, healthy: AttemptOutcome | None = None) -> CheckResult:
-    """A required replica's process dies mid-generation: the attempt fails with the status the
-    SUT documents, before the client finishes; it never finishes with fewer replicas. The
-    same attempt without the fault must succeed, or a wait that always fails would pass."""
+def _failed(
+    check_id: str, outcome: AttemptOutcome, failure_status: int, healthy: AttemptOutcome | None, loss: str,
+    fault: str, slurm: str = "",
+) -> CheckResult:  # fmt: skip
+    """An attempt that lost required backends (`loss`: how the expectation begins; `fault`: the
+    observation's name of the moment) must fail with the status the SUT documents before the client
+    finishes, and succeed without the fault (or a wait that always fails would pass)."""
     ok = (
         outcome.wait_status == failure_status
         and not outcome.client_finished
@@ -91,13 +100,39 @@ def attempt_failed(outcome: AttemptOutcome, failure_status: int, healthy: Attemp
         and _baseline_ok(healthy)
     )
     return CheckResult.judge(
-        attempt_failed.check_id,
+        check_id,
         ok,
-        f"the attempt fails with status {failure_status} before the client finishes; "
+        f"{loss}the attempt fails with status {failure_status} before the client finishes; "
         "it does not finish with fewer replicas; without the fault it succeeds",
-        _attempt_observed(outcome, "the kill") + _baseline_text(healthy),
+        _attempt_observed(outcome, fault) + slurm + _baseline_text(healthy),
         metrics={} if outcome.ended_after_fault_s is None else {"failed_after_s": outcome.ended_after_fault_s},
     )
+
+
+@check("health.backend_loss.attempt_failed")
+def attempt_failed(outcome: AttemptOutcome, failure_status: int, healthy: AttemptOutcome | None = None) -> CheckResult:
+    """A required replica's process dies mid-generation: the attempt fails with the status the
+    SUT documents, before the client finishes; it never finishes with fewer replicas. The
+    same attempt without the fault must succeed, or a wait that always fails would pass."""
+    return _failed(attempt_failed.check_id, outcome, failure_status, healthy, "", "the kill")
+
+
+@check("health.preemption.attempt_failed")
+def preemption_attempt_failed(
+    outcome: AttemptOutcome, failure_status: int, preemption: Preemption, healthy: AttemptOutcome | None = None
+) -> CheckResult:
+    """The job running every required replica is preempted mid-generation, as a site's
+    higher-priority work does it: Slurm sends each replica step TERM at once, and each ends
+    cleanly (exit 0, as a server that stops on TERM does). That is the loss of the service all
+    the same (the seed: "runtime service loss fails the attempt; it does not silently accept a
+    deployment with fewer healthy replicas"): the attempt fails with the status the SUT
+    documents, before the client finishes. A wait that takes a backend's clean exit for work
+    done, not for its loss, lets the attempt run on without it."""
+    return _failed(
+        preemption_attempt_failed.check_id, outcome, failure_status, healthy,
+        "with every required replica preempted by Slurm (TERM, each exiting 0), ", "Slurm's TERM",
+        f"; Slurm: {preemption.describe()}",
+    )  # fmt: skip
 
 
 def _undisturbed(

@@ -63,6 +63,7 @@ def drilled_attempt(
     deadline_s: float = 60.0,
     replicas_in: Allocation | None = None,
     observe: Callable[[deployment.Proxy, float], float | None] | None = None,
+    record_attempts: int = 3,
 ) -> checks.AttemptOutcome:
     """An attempt under the SUT's own controller functions (required replica steps, its wait
     function), in a run directory of its own named `name`, on replica ports shifted by
@@ -71,7 +72,7 @@ def drilled_attempt(
     `replicas_in` (another job, on a node the fault may take down) or with the proxy and
     the client; `observe(proxy, fault_time)` watches what follows the fault and may say how
     much longer the controller's verdict is worth waiting for; the client gives up after
-    `deadline_s`."""
+    `deadline_s`, or on a record after `record_attempts`."""
     run = deployment.RunDirectory.create(allocation.cluster, name)
     port_base = deployment.REPLICA_PORT_BASE + port_offset
     placement = replicas_in or allocation
@@ -104,34 +105,37 @@ def drilled_attempt(
     replicas = deployment.SyntheticReplicas(allocation, run, options.replicas, info, step=drill, token=token)
     proxy = deployment.start_proxy(allocation, replicas, profile=profile)
     client = deployment.client_command(
-        proxy, run, mode="raw", profile=profile, name=name, **attempt_load(records, deadline_s)
+        proxy, run, mode="raw", profile=profile, name=name, **attempt_load(records, deadline_s, record_attempts)
     )
     _write_command(state_host / "client.cmd", allocation.srun_argv(client, DRILLED_CLIENT_STEP(proxy.node)))
     allocation.cluster.exec(["touch", f"{state_cluster}/go"])
-    replicas.wait_running(4)
-    time.sleep(1.0)
-    lost_at = time.time()
-    running_at_fault = not drill.finished and not (state_host / "wait-status").exists()
-    fault(replicas)
-    patience = observe(proxy, lost_at) if observe is not None else None
     try:
-        record = drill.wait(timeout=deadline_s + 30 if patience is None else patience)
-        ended_after = time.time() - lost_at
-    except TimeoutError:
-        record, ended_after = None, None
-    wait_file = state_host / "wait-status"
-    status_text = wait_file.read_text().strip() if wait_file.exists() else ""
-    if wait_file.exists():  # the moment the SUT's wait returned, not when dd-accept looked
-        ended_after = wait_file.stat().st_mtime - lost_at
-    wait_status = int(status_text) if status_text.lstrip("-").isdigit() else (record.exit_code if record else None)
-    client_rows = deployment.read_events(run, name)
-    done = len({e.record for e in requests(client_rows) if e.outcome == "ok"})
-    for job in [allocation] if placement is allocation else [allocation, placement]:
-        named = job.steps_by_name()
-        for step in named.get("replicas", []) + named.get("client", []):
-            job.scancel_step(step, "KILL")
-    proxy.stop("KILL")  # its shutdown is not what this judges; streams to a lost node never end
-    return checks.AttemptOutcome(wait_status, ended_after, done, records, running_at_fault)
+        replicas.wait_running(4)
+        time.sleep(1.0)
+        lost_at = time.time()
+        running_at_fault = not drill.finished and not (state_host / "wait-status").exists()
+        fault(replicas)
+        patience = observe(proxy, lost_at) if observe is not None else None
+        try:
+            record = drill.wait(timeout=deadline_s + 30 if patience is None else patience)
+            ended_at: float | None = time.time()
+        except TimeoutError:
+            record, ended_at = None, None
+        wait_file = state_host / "wait-status"
+        status_text = wait_file.read_text().strip() if wait_file.exists() else ""
+        if wait_file.exists():  # the moment the SUT's wait returned, not when dd-accept looked
+            ended_at = wait_file.stat().st_mtime
+        wait_status = int(status_text) if status_text.lstrip("-").isdigit() else (record.exit_code if record else None)
+        client_rows = deployment.read_events(run, name)
+        done = len({e.record for e in requests(client_rows) if e.outcome == "ok"})
+    finally:  # a fault that failed leaves nothing running to the allocation's release either
+        for job in [allocation] if placement is allocation else [allocation, placement]:
+            named = job.steps_by_name()
+            for step in named.get("replicas", []) + named.get("client", []):
+                job.scancel_step(step, "KILL")
+        proxy.stop("KILL")  # its shutdown is not what this judges; streams to a lost node never end
+    ended_after = None if ended_at is None else ended_at - lost_at
+    return checks.AttemptOutcome(wait_status, ended_after, done, records, running_at_fault, ended_at)
 
 
 def loss_detection(
@@ -246,9 +250,12 @@ def saturating_load(streams: int) -> dict[str, Any]:
     return {"records": streams, "concurrency": streams, "max_tokens": 4, "max_record_attempts": 1, "deadline_s": 90}
 
 
-def attempt_load(records: int, deadline_s: float) -> dict[str, Any]:
-    """The client of a drilled attempt: up to three attempts a record."""
-    return {"records": records, "concurrency": 8, "max_tokens": 80, "max_record_attempts": 3, "deadline_s": deadline_s}
+def attempt_load(records: int, deadline_s: float, record_attempts: int = 3) -> dict[str, Any]:
+    """The client of a drilled attempt: up to three attempts a record unless told."""
+    return {
+        "records": records, "concurrency": 8, "max_tokens": 80, "max_record_attempts": record_attempts,
+        "deadline_s": deadline_s,
+    }  # fmt: skip
 
 
 def drilled_replica(
@@ -257,8 +264,9 @@ def drilled_replica(
     """One replica of a drilled attempt, a step of its own (the SUT's register function
     launches it): its command and its srun options."""
     replica = deployment.replica_command(
-        profile, replica_dir, python=python, seed=options.seed, options=deployment.replica_options(PACED_REPLICAS),
-        port=port_base + index, port_base=port_base,
+        profile, replica_dir, python=python, seed=options.seed,
+        options=deployment.replica_options((*PACED_REPLICAS, *DRILLED_REPLICAS)), port=port_base + index,
+        port_base=port_base,
     )  # fmt: skip
     return replica, ["-J", "replicas", "-N1", "-n1", f"--nodelist={node}", "-o", f"{replica_dir}/replica-{index}.log"]
 
@@ -276,3 +284,6 @@ DRILL = "sut_health_drill.sh"
 
 
 PACED_REPLICAS = ("--ttft-ms", "20", "--itl-ms", "50")  # every health phase: streams long enough to fault
+# An attempt's replicas stop on TERM as vLLM's server does (at once, exit 0): what Slurm's
+# preemption leaves a SUT's wait to see. No other phase sends them TERM.
+DRILLED_REPLICAS = ("--exit-on-term",)

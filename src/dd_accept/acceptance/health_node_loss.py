@@ -27,17 +27,20 @@ def slurm_detection_bound(slurmd_timeout_s: float) -> float:
 NODE_LOSS_JOB = "dd-node-loss"
 
 
-def job_on_a_node_to_lose(allocation: Allocation) -> Allocation:
-    """A job of its own on a node outside the scenario's allocation: Slurm ends the jobs of
-    a node it sets DOWN, and this one must be the only one."""
+def job_on_a_node_to_lose(
+    allocation: Allocation, job_name: str = NODE_LOSS_JOB, purpose: str = "losing a node"
+) -> Allocation:
+    """A job of its own, alone on a node outside the scenario's allocation: Slurm ends the
+    jobs of a node it sets DOWN (and preempts every job on a node a higher-priority one
+    needs), and this one must be the only one."""
     cluster = allocation.cluster
     if len(cluster.nodes) <= len(allocation.nodes):
         raise EnvironmentProblem(
-            f"losing a node needs a compute node outside the scenario's allocation: cluster {cluster.name} "
+            f"{purpose} needs a compute node outside the scenario's allocation: cluster {cluster.name} "
             f"has {len(cluster.nodes)} (start it with --nodes {len(allocation.nodes) + 1} or more)"
         )
     exclude = f"--exclude={','.join(allocation.nodes)}"
-    return Allocation.acquire(cluster, job_name=NODE_LOSS_JOB, extra=[*deployment.SCENARIO_ALLOCATION, exclude])
+    return Allocation.acquire(cluster, job_name=job_name, extra=[*deployment.SCENARIO_ALLOCATION, exclude])
 
 
 def slurm_sees_loss(job: Allocation, lost_at: float, timeout: float, events: EventWriter) -> checks.SlurmSawLoss:

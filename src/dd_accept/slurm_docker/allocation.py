@@ -148,8 +148,9 @@ def scancel_argv(target: str, signal_name: str | None = None) -> list[str]:
     return ["scancel", *([f"--signal={signal_name}"] if signal_name else []), target]
 
 
-# How a job looks in squeue once it has ended (until MinJobAge): NODE_FAIL after a node loss.
-ENDED_JOB_STATES = frozenset({"GONE", "COMPLETED", "CANCELLED", "NODE_FAIL", "FAILED", "TIMEOUT"})
+# How a job looks in squeue once it has ended (until MinJobAge): NODE_FAIL after a node loss,
+# PREEMPTED after a higher-priority job took its node (slurm_docker.preemption).
+ENDED_JOB_STATES = frozenset({"GONE", "COMPLETED", "CANCELLED", "NODE_FAIL", "FAILED", "TIMEOUT", "PREEMPTED"})
 
 
 NODE_LIST_WAIT_S = 30.0

@@ -33,6 +33,7 @@ from dd_accept.slurm_docker.spec import (
     LABEL_NODES,
     LABEL_PROCTRACK,
     LABEL_SLURM,
+    PARTITION,
     SHARED_PATH,
     ClusterSpec,
     node_names,
@@ -300,7 +301,7 @@ class SlurmCluster:
         return None
 
     def _node_states(self) -> dict[str, str]:
-        record = self.exec(["sinfo", "-N", "-h", "-o", "%N %T"], timeout=10)
+        record = self.exec(["sinfo", "-N", "-h", "-p", PARTITION, "-o", "%N %T"], timeout=10)
         if not record.ok:
             return {}
         states: dict[str, str] = {}
@@ -416,7 +417,7 @@ class SlurmCluster:
         }
 
     def status(self) -> ClusterStatus:
-        states = self.exec(["sinfo", "-N", "-h", "-o", "%N|%T|%c"], timeout=10)
+        states = self.exec(["sinfo", "-N", "-h", "-p", PARTITION, "-o", "%N|%T|%c"], timeout=10)
         jobs = self.exec(["squeue", "-h", "-o", "%i|%j|%T|%D|%N"], timeout=10)
         steps = self.exec(["squeue", "-h", "-s", "-o", "%i|%j|%N"], timeout=10)
         return ClusterStatus(

@@ -15,14 +15,17 @@ import time
 from dataclasses import dataclass
 
 from dd_accept.base.errors import ClusterError
-from dd_accept.base.waiting import WaitTimeout, wait_until
+from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.interface import Cluster
+from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit, from_slurmd_log
 
 # The entrypoint's handshake: it starts slurmctld again after an end it was told of (the
 # restart file), once the held file is gone.
 RESTART_FILE = "/run/dd-accept/controller-restart"
 HELD_FILE = "/run/dd-accept/controller-held"
+# How long a task end may take to reach slurmd's log after squeue stopped listing its step.
+STEP_END_LOGGED_WITHIN_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,19 +37,37 @@ class ControllerRestart:
     down_s: float  # from the shutdown asked to `scontrol ping` answering UP again
     job_state_before: str
     job_state_after: str
-    steps_before: int
-    steps_after: int
+    steps_before: tuple[str, ...]
+    steps_after: tuple[str, ...]
+    asked_at: float  # epoch seconds of the shutdown's ask: an attempt that ended before was not tested
+    # steps listed before and not after, with how their tasks ended as the nodes logged it
+    # (None: no end logged)
+    steps_gone: tuple[tuple[str, StepExit | None], ...] = ()
 
-    @property
-    def job_kept(self) -> bool:
-        """Slurm still runs the job as before (its steps are reported: the attempt may end its
-        own meanwhile)."""
-        return self.job_state_after == self.job_state_before
+    def steps_lost(self, wait_returned_at: float | None) -> tuple[str, ...]:
+        """The gone steps Slurm itself lost: no task end logged, or killed by a signal before the
+        SUT's wait returned (`wait_returned_at`, epoch seconds; None: it never did), so before
+        its stop could kill them: a step the restarted controller forgot is killed as an orphan
+        when its node registers again. One that exited, or that the SUT's stop killed, is the
+        attempt's own doing."""
+        return tuple(
+            step
+            for step, end in self.steps_gone
+            if end is None
+            or (end.exit_code >= 128 and (wait_returned_at is None or (end.ended_at or 0.0) < wait_returned_at))
+        )
+
+    def job_kept(self, wait_returned_at: float | None) -> bool:
+        """Slurm still runs the job, and lost none of the steps it ran before (`steps_lost`)."""
+        return self.job_state_after == self.job_state_before and not self.steps_lost(wait_returned_at)
 
     def describe(self) -> str:
+        ends = ", ".join(f"{step} {'no end logged' if end is None else f'exit {end.exit_code}'}"
+                         for step, end in self.steps_gone)  # fmt: skip
         return (
             f"slurmctld down {self.down_s:.1f}s; job {self.job_state_before} before, {self.job_state_after} after, "
-            f"steps {self.steps_before} before, {self.steps_after} after"
+            f"steps {len(self.steps_before)} before, {len(self.steps_after)} after"
+            + (f" (gone: {ends})" if ends else "")
         )
 
 
@@ -72,13 +93,31 @@ def serves_only(allocation: Allocation) -> bool:
     return record.stdout.split() == [allocation.job_id]
 
 
+def _end_on_a_node(allocation: Allocation, step: str) -> StepExit | None:
+    """How a node of the allocation logged `step`'s task ending (slurmstepd logs it as the task
+    exits; the wait covers a log line not yet written when squeue stopped listing the step);
+    None when none did."""
+
+    def logged() -> StepExit | None:
+        for node in allocation.nodes:
+            end = from_slurmd_log(allocation.cluster.exec(["cat", SLURMD_LOG], node=node, timeout=15).stdout, step)
+            if end is not None:
+                return end
+        return None
+
+    return wait_for_finding(
+        logged, lambda end: end is not None, timeout=STEP_END_LOGGED_WITHIN_S, what=f"{step}'s end in slurmd's log"
+    )
+
+
 def restart_controller(allocation: Allocation, held_s: float, timeout: float = 60.0) -> ControllerRestart:
     """Shut slurmctld down with its state saved, keep it down `held_s` seconds from when it
     stopped answering (a loaded machine may take seconds to save its state), start it again
     and wait until it answers; the allocation's job state and steps are read before and
-    after. Whatever fails, the controller is let start again."""
+    after, with how each step gone since ended in slurmd's log (`steps_lost` tells Slurm's
+    losses from the attempt's own ends). Whatever fails, the controller is let start again."""
     cluster = allocation.cluster
-    state_before, steps_before = allocation.job_state(), len(allocation.steps())
+    state_before, steps_before = allocation.job_state(), tuple(allocation.steps())
     marked = cluster.exec(["sh", "-c", f"mkdir -p /run/dd-accept && touch {RESTART_FILE} {HELD_FILE}"], timeout=10)
     if not marked.ok:
         raise ClusterError(f"could not mark the controller for a restart: {marked.describe()}")
@@ -93,5 +132,6 @@ def restart_controller(allocation: Allocation, held_s: float, timeout: float = 6
         cluster.exec(["rm", "-f", HELD_FILE], timeout=10)
     _wait(cluster, up=True, timeout=timeout)
     down_s = time.time() - asked_at
-    state_after, steps_after = allocation.job_state(), len(allocation.steps())
-    return ControllerRestart(round(down_s, 3), state_before, state_after, steps_before, steps_after)
+    state_after, steps_after = allocation.job_state(), tuple(allocation.steps())
+    gone = tuple((step, _end_on_a_node(allocation, step)) for step in steps_before if step not in steps_after)
+    return ControllerRestart(round(down_s, 3), state_before, state_after, steps_before, steps_after, asked_at, gone)

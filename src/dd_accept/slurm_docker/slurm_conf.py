@@ -6,7 +6,14 @@ import re
 from importlib import resources
 
 from dd_accept.base.slurm_releases import slurm_release
-from dd_accept.slurm_docker.spec import CONTROLLER, PARTITION, SLURMD_TIMEOUT_S, ClusterSpec
+from dd_accept.slurm_docker.spec import (
+    CONTROLLER,
+    PARTITION,
+    PREEMPT_GRACE_S,
+    PREEMPTOR_PARTITION,
+    SLURMD_TIMEOUT_S,
+    ClusterSpec,
+)
 
 # proctrack/cgroup on a cgroup v1 host: the freezer tracks a step's processes; nothing is
 # constrained (cores, memory and devices stay the container's, and task/cgroup touches none
@@ -38,4 +45,6 @@ def render_slurm_conf(spec: ClusterSpec) -> str:
         slurm=slurm_release(spec.slurm),
         proctrack=spec.proctrack,
         slurmd_timeout=SLURMD_TIMEOUT_S,
+        preemptor_partition=PREEMPTOR_PARTITION,
+        preempt_grace_s=PREEMPT_GRACE_S,
     )

@@ -14,6 +14,10 @@ from dd_accept.base.slurm_releases import DEFAULT_PROCTRACK, DEFAULT_RELEASE, PR
 CONTROLLER = "ctl"
 SHARED_PATH = "/shared"  # the cluster's shared filesystem, at the same path on every node
 PARTITION = "dd"
+# The hidden partition whose jobs preempt the scenarios' (slurm_docker.preemption), and the
+# grace time a preempted job gets: longer than a SUT's drain window, whose end is not judged.
+PREEMPTOR_PARTITION = "dd-urgent"
+PREEMPT_GRACE_S = 30
 MAX_NODES = 64
 MAX_CPUS_PER_NODE = 1024
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,39}$")

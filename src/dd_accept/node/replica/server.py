@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -179,10 +180,22 @@ async def serve(args: argparse.Namespace) -> int:
         if serving.done():
             return serving.result() or 1  # startup failed (e.g. port in use); uvicorn logged why
         await asyncio.sleep(0.02)
+    stopped_on_term = []
+    if args.exit_on_term:  # over uvicorn's own handler, installed once it serves
+
+        def stop_at_once() -> None:
+            stopped_on_term.append(True)
+            serving.cancel()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop_at_once)
     if args.ready_file:
         ready_host = "127.0.0.1" if args.local else socket.gethostname()
         write_ready(Path(per_task(args.ready_file)), ready_host, port)
-    await serving
+    try:
+        await serving
+    except asyncio.CancelledError:
+        if not stopped_on_term:
+            raise
     if scheduler is not None:
         scheduler.cancel()
     if events is not None:
@@ -209,6 +222,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--middleware", action="append", default=[], help="ASGI middleware, module:Class")
     parser.add_argument("--graceful-shutdown-s", type=float, default=30.0)
+    parser.add_argument(
+        "--exit-on-term",
+        action="store_true",
+        help="on TERM stop serving at once and exit 0, streams in flight cut, as vLLM's server does "
+        "(default: uvicorn's drain, then the TERM it re-raises ends the process)",
+    )
     parser.add_argument(
         "--keep-alive-s",
         type=float,

@@ -1,0 +1,109 @@
+"""Preemption of a running job by Slurm itself, as a site's higher-priority work does it.
+
+dd-accept's own cluster has a hidden partition of a higher priority tier over the same nodes
+(PREEMPTOR_PARTITION in spec.py, slurm.conf.j2); the scenarios' partition preempts with
+PreemptMode=CANCEL and a GraceTime (PREEMPT_GRACE_S). A job submitted there for a node a
+running job holds makes slurmctld pick that job for preemption: at once it sends SIGCONT and
+SIGTERM to every step of it, and cancels it once the grace time is over (at its next periodic
+check: up to tens of seconds later, measured). Only dd-accept's own cluster is set up so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+from dd_accept.base.errors import ClusterError
+from dd_accept.base.waiting import WaitTimeout, wait_until
+from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.slurm_docker.spec import PREEMPTOR_PARTITION
+from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit, from_slurmd_log, signal_sent_at
+
+PREEMPTOR_JOB = "dd-accept-preemptor"
+SIGTERM = 15
+
+
+def preemptor_argv(node: str) -> list[str]:
+    """The higher-priority job: the whole of `node`, which only preempting its job frees. It is
+    cancelled once Slurm has preempted (a pending job of the higher tier holds back the main
+    scheduler's pass for the nodes of its partition); one that starts all the same ends at once."""
+    return [
+        "sbatch", "--parsable", f"--partition={PREEMPTOR_PARTITION}", f"--nodelist={node}", "--exclusive",
+        f"--job-name={PREEMPTOR_JOB}", "--time=1", "--wrap=true",
+    ]  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """One preemption as Slurm showed it: when it was asked (the preemptor's submission), when
+    the preempted job's node sent its steps TERM (slurmd's log, the node's own clock), and the
+    job's state then; `exits`, read once the attempt is over, how each step's task ended."""
+
+    preemptor_job: str
+    asked_at: float  # epoch seconds
+    term_after_s: float  # from the ask to the first step's TERM
+    steps_signalled: tuple[str, ...]
+    job_state: str
+    exits: tuple[int | None, ...] = ()  # per signalled step; None: no task end logged
+
+    @property
+    def term_at(self) -> float:
+        return self.asked_at + self.term_after_s
+
+    def describe(self) -> str:
+        ended = ""
+        if self.exits:
+            codes = sorted({"none logged" if code is None else f"exit {code}" for code in self.exits})
+            ended = f", which ended: {', '.join(codes)}"
+        return (
+            f"the job preempted {self.term_after_s:.1f}s after a higher-priority job was submitted for its node: "
+            f"TERM to its steps {', '.join(self.steps_signalled)}{ended}; job {self.job_state}"
+        )
+
+
+def _slurmd_log(job: Allocation) -> str:
+    return job.cluster.exec(["cat", SLURMD_LOG], node=job.first_node, timeout=15).stdout
+
+
+def preempt(job: Allocation, timeout: float = 30.0) -> Preemption:
+    """Submit the preemptor for `job`'s node, wait until Slurm has sent TERM to each of the
+    job's steps there, and cancel the preemptor (whatever happened, once submitted)."""
+    cluster = job.cluster
+    steps = job.steps()
+    if not steps:
+        raise ClusterError(f"job {job.job_id} lists no step to preempt")
+    asked_at = time.time()
+    preemptor: str | None = None
+    try:
+        submitted = cluster.exec(preemptor_argv(job.first_node), timeout=30)
+        if not submitted.ok:
+            raise ClusterError(
+                f"could not submit a job to preempt {job.job_id}: {submitted.describe()} (a cluster made by an older "
+                f"dd-accept has no {PREEMPTOR_PARTITION} partition: `dd-accept cluster down` it and run again)"
+            )
+        preemptor = submitted.stdout.strip().split(";")[0]
+
+        def signalled() -> dict[str, float]:
+            log = _slurmd_log(job)
+            return {step: at for step in steps if (at := signal_sent_at(log, step, SIGTERM)) is not None}
+
+        try:
+            sent = wait_until(signalled, lambda s: len(s) == len(steps), timeout=timeout, what="Slurm to preempt")
+        except WaitTimeout as error:
+            raise ClusterError(f"Slurm did not preempt job {job.job_id} for a higher-priority one: {error}") from error
+    finally:  # by id; by name where the submission's answer was lost
+        cancel = [preemptor] if preemptor else [f"--name={PREEMPTOR_JOB}"]
+        cluster.exec(["scancel", *cancel], timeout=10)
+    assert preemptor is not None, "submitted, or raised"
+    term_after_s = min(sent.values()) - asked_at
+    if term_after_s < -1.0:  # the node's clock is the host's: a TERM before the ask is an older log line
+        raise ClusterError(f"slurmd logged TERM to job {job.job_id} {-term_after_s:.1f}s before it was preempted")
+    return Preemption(preemptor, asked_at, round(max(0.0, term_after_s), 3), tuple(sorted(sent)), job.job_state())
+
+
+def with_exits(preemption: Preemption, job: Allocation) -> Preemption:
+    """The preemption with how each signalled step's task ended, from the node's slurmd log."""
+    log = _slurmd_log(job)
+    ended: list[StepExit | None] = [from_slurmd_log(log, step) for step in preemption.steps_signalled]
+    return dataclasses.replace(preemption, exits=tuple(None if end is None else end.exit_code for end in ended))
