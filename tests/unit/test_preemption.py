@@ -60,7 +60,8 @@ def test_a_preemption_is_the_nodes_term_to_every_step(monkeypatch):
     # how the steps' tasks then ended, from the node's log
     cluster.exits = (("7.0", " with exit code 0"), ("7.1", ". Killed by signal 9"))
     ended = with_exits(preemption, Allocation(cluster, "7", nodes=("node2",)))
-    assert ended.exits == (0, 137) and "TERM to its steps 7.0, 7.1, which ended: exit 0, exit 137" in ended.describe()
+    assert [(end.exit_code, end.ended_at) for end in ended.exits] == [(0, 1796342403.0), (137, 1796342403.0)]
+    assert "TERM to its steps 7.0, 7.1, which ended: exit 0, exit 137" in ended.describe()
 
 
 def test_a_job_with_no_step_listed_is_not_preempted_for_nothing():

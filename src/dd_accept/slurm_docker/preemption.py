@@ -45,7 +45,8 @@ class Preemption:
     term_after_s: float  # from the ask to the first step's TERM
     steps_signalled: tuple[str, ...]
     job_state: str
-    exits: tuple[int | None, ...] = ()  # per signalled step; None: no task end logged
+    # per signalled step, its task's end (exit code, epoch seconds); None: no end logged
+    exits: tuple[StepExit | None, ...] = ()
 
     @property
     def term_at(self) -> float:
@@ -54,7 +55,7 @@ class Preemption:
     def describe(self) -> str:
         ended = ""
         if self.exits:
-            codes = sorted({"none logged" if code is None else f"exit {code}" for code in self.exits})
+            codes = sorted({"none logged" if end is None else f"exit {end.exit_code}" for end in self.exits})
             ended = f", which ended: {', '.join(codes)}"
         return (
             f"the job preempted {self.term_after_s:.1f}s after a higher-priority job was submitted for its node: "
@@ -106,4 +107,4 @@ def with_exits(preemption: Preemption, job: Allocation) -> Preemption:
     """The preemption with how each signalled step's task ended, from the node's slurmd log."""
     log = _slurmd_log(job)
     ended: list[StepExit | None] = [from_slurmd_log(log, step) for step in preemption.steps_signalled]
-    return dataclasses.replace(preemption, exits=tuple(None if end is None else end.exit_code for end in ended))
+    return dataclasses.replace(preemption, exits=tuple(ended))
