@@ -115,11 +115,12 @@ def test_run_overload_on_an_existing_cluster_from_its_login_node(login_node):
 RC1_FAILS = variants.RC1_FAILS
 
 
-# dd-accept never takes a site's node down, drains it or restarts its controller: those phases run on its
-# own cluster only.
+# dd-accept never takes a site's node down, drains it, restarts its controller or preempts its jobs: those
+# phases run on its own cluster only.
 ONLY_ON_DDACCEPTS_CLUSTER = {health_checks.node_loss_detected.check_id, health_checks.node_loss_attempt_failed.check_id}
 ONLY_ON_DDACCEPTS_CLUSTER |= {health_checks.node_drain_attempt_undisturbed.check_id}
 ONLY_ON_DDACCEPTS_CLUSTER |= {health_checks.controller_restart_attempt_undisturbed.check_id}
+ONLY_ON_DDACCEPTS_CLUSTER |= {health_checks.preemption_attempt_failed.check_id}
 
 
 def _reported(scenario, site=False):

@@ -4,7 +4,7 @@ import zipfile
 
 import pytest
 
-from dd_accept.base.state import state_root
+from dd_accept.base.state import file_lock, state_root
 from tests.helpers import run_cli
 
 
@@ -47,8 +47,14 @@ def profile_file(tmp_path):
 
 
 def _no_scratch_left():
+    """Scratch directories left in the wheelhouse cache, looked for under the cache's lock: a
+    build in another test worker holds it while its own scratch directory exists (CI once saw
+    one such, 'tmp-dtw9k8sp', when this looked without the lock)."""
     root = state_root() / "wheelhouses"
-    return [p.name for p in root.glob("tmp-*")] if root.exists() else []
+    if not root.exists():
+        return []
+    with file_lock(root / ".lock"):
+        return [p.name for p in root.glob("tmp-*")]
 
 
 def test_a_file_that_is_not_a_wheel(tmp_path):
