@@ -30,7 +30,8 @@ class PlayedSlurm:
         elif argv[:2] == ["cat", SLURMD_LOG]:
             self.reads += 1
             if self.submitted and self.reads_before_term is not None and self.reads > self.reads_before_term:
-                out = "".join(TERM_LINE.format(second=n + 1, step=s) for n, s in enumerate(self.steps))
+                logged = getattr(self, "logged_only", self.steps)
+                out = "".join(TERM_LINE.format(second=n + 1, step=s) for n, s in enumerate(self.steps) if s in logged)
                 out = "[2026-12-04T00:00:00.100] [7.0] Sent signal 18 to StepId=7.0\n" + out
                 out += "".join(f"[2026-12-04T00:00:03.000] [{s}] task 0 (9) exited{how}.\n" for s, how in self.exits)
         elif argv[0] == "squeue" and "-s" in argv:
@@ -62,6 +63,15 @@ def test_a_preemption_is_the_nodes_term_to_every_step(monkeypatch):
     ended = with_exits(preemption, Allocation(cluster, "7", nodes=("node2",)))
     assert [(end.exit_code, end.ended_at) for end in ended.exits] == [(0, 1796342403.0), (137, 1796342403.0)]
     assert "TERM to its steps 7.0, 7.1, which ended: exit 0, exit 137" in ended.describe()
+
+
+def test_steps_whose_term_slurmd_never_logged_are_left_out_of_those_signalled(monkeypatch):
+    monkeypatch.setattr("dd_accept.slurm_docker.preemption.ALL_TERMS_WITHIN_S", 0.2)
+    monkeypatch.setattr("time.time", lambda: 1796342400.0)  # 2026-12-04T00:00:00Z, the played log's day
+    cluster = PlayedSlurm(steps=("7.0", "7.1"))
+    cluster.logged_only = ("7.1",)
+    preemption = preempt(Allocation(cluster, "7", nodes=("node2",)))
+    assert preemption.steps_signalled == ("7.1",) and (("scancel", "99"), None) in cluster.argvs
 
 
 def test_a_job_with_no_step_listed_is_not_preempted_for_nothing():

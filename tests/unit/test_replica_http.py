@@ -504,9 +504,10 @@ async def _stream_while_termed(replica, max_tokens=400):
     async with aiohttp.ClientSession() as session, session.post(f"{replica.url}/v1/completions", json=body) as response:
         try:
             async for line in response.content:
-                events += line.startswith(b"data: ")
-                if events == 5:
-                    replica.process.send_signal(signal.SIGTERM)
+                if line.startswith(b"data: "):
+                    events += 1
+                    if events == 5:  # once: a second TERM after uvicorn restored its default ends the process
+                        replica.process.send_signal(signal.SIGTERM)
         except aiohttp.ClientError as error:
             ended = type(error).__name__
     return events, ended
