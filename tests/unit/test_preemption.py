@@ -9,7 +9,7 @@ from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.preemption import PREEMPTOR_JOB, preempt, preemptor_argv, with_exits
 from dd_accept.slurm_docker.records import CommandRecord
 from dd_accept.slurm_docker.spec import PREEMPTOR_PARTITION
-from dd_accept.slurm_docker.step_exit import SLURMD_LOG
+from dd_accept.slurm_docker.step_exit import SLURMD_LOG, from_slurmd_log, signal_sent_at
 
 TERM_LINE = "[2026-12-04T00:00:{second:02d}.500] [{step}] Sent signal 15 to StepId={step}\n"
 
@@ -21,6 +21,12 @@ class PlayedSlurm:
     def __init__(self, reads_before_term=1, steps=("7.0", "7.1"), exits=()):
         self.argvs, self.reads, self.submitted = [], 0, False
         self.reads_before_term, self.steps, self.exits = reads_before_term, steps, exits
+
+    def step_exit(self, step, node):  # the Cluster protocol's reading of slurmd's log
+        return from_slurmd_log(self.exec(["cat", SLURMD_LOG], node=node).stdout, step)
+
+    def signal_sent_at(self, step, node, signal):
+        return signal_sent_at(self.exec(["cat", SLURMD_LOG], node=node).stdout, step, signal)
 
     def exec(self, argv, timeout=None, node=None, **_):
         self.argvs.append((tuple(argv), node))

@@ -18,7 +18,7 @@ from dd_accept.base.errors import ClusterError
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.interface import Cluster
-from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit, from_slurmd_log
+from dd_accept.slurm_docker.step_exit import StepExit
 
 # The entrypoint's handshake: it starts slurmctld again after an end it was told of (the
 # restart file), once the held file is gone.
@@ -99,11 +99,8 @@ def _end_on_a_node(allocation: Allocation, step: str) -> StepExit | None:
     None when none did."""
 
     def logged() -> StepExit | None:
-        for node in allocation.nodes:
-            end = from_slurmd_log(allocation.cluster.exec(["cat", SLURMD_LOG], node=node, timeout=15).stdout, step)
-            if end is not None:
-                return end
-        return None
+        ends = (allocation.cluster.step_exit(step, node) for node in allocation.nodes)
+        return next((end for end in ends if end is not None), None)
 
     return wait_for_finding(
         logged, lambda end: end is not None, timeout=STEP_END_LOGGED_WITHIN_S, what=f"{step}'s end in slurmd's log"

@@ -18,7 +18,7 @@ from dd_accept.base.errors import ClusterError
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.spec import PREEMPTOR_PARTITION
-from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit, from_slurmd_log, signal_sent_at
+from dd_accept.slurm_docker.step_exit import StepExit
 
 PREEMPTOR_JOB = "dd-accept-preemptor"
 SIGTERM = 15
@@ -64,10 +64,6 @@ class Preemption:
         )
 
 
-def _slurmd_log(job: Allocation) -> str:
-    return job.cluster.exec(["cat", SLURMD_LOG], node=job.first_node, timeout=15).stdout
-
-
 def preempt(job: Allocation, timeout: float = 30.0) -> Preemption:
     """Submit the preemptor for `job`'s node, wait until Slurm has sent TERM to the job's
     steps there (the first, then the others for a few seconds), and cancel the preemptor
@@ -88,8 +84,8 @@ def preempt(job: Allocation, timeout: float = 30.0) -> Preemption:
         preemptor = submitted.stdout.strip().split(";")[0]
 
         def signalled() -> dict[str, float]:
-            log = _slurmd_log(job)
-            return {step: at for step in steps if (at := signal_sent_at(log, step, SIGTERM)) is not None}
+            node = job.first_node
+            return {step: at for step in steps if (at := cluster.signal_sent_at(step, node, SIGTERM)) is not None}
 
         try:
             sent = wait_until(signalled, bool, timeout=timeout, what="Slurm to preempt")
@@ -111,6 +107,5 @@ def preempt(job: Allocation, timeout: float = 30.0) -> Preemption:
 
 def with_exits(preemption: Preemption, job: Allocation) -> Preemption:
     """The preemption with how each signalled step's task ended, from the node's slurmd log."""
-    log = _slurmd_log(job)
-    ended: list[StepExit | None] = [from_slurmd_log(log, step) for step in preemption.steps_signalled]
-    return dataclasses.replace(preemption, exits=tuple(ended))
+    ended = tuple(job.cluster.step_exit(step, job.first_node) for step in preemption.steps_signalled)
+    return dataclasses.replace(preemption, exits=ended)
