@@ -30,7 +30,8 @@ from tests.helpers import assert_the_dry_run_planned_what_the_run_did
 pytestmark = pytest.mark.cluster
 
 LOSS_DETECTION = "backend loss: detection"
-HEALTHY = "a healthy attempt"
+HEALTHY = "a healthy attempt ("
+HEALTHY_APART = "a healthy attempt, its replicas apart"
 LOSS_ATTEMPT = "backend loss: the attempt"
 NODE_LOSS = "node loss"
 NODE_DRAIN = "node drain"
@@ -86,6 +87,9 @@ def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_wheelhous
     print("rc1 preemption:", preempted.observed)
     assert preempted.verdict == "pass" and preempted.observed.startswith("the controller's wait returned 70"), preempted
     assert "Slurm: the job preempted" in preempted.observed and preempted.metrics["failed_after_s"] < 5, preempted
+    # judged beside the same attempt undisturbed, its replicas apart as these are (and node loss's)
+    placed = "without a fault, its replicas alike in a job of their own on another node, the attempt succeeded"
+    assert placed in preempted.observed, preempted
     node_seen = checks["health.node_loss.detected"]
     assert node_seen.verdict == "pass" and "backends_ready 0" in node_seen.observed, node_seen
     assert node_seen.metrics["detected_after_s"] < 15 and "DOWN" in node_seen.observed
@@ -99,6 +103,7 @@ def test_rc1_detects_loss_fails_the_attempt_and_starves_its_probes(sut_wheelhous
     node_attempt = checks["health.node_loss.attempt_failed"]
     assert node_attempt.verdict == "pass", node_attempt
     assert node_attempt.observed.startswith("the controller's wait returned 70"), node_attempt
+    assert placed in node_attempt.observed, node_attempt
     # rc1 watches its launchers only: it learns of the loss when Slurm ends their steps.
     ended, down = node_attempt.metrics["attempt_ended_after_s"], node_attempt.metrics["slurm_down_after_s"]
     assert down - 2 <= ended <= down + 15, node_attempt
@@ -136,7 +141,7 @@ def test_a_health_endpoint_that_ignores_probes_is_caught_by_detected(sut_wheelho
 def test_an_ignored_required_step_is_caught_by_attempt_failed(sut_wheelhouse, sut_image, sut_profile, tmp_path):
     # node_loss.detected is the check it must leave passing (backend loss's detection, judged
     # the same way, would only add its 14 s)
-    health = _health(HEALTHY, LOSS_ATTEMPT, NODE_LOSS)
+    health = _health(HEALTHY, HEALTHY_APART, LOSS_ATTEMPT, NODE_LOSS)
     fault = "require-running-ignored"
     checks = run_with_fault(health, fault, sut_wheelhouse, sut_image, sut_profile, tmp_path, nodes=2)
     failed = checks["health.backend_loss.attempt_failed"]
@@ -158,7 +163,7 @@ def test_a_wait_that_takes_a_clean_exit_for_work_done_is_caught_by_preemption(
     """Negative control of preemption.attempt_failed: rc1's wait failing the attempt only for a
     required step that failed. Preempted replicas exit 0 on Slurm's TERM, and the attempt runs
     on without them; a killed replica still fails it (backend loss keeps passing)."""
-    health = _health(HEALTHY, LOSS_ATTEMPT, PREEMPTION)
+    health = _health(HEALTHY, HEALTHY_APART, LOSS_ATTEMPT, PREEMPTION)
     checks = run_with_fault(health, "clean-exit-is-done", sut_wheelhouse, sut_image, sut_profile, tmp_path, nodes=2)
     preempted = checks["health.preemption.attempt_failed"]
     print("clean-exit-is-done:", preempted.observed)

@@ -138,9 +138,9 @@ def test_all_plans_each_scenario_in_its_own_allocation():
     result = run_cli("run", "all", "--dry-run", "--client-header", "Authorization: Bearer ddcanary-secret", env=NOTHING)
     assert result.returncode == 0, result.stderr
     sallocs = [line for line in result.stdout.splitlines() if line.startswith("salloc ")]
-    # health's own second jobs, alone on another node, the one Slurm preempts and the one it
-    # loses, besides one per scenario
-    health_helpers = ["dd-preempted", "dd-node-loss"]
+    # health's own second jobs, alone on another node: the baseline placed as the next two are,
+    # the one Slurm preempts and the one it loses, besides one per scenario
+    health_helpers = ["dd-apart", "dd-preempted", "dd-node-loss"]
     assert [s.split("--job-name=")[1].split()[0] for s in sallocs] == [
         name for scenario in ALL_SCENARIOS for name in (f"dd-{scenario}", *health_helpers * (scenario == "health"))
     ]
@@ -155,7 +155,7 @@ def test_conditional_and_sut_launched_commands_are_marked():
     text = run_cli("run", "telemetry", "--dry-run", env=NOTHING).stdout
     assert "KILL, the controller's escalation (only if the endpoint still runs 12s after TERM)" in text
     health = run_cli("run", "health", "--dry-run", env=NOTHING).stdout
-    assert health.count("(launched by the SUT's register function)") == 8 * (4 + 1)  # 8 attempts: 4 replicas, a client
+    assert health.count("(launched by the SUT's register function)") == 9 * (4 + 1)  # 9 attempts: 4 replicas, a client
     existing = run_cli("run", "health", "--dry-run", "--cluster", "existing", "--run-dir", "/lustre/dd", env=NOTHING)
     assert "dd-node-loss" not in existing.stdout  # a site's node is never taken down
     assert "sbatch" in health and "dd-preempted" not in existing.stdout and "sbatch" not in existing.stdout, (

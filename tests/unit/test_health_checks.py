@@ -241,6 +241,20 @@ def test_a_preemption_must_fail_the_attempt_as_a_loss_does():
     assert checks.preemption_attempt_failed(outcome(1, 2.0, 9), 70, preemption, healthy).verdict == "fail"
     # a wait that always fails passes nothing: the same attempt without the fault must succeed
     assert checks.preemption_attempt_failed(outcome(70, 0.6, 9), 70, preemption, outcome(70, 1, 9)).verdict == "fail"
+    # the baseline placed as the preempted replicas are (a job of their own on another node): a
+    # wait that fails whenever its replicas run apart fails there too, and is not judged as one
+    # that failed for the preemption
+    apart = checks.AttemptOutcome(0, 8.0, 24, 24, ended_at=1008.0, replicas_apart=True)
+    placed = checks.preemption_attempt_failed(outcome(70, 0.6, 9), 70, preemption, apart)
+    assert placed.verdict == "pass" and placed.observed.endswith(
+        "; without a fault, its replicas alike in a job of their own on another node, the attempt succeeded "
+        "(wait status 0, 24/24 records)"
+    ), placed
+    apart_fails = checks.AttemptOutcome(70, 1.0, 3, 24, ended_at=1001.0, replicas_apart=True)
+    misplaced = checks.preemption_attempt_failed(outcome(70, 0.6, 9), 70, preemption, apart_fails)
+    assert misplaced.verdict == "fail" and "on another node, the attempt did not succeed (wait status 70, 3/24" in (
+        misplaced.observed
+    ), misplaced
     # backend loss judges the same way and its expectation did not change
     loss = checks.attempt_failed(outcome(70, 0.4, 10), 70)
     assert loss.expected.startswith("the attempt fails with status 70 before the client finishes")

@@ -22,18 +22,21 @@ unresponsive — one replica's process stays alive but stops serving: (a) it acc
                must fail the attempt (the seed's "health failure still permits success").
 saturation   — stalled streams hold every upstream connection the proxy allows; its /health
                must still answer.
+
+Each attempt that must fail is judged beside a healthy one placed as it is: the node-loss and
+preemption attempts' replicas run in a job of their own, and so do their baseline's.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from dd_accept import deployment
 from dd_accept.acceptance import health_checks as checks
+from dd_accept.acceptance import health_node_loss as node_loss
 from dd_accept.acceptance import health_preemption as preemption
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.health_drills import (
@@ -43,7 +46,6 @@ from dd_accept.acceptance.health_drills import (
     drill_argv,
     drilled_attempt,
     drilled_replica,
-    first_report,
     loss_detection,
     paced,
     probe_isolation,
@@ -52,13 +54,7 @@ from dd_accept.acceptance.health_drills import (
     saturating_streams,
     unresponsive_detection,
 )
-from dd_accept.acceptance.health_node_loss import (
-    NODE_LOSS_JOB,
-    job_on_a_node_to_lose,
-    slurm_detection_bound,
-    slurm_sees_loss,
-    wait_back,
-)
+from dd_accept.acceptance.health_node_loss import job_on_a_node_to_lose
 from dd_accept.acceptance.phases import Phase, ScenarioRun
 from dd_accept.acceptance.plan import JOB, NODE, TOKEN, PlannedCommand, Planner
 from dd_accept.base.errors import ClusterError
@@ -66,7 +62,7 @@ from dd_accept.base.events import EventWriter, NodeChange
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.slurm_docker.allocation import salloc_argv, scancel_argv, srun_argv
 from dd_accept.slurm_docker.controller_restart import ControllerRestart, restart_controller, serves_only
-from dd_accept.slurm_docker.node_health import NodeCondition, set_node_state, slurmd_timeout
+from dd_accept.slurm_docker.node_health import NodeCondition, set_node_state
 from dd_accept.slurm_docker.preemption import preemptor_argv
 
 
@@ -92,11 +88,15 @@ class HealthRun(ScenarioRun):
 
     options: HealthOptions
     healthy: checks.AttemptOutcome | None = None
+    # the baseline of the attempts whose replicas run apart (node loss, preemption): the same
+    # placement, undisturbed, so that a placement the SUT mishandles is not taken for the fault
+    healthy_apart: checks.AttemptOutcome | None = None
 
 
 # Each attempt's replica ports (another attempt's replicas may still hold theirs).
-HEALTHY_PORT_OFFSET, NODE_DRAIN_PORT_OFFSET, NODE_LOSS_PORT_OFFSET = 300, 350, 400
-CONTROLLER_RESTART_PORT_OFFSET = 450
+HEALTHY_PORT_OFFSET, NODE_DRAIN_PORT_OFFSET, CONTROLLER_RESTART_PORT_OFFSET = 300, 350, 450
+HEALTHY_APART_PORT_OFFSET = 550
+HEALTHY_APART_JOB = "dd-apart"
 # How long slurmctld stays down once it stopped answering: many polls of any wait that asks
 # Slurm, and short enough that the attempt (about 12 s) is still generating when it is back.
 CONTROLLER_DOWN_S = 5.0
@@ -111,6 +111,15 @@ def _healthy_attempt(s: HealthRun) -> None:
     s.healthy = drilled_attempt(
         s.allocation, s.profile, s.options, "healthy", lambda r: None, port_offset=HEALTHY_PORT_OFFSET
     )
+
+
+def _healthy_apart_attempt(s: HealthRun) -> None:
+    serving = job_on_a_node_to_lose(s.allocation, HEALTHY_APART_JOB, "the baseline of the attempts run apart")
+    try:
+        s.healthy_apart = drilled_attempt(s.allocation, s.profile, s.options, "healthy-apart", lambda r: None,
+                                          port_offset=HEALTHY_APART_PORT_OFFSET, replicas_in=serving)  # fmt: skip
+    finally:
+        serving.release()
 
 
 def _loss_attempt(s: HealthRun) -> None:
@@ -173,74 +182,8 @@ def _controller_restart(s: HealthRun) -> None:
     s.result.add(checks.controller_restart_attempt_undisturbed(outcome, restart, s.healthy))
 
 
-def _node_loss(s: HealthRun) -> None:
-    """Freeze the node carrying every replica of an attempt (their own job, so that the
-    scenario's allocation, with the proxy and the client, survives), judge who noticed and
-    what the controller did, and bring the node back."""
-    cluster, options = s.allocation.cluster, s.options
-    timeout = slurmd_timeout(cluster)
-    node_job = job_on_a_node_to_lose(s.allocation)
-    node = node_job.first_node
-    events = EventWriter(s.run.path("node-loss-nodes.jsonl")[1], "harness")
-    watching = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slurm-node")
-    seen: dict[str, Any] = {}
-
-    def lose(replicas: deployment.ReplicaSet) -> None:
-        cluster.lose_node(node)
-        seen["lost"] = True
-        events.write(NodeChange(node=node, state="lost"))
-
-    def observe(proxy: deployment.Proxy, lost_at: float) -> float | None:
-        slurm = watching.submit(slurm_sees_loss, node_job, lost_at, timeout, events)
-        seen["probe"] = first_report(proxy, lost_at, options.node_loss_detect_timeout_s, "the node's loss")
-        seen["slurm"] = slurm.result()
-        if s.profile.capabilities.node_loss != "fail":
-            return None  # a recovering controller is waited for until the client's deadline
-        # Past its bound a failing controller has already failed the check: waiting on for the
-        # client's deadline would only make a broken SUT's run longer.
-        late = lost_at + node_loss_bound(seen["slurm"].down_after_s) + 2.0
-        return max(1.0, late - time.time())
-
-    def node_loss_bound(down_after_s: float) -> float:
-        """When, after the loss, a failing controller must have failed the attempt: within its
-        declared monitor's bound, else within the bound after Slurm set the node DOWN."""
-        monitor = s.profile.capabilities
-        if monitor.health_monitor:
-            return monitor.monitor_detect_seconds
-        return down_after_s + options.node_loss_attempt_bound_s
-
-    try:
-        outcome = drilled_attempt(
-            s.allocation, s.profile, options, "node-loss", lose, port_offset=NODE_LOSS_PORT_OFFSET,
-            replicas_in=node_job,
-            deadline_s=_node_loss_deadline(timeout, options), observe=observe,
-        )  # fmt: skip
-    finally:
-        watching.shutdown(wait=True)
-        if seen.get("lost"):
-            cluster.restore_node(node)
-            events.write(NodeChange(node=node, state="restored"))
-            wait_back(cluster, node, events)
-        node_job.release()
-        events.close()
-    if s.allocation.job_state() != "RUNNING":  # Slurm took the scenario's own node down with the lost one
-        raise ClusterError(
-            f"Slurm ended the scenario's own job {s.allocation.job_id} while {node} was lost "
-            f"(its state: {s.allocation.job_state()}): a node that stalls Slurm's pings can take another with it"
-        )
-    slurm, capabilities = seen["slurm"], s.profile.capabilities
-    s.result.add(checks.node_loss_detected(seen["probe"], slurm, options.replicas, options.node_loss_detect_timeout_s))
-    failure_status, bound = s.profile.cleanup.failure_status, options.node_loss_attempt_bound_s
-    monitor = capabilities.monitor_detect_seconds if capabilities.health_monitor else None
-    attempt = checks.node_loss_attempt_failed(
-        outcome, capabilities.node_loss, failure_status, slurm, bound, s.healthy, monitor_bound_s=monitor
-    )
-    s.result.add(attempt)
-
-
-def _node_loss_deadline(slurmd_timeout_s: float, options: HealthOptions) -> float:
-    """The client's deadline in the node-loss attempt: Slurm's detection, then the bound."""
-    return slurm_detection_bound(slurmd_timeout_s) + options.node_loss_attempt_bound_s + 10
+def _node_loss_deadline(p: Planner) -> float:
+    return node_loss.client_deadline(p.target.slurmd_timeout_s or 0, p.options)
 
 
 def _may_lose_nodes(s: HealthRun) -> bool:
@@ -332,25 +275,38 @@ def _plan_loss_detection(p: Planner) -> list[PlannedCommand]:
     return _plan_serving("loss")(p, lambda p: [client])
 
 
+@dataclass(frozen=True, slots=True)
+class Apart:
+    """An attempt's replicas in a job of their own (`job`), alone on another node (`why`)."""
+
+    job: str
+    why: str
+
+
+NODE_LOSS_APART = Apart(node_loss.NODE_LOSS_JOB, "on another node, the one to lose")
+PREEMPTED_APART = Apart(preemption.REPLICAS_JOB, "alone on another node, for Slurm to preempt")
+HEALTHY_APART = Apart(HEALTHY_APART_JOB, "alone on another node, as the node-loss and preemption attempts' are")
+
+
 def _plan_attempt(
-    name: str, port_offset: int = 0, records: int = 24, lost: bool = False, own_job: str | None = None, attempts=3
+    name: str, port_offset: int = 0, records: int = 24, apart: Apart | None = None, attempts: int = 3,
+    deadline: Callable[[Planner], float] = lambda p: 60.0,
 ) -> Callable[[Planner], list[PlannedCommand]]:  # fmt: skip
     """A drilled attempt (`drilled_attempt`): the drill, what the SUT's functions launch from
-    its command files, the proxy, and the steps KILLed at its end; the replicas in a job of
-    their own on another node where `lost` (the node is lost) or `own_job` (its name) says."""
+    its command files, the proxy, and the steps KILLed at its end; the replicas with the proxy
+    and the client, or `apart`."""
 
     def plan(p: Planner) -> list[PlannedCommand]:
         o, layout, run = p.options, p.target.layout, p.run_path(name)
         commands: list[PlannedCommand] = []
         node, job = (NODE, JOB)
-        if lost or own_job:
+        if apart:
             if p.target.slurmd_timeout_s is None:
                 return []  # an existing cluster: dd-accept never takes a site's node down nor preempts
             node, job = "$REPLICAS_NODE", "$REPLICAS_JOB"
             exclude = [*deployment.SCENARIO_ALLOCATION, f"--exclude={NODE}"]
-            salloc = salloc_argv(p.target, nodes=1, job_name=own_job or NODE_LOSS_JOB, extra=exclude)
-            whose = "on another node, the one to lose" if lost else "alone on another node, for Slurm to preempt"
-            commands.append(PlannedCommand(f"the replicas' job of its own {whose}", salloc))
+            salloc = salloc_argv(p.target, nodes=1, job_name=apart.job, extra=exclude)
+            commands.append(PlannedCommand(f"the replicas' job of its own {apart.why}", salloc))
         drill = PlannedCommand(
             f"the SUT's controller functions run the attempt ({name}); on the controller's host",
             drill_argv(p.profile, layout, f"{run}/health-drill"), {"SLURM_JOB_ID": JOB, TOKEN_ENV: TOKEN},
@@ -363,12 +319,11 @@ def _plan_attempt(
             commands.append(command.by("the SUT's register function"))
         proxy = p.proxy("the SUT's proxy in front of them", o.replicas, run=name, port_base=port_base, replicas_on=node)
         commands.append(proxy)
-        deadline = _node_loss_deadline(p.target.slurmd_timeout_s or 0, o) if lost else 60.0
         client = p.client(f"{records} records through the proxy", name, mode="raw", run=name,
-                          step=DRILLED_CLIENT_STEP(NODE), **attempt_load(records, deadline, attempts))  # fmt: skip
+                          step=DRILLED_CLIENT_STEP(NODE), **attempt_load(records, deadline(p), attempts))  # fmt: skip
         commands.append(client.by("the SUT's register function"))
         commands.append(PlannedCommand(f"at the attempt's end, {KILL_STEPS}", scancel_argv("$ATTEMPT_STEPS", "KILL")))
-        if lost or own_job:
+        if apart:
             commands.append(PlannedCommand("release the replicas' job", scancel_argv("$REPLICAS_JOB")))
         return commands
 
@@ -407,7 +362,7 @@ def _plan_controller_restart(p: Planner) -> list[PlannedCommand]:
 
 def _plan_preemption(p: Planner) -> list[PlannedCommand]:
     """The attempt, with its replicas' job preempted mid-generation by a higher-priority one."""
-    planned = _plan_attempt("preemption", preemption.PORT_OFFSET, own_job=preemption.REPLICAS_JOB,
+    planned = _plan_attempt("preemption", preemption.PORT_OFFSET, apart=PREEMPTED_APART,
                             attempts=preemption.CLIENT_ATTEMPTS)(p)  # fmt: skip
     if not planned:
         return []  # an existing cluster: dd-accept never preempts a site's jobs
@@ -447,8 +402,10 @@ PHASES: tuple[Phase[HealthRun], ...] = (
           judges=("health.backend_loss.detected",), segments=("backend loss detection",)),
     Phase("drive", "a healthy attempt (the baseline of the attempt checks)", _healthy_attempt,
           _plan_attempt("healthy", HEALTHY_PORT_OFFSET), numbers=_replicas,
-          segments=("backend loss attempt", "unresponsive attempt", "preemption", "node loss", "node drain",
-                    "controller restart")),
+          segments=("backend loss attempt", "unresponsive attempt", "node drain", "controller restart")),
+    Phase("drive", "a healthy attempt, its replicas apart (the baseline of the preemption and node-loss attempts)",
+          _healthy_apart_attempt, _plan_attempt("healthy-apart", HEALTHY_APART_PORT_OFFSET, apart=HEALTHY_APART),
+          numbers=_replicas, applies=_may_lose_nodes, segments=("preemption", "node loss")),
     Phase("judge", "backend loss: the attempt", _loss_attempt, _plan_attempt("loss"), numbers=_replicas,
           fault="a backend killed", judges=("health.backend_loss.attempt_failed",), segments=("backend loss attempt",)),
     Phase("judge", "node drain: the attempt", _node_drain, _plan_node_drain, numbers=_replicas,
@@ -463,8 +420,8 @@ PHASES: tuple[Phase[HealthRun], ...] = (
     Phase(
         "judge",
         "node loss: detection and the attempt",
-        _node_loss,
-        _plan_attempt("node-loss", NODE_LOSS_PORT_OFFSET, lost=True),
+        node_loss.attempt,
+        _plan_attempt("node-loss", node_loss.PORT_OFFSET, apart=NODE_LOSS_APART, deadline=_node_loss_deadline),
         numbers=_replicas,
         applies=_may_lose_nodes,
         fault="a node frozen",

@@ -53,6 +53,7 @@ class AttemptOutcome:
     records: int
     running_at_fault: bool = True  # the attempt was still under way when the fault was done
     ended_at: float | None = None  # epoch seconds the SUT's wait returned; None: it never did
+    replicas_apart: bool = False  # the replicas ran in a job of their own on another node
 
     @property
     def client_finished(self) -> bool:
@@ -81,7 +82,8 @@ def _baseline_ok(healthy: AttemptOutcome | None) -> bool:
 def _baseline_text(healthy: AttemptOutcome | None) -> str:
     if healthy is None:
         return ""
-    return f"; without a fault the attempt {'succeeded' if _baseline_ok(healthy) else 'did not succeed'} " + (
+    apart = ", its replicas alike in a job of their own on another node," if healthy.replicas_apart else ""
+    return f"; without a fault{apart} the attempt {'succeeded' if _baseline_ok(healthy) else 'did not succeed'} " + (
         f"(wait status {healthy.wait_status}, {healthy.records_done}/{healthy.records} records)"
     )
 

@@ -135,7 +135,8 @@ def drilled_attempt(
                 job.scancel_step(step, "KILL")
         proxy.stop("KILL")  # its shutdown is not what this judges; streams to a lost node never end
     ended_after = None if ended_at is None else ended_at - lost_at
-    return checks.AttemptOutcome(wait_status, ended_after, done, records, running_at_fault, ended_at)
+    apart = placement is not allocation
+    return checks.AttemptOutcome(wait_status, ended_after, done, records, running_at_fault, ended_at, apart)
 
 
 def loss_detection(

@@ -6,15 +6,21 @@ lose, Slurm's own record of the node going DOWN and of the steps on it ending (r
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 
 from dd_accept import deployment
 from dd_accept.acceptance import health_checks as checks
+from dd_accept.acceptance.health_drills import drilled_attempt, first_report
 from dd_accept.base.errors import ClusterError, EnvironmentProblem
 from dd_accept.base.events import EventWriter, NodeChange, StepChange
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.interface import Cluster
-from dd_accept.slurm_docker.node_health import NodeCondition, node_condition
+from dd_accept.slurm_docker.node_health import NodeCondition, node_condition, slurmd_timeout
+
+if TYPE_CHECKING:  # the run state is the scenario's (health), which imports this module
+    from dd_accept.acceptance.health import HealthOptions, HealthRun
 
 
 def slurm_detection_bound(slurmd_timeout_s: float) -> float:
@@ -25,6 +31,7 @@ def slurm_detection_bound(slurmd_timeout_s: float) -> float:
 
 
 NODE_LOSS_JOB = "dd-node-loss"
+PORT_OFFSET = 400  # the attempt's replica ports (another attempt's replicas may still hold theirs)
 
 
 def job_on_a_node_to_lose(
@@ -123,3 +130,73 @@ def wait_back(cluster: Cluster, node: str, events: EventWriter) -> None:
         cluster.exec(["scontrol", "update", f"NodeName={node}", "State=RESUME"], timeout=10)
         condition = wait_until(lambda: node_condition(cluster, node), back, timeout=30, what=f"{node} to resume")
     events.write(NodeChange(node=node, state=condition.state))
+
+
+def attempt(s: HealthRun) -> None:
+    """Freeze the node carrying every replica of an attempt (their own job, so that the
+    scenario's allocation, with the proxy and the client, survives), judge who noticed and
+    what the controller did, and bring the node back."""
+    cluster, options = s.allocation.cluster, s.options
+    timeout = slurmd_timeout(cluster)
+    node_job = job_on_a_node_to_lose(s.allocation)
+    node = node_job.first_node
+    events = EventWriter(s.run.path("node-loss-nodes.jsonl")[1], "harness")
+    watching = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slurm-node")
+    seen: dict[str, Any] = {}
+
+    def lose(replicas: deployment.ReplicaSet) -> None:
+        cluster.lose_node(node)
+        seen["lost"] = True
+        events.write(NodeChange(node=node, state="lost"))
+
+    def observe(proxy: deployment.Proxy, lost_at: float) -> float | None:
+        slurm = watching.submit(slurm_sees_loss, node_job, lost_at, timeout, events)
+        seen["probe"] = first_report(proxy, lost_at, options.node_loss_detect_timeout_s, "the node's loss")
+        seen["slurm"] = slurm.result()
+        if s.profile.capabilities.node_loss != "fail":
+            return None  # a recovering controller is waited for until the client's deadline
+        # Past its bound a failing controller has already failed the check: waiting on for the
+        # client's deadline would only make a broken SUT's run longer.
+        late = lost_at + node_loss_bound(seen["slurm"].down_after_s) + 2.0
+        return max(1.0, late - time.time())
+
+    def node_loss_bound(down_after_s: float) -> float:
+        """When, after the loss, a failing controller must have failed the attempt: within its
+        declared monitor's bound, else within the bound after Slurm set the node DOWN."""
+        monitor = s.profile.capabilities
+        if monitor.health_monitor:
+            return monitor.monitor_detect_seconds
+        return down_after_s + options.node_loss_attempt_bound_s
+
+    try:
+        outcome = drilled_attempt(
+            s.allocation, s.profile, options, "node-loss", lose, port_offset=PORT_OFFSET,
+            replicas_in=node_job,
+            deadline_s=client_deadline(timeout, options), observe=observe,
+        )  # fmt: skip
+    finally:
+        watching.shutdown(wait=True)
+        if seen.get("lost"):
+            cluster.restore_node(node)
+            events.write(NodeChange(node=node, state="restored"))
+            wait_back(cluster, node, events)
+        node_job.release()
+        events.close()
+    if s.allocation.job_state() != "RUNNING":  # Slurm took the scenario's own node down with the lost one
+        raise ClusterError(
+            f"Slurm ended the scenario's own job {s.allocation.job_id} while {node} was lost "
+            f"(its state: {s.allocation.job_state()}): a node that stalls Slurm's pings can take another with it"
+        )
+    slurm, capabilities = seen["slurm"], s.profile.capabilities
+    s.result.add(checks.node_loss_detected(seen["probe"], slurm, options.replicas, options.node_loss_detect_timeout_s))
+    failure_status, bound = s.profile.cleanup.failure_status, options.node_loss_attempt_bound_s
+    monitor = capabilities.monitor_detect_seconds if capabilities.health_monitor else None
+    judged = checks.node_loss_attempt_failed(
+        outcome, capabilities.node_loss, failure_status, slurm, bound, s.healthy_apart, monitor_bound_s=monitor
+    )
+    s.result.add(judged)
+
+
+def client_deadline(slurmd_timeout_s: float, options: HealthOptions) -> float:
+    """The client's deadline in the node-loss attempt: Slurm's detection, then the bound."""
+    return slurm_detection_bound(slurmd_timeout_s) + options.node_loss_attempt_bound_s + 10

@@ -70,4 +70,4 @@ def attempt(s: HealthRun) -> None:
     ended_after = None if outcome.ended_at is None else round(outcome.ended_at - preemption.term_at, 3)
     outcome = dataclasses.replace(outcome, ended_after_fault_s=ended_after, running_at_fault=running)
     failure_status = s.profile.cleanup.failure_status
-    s.result.add(checks.preemption_attempt_failed(outcome, failure_status, preemption, s.healthy))
+    s.result.add(checks.preemption_attempt_failed(outcome, failure_status, preemption, s.healthy_apart))
