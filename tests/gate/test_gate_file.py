@@ -78,6 +78,10 @@ MINIMAL = '[gate]\nname = "g"\nscenarios = ["overload"]\n'
         (MINIMAL + "allow_unsupported = ['health.probe_isolation']\n", "a check of health, which the gate does not"),
         (MINIMAL + "[options]\nreplicas = 2.5\n", "options.replicas must be a whole number"),
         (MINIMAL + "[options]\nreplicas = 2\noverloaded = 2\n", "options.overloaded must be at least 1"),
+        (MINIMAL + "[options]\nseed = -1\n", "options.seed must be a whole number >= 0, got -1"),
+        (MINIMAL + "[options]\nparallel = 0\n", "options.parallel must be a whole number >= 1, got 0"),
+        # a client header may carry a secret, which a gate file kept in a repository must not
+        (MINIMAL + "[options]\nclient_headers = ['X: y']\n", "unknown key options.client_headers"),
         (MINIMAL + "[cluster]\nmode = 'kubernetes'\n", "cluster.mode must be one of docker, existing"),
         (MINIMAL + "[cluster]\nmode = 'existing'\n", "needs cluster.run_dir"),
         (MINIMAL + 'suts = ["a", "b", "c"]\n', "one SUT, or two"),

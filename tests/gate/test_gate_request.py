@@ -49,7 +49,7 @@ srun_args = ["--mpi=none", "--cpu-bind=none"]
 def test_gate_sections_reach_the_scenarios_as_options(tmp_path):
     gate = parse_gate(GATE, "site.toml")
     request = _request(gate, "data-designer-slurm==1.0.0rc1", tmp_path / "out", None)
-    assert request.scenarios() == ["overload", "drain"] and request.allow_unsupported is False
+    assert request.scenarios() == ["overload", "drain"] and request.general.allow_unsupported is False
     assert request.cluster.mode == "existing" and request.cluster.run_dir == "/lustre/dd"
     assert request.cluster.salloc_args() == ("--partition=gpu", "--account=llm", "--gres=gpu:8")
     argv, sent = _handed(request, tmp_path)

@@ -1,5 +1,7 @@
 """The load client's workload travels as command-line flags: what is written is what is read."""
 
+from dataclasses import fields
+
 import pytest
 
 from dd_accept.node.loadclient.__main__ import build_parser, workload_from_args
@@ -28,6 +30,20 @@ def test_to_argv_is_read_back_as_the_same_workload():
     )
     parsed = workload_from_args(build_parser().parse_args(workload.to_argv()))
     assert parsed == workload
+    # every field, each away from its default: a field added to the workload travels too
+    changed = {f.name: _changed(getattr(Workload(endpoint="x"), f.name)) for f in fields(Workload)}
+    changed |= {"endpoint": "http://e", "arrival": "constant", "canary": "00ff00ff"}
+    everything = Workload(**changed)
+    assert workload_from_args(build_parser().parse_args(everything.to_argv())) == everything
+    assert workload_from_args(build_parser().parse_args(["--endpoint", "http://e/"])) == Workload("http://e")
+
+
+def _changed(default):
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, tuple):
+        return (("X-Name", "a value"),)
+    return default + 1 if isinstance(default, int | float) else default + "z"
 
 
 def test_a_header_without_a_name_is_rejected_without_echoing_the_value():

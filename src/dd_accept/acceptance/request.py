@@ -21,15 +21,50 @@ from dd_accept.acceptance.catalog import JUDGED
 from dd_accept.acceptance.scenarios import ALL_SCENARIOS, ALONE, BY_NAME, SCENARIO_NAMES
 from dd_accept.base import check_selection
 from dd_accept.base.errors import UsageError
-from dd_accept.base.options import build, flag, raw_values
+from dd_accept.base.options import build, flag, option, raw_values
 from dd_accept.base.scenario_inputs import ScenarioInputs
 from dd_accept.deployment.backends.vllm import BackendOptions
+from dd_accept.node.loadclient.workload import parse_header
 from dd_accept.slurm_docker.cluster_options import ClusterOptions
 from dd_accept.sut.profile import DrainTiming
 
 REQUEST_KIND = "dd-accept/request/v1"  # runner → pytest child only: never published, never in a bundle
+
+
+@dataclass(frozen=True, slots=True)
+class GeneralOptions:
+    """What every scenario of a run reads, and what the run does with its verdict and cluster:
+    `dd-accept run` and the pytest plugin both derive their flags from here, gate files the
+    seed."""
+
+    seed: int = option(0, "seed of the replicas' latency jitter", minimum=0)
+    client_headers: tuple[str, ...] = option(
+        (),
+        "extra header the streaming scenario's client sends, NAME: VALUE (never stored in evidence)",
+        flag="client-header",
+        metavar="'NAME: VALUE'",
+        in_gate=False,  # a header may carry a secret, which a gate file kept in a repository must not
+    )
+    allow_unsupported: bool = option(False, "checks the SUT declares unsupported pass", in_gate=False)
+    keep_cluster: bool = option(False, "leave the cluster running afterwards", in_gate=False)
+
+    def __post_init__(self) -> None:
+        for header in self.client_headers:
+            try:
+                parse_header(header)
+            except ValueError:
+                raise ValueError(
+                    "--client-header must be NAME: VALUE (the value is not shown: it may be a secret)"
+                ) from None
+
+
 # The run's own option models (not a scenario's), by the request field that holds each.
-RUN_MODELS: dict[str, type] = {"drain": DrainTiming, "cluster": ClusterOptions, "backend": BackendOptions}
+RUN_MODELS: dict[str, type] = {
+    "drain": DrainTiming,
+    "cluster": ClusterOptions,
+    "backend": BackendOptions,
+    "general": GeneralOptions,
+}
 
 
 @dataclass
@@ -43,12 +78,9 @@ class RunRequest:
     drain: DrainTiming = field(default_factory=DrainTiming)  # replaces the profile's drain window/allowance
     cluster: ClusterOptions = field(default_factory=ClusterOptions)  # docker, or this machine's Slurm cluster
     backend: BackendOptions = field(default_factory=BackendOptions)  # synthetic, or vLLM (its scenarios only)
-    allow_unsupported: bool = False
-    seed: int = 0
+    general: GeneralOptions = field(default_factory=GeneralOptions)  # seed, client headers, verdict, cluster kept
     sign_key: Path | None = None
-    client_headers: tuple[str, ...] = ()
     parallel: int = 2
-    keep_cluster: bool = False
     checks: tuple[str, ...] | None = None  # `--check` patterns (base.check_selection); None: every check
 
     def scenarios(self) -> list[str]:
@@ -97,8 +129,8 @@ class RunRequest:
 
     def inputs(self, client_headers: tuple[str, ...] | None = None) -> ScenarioInputs:
         """What the scenarios read (`client_headers`: shown instead of the real ones, in a plan)."""
-        headers = self.client_headers if client_headers is None else client_headers
-        return ScenarioInputs(self.seed, headers, self.checks, dict(self.options))
+        headers = self.general.client_headers if client_headers is None else client_headers
+        return ScenarioInputs(self.general.seed, headers, self.checks, dict(self.options))
 
     def to_json(self) -> str:
         """The request as the runner hands it to its pytest child (a file only it reads: it
@@ -110,11 +142,7 @@ class RunRequest:
             "profile": self.profile,
             "options": {name: raw_values(options) for name, options in self.options.items()},
             **{name: raw_values(getattr(self, name)) for name in RUN_MODELS},
-            "allow_unsupported": self.allow_unsupported,
-            "seed": self.seed,
-            "client_headers": list(self.client_headers),
             "parallel": self.parallel,
-            "keep_cluster": self.keep_cluster,
             "checks": None if self.checks is None else list(self.checks),
         }
         return json.dumps(document, indent=2)
@@ -134,11 +162,7 @@ class RunRequest:
             profile=document["profile"],
             options=options,
             **run_models,
-            allow_unsupported=document["allow_unsupported"],
-            seed=document["seed"],
-            client_headers=tuple(document["client_headers"]),
             parallel=document["parallel"],
-            keep_cluster=document["keep_cluster"],
             checks=None if checks is None else tuple(checks),
         )
 

@@ -40,13 +40,16 @@ def option(
     pytest_flag: str | None = None,
     metavar: str | None = None,
     unit: str = "seconds",
+    in_gate: bool = True,
 ) -> Any:
     """A user option: a dataclass field whose metadata the front ends read.
 
     `flag` names the CLI flag when the field's name does not read well as one (`srun_args`
     is `--srun-arg`, given once per value); `gate_key` names its gate-file key when that file
     spells it differently; `pytest_flag` the pytest option where the plugin's older option
-    of the same name means something else (`--dd-cluster` names the session cluster)."""
+    of the same name means something else (`--dd-cluster` names the session cluster);
+    `in_gate=False` keeps it out of gate files (what only a person at a terminal sets, or a
+    secret such as a client header). A bool option is a switch: given, it is on."""
     metadata = {
         "option": True,
         "help": help_text,
@@ -58,6 +61,7 @@ def option(
         "pytest_flag": pytest_flag,
         "metavar": metavar,
         "unit": unit,
+        "in_gate": in_gate,
     }
     if isinstance(default, tuple):
         return field(default_factory=lambda: default, metadata=metadata)
@@ -103,6 +107,8 @@ def _describe(option_field: Field[Any], kind: type) -> str:
     meta = option_field.metadata
     if meta["choices"]:
         return f"one of {', '.join(meta['choices'])}"
+    if kind is bool:
+        return "true or false"
     if kind is int:
         return "a whole number" + (f" >= {meta['minimum']:g}" if meta["minimum"] is not None else "")
     if kind is float:
@@ -115,10 +121,14 @@ def convert(option_field: Field[Any], kind: type, value: Any, name: str) -> Any:
     """One value of an option, from text (CLI, pytest) or TOML; ValueError names `name`."""
     meta = option_field.metadata
     try:
-        if kind is int:
+        if kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError
+            converted: Any = value
+        elif kind is int:
             if isinstance(value, bool) or not isinstance(value, int | str):
                 raise ValueError
-            converted: Any = int(value, 10) if isinstance(value, str) else value
+            converted = int(value, 10) if isinstance(value, str) else value
         elif kind is float:
             if isinstance(value, bool) or not isinstance(value, int | float | str):
                 raise ValueError
@@ -159,7 +169,10 @@ def add_arguments(
             kwargs["choices"] = meta["choices"]
         kind, _ = _scalar(_hints(model)[option_field.name])
         kwargs["metavar"] = meta["metavar"] or _METAVARS.get(kind)
-        if repeated:
+        if kind is bool:  # a switch: None when left alone, so that `given` drops it
+            kwargs.update(action="store_true", default=None)
+            del kwargs["metavar"]
+        elif repeated:
             kwargs.update(action="append", default=[])
             kwargs["help"] += " (repeat; default: none)"
         else:
@@ -228,16 +241,22 @@ def to_argv(instance: Any, prefix: str = "--dd-") -> list[str]:
             continue
         if isinstance(value, tuple):
             argv += [f"{flag(option_field, prefix)}={item}" for item in value]
+        elif isinstance(value, bool):
+            argv += [flag(option_field, prefix)] if value else []
         else:
             argv += [flag(option_field, prefix), str(value)]
     return argv
+
+
+def gate_options(model: type) -> tuple[Field[Any], ...]:
+    return tuple(f for f in user_options(model) if f.metadata["in_gate"])
 
 
 def gate_fields(model: type) -> list[tuple[str, Any, Any]]:
     """`make_dataclass` fields for a gate-file section holding `model`'s options."""
     hints = _hints(model)
     out = []
-    for option_field in user_options(model):
+    for option_field in gate_options(model):
         default = default_of(option_field)
         factory = field(default_factory=lambda d=default: d) if isinstance(default, tuple) else field(default=default)
         out.append((gate_key(option_field), hints[option_field.name], factory))
@@ -247,7 +266,7 @@ def gate_fields(model: type) -> list[tuple[str, Any, Any]]:
 def gate_values(model: type, section: Any) -> dict[str, Any]:
     """The raw values of `model`'s options a parsed gate-file section holds, by field name
     (keys left unset, None, dropped)."""
-    raw = {f.name: getattr(section, gate_key(f)) for f in user_options(model)}
+    raw = {f.name: getattr(section, gate_key(f)) for f in gate_options(model)}
     return {name: value for name, value in raw.items() if value is not None}
 
 

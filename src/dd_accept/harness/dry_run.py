@@ -73,7 +73,7 @@ def print_plan(request: RunRequest) -> int:
     slurmd_timeout = None if cluster.mode == "existing" else SLURMD_TIMEOUT_S
     target = PlanTarget(layout, cluster.salloc_args(), cluster.srun_args, cluster.time, slurmd_timeout)
     backend = vllm_backend(request.backend)
-    inputs = request.inputs(_unshown_headers(request.client_headers))
+    inputs = request.inputs(_unshown_headers(request.general.client_headers))
     sections: list[tuple[str, list[PlannedCommand]]] = []
     for name in names:
         declared = BY_NAME[name]

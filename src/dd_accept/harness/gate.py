@@ -141,9 +141,9 @@ def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None, release
         drain=gate.drain(),
         cluster=gate.cluster_options(release),
         backend=gate.backend_options(),
-        # Bundles keep the strict verdict; the gate itself allows only the checks its file names.
-        allow_unsupported=False,
-        seed=gate.options.seed,
+        # Bundles keep the strict verdict (general options never allow unsupported checks from a
+        # gate file); the gate itself allows only the checks its file names.
+        general=gate.general(),
         sign_key=sign_key,
         parallel=gate.options.parallel,
     )

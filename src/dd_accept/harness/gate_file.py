@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, make_dataclass, replace
 from pathlib import Path
 
 from dd_accept.acceptance.catalog import CHECKS
-from dd_accept.acceptance.request import scenario_options
+from dd_accept.acceptance.request import GeneralOptions, scenario_options
 from dd_accept.acceptance.scenarios import ALL_SCENARIOS, SCENARIO_MODELS
 from dd_accept.base.errors import UsageError
 from dd_accept.base.noisy_comparison import FEWEST_ROUNDS
@@ -48,10 +48,11 @@ MOST_ROUNDS = 7
 
 # Each section's keys are derived from the option models (base.options), so a gate file
 # accepts exactly what `dd-accept run` accepts, under the same bounds.
-# [options]: every scenario's options (found through the scenario registry), plus seed and parallel.
+# [options]: every scenario's options (found through the scenario registry), the run's general
+# ones a gate file may set (the seed), and parallel.
 GateOptions = make_dataclass(
     "GateOptions",
-    [*(key for model in SCENARIO_MODELS for key in gate_fields(model)), ("seed", int, 0), ("parallel", int, 2)],
+    [*(key for model in (*SCENARIO_MODELS, GeneralOptions) for key in gate_fields(model)), ("parallel", int, 2)],
     frozen=True,
     slots=True,
 )
@@ -99,6 +100,9 @@ class GateFile:
     def scenario_options(self) -> dict[str, object]:
         """Each scenario's options model the [options] section sets a key of, by scenario."""
         return scenario_options(lambda model: gate_values(model, self.options), lambda f: f"options.{gate_key(f)}")
+
+    def general(self) -> GeneralOptions:
+        return from_gate(GeneralOptions, self.options, "options")
 
     def drain(self) -> DrainTiming:
         return from_gate(DrainTiming, self.thresholds, "thresholds")
@@ -170,6 +174,7 @@ def _validate(gate: GateFile, source: str) -> GateFile:
         raise _fail(source, f"thresholds.max_error_rate is a fraction from 0 to 1, got {limits.max_error_rate:g}")
     try:
         gate.scenario_options()
+        gate.general()
         gate.drain()
         gate.backend_options()
         for release in gate.releases():
@@ -178,8 +183,8 @@ def _validate(gate: GateFile, source: str) -> GateFile:
         raise _fail(source, str(error)) from None
     if len(set(gate.cluster.slurm)) != len(gate.cluster.slurm):
         raise _fail(source, f"cluster.slurm names a release twice: {', '.join(gate.cluster.slurm)}")
-    if gate.options.seed < 0 or gate.options.parallel < 1:
-        raise _fail(source, "options.seed must be >= 0 and options.parallel >= 1")
+    if gate.options.parallel < 1:
+        raise _fail(source, f"options.parallel must be a whole number >= 1, got {gate.options.parallel}")
     if gate.cluster.mode == "existing" and not gate.cluster.run_dir:
         raise _fail(source, "cluster.mode = existing needs cluster.run_dir (a directory every node shares)")
     for demand in gate.metrics:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from dd_accept.acceptance.request import RUN_MODELS, RunRequest, scenario_options
+from dd_accept.acceptance.request import RUN_MODELS, GeneralOptions, RunRequest, scenario_options
 from dd_accept.acceptance.scenarios import SCENARIO_NAMES, SCENARIOS
 from dd_accept.base.errors import EXIT_PASS, UsageError
 from dd_accept.base.options import (
@@ -24,7 +24,6 @@ from dd_accept.harness.dry_run import print_plan
 from dd_accept.harness.gate import describe_gate, resolve_suts, run_gate
 from dd_accept.harness.gate_file import load_gate
 from dd_accept.harness.runner import default_out, run
-from dd_accept.node.loadclient.workload import parse_header
 from dd_accept.reports.signing import load_private_key
 from dd_accept.slurm_docker.cluster_options import ClusterOptions
 from dd_accept.sut.profile import DrainTiming
@@ -33,8 +32,6 @@ from dd_accept.sut.profile import DrainTiming
 def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
     try:
         run_models = {name: build(model, parse_argv_values(args, model)) for name, model in RUN_MODELS.items()}
-        for header in args.client_header:
-            parse_header(header)
     except ValueError as error:
         raise UsageError(str(error)) from None
     request = RunRequest(
@@ -44,12 +41,8 @@ def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
         out=Path(args.out) if args.out else None,
         options=scenario_options(lambda model: parse_argv_values(args, model)),
         **run_models,
-        allow_unsupported=args.allow_unsupported,
-        seed=args.seed,
         sign_key=Path(args.key) if args.key else None,
-        client_headers=tuple(args.client_header),
         parallel=args.parallel,
-        keep_cluster=args.keep_cluster,
         checks=tuple(args.check) if args.check else None,
     )
     return print_plan(request) if args.dry_run else run(request, console)
@@ -86,13 +79,7 @@ def add_run_commands(commands: Any) -> None:
     for scenario in SCENARIOS:  # each scenario's options, defined once, in its own module
         if scenario.options_title:
             add_arguments(run.add_argument_group(scenario.options_title).add_argument, scenario.options)
-    run.add_argument(
-        "--client-header",
-        action="append",
-        default=[],
-        metavar="'NAME: VALUE'",
-        help="extra header the streaming scenario's client sends, repeatable (default: none; never stored in evidence)",
-    )
+    add_arguments(run.add_argument, GeneralOptions)
     run.add_argument(
         "--key",
         "--sign-key",
@@ -101,21 +88,12 @@ def add_run_commands(commands: Any) -> None:
         "(default: unsigned)",
     )
     run.add_argument(
-        "--seed",
-        type=whole(0),
-        default=0,
-        metavar="N",
-        help="seed of the replicas' latency jitter (default: %(default)s)",
-    )
-    run.add_argument("--allow-unsupported", action="store_true", help="checks the SUT declares unsupported pass")
-    run.add_argument(
         "--parallel",
         type=whole(1),
         default=2,
         metavar="N",
         help="parallel allocations for several scenarios (default: %(default)s)",
     )
-    run.add_argument("--keep-cluster", action="store_true", help="leave the cluster running afterwards")
     drain = run.add_argument_group("drain scenario: the window and allowance (default: the SUT profile's)")
     add_arguments(drain.add_argument, DrainTiming)
     where = run.add_argument_group("where to run (default: a dockerized Slurm cluster on this machine)")

@@ -25,7 +25,6 @@ from dd_accept.base.errors import DDAcceptError
 from dd_accept.base.options import add_arguments, build, flag, given
 from dd_accept.base.user_files import read_user_text
 from dd_accept.deployment.backends.vllm import vllm_backend
-from dd_accept.node.loadclient.workload import parse_header
 from dd_accept.slurm_docker.login_node import open_existing
 from dd_accept.slurm_docker.spec import MAX_NODES, ClusterSpec
 from dd_accept.sut.spec import DEFAULT_SUT
@@ -35,15 +34,13 @@ RUN_ID = pytest.StashKey[str]()
 
 # What a run request carries besides its option models: the pytest flags that set each
 # under plain pytest (refused beside --dd-request, which carries them already).
-REQUEST_FLAGS = ("--dd-sut", "--dd-profile", "--dd-seed", "--dd-client-header", "--dd-check")
-REQUEST_SWITCHES = ("--dd-allow-unsupported", "--dd-keep-cluster")
+REQUEST_FLAGS = ("--dd-sut", "--dd-profile", "--dd-check")
 
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("dd-accept", "dd-accept Slurm cluster")
     group.addoption("--dd-nodes", default="2", help="compute nodes of the session cluster (default: 2)")
     group.addoption("--dd-cpus-per-node", default="16", help="CPUs Slurm declares per node (default: 16)")
-    group.addoption("--dd-keep-cluster", action="store_true", help="leave the session cluster running after the tests")
     group.addoption(
         "--dd-cluster",
         default=None,
@@ -63,11 +60,6 @@ def add_options(parser: pytest.Parser) -> None:
         help="the run request `dd-accept run` validated (JSON); it carries every option below",
     )
     scenarios.addoption("--dd-out", default=None, help="write scenario results, progress and results.json here")
-    scenarios.addoption("--dd-allow-unsupported", action="store_true", help="unsupported checks do not fail")
-    scenarios.addoption("--dd-seed", default=None, help="seed of the replicas' latency jitter (default: 0)")
-    scenarios.addoption(
-        "--dd-client-header", action="append", default=[], help="extra header the raw load client sends, NAME: VALUE"
-    )
     scenarios.addoption(
         "--dd-check",
         action="append",
@@ -117,7 +109,6 @@ def _from_file(config: pytest.Config, path: Path) -> RunRequest:
     models = (*SCENARIO_MODELS, *RUN_MODELS.values())
     also = [flag(f, PREFIX) for model in models for f in _given_fields(config, model)]
     also += [name for name in REQUEST_FLAGS if config.getoption(name) not in (None, [])]
-    also += [name for name in REQUEST_SWITCHES if config.getoption(name)]
     if also:
         raise pytest.UsageError(f"--dd-request carries the run's options; {also[0]} was given as well")
     text = read_user_text(path, "--dd-request")
@@ -134,15 +125,6 @@ def _given_fields(config: pytest.Config, model: type) -> list[Any]:
 
 def _from_options(config: pytest.Config) -> RunRequest:
     """The request plain pytest's `--dd-*` options make (every scenario it collects runs)."""
-    seed = config.getoption("--dd-seed") or "0"
-    if not str(seed).isdigit():
-        raise pytest.UsageError(f"--dd-seed must be a whole number, got {seed!r}")
-    headers = tuple(config.getoption("--dd-client-header"))
-    for header in headers:
-        try:
-            parse_header(header)
-        except ValueError as error:
-            raise pytest.UsageError(f"--dd-client-header: {error}") from None
     checks = config.getoption("--dd-check")
     return RunRequest(
         scenario="all",
@@ -150,10 +132,6 @@ def _from_options(config: pytest.Config) -> RunRequest:
         profile=config.getoption("--dd-profile"),
         options=scenario_options(lambda model: given(model, config.getoption, PREFIX), _pytest_flag),
         **{name: _build(config, model) for name, model in RUN_MODELS.items()},
-        allow_unsupported=bool(config.getoption("--dd-allow-unsupported")),
-        seed=int(seed),
-        client_headers=headers,
-        keep_cluster=bool(config.getoption("--dd-keep-cluster")),
         checks=tuple(checks) if checks else None,
     )
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import MISSING, Field, dataclass, field, fields
+from typing import Any
 
 ARRIVALS = ("concurrency", "constant", "poisson")
 # With a canary, each prompt carries PROMPT_CANARY + canary and each request the credential
@@ -15,9 +16,14 @@ CREDENTIAL_CANARY = "ddcredential"
 CANARY = re.compile(r"[0-9a-f]{8,32}")
 
 
+def _flag(default: Any, help_text: str) -> Any:
+    """A field that travels as its flag, with what `--help` says of it."""
+    return field(default=default, metadata={"help": help_text})
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
-    endpoint: str
+    endpoint: str = field(metadata={"help": "base URL, e.g. http://127.0.0.1:9000"})
     records: int = 16
     concurrency: int = 8
     max_tokens: int = 16
@@ -27,21 +33,19 @@ class Workload:
     admission_limit: int = 8
     deadline_s: float = 120.0
     max_record_attempts: int = 50
-    run_tag: str = ""  # prefix of request ids, so several client runs never share an id
+    run_tag: str = _flag("", "prefix of request ids (x-dd-request-id), so several client runs never share one")
     headers: tuple[tuple[str, str], ...] = ()  # extra request headers (e.g. an API key a user sends)
     # How requests are sent (raw mode): `concurrency` at a time, or arriving at `rate` per
     # second, evenly ("constant") or as a Poisson process ("poisson", from `seed`).
-    arrival: str = "concurrency"
-    rate: float = 0.0
-    duration_s: float = 0.0  # > 0: stop sending new requests after this long (records is a cap)
-    seed: int = 0
-    canary: str = ""  # hex: the prompt and a credential carry it (see PROMPT_CANARY)
-    # > 0 (raw mode): close each stream's connection after this many data events, as a user
-    # who stops reading: what the proxy does with the generation behind it is then visible.
-    hang_up_after: int = 0
-    # > 0 (raw mode): read each stream no faster than this many bytes a second, as a client on
-    # a slow link: the proxy must hold back what it has not yet sent, not gather it.
-    read_bytes_per_s: int = 0
+    arrival: str = _flag("concurrency", "how raw requests are sent: " + ", ".join(ARRIVALS))
+    rate: float = _flag(0.0, "requests per second (constant, poisson)")
+    duration_s: float = _flag(0.0, "stop sending new requests after this long (records is a cap)")
+    seed: int = _flag(0, "seed of the Poisson arrivals")
+    canary: str = _flag("", "hex the prompts and a credential carry (finds leaks; see PROMPT_CANARY)")
+    # what the proxy does with the generation behind a stream a user stops reading is then visible
+    hang_up_after: int = _flag(0, "raw: close each stream after N data events (a user who leaves)")
+    # the proxy must then hold back what it has not yet sent, not gather it
+    read_bytes_per_s: int = _flag(0, "raw: read each stream at most this fast (a client on a slow link)")
 
     def __post_init__(self) -> None:
         if self.canary and not CANARY.fullmatch(self.canary):
@@ -90,36 +94,32 @@ class Workload:
         }
 
     def to_argv(self) -> list[str]:
-        """The load client's command-line flags for this workload (parsed back in __main__)."""
-        argv = [
-            "--endpoint", self.endpoint,
-            "--records", str(self.records),
-            "--concurrency", str(self.concurrency),
-            "--max-tokens", str(self.max_tokens),
-            "--prompt-chars", str(self.prompt_chars),
-            "--admission-limit", str(self.admission_limit),
-            "--deadline-s", str(self.deadline_s),
-            "--max-record-attempts", str(self.max_record_attempts),
-            "--model", self.model,
-            "--run-tag", self.run_tag,
-        ]  # fmt: skip
+        """The load client's command-line flags for this workload (parsed back in __main__):
+        each field away from its default (the endpoint always)."""
+        argv: list[str] = []
+        for flag_field in flag_fields():
+            value = getattr(self, flag_field.name)
+            if flag_field.default is MISSING or value != flag_field.default:
+                argv += [flag_of(flag_field), str(value)]
         if not self.stream:
             argv.append("--no-stream")
-        if self.arrival != "concurrency":
-            argv += ["--arrival", self.arrival, "--rate", str(self.rate)]
-        if self.duration_s:
-            argv += ["--duration-s", str(self.duration_s)]
-        if self.seed:
-            argv += ["--seed", str(self.seed)]
-        if self.canary:
-            argv += ["--canary", self.canary]
-        if self.hang_up_after:
-            argv += ["--hang-up-after", str(self.hang_up_after)]
-        if self.read_bytes_per_s:
-            argv += ["--read-bytes-per-s", str(self.read_bytes_per_s)]
         for name, value in self.headers:
             argv += ["--header", f"{name}: {value}"]
         return argv
+
+
+# The fields that travel otherwise than as `--field-name VALUE`: `stream` as the switch
+# --no-stream, `headers` as one `--header NAME: VALUE` each.
+SPELLED_OTHERWISE = ("stream", "headers")
+
+
+def flag_fields() -> tuple[Field[Any], ...]:
+    """The workload's fields that travel as `--field-name VALUE` (__main__ derives its flags)."""
+    return tuple(f for f in fields(Workload) if f.name not in SPELLED_OTHERWISE)
+
+
+def flag_of(flag_field: Field[Any]) -> str:
+    return "--" + flag_field.name.replace("_", "-")
 
 
 def parse_header(text: str) -> tuple[str, str]:
