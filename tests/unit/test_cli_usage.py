@@ -18,10 +18,11 @@ def _assert_one_line_usage_error(result, needle):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["cluster", "up", "--nodes", "0"], "--nodes must be between 1 and 64"),
-        (["cluster", "up", "--nodes=-1"], "--nodes must be between 1 and 64"),
+        (["cluster", "up", "--nodes", "0"], "--nodes must be a whole number from 1 to 64, got '0'"),
+        (["cluster", "up", "--nodes=-1"], "--nodes must be a whole number from 1 to 64, got '-1'"),
         (["cluster", "up", "--nodes", "abc"], "--nodes must be a whole number"),
-        (["cluster", "up", "--nodes", "100000"], "--nodes must be between 1 and 64"),
+        (["cluster", "up", "--nodes", "100000"], "--nodes must be a whole number from 1 to 64, got '100000'"),
+        (["cluster", "up", "--cpus-per-node", "2000"], "--cpus-per-node must be a whole number from 1 to 1024"),
         (["cluster", "up", "--subnet", "10.1.2.0/33"], "--subnet"),
         (["cluster", "up", "--subnet", "10.1.2.3/24"], "--subnet"),
         (["cluster", "up", "--name", "Bad Name"], "cluster name"),

@@ -242,3 +242,18 @@ def test_the_plugin_reads_the_runners_request_and_refuses_a_second_source(pytest
     path.write_text('{"kind": "something else"}')
     wrong = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--dd-request={path}")
     assert wrong.ret == pytest.ExitCode.USAGE_ERROR and "not a run request" in wrong.stderr.str()
+
+
+def test_the_cluster_shape_is_one_model_in_cluster_up_and_the_plugin():
+    """`cluster up --nodes` and the session cluster's `--dd-nodes` are the same option: one
+    model, read back alike, a bad value refused in each front end's spelling."""
+    from dd_accept.slurm_docker.spec import MAX_NODES, ClusterShape
+
+    parser = build_parser()
+    shape = ClusterShape(nodes=3, cpus_per_node=8)
+    cli = parser.parse_args(["cluster", "up", *opts.to_argv(shape, "--")])
+    assert opts.build(ClusterShape, opts.parse_argv_values(cli, ClusterShape)) == shape
+    namespace = _pytest_parser().parse(opts.to_argv(shape, "--dd-"))
+    assert opts.build(ClusterShape, opts.given(ClusterShape, lambda dest: getattr(namespace, dest), "--dd-")) == shape
+    with pytest.raises(ValueError, match=f"--nodes must be a whole number from 1 to {MAX_NODES}, got '65'"):
+        opts.build(ClusterShape, {"nodes": "65"})

@@ -33,6 +33,7 @@ def option(
     help_text: str,
     *,
     minimum: float | None = None,
+    maximum: float | None = None,
     above: float | None = None,
     choices: tuple[str, ...] | None = None,
     flag: str | None = None,
@@ -54,6 +55,7 @@ def option(
         "option": True,
         "help": help_text,
         "minimum": minimum,
+        "maximum": maximum,
         "above": above,
         "choices": choices,
         "flag": flag,
@@ -110,6 +112,8 @@ def _describe(option_field: Field[Any], kind: type) -> str:
     if kind is bool:
         return "true or false"
     if kind is int:
+        if meta["minimum"] is not None and meta.get("maximum") is not None:
+            return f"a whole number from {meta['minimum']:g} to {meta['maximum']:g}"
         return "a whole number" + (f" >= {meta['minimum']:g}" if meta["minimum"] is not None else "")
     if kind is float:
         bound = f" > {meta['above']:g}" if meta["above"] is not None else ""
@@ -144,6 +148,7 @@ def convert(option_field: Field[Any], kind: type, value: Any, name: str) -> Any:
     out_of_bounds = converted is None or (
         (meta["choices"] and converted not in meta["choices"])
         or (meta["minimum"] is not None and converted < meta["minimum"])
+        or (meta.get("maximum") is not None and converted > meta["maximum"])
         or (meta["above"] is not None and not converted > meta["above"])
     )
     if out_of_bounds:

@@ -30,7 +30,7 @@ from dd_accept.harness.runner import parse_sut
 from dd_accept.slurm_docker import engine, images
 from dd_accept.slurm_docker.cluster import SlurmCluster
 from dd_accept.slurm_docker.cluster_options import ClusterOptions
-from dd_accept.slurm_docker.spec import ClusterSpec
+from dd_accept.slurm_docker.spec import ClusterShape, ClusterSpec
 from dd_accept.slurm_docker.sut_image import build_node_image
 from dd_accept.slurm_docker.sweep import list_clusters
 from dd_accept.sut.profile import choose_profile, load_profile
@@ -72,11 +72,11 @@ def _cmd_cluster_build(args: argparse.Namespace, console: ConsoleListener) -> in
 
 def _cmd_cluster_up(args: argparse.Namespace, console: ConsoleListener) -> int:
 
-    options = _cluster_options(args)
+    options, shape = _cluster_options(args), _built(ClusterShape, args)
     spec = ClusterSpec(
         name=args.name,
-        nodes=args.nodes,
-        cpus_per_node=args.cpus_per_node,
+        nodes=shape.nodes,
+        cpus_per_node=shape.cpus_per_node,
         subnet=args.subnet,
         slurm=options.release,
         proctrack=options.proctrack,
@@ -177,8 +177,16 @@ def _add_cluster_options(parser: argparse.ArgumentParser, names: tuple[str, ...]
     add_arguments(parser.add_argument, ClusterOptions, only=names)
 
 
+def _built(model: type, args: argparse.Namespace) -> Any:
+    """`model` from the flags `add_arguments` declared for it; a bad value is a usage error."""
+    try:
+        return build(model, given(model, lambda dest: getattr(args, dest, None)))
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
 def _cluster_options(args: argparse.Namespace) -> ClusterOptions:
-    return build(ClusterOptions, given(ClusterOptions, lambda dest: getattr(args, dest, None)))
+    return _built(ClusterOptions, args)
 
 
 def add_machine_commands(commands: Any) -> None:
@@ -196,10 +204,7 @@ def add_machine_commands(commands: Any) -> None:
 
     up = actions.add_parser("up", help="start a controller and N compute nodes; returns when all are idle")
     up.add_argument("--name", default=DEFAULT_CLUSTER, metavar="NAME", help="cluster name (default: %(default)s)")
-    up.add_argument("--nodes", default="2", metavar="N", help="compute nodes, 1-64 (default: %(default)s)")
-    up.add_argument(
-        "--cpus-per-node", default="16", metavar="N", help="CPUs Slurm declares per node (default: %(default)s)"
-    )
+    add_arguments(up.add_argument, ClusterShape)
     up.add_argument("--subnet", metavar="CIDR", help="IPv4 subnet for the internal network (default: chosen by Docker)")
     up.add_argument(
         "--ready-timeout",

@@ -26,7 +26,7 @@ from dd_accept.base.options import add_arguments, build, flag, given
 from dd_accept.base.user_files import read_user_text
 from dd_accept.deployment.backends.vllm import vllm_backend
 from dd_accept.slurm_docker.login_node import open_existing
-from dd_accept.slurm_docker.spec import MAX_NODES, ClusterSpec
+from dd_accept.slurm_docker.spec import ClusterShape, ClusterSpec
 from dd_accept.sut.spec import DEFAULT_SUT
 
 PREFIX = "--dd-"
@@ -39,8 +39,7 @@ REQUEST_FLAGS = ("--dd-sut", "--dd-profile", "--dd-check")
 
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("dd-accept", "dd-accept Slurm cluster")
-    group.addoption("--dd-nodes", default="2", help="compute nodes of the session cluster (default: 2)")
-    group.addoption("--dd-cpus-per-node", default="16", help="CPUs Slurm declares per node (default: 16)")
+    add_arguments(group.addoption, ClusterShape, PREFIX)  # the session cluster's size
     group.addoption(
         "--dd-cluster",
         default=None,
@@ -157,13 +156,11 @@ def _existing_cluster(request: RunRequest, from_runner: bool) -> Any:
 
 
 def _cluster_spec(config: pytest.Config, request: RunRequest) -> ClusterSpec:
-    nodes = config.getoption("--dd-nodes")
-    if not str(nodes).isdigit() or not 1 <= int(nodes) <= MAX_NODES:
-        raise pytest.UsageError(f"--dd-nodes must be a whole number from 1 to {MAX_NODES}, got {nodes!r}")
+    shape = _build(config, ClusterShape)
     return ClusterSpec(
         name=config.getoption("--dd-cluster") or _session_cluster_name(config),
-        nodes=int(nodes),
-        cpus_per_node=config.getoption("--dd-cpus-per-node"),
+        nodes=shape.nodes,
+        cpus_per_node=shape.cpus_per_node,
         slurm=request.cluster.release,
         proctrack=request.cluster.proctrack,
     )

@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.options import option
 from dd_accept.base.slurm_releases import DEFAULT_PROCTRACK, DEFAULT_RELEASE, PROCTRACK, slurm_release
 
 CONTROLLER = "ctl"
@@ -20,6 +21,7 @@ PREEMPTOR_PARTITION = "dd-urgent"
 PREEMPT_GRACE_S = 30
 MAX_NODES = 64
 MAX_CPUS_PER_NODE = 1024
+DEFAULT_NODES, DEFAULT_CPUS_PER_NODE = 2, 16
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 LABEL_NODES = "io.dd-accept.nodes"
 LABEL_CPUS = "io.dd-accept.cpus-per-node"
@@ -48,12 +50,23 @@ def _positive_int(value: object, what: str, maximum: int) -> int:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterShape:
+    """A dockerized cluster's size, as `cluster up` and the pytest plugin's session cluster
+    take it (`--nodes`, `--dd-nodes`): both derive their flags from here."""
+
+    nodes: int = option(DEFAULT_NODES, "compute nodes", minimum=1, maximum=MAX_NODES)
+    cpus_per_node: int = option(
+        DEFAULT_CPUS_PER_NODE, "CPUs Slurm declares per node", minimum=1, maximum=MAX_CPUS_PER_NODE
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSpec:
     """What to start. Validated on construction, so bad input fails before anything runs."""
 
     name: str = "dd-accept"
-    nodes: int = 2
-    cpus_per_node: int = 16
+    nodes: int = DEFAULT_NODES
+    cpus_per_node: int = DEFAULT_CPUS_PER_NODE
     subnet: str | None = None
     kill_wait: int = 30
     slurm: str = DEFAULT_RELEASE  # the Slurm release of the nodes (base.slurm_releases)
