@@ -257,3 +257,9 @@ def test_the_cluster_shape_is_one_model_in_cluster_up_and_the_plugin():
     assert opts.build(ClusterShape, opts.given(ClusterShape, lambda dest: getattr(namespace, dest), "--dd-")) == shape
     with pytest.raises(ValueError, match=f"--nodes must be a whole number from 1 to {MAX_NODES}, got '65'"):
         opts.build(ClusterShape, {"nodes": "65"})
+
+
+def test_a_switch_cannot_default_to_on():
+    """A bool option is store_true: one on by default could never be turned off."""
+    with pytest.raises(TypeError, match="a switch must default to False"):
+        opts.option(True, "always on")

@@ -65,6 +65,8 @@ def option(
         "unit": unit,
         "in_gate": in_gate,
     }
+    if default is True:  # a switch (store_true) is off unless given: one on by default could not be turned off
+        raise TypeError(f"a switch must default to False, not True: {help_text!r}")
     if isinstance(default, tuple):
         return field(default_factory=lambda: default, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -112,7 +114,7 @@ def _describe(option_field: Field[Any], kind: type) -> str:
     if kind is bool:
         return "true or false"
     if kind is int:
-        if meta["minimum"] is not None and meta.get("maximum") is not None:
+        if meta["minimum"] is not None and meta["maximum"] is not None:
             return f"a whole number from {meta['minimum']:g} to {meta['maximum']:g}"
         return "a whole number" + (f" >= {meta['minimum']:g}" if meta["minimum"] is not None else "")
     if kind is float:
@@ -148,7 +150,7 @@ def convert(option_field: Field[Any], kind: type, value: Any, name: str) -> Any:
     out_of_bounds = converted is None or (
         (meta["choices"] and converted not in meta["choices"])
         or (meta["minimum"] is not None and converted < meta["minimum"])
-        or (meta.get("maximum") is not None and converted > meta["maximum"])
+        or (meta["maximum"] is not None and converted > meta["maximum"])
         or (meta["above"] is not None and not converted > meta["above"])
     )
     if out_of_bounds:

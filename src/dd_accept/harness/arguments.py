@@ -10,7 +10,8 @@ import argparse
 from pathlib import Path
 from typing import Any, NoReturn
 
-from dd_accept.base.errors import EXIT_USAGE
+from dd_accept.base.errors import EXIT_USAGE, UsageError
+from dd_accept.base.options import build, parse_argv_values
 from dd_accept.harness.console import ConsoleListener, fail_line
 from dd_accept.reports.reading import ReadingPolicy
 from dd_accept.reports.signing import load_public_key
@@ -29,6 +30,14 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         fail_line(f"{message} (see `{self.prog} --help`)")
         raise SystemExit(EXIT_USAGE)
+
+
+def built_from_args(model: type, args: argparse.Namespace) -> Any:
+    """`model` from the flags `add_arguments` declared for it; a bad value is a usage error."""
+    try:
+        return build(model, parse_argv_values(args, model))
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def positive_seconds(text: str) -> float:

@@ -14,13 +14,12 @@ from rich.table import Table
 from dd_accept.base.errors import EXIT_PASS, EXIT_TIMED_OUT, EXIT_USAGE, UsageError
 from dd_accept.base.options import (
     add_arguments,
-    build,
-    given,
 )
 from dd_accept.base.state import state_root
 from dd_accept.harness.arguments import (
     CommandParser,
     add_sut_options,
+    built_from_args,
     positive_seconds,
 )
 from dd_accept.harness.console import ConsoleListener, fail_line
@@ -72,7 +71,7 @@ def _cmd_cluster_build(args: argparse.Namespace, console: ConsoleListener) -> in
 
 def _cmd_cluster_up(args: argparse.Namespace, console: ConsoleListener) -> int:
 
-    options, shape = _cluster_options(args), _built(ClusterShape, args)
+    options, shape = _cluster_options(args), built_from_args(ClusterShape, args)
     spec = ClusterSpec(
         name=args.name,
         nodes=shape.nodes,
@@ -177,16 +176,8 @@ def _add_cluster_options(parser: argparse.ArgumentParser, names: tuple[str, ...]
     add_arguments(parser.add_argument, ClusterOptions, only=names)
 
 
-def _built(model: type, args: argparse.Namespace) -> Any:
-    """`model` from the flags `add_arguments` declared for it; a bad value is a usage error."""
-    try:
-        return build(model, given(model, lambda dest: getattr(args, dest, None)))
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-
-
 def _cluster_options(args: argparse.Namespace) -> ClusterOptions:
-    return _built(ClusterOptions, args)
+    return built_from_args(ClusterOptions, args)
 
 
 def add_machine_commands(commands: Any) -> None:

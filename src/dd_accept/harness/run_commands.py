@@ -8,15 +8,15 @@ from typing import Any
 
 from dd_accept.acceptance.request import RUN_MODELS, GeneralOptions, RunRequest, scenario_options
 from dd_accept.acceptance.scenarios import SCENARIO_NAMES, SCENARIOS
-from dd_accept.base.errors import EXIT_PASS, UsageError
+from dd_accept.base.errors import EXIT_PASS
 from dd_accept.base.options import (
     add_arguments,
-    build,
     parse_argv_values,
 )
 from dd_accept.deployment.backends.vllm import BackendOptions
 from dd_accept.harness.arguments import (
     add_sut_options,
+    built_from_args,
     whole,
 )
 from dd_accept.harness.console import ConsoleListener
@@ -30,10 +30,7 @@ from dd_accept.sut.profile import DrainTiming
 
 
 def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
-    try:
-        run_models = {name: build(model, parse_argv_values(args, model)) for name, model in RUN_MODELS.items()}
-    except ValueError as error:
-        raise UsageError(str(error)) from None
+    run_models = {name: built_from_args(model, args) for name, model in RUN_MODELS.items()}
     request = RunRequest(
         scenario=args.scenario,
         sut=args.sut,
