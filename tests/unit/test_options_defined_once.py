@@ -18,7 +18,7 @@ from _pytest.config.argparsing import Parser
 
 from dd_accept import plugin
 from dd_accept.acceptance.overload import OverloadOptions
-from dd_accept.acceptance.request import RUN_MODELS, GeneralOptions, RunRequest
+from dd_accept.acceptance.request import RUN_MODELS, GeneralOptions, RunnerOptions, RunRequest
 from dd_accept.acceptance.scenarios import SCENARIO_MODELS, SCENARIOS
 from dd_accept.base import options as opts
 from dd_accept.deployment.backends.vllm import BackendOptions
@@ -26,6 +26,7 @@ from dd_accept.harness.cli import build_parser
 from dd_accept.harness.gate_file import parse_gate
 from dd_accept.slurm_docker.cluster_options import ClusterOptions
 from dd_accept.sut.profile import DrainTiming
+from dd_accept.sut.spec import DEFAULT_SUT, SutChoice
 
 # Every model users set options of: each scenario's (from the registry) and the run's own.
 MODELS = tuple(m for m in (*SCENARIO_MODELS, *RUN_MODELS.values()) if opts.user_options(m))
@@ -185,9 +186,10 @@ def test_bad_values_are_refused_with_the_bound():
 def test_the_models_cover_the_front_ends_and_nothing_else():
     """A flag the run parser or the plugin declares by hand for a model's concern is a second
     definition: every option-like flag of `run` is either from a model or a run-level flag."""
-    from_models = {opts.flag(f) for model in MODELS for f in opts.user_options(model)}
-    run_level = {"--out", "--key", "--sign-key", "--parallel"}
-    run_level |= {"--dry-run", "--sut", "--profile", "--help", "-h", "--check", "-k"}
+    front_models = (*MODELS, SutChoice, RunnerOptions)
+    from_models = {opts.flag(f) for model in front_models for f in opts.user_options(model)}
+    run_level = {"--out", "--key", "--sign-key"}
+    run_level |= {"--dry-run", "--help", "-h", "--check", "-k"}
     run_level |= {"-q", "--quiet", "--json", "--no-color"}  # global: accepted after the command too
     declared = {s for a in _run_parser()._actions for s in a.option_strings}
     assert declared - from_models == run_level
@@ -239,6 +241,8 @@ def test_the_plugin_reads_the_runners_request_and_refuses_a_second_source(pytest
     both = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--dd-request={path}", "--dd-replicas=3")
     assert both.ret == pytest.ExitCode.USAGE_ERROR
     assert "--dd-request carries the run's options; --dd-replicas was given as well" in both.stderr.str()
+    sut_too = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--dd-request={path}", "--dd-sut=y==1")
+    assert "--dd-request carries the run's options; --dd-sut was given as well" in sut_too.stderr.str()
     path.write_text('{"kind": "something else"}')
     wrong = pytester.runpytest_subprocess("-p", "no:cacheprovider", f"--dd-request={path}")
     assert wrong.ret == pytest.ExitCode.USAGE_ERROR and "not a run request" in wrong.stderr.str()
@@ -257,6 +261,37 @@ def test_the_cluster_shape_is_one_model_in_cluster_up_and_the_plugin():
     assert opts.build(ClusterShape, opts.given(ClusterShape, lambda dest: getattr(namespace, dest), "--dd-")) == shape
     with pytest.raises(ValueError, match=f"--nodes must be a whole number from 1 to {MAX_NODES}, got '65'"):
         opts.build(ClusterShape, {"nodes": "65"})
+
+
+def test_the_sut_and_its_profile_are_one_model_in_run_sut_prepare_and_the_plugin():
+    """`run --sut/--profile`, `sut prepare --sut/--profile` and plain pytest's
+    `--dd-sut/--dd-profile` are the same two options: read back alike, the default SUT when
+    none is given."""
+    target = SutChoice(sut="x==2", profile="p.toml")
+    parser = build_parser()
+    for command in (["run", "overload"], ["sut", "prepare"]):
+        namespace = parser.parse_args([*command, *opts.to_argv(target, "--")])
+        assert opts.build(SutChoice, opts.parse_argv_values(namespace, SutChoice)) == target
+        left_alone = parser.parse_args(command)
+        assert opts.build(SutChoice, opts.parse_argv_values(left_alone, SutChoice)) == SutChoice(DEFAULT_SUT, None)
+    namespace = _pytest_parser().parse(opts.to_argv(target, "--dd-"))
+    assert opts.build(SutChoice, opts.given(SutChoice, lambda dest: getattr(namespace, dest), "--dd-")) == target
+
+
+def test_the_runners_options_are_one_model_in_run_and_gate_files_and_not_the_plugins():
+    """`run --parallel` and a gate file's `options.parallel` are one option, refused alike;
+    plain pytest spreads its tests with its own `-n`, so the plugin declares no `--dd-parallel`."""
+    runner = RunnerOptions(parallel=5)
+    namespace = _run_parser().parse_args(["overload", *opts.to_argv(runner, "--")])
+    assert opts.build(RunnerOptions, opts.parse_argv_values(namespace, RunnerOptions)) == runner
+    gate = parse_gate('[gate]\nname = "g"\nscenarios = ["overload"]\n[options]\nparallel = 5\n', "g.toml")
+    assert gate.runner() == runner
+    assert parse_gate('[gate]\nname = "g"\nscenarios = ["overload"]\n', "g.toml").runner() == RunnerOptions()
+    with pytest.raises(ValueError, match="--parallel must be a whole number >= 1, got '0'"):
+        opts.build(RunnerOptions, {"parallel": "0"})
+    pytest_flags = {name for option in _pytest_parser()._anonymous.options for name in option.names()}
+    pytest_flags |= {name for group in _pytest_parser()._groups for o in group.options for name in o.names()}
+    assert "--dd-parallel" not in pytest_flags and "--dd-sut" in pytest_flags
 
 
 def test_a_switch_cannot_default_to_on():

@@ -65,26 +65,21 @@ class CapacityOptions:
         "capacity: the first level, streams in flight or requests/s (default: 8 streams; 40 requests/s)",
         above=0,
         unit="streams or requests/s",
-        metavar="N",
     )
-    load_factor: float = option(
-        1.5, "capacity: each level's load over the one before", above=1, unit="times", metavar="FACTOR"
-    )
-    load_levels: int = option(12, "capacity: the most levels the ladder climbs, 2 to 30", minimum=2)
+    load_factor: float = option(1.5, "capacity: each level's load over the one before", above=1, unit="times")
+    load_levels: int = option(12, "capacity: the most levels the ladder climbs, 2 to 30", minimum=2, maximum=30)
     level_seconds: float = option(3.0, "capacity: seconds each level sends new requests", above=0)
     slo_added_ttft_ms: float = option(
         150.0,
         "capacity SLO: the proxy's added time to first token, p95 (ms)",
         above=0,
         unit="milliseconds",
-        metavar="MS",
     )
     slo_chunk_delay_ms: float = option(
         25.0,
         "capacity SLO: each chunk's delay from the replica's write to the client's read, p95 (ms)",
         above=0,
         unit="milliseconds",
-        metavar="MS",
     )
 
     knee_floor: float | None = option(
@@ -92,14 +87,12 @@ class CapacityOptions:
         "capacity: output tokens/s the knee must reach (default: the SUT profile's)",
         above=0,
         unit="tokens/s",
-        metavar="TOK_S",
     )
     max_cpu_per_chunk_us: float | None = option(
         None,
         "capacity: the most proxy CPU per forwarded chunk, microseconds (default: the SUT profile's)",
         above=0,
         unit="microseconds",
-        metavar="US",
     )
 
     replicas: int = 4
@@ -113,8 +106,6 @@ class CapacityOptions:
             raise ValueError("--load-start must be a whole number of streams with --load-mode concurrency")
         if self.load_start is not None and self.load_start < 0.1:
             raise ValueError("--load-start must be at least 0.1 (requests/s) or 1 (stream)")
-        if self.load_levels > 30:
-            raise ValueError("--load-levels must be between 2 and 30")
         if self.level_seconds > 3600:
             raise ValueError("--level-seconds must be at most 3600")
         top = self.levels()[-1]

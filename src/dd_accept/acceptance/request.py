@@ -58,6 +58,14 @@ class GeneralOptions:
                 ) from None
 
 
+@dataclass(frozen=True, slots=True)
+class RunnerOptions:
+    """How `dd-accept run` and a gate file spread several scenarios over the cluster. Plain
+    pytest spreads its tests with its own `-n`, so the plugin takes none of these."""
+
+    parallel: int = option(2, "parallel allocations for several scenarios", minimum=1)
+
+
 # The run's own option models (not a scenario's), by the request field that holds each.
 RUN_MODELS: dict[str, type] = {
     "drain": DrainTiming,
@@ -80,7 +88,7 @@ class RunRequest:
     backend: BackendOptions = field(default_factory=BackendOptions)  # synthetic, or vLLM (its scenarios only)
     general: GeneralOptions = field(default_factory=GeneralOptions)  # seed, client headers, verdict, cluster kept
     sign_key: Path | None = None
-    parallel: int = 2
+    parallel: int = field(default_factory=lambda: RunnerOptions().parallel)
     checks: tuple[str, ...] | None = None  # `--check` patterns (base.check_selection); None: every check
 
     def scenarios(self) -> list[str]:

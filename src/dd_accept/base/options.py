@@ -175,7 +175,7 @@ def add_arguments(
         if meta["choices"]:
             kwargs["choices"] = meta["choices"]
         kind, _ = _scalar(_hints(model)[option_field.name])
-        kwargs["metavar"] = meta["metavar"] or _METAVARS.get(kind)
+        kwargs["metavar"] = meta["metavar"] or _metavar(kind, meta["unit"])
         if kind is bool:  # a switch: None when left alone, so that `given` drops it
             kwargs.update(action="store_true", default=None)
             del kwargs["metavar"]
@@ -189,7 +189,20 @@ def add_arguments(
         add(flag(option_field, prefix), **kwargs)
 
 
-_METAVARS: dict[type, str] = {int: "N", float: "SECONDS"}  # a str option names its own metavar
+# A number's metavar names its unit (a str option names its own; one in a unit not here, N).
+UNIT_METAVARS = {
+    "seconds": "SECONDS",
+    "milliseconds": "MS",
+    "microseconds": "US",
+    "tokens/s": "TOK_S",
+    "times": "FACTOR",
+}
+
+
+def _metavar(kind: type, unit: str) -> str | None:
+    if kind is float:
+        return UNIT_METAVARS.get(unit, "N")
+    return "N" if kind is int else None
 
 
 def _dest(option_field: Field[Any], prefix: str) -> str:

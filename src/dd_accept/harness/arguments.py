@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from dd_accept.base.errors import EXIT_USAGE, UsageError
-from dd_accept.base.options import build, parse_argv_values
+from dd_accept.base.options import add_arguments, build, parse_argv_values
 from dd_accept.harness.console import ConsoleListener, fail_line
 from dd_accept.reports.reading import ReadingPolicy
 from dd_accept.reports.signing import load_public_key
-from dd_accept.sut.spec import DEFAULT_SUT
+from dd_accept.sut.spec import SutChoice
 
 
 class CommandParser(argparse.ArgumentParser):
@@ -50,19 +50,6 @@ def positive_seconds(text: str) -> float:
     return value
 
 
-def whole(minimum: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
 def fraction(text: str) -> float:
     try:
         value = float(text)
@@ -82,16 +69,8 @@ def below_one(text: str) -> float:
 
 
 def add_sut_options(parser: argparse.ArgumentParser) -> None:
-
-    parser.add_argument(
-        "--sut",
-        default=DEFAULT_SUT,
-        metavar="SUT",
-        help="a requirement, a .whl, a directory of wheels, or a source directory (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--profile", metavar="PROFILE.toml", help="SUT profile file (default: the built-in profile matching the SUT)"
-    )
+    """`--sut` and `--profile`, read back with `built_from_args(SutChoice, args)`."""
+    add_arguments(parser.add_argument, SutChoice)
 
 
 def add_public_key(parser: argparse.ArgumentParser) -> None:

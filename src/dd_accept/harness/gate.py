@@ -145,7 +145,7 @@ def _request(gate: GateFile, sut: str, out: Path, sign_key: Path | None, release
         # gate file); the gate itself allows only the checks its file names.
         general=gate.general(),
         sign_key=sign_key,
-        parallel=gate.options.parallel,
+        parallel=gate.runner().parallel,
     )
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, make_dataclass, replace
 from pathlib import Path
 
 from dd_accept.acceptance.catalog import CHECKS
-from dd_accept.acceptance.request import GeneralOptions, scenario_options
+from dd_accept.acceptance.request import GeneralOptions, RunnerOptions, scenario_options
 from dd_accept.acceptance.scenarios import ALL_SCENARIOS, SCENARIO_MODELS
 from dd_accept.base.errors import UsageError
 from dd_accept.base.noisy_comparison import FEWEST_ROUNDS
@@ -49,10 +49,10 @@ MOST_ROUNDS = 7
 # Each section's keys are derived from the option models (base.options), so a gate file
 # accepts exactly what `dd-accept run` accepts, under the same bounds.
 # [options]: every scenario's options (found through the scenario registry), the run's general
-# ones a gate file may set (the seed), and parallel.
+# ones a gate file may set (the seed), and the runner's (parallel).
 GateOptions = make_dataclass(
     "GateOptions",
-    [*(key for model in (*SCENARIO_MODELS, GeneralOptions) for key in gate_fields(model)), ("parallel", int, 2)],
+    [*(key for model in (*SCENARIO_MODELS, GeneralOptions, RunnerOptions) for key in gate_fields(model))],
     frozen=True,
     slots=True,
 )
@@ -103,6 +103,9 @@ class GateFile:
 
     def general(self) -> GeneralOptions:
         return from_gate(GeneralOptions, self.options, "options")
+
+    def runner(self) -> RunnerOptions:
+        return from_gate(RunnerOptions, self.options, "options")
 
     def drain(self) -> DrainTiming:
         return from_gate(DrainTiming, self.thresholds, "thresholds")
@@ -175,6 +178,7 @@ def _validate(gate: GateFile, source: str) -> GateFile:
     try:
         gate.scenario_options()
         gate.general()
+        gate.runner()
         gate.drain()
         gate.backend_options()
         for release in gate.releases():
@@ -183,8 +187,6 @@ def _validate(gate: GateFile, source: str) -> GateFile:
         raise _fail(source, str(error)) from None
     if len(set(gate.cluster.slurm)) != len(gate.cluster.slurm):
         raise _fail(source, f"cluster.slurm names a release twice: {', '.join(gate.cluster.slurm)}")
-    if gate.options.parallel < 1:
-        raise _fail(source, f"options.parallel must be a whole number >= 1, got {gate.options.parallel}")
     if gate.cluster.mode == "existing" and not gate.cluster.run_dir:
         raise _fail(source, "cluster.mode = existing needs cluster.run_dir (a directory every node shares)")
     for demand in gate.metrics:

@@ -33,6 +33,7 @@ from dd_accept.slurm_docker.spec import ClusterShape, ClusterSpec
 from dd_accept.slurm_docker.sut_image import build_node_image
 from dd_accept.slurm_docker.sweep import list_clusters
 from dd_accept.sut.profile import choose_profile, load_profile
+from dd_accept.sut.spec import SutChoice
 from dd_accept.sut.wheelhouse import build_wheelhouse
 
 DEFAULT_CLUSTER = "dd-accept"
@@ -155,8 +156,9 @@ def _cmd_cluster_prune(args: argparse.Namespace, console: ConsoleListener) -> in
 
 def _cmd_sut_prepare(args: argparse.Namespace, console: ConsoleListener) -> int:
 
-    spec = parse_sut(args.sut, args.profile)
-    profile = load_profile(Path(args.profile)) if args.profile else None
+    target = built_from_args(SutChoice, args)
+    spec = parse_sut(target.sut, target.profile)
+    profile = load_profile(Path(target.profile)) if target.profile else None
     client = engine.connect()
     with console:
         wheelhouse = build_wheelhouse(spec, console)

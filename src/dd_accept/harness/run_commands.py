@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from dd_accept.acceptance.request import RUN_MODELS, GeneralOptions, RunRequest, scenario_options
+from dd_accept.acceptance.request import RUN_MODELS, GeneralOptions, RunnerOptions, RunRequest, scenario_options
 from dd_accept.acceptance.scenarios import SCENARIO_NAMES, SCENARIOS
 from dd_accept.base.errors import EXIT_PASS
 from dd_accept.base.options import (
@@ -17,7 +17,6 @@ from dd_accept.deployment.backends.vllm import BackendOptions
 from dd_accept.harness.arguments import (
     add_sut_options,
     built_from_args,
-    whole,
 )
 from dd_accept.harness.console import ConsoleListener
 from dd_accept.harness.dry_run import print_plan
@@ -27,19 +26,21 @@ from dd_accept.harness.runner import default_out, run
 from dd_accept.reports.signing import load_private_key
 from dd_accept.slurm_docker.cluster_options import ClusterOptions
 from dd_accept.sut.profile import DrainTiming
+from dd_accept.sut.spec import SutChoice
 
 
 def _cmd_run(args: argparse.Namespace, console: ConsoleListener) -> int:
     run_models = {name: built_from_args(model, args) for name, model in RUN_MODELS.items()}
+    target = built_from_args(SutChoice, args)
     request = RunRequest(
         scenario=args.scenario,
-        sut=args.sut,
-        profile=args.profile,
+        sut=target.sut,
+        profile=target.profile,
         out=Path(args.out) if args.out else None,
         options=scenario_options(lambda model: parse_argv_values(args, model)),
         **run_models,
         sign_key=Path(args.key) if args.key else None,
-        parallel=args.parallel,
+        parallel=built_from_args(RunnerOptions, args).parallel,
         checks=tuple(args.check) if args.check else None,
     )
     return print_plan(request) if args.dry_run else run(request, console)
@@ -84,13 +85,7 @@ def add_run_commands(commands: Any) -> None:
         help="Ed25519 private key to sign the provenance with (DSSE); `verify --key PUBLIC.pem` checks it "
         "(default: unsigned)",
     )
-    run.add_argument(
-        "--parallel",
-        type=whole(1),
-        default=2,
-        metavar="N",
-        help="parallel allocations for several scenarios (default: %(default)s)",
-    )
+    add_arguments(run.add_argument, RunnerOptions)
     drain = run.add_argument_group("drain scenario: the window and allowance (default: the SUT profile's)")
     add_arguments(drain.add_argument, DrainTiming)
     where = run.add_argument_group("where to run (default: a dockerized Slurm cluster on this machine)")

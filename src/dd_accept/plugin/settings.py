@@ -27,14 +27,14 @@ from dd_accept.base.user_files import read_user_text
 from dd_accept.deployment.backends.vllm import vllm_backend
 from dd_accept.slurm_docker.login_node import open_existing
 from dd_accept.slurm_docker.spec import ClusterShape, ClusterSpec
-from dd_accept.sut.spec import DEFAULT_SUT
+from dd_accept.sut.spec import SutChoice
 
 PREFIX = "--dd-"
 RUN_ID = pytest.StashKey[str]()
 
-# What a run request carries besides its option models: the pytest flags that set each
-# under plain pytest (refused beside --dd-request, which carries them already).
-REQUEST_FLAGS = ("--dd-sut", "--dd-profile", "--dd-check")
+# What a run request carries besides its option models: the pytest flag that sets it under
+# plain pytest (refused beside --dd-request, which carries it already).
+REQUEST_FLAGS = ("--dd-check",)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -45,12 +45,7 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         help="cluster name; an already running cluster of that name is reused and left running",
     )
-    group.addoption(
-        "--dd-sut",
-        default=None,
-        help=f"system under test: requirement, .whl, wheel directory or source directory (default: {DEFAULT_SUT})",
-    )
-    group.addoption("--dd-profile", default=None, help="SUT profile file (default: the built-in match)")
+    add_arguments(group.addoption, SutChoice, PREFIX)
     scenarios = parser.getgroup("dd-accept scenarios", "dd-accept acceptance scenario options")
     scenarios.addoption(
         "--dd-request",
@@ -105,7 +100,7 @@ def read_settings(config: pytest.Config) -> PluginSettings:
 def _from_file(config: pytest.Config, path: Path) -> RunRequest:
     """The runner's request; any option it carries given beside it is refused, never
     silently overridden by one or the other."""
-    models = (*SCENARIO_MODELS, *RUN_MODELS.values())
+    models = (*SCENARIO_MODELS, *RUN_MODELS.values(), SutChoice)
     also = [flag(f, PREFIX) for model in models for f in _given_fields(config, model)]
     also += [name for name in REQUEST_FLAGS if config.getoption(name) not in (None, [])]
     if also:
@@ -125,10 +120,11 @@ def _given_fields(config: pytest.Config, model: type) -> list[Any]:
 def _from_options(config: pytest.Config) -> RunRequest:
     """The request plain pytest's `--dd-*` options make (every scenario it collects runs)."""
     checks = config.getoption("--dd-check")
+    target = _build(config, SutChoice)
     return RunRequest(
         scenario="all",
-        sut=config.getoption("--dd-sut") or DEFAULT_SUT,
-        profile=config.getoption("--dd-profile"),
+        sut=target.sut,
+        profile=target.profile,
         options=scenario_options(lambda model: given(model, config.getoption, PREFIX), _pytest_flag),
         **{name: _build(config, model) for name, model in RUN_MODELS.items()},
         checks=tuple(checks) if checks else None,

@@ -18,10 +18,31 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 from packaging.version import Version
 
 from dd_accept.base.errors import UsageError
+from dd_accept.base.options import option
 from dd_accept.base.shown_paths import shown_path
 
 DEFAULT_SUT = "data-designer-slurm==1.0.0rc1"
 SutKind = Literal["requirement", "wheel", "wheel_dir", "source_dir"]
+
+
+@dataclass(frozen=True, slots=True)
+class SutChoice:
+    """Which SUT a run judges and which profile drives it: `run`, `sut prepare` and the pytest
+    plugin derive `--sut`/`--profile` (`--dd-sut`/`--dd-profile`) from here. A gate file
+    names its SUTs in its own list (one, or a baseline and a candidate), so neither is a gate key."""
+
+    sut: str = option(
+        DEFAULT_SUT,
+        "a requirement, a .whl, a directory of wheels, or a source directory",
+        metavar="SUT",
+        in_gate=False,
+    )
+    profile: str | None = option(
+        None,
+        "SUT profile file (default: the built-in profile matching the SUT)",
+        metavar="PROFILE.toml",
+        in_gate=False,
+    )
 
 
 def validate_wheel(path: Path) -> str:
