@@ -181,6 +181,14 @@ def test_bad_values_are_refused_with_the_bound():
         opts.build(BackendOptions, {"backend": "vllm", "model": "m", "gpus_per_replica": "-1"})
     with pytest.raises(ValueError, match="--replicas must be a whole number >= 1, got True"):
         opts.build(OverloadOptions, {"replicas": True})
+    # upper bounds, said with the lower one, for a count and a number of seconds alike
+    from dd_accept.acceptance.capacity import CapacityOptions
+
+    with pytest.raises(ValueError, match="--load-levels must be a whole number from 2 to 30, got '31'"):
+        opts.build(CapacityOptions, {"load_levels": "31"})
+    with pytest.raises(ValueError, match="--level-seconds must be a number of seconds > 0 and at most 3600, got '4e3'"):
+        opts.build(CapacityOptions, {"level_seconds": "4e3"})
+    assert opts.build(CapacityOptions, {"level_seconds": "3600"}).level_seconds == 3600  # the bound itself is in
 
 
 def test_the_models_cover_the_front_ends_and_nothing_else():

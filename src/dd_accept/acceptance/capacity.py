@@ -68,7 +68,7 @@ class CapacityOptions:
     )
     load_factor: float = option(1.5, "capacity: each level's load over the one before", above=1, unit="times")
     load_levels: int = option(12, "capacity: the most levels the ladder climbs, 2 to 30", minimum=2, maximum=30)
-    level_seconds: float = option(3.0, "capacity: seconds each level sends new requests", above=0)
+    level_seconds: float = option(3.0, "capacity: seconds each level sends new requests", above=0, maximum=3600)
     slo_added_ttft_ms: float = option(
         150.0,
         "capacity SLO: the proxy's added time to first token, p95 (ms)",
@@ -106,8 +106,6 @@ class CapacityOptions:
             raise ValueError("--load-start must be a whole number of streams with --load-mode concurrency")
         if self.load_start is not None and self.load_start < 0.1:
             raise ValueError("--load-start must be at least 0.1 (requests/s) or 1 (stream)")
-        if self.level_seconds > 3600:
-            raise ValueError("--level-seconds must be at most 3600")
         top = self.levels()[-1]
         if top > 100_000:
             raise ValueError(

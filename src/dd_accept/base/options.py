@@ -119,6 +119,7 @@ def _describe(option_field: Field[Any], kind: type) -> str:
         return "a whole number" + (f" >= {meta['minimum']:g}" if meta["minimum"] is not None else "")
     if kind is float:
         bound = f" > {meta['above']:g}" if meta["above"] is not None else ""
+        bound += f" and at most {meta['maximum']:g}" if meta["maximum"] is not None else ""
         return f"a number of {meta.get('unit', 'seconds')}" + bound
     return "a string"
 
