@@ -32,6 +32,8 @@ from dd_accept.sut.wheelhouse import build_wheelhouse
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.variants import FAULTS, make_variant
 
+from benchmarks.busy_loops import busy_loops
+
 CHECK = "streaming.no_buffering"
 BUFFERING = ("buffering", "hold-after-first", "flush-every-4-events-or-1s")  # the variants no_buffering must fail
 
@@ -68,18 +70,13 @@ def main() -> int:
     targets = [("rc1", None)] * args.n + [
         (name, str(make_variant(wheelhouse.path / wheel.file, FAULTS[name], folder))) for name in BUFFERING
     ]
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.hogs)]
     rows = []
-    try:
+    with busy_loops(args.hogs):
         for index, (label, sut) in enumerate(targets):
             console.print(f"streaming on {label} beside {args.hogs} busy loops: run {index + 1}/{len(targets)}")
             started = time.monotonic()
             found = run_streaming(sut)
             rows.append({"sut": label, "seconds": round(time.monotonic() - started, 1), **found})
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
     table = Table(title=f"{CHECK} with {args.hogs} busy loops on 2 cores")
     columns = ("SUT", "TTFT p95 ms", "per event p95 / max ms", "held share", "sparse delay / gap", "sparse late")
     columns += ("position median ms", "ms bounds")

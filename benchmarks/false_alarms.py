@@ -7,7 +7,10 @@ too). A *false alarm* is a check that fails where it must pass; a *miss* is one 
 where it must fail. Zero of both is the target; any non-zero count needs a cause.
 
     python benchmarks/false_alarms.py [-n 10] [--scenarios drain,health|all] [--controls [--no-rc1]]
-        [--slurm RELEASE] [--slurm-config linuxproc|cgroup] [--out FILE]
+        [--slurm RELEASE] [--slurm-config linuxproc|cgroup] [--hogs N] [--out FILE]
+
+`--hogs N` keeps N busy loops on the host for the whole measurement: a loaded machine (a CI
+runner's neighbours) must not turn a correct SUT's verdict either.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from dd_accept.sut.wheelhouse import build_wheelhouse
 # run as `python benchmarks/NAME.py` finds it from the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.variants import FAULTS, RC1_FAILS, Fault, make_variant
+
+from benchmarks.busy_loops import busy_loops
 
 CLUSTER = ("slurm", "slurm_config")  # the cluster options a false-alarm run may vary
 
@@ -84,6 +89,40 @@ def run_once(scenario: str, sut: str | None, cluster: ClusterOptions, profile: s
         return verdicts
 
 
+Target = tuple[str, str, str | None, str | None, frozenset[str]]  # scenario, label, SUT, profile, fixes
+
+
+def measure(target: Target, runs: int, cluster: ClusterOptions, console: Console) -> dict:
+    """One row: `runs` runs of a scenario on one SUT, its false alarms, misses and errors."""
+    scenario, label, sut, profile, fixes = target
+    must_fail = RC1_FAILS - fixes
+    false_alarms: Counter[str] = Counter()
+    misses: Counter[str] = Counter()
+    errors: list[str] = []
+    started = time.monotonic()
+    for index in range(runs):
+        console.print(f"{scenario} on {label}: run {index + 1}/{runs}")
+        verdicts = run_once(scenario, sut, cluster, profile)
+        if "<error>" in verdicts:
+            errors.append(verdicts.pop("<error>"))
+        for check, verdict in verdicts.items():
+            if verdict == "fail" and check not in must_fail:
+                false_alarms[check] += 1
+            elif verdict == "pass" and check in must_fail:
+                misses[check] += 1
+    return {
+        "scenario": scenario,
+        "sut": label,
+        "slurm": cluster.release,
+        "slurm_config": cluster.proctrack,
+        "runs": runs,
+        "false_alarms": dict(false_alarms),
+        "misses": dict(misses),
+        "errors": errors,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=10, help="runs per scenario and SUT (default: 10)")
@@ -96,12 +135,13 @@ def main() -> int:
     parser.add_argument("--controls", action="store_true", help="also run the positive controls")
     parser.add_argument("--no-rc1", action="store_true", help="only the positive controls (with --controls)")
     add_arguments(parser.add_argument, ClusterOptions, only=CLUSTER)  # as `dd-accept run` defines them
+    parser.add_argument("--hogs", type=int, default=0, help="busy loops on the host meanwhile (default: 0)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "false_alarms.json")
     args = parser.parse_args()
     cluster = build(ClusterOptions, given(ClusterOptions, lambda dest: getattr(args, dest, None)))
     console = Console()
     scenarios = [name for name in args.scenarios.split(",") if name]
-    targets: list[tuple[str, str, str | None, str | None, frozenset[str]]] = []
+    targets: list[Target] = []
     if not args.no_rc1:
         targets += [(s, "rc1", None, None, frozenset()) for s in scenarios]
     if args.controls:
@@ -114,38 +154,12 @@ def main() -> int:
                 profile = variant_profile(FAULTS[name], folder)
                 targets.append((scenario, name, str(variant), profile and str(profile), FAULTS[name].fixes))
 
-    rows = []
-    for scenario, label, sut, profile, fixes in targets:
-        must_fail = RC1_FAILS - fixes
-        false_alarms: Counter[str] = Counter()
-        misses: Counter[str] = Counter()
-        errors: list[str] = []
-        started = time.monotonic()
-        for index in range(args.n):
-            console.print(f"{scenario} on {label}: run {index + 1}/{args.n}")
-            verdicts = run_once(scenario, sut, cluster, profile)
-            if "<error>" in verdicts:
-                errors.append(verdicts.pop("<error>"))
-            for check, verdict in verdicts.items():
-                if verdict == "fail" and check not in must_fail:
-                    false_alarms[check] += 1
-                elif verdict == "pass" and check in must_fail:
-                    misses[check] += 1
-        rows.append(
-            {
-                "scenario": scenario,
-                "sut": label,
-                "slurm": cluster.release,
-                "slurm_config": cluster.proctrack,
-                "runs": args.n,
-                "false_alarms": dict(false_alarms),
-                "misses": dict(misses),
-                "errors": errors,
-                "seconds": round(time.monotonic() - started, 1),
-            }
-        )
+    with busy_loops(args.hogs):
+        rows = [measure(target, args.n, cluster, console) for target in targets]
+    for row in rows:
+        row["hogs"] = args.hogs
 
-    where = f"Slurm {cluster.release}, {cluster.proctrack}"
+    where = f"Slurm {cluster.release}, {cluster.proctrack}" + (f", {args.hogs} busy loops" if args.hogs else "")
     table = Table(title=f"dd-accept false alarms ({args.n} runs each, {where}, 2 cores)")
     for column in ("scenario", "SUT", "runs", "false alarms", "misses", "errors", "seconds"):
         table.add_column(column)
