@@ -1109,6 +1109,19 @@ FAULTS = {
             ((CONTROLLER, "state.blocked_until = now + cooldown", "state.blocked_until = now"),),
         ),
         Fault(
+            "decrease-every-429",
+            "data-designer-engine",
+            "the client's admission controller lowers its limit on every 429, not once a round: the leases "
+            "admitted under the old limit lower it again (8 → 6 → 4 → 3 → 2 → 1 in one round)",
+            (
+                (
+                    CONTROLLER,
+                    "should_decrease = admitted_adaptive_limit <= prev_limit",
+                    "should_decrease = True",
+                ),
+            ),
+        ),
+        Fault(
             "no-increase",
             "data-designer-engine",
             "the client's admission controller never increases its limit again",

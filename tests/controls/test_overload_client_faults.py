@@ -74,6 +74,21 @@ def test_missing_cooldown_is_caught_by_total_cooldown(sut_wheelhouse, tmp_path):
     assert checks["overload.total.retry_after"]["verdict"] == "pass"
 
 
+def test_a_decrease_on_every_429_is_caught_by_admission_decrease(sut_wheelhouse, tmp_path):
+    """Its first two values are AIMD's (8 → 6 → 4), so a check of the sequence alone passes it;
+    the replicas show no new request between its decreases: one round lowered it again and
+    again. What it let through stayed within the limits it reported."""
+    directory = _directory(sut_wheelhouse, tmp_path, "decrease-every-429")
+    checks = _checks(_run(directory, tmp_path, 1)[0])
+    decrease = checks["overload.total.admission_decrease"]
+    assert decrease["verdict"] == "fail" and decrease["metrics"]["decreases_without_new_round"] >= 1, decrease
+    assert decrease["observed"].startswith("8 → 6 → 4 → 3"), decrease["observed"]
+    assert "before any new request reached a replica (first to 4)" in decrease["observed"], decrease["observed"]
+    assert decrease["metrics"]["limit_breaches"] == 0, decrease
+    untouched = ("overload.total.attempts", "overload.total.retry_after", "overload.total.cooldown")
+    assert all(checks[name]["verdict"] == "pass" for name in untouched), {n: checks[n] for n in untouched}
+
+
 def test_missing_increase_is_caught_by_recovery(sut_wheelhouse, tmp_path):
     directory = _directory(sut_wheelhouse, tmp_path, "no-increase")
     checks = _checks(_run(directory, tmp_path, 1)[0])
@@ -109,8 +124,8 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wh
     admission = next(c for c in scenario["checks"] if c["id"] == "overload.admission.rejects")
     once = next(c for c in scenario["checks"] if c["id"] == "overload.ledger.answered_once")
     assert once["metrics"]["requests"] >= 72 and once["metrics"]["answered_twice"] == 0, once  # 32 + 40 records
-    assert "threshold 0, depth 0: 404: 2; threshold 0, depth 7: 429: 2 (Retry-After 3: 2)" in admission["observed"]
-    assert "threshold 128, depth 128: 404: 1; threshold 128, depth 129: 429: 1" in admission["observed"]
+    assert "threshold 0, depth 0: 400: 2; threshold 0, depth 7: 429: 2 (Retry-After 3: 2)" in admission["observed"]
+    assert "threshold 128, depth 128: 400: 1; threshold 128, depth 129: 429: 1" in admission["observed"]
     # rc1's sampler starts on the first request through the middleware: that one is admitted
     # (fail-open, no reading yet), the next ones are rejected, well inside its 1 s bound
     assert "cold start at depth 129 (threshold 128): " in admission["observed"]

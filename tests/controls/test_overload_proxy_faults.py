@@ -55,7 +55,7 @@ def test_admission_that_never_rejects_is_a_failed_check_not_an_error(sut_wheelho
     options = OverloadOptions(partial_deadline_s=20.0, total_deadline_s=25.0)
     checks = run_against_fault("admission-never-rejects", sut_wheelhouse, sut_image, sut_profile, tmp_path, options)
     admission = checks["overload.admission.rejects"]
-    assert admission.verdict == "fail" and "threshold 0, depth 7: 404: 2" in admission.observed, admission
+    assert admission.verdict == "fail" and "threshold 0, depth 7: 400: 2" in admission.observed, admission
     assert "did not reject" in admission.detail
     assert checks["overload.partial.failover"].observed.startswith("0 request(s) failed over")
     assert checks["overload.total.attempts"].verdict == "fail", "no 429 reaches the client"

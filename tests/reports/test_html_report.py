@@ -7,6 +7,7 @@ import shutil
 import subprocess
 
 from dd_accept.base.events import (
+    ADMISSION_PROBE_ID,
     ADMISSION_PROBE_PATH,
     AdmissionChange,
     ClientRequest,
@@ -76,12 +77,14 @@ def _bundle(tmp_path):
     ]  # fmt: skip
     (run / "sut").mkdir()
     (run / "sut" / "attempt-records.jsonl").write_text(_jsonl(sut))
-    # the harness's own admission probes: a 404 by design, never the SUT's error
+    # the harness's own admission probes: a 400 (admitted, the body refused) or a 429 by
+    # design, never the SUT's error; and one of a bundle made when the probe was a GET
     upstream += [
         UpstreamAttempt(t=99.0 + n / 10, replica=1, path=ADMISSION_PROBE_PATH, outcome="ok", started=99.0 + n / 10,
-                        duration_s=0.01, status=404)
-        for n in range(3)
-    ]  # fmt: skip
+                        duration_s=0.01, status=400 if n else 429, request_id=ADMISSION_PROBE_ID)
+        for n in range(2)
+    ] + [UpstreamAttempt(t=99.3, replica=1, path="/dd-accept/admission-probe", outcome="ok", started=99.3,
+                         duration_s=0.01, status=404)]  # fmt: skip
     queue = [QueueGauge(t=t, waiting=w, running=0) for t, w in ((100.0, 0), (101.0, 2), (104.0, 0))]
     (run / "replicas" / "events-0.jsonl").write_text(_jsonl(upstream + queue))
     # a drain phase: TERM at 110, KILL at 122; one stream completes, one is forced, one is lost
@@ -126,7 +129,7 @@ def test_the_report_is_self_contained_and_draws_every_chart(tmp_path):
     assert "blue squares: the SUT's own record of each attempt (3 records" in html and "1 match no attempt" in html
     assert html.count("blue squares") == 1, "only the phase the records are of"
     assert "<title>replica 1: 3 of the harness&#x27;s admission probes</title>" in html, "grey, not red"
-    assert "of status 404" not in html
+    assert "of status 404" not in html and "of status 400" not in html
 
 
 def _ids_and_links(html):

@@ -28,9 +28,17 @@ def change(t, name, limit):
     return AdmissionChange(t=t, event=name, limit=limit)
 
 
-def test_expected_decreases_follow_floor_times_factor():
+def test_expected_decreases_follow_floor_times_factor_until_the_limit_cannot_fall():
     assert expected_decreases(8, 0.75, 2) == [6, 4]
-    assert expected_decreases(2, 0.5, 3) == [1, 1, 1]
+    assert expected_decreases(3, 0.75, 3) == [2, 1]
+    assert expected_decreases(2, 0.5, 3) == [1], "1 → 1 is no decrease: a controller reports none"
+    assert expected_decreases(1, 0.75, 2) == []
+
+
+def test_a_limit_of_2_is_judged_on_its_one_possible_decrease():
+    events = [change(1, "request_limit_decreased", 1)]
+    check = checks.total_admission_decrease(events, 2, 0.75)
+    assert check.verdict == "pass" and check.expected.startswith("2 → 1, one decrease a round"), check
 
 
 def test_partial_completes_requires_every_record_and_no_visible_429_when_absorbable():
@@ -92,7 +100,9 @@ def test_the_limit_the_controller_reports_is_checked_against_concurrency_at_the_
     """A controller that reports 8 → 6 → 4 but keeps 8 requests under way is caught by what
     the replicas saw, not by what it says."""
     events = [change(1, "request_limit_decreased", 6), change(4, "request_limit_decreased", 4)]
+    second_round = [attempt(f"q{i}", 2.0, 0.1) for i in range(6)]  # admitted under 6, they lowered it to 4
     honest = [attempt(f"r{i}", 10.0 + i, 0.5) for i in range(4)] + [attempt(f"s{i}", 10.2, 0.5) for i in range(3)]
+    honest += second_round
     check = checks.total_admission_decrease(events, 8, 0.75, upstream=honest)
     assert check.verdict == "pass", check
     flooding = [attempt(f"f{i}", 10.0, 1.0) for i in range(8)]
@@ -100,9 +110,46 @@ def test_the_limit_the_controller_reports_is_checked_against_concurrency_at_the_
     assert broken.verdict == "fail" and broken.metrics["limit_breaches"] == 8
     assert "worst 8 at limit 4" in broken.observed
     just_after = [attempt(f"g{i}", 4.5, 0.2) for i in range(6)]  # admitted under 6, a moment before the decrease
-    assert checks.total_admission_decrease(events, 8, 0.75, upstream=just_after).verdict == "pass"
-    until = checks.total_admission_decrease(events, 8, 0.75, upstream=flooding, until=9.0)
+    check = checks.total_admission_decrease(events, 8, 0.75, upstream=[*second_round, *just_after])
+    assert check.verdict == "pass", check
+    until = checks.total_admission_decrease(events, 8, 0.75, upstream=[*second_round, *flooding], until=9.0)
     assert until.verdict == "pass", "attempts after the relief belong to recovery"
+
+
+def test_a_request_that_follows_a_response_at_once_does_not_overlap_it():
+    """A replica's span ends at the response's last byte; the client may send its next
+    request the moment it reads it. Only an overlap longer than the span edge counts."""
+    events = [change(1, "request_limit_decreased", 1)]
+    follows = [attempt("a", 10.0, 0.5), attempt("b", 10.5 + 0.002, 0.5), attempt("c", 0.5, 0.1)]
+    check = checks.total_admission_decrease(events, 2, 0.75, upstream=follows)
+    assert check.verdict == "pass" and check.metrics["limit_breaches"] == 0, check
+    overlaps = [attempt("a", 10.0, 0.5), attempt("b", 10.49, 0.5), attempt("c", 0.5, 0.1)]
+    broken = checks.total_admission_decrease(events, 2, 0.75, upstream=overlaps)
+    assert broken.verdict == "fail" and "worst 2 at limit 1" in broken.observed, broken
+
+
+def test_decreasing_on_every_429_of_one_round_fails_though_the_first_values_match():
+    """8 → 6 → 4 → 3 → 2 → 1 within one round: its first two values are AIMD's, but no request
+    reached a replica between the decreases, so no round admitted under 6 lowered it to 4."""
+    round_one = [attempt(f"r{i}", 0.5, 0.01) for i in range(8)]
+    hasty = [change(1.0 + i / 100, "request_limit_decreased", limit) for i, limit in enumerate((6, 4, 3, 2, 1))]
+    broken = checks.total_admission_decrease(hasty, 8, 0.75, upstream=round_one)
+    assert broken.verdict == "fail" and broken.metrics["decreases_without_new_round"] == 4, broken
+    assert "8 → 6 → 4 → 3 → 2 → 1; 4 decrease(s) before any new request reached a replica (first to 4)" in (
+        broken.observed
+    )
+    assert broken.metrics["limit_breaches"] == 0, "what it let through stayed within the limits it reported"
+    round_two = [attempt(f"s{i}", 4.0, 0.01) for i in range(6)]  # after the 3 s cooldown, under 6
+    rounds = [change(1.0, "request_limit_decreased", 6), change(4.02, "request_limit_decreased", 4)]
+    aimd = checks.total_admission_decrease(rounds, 8, 0.75, upstream=[*round_one, *round_two])
+    assert aimd.verdict == "pass" and aimd.metrics["decreases_without_new_round"] == 0, aimd
+
+
+def test_no_request_id_seen_at_the_replicas_fails_for_that_reason():
+    events = [change(1, "request_limit_decreased", 6), change(4, "request_limit_decreased", 4)]
+    client = [*events, request(2.0, 0, 429, "rate_limited")]
+    check = checks.total_admission_decrease(client, 8, 0.75, upstream=[])
+    assert check.verdict == "fail" and "saw none of the client's request ids" in check.detail, check
 
 
 def test_recovery_counts_breaches_after_the_relief_only():
@@ -138,6 +185,19 @@ def test_recovery_needs_all_records_and_a_rise_after_relief():
     assert checks.recovery(events[:-1], 3, relieved_at=4.0).verdict == "fail"
 
 
+def test_a_cooldown_is_counted_from_where_the_replicas_answered_the_429():
+    """The controller learnt of the 429 no earlier than its last attempt ended at a replica;
+    the client's own record of it may come later on a busy machine. A correct controller
+    that admits 3 s after the replica's answer is not blamed for the client's late record."""
+    limited = request(10.25, 0, 429, "rate_limited", request_id="x", retry_after=3.0)
+    answered = [upstream("x", 429, 9.9, 0.05), upstream("x", 429, 9.96, 0.04)]  # last one ended at 10.0
+    on_time = checks.total_cooldown([limited, lease(13.02)], 2.0, answered)
+    assert on_time.verdict == "pass" and on_time.metrics["cooldown_breaches"] == 0, on_time
+    assert checks.total_cooldown([limited, lease(13.02)], 2.0).verdict == "fail", "dated by the client's record"
+    early = checks.total_cooldown([limited, lease(12.5)], 2.0, answered)
+    assert early.verdict == "fail" and "admitted 2.25s into a 2.75s cooldown" in early.detail, early.detail
+
+
 def test_cooldown_without_lease_events_is_not_observed_and_fails():
     limited = request(10.0, 0, 429, "rate_limited", retry_after=3.0)
     silent = checks.total_cooldown([limited], 2.0)
@@ -167,10 +227,10 @@ def sample(depth, threshold, statuses, retry_after=None):
 
 def test_admission_rejects_above_the_threshold_and_admits_at_it():
     good = [
-        sample(0, 0, [404, 404]),
+        sample(0, 0, [400, 400]),
         sample(1, 0, [429, 429], ["3", "3"]),
-        sample(0, 0, [404, 404]),
-        sample(128, 128, [404]),
+        sample(0, 0, [400, 400]),
+        sample(128, 128, [400]),
         sample(129, 128, [429], ["3"]),
     ]
     check = checks.admission_rejects(good, 3)
@@ -178,7 +238,7 @@ def test_admission_rejects_above_the_threshold_and_admits_at_it():
     assert "threshold 0, depth 1: 429: 2 (Retry-After 3: 2)" in check.observed
 
 
-GOOD = [sample(0, 0, [404]), sample(1, 0, [429], ["3"]), sample(128, 128, [404]), sample(129, 128, [429], ["3"])]
+GOOD = [sample(0, 0, [400]), sample(1, 0, [429], ["3"]), sample(128, 128, [400]), sample(129, 128, [429], ["3"])]
 
 
 def cold(statuses, every=0.05):
@@ -188,7 +248,7 @@ def cold(statuses, every=0.05):
 def test_a_cold_start_may_fail_open_until_the_first_reading_and_the_evidence_shows_how_long():
     """rc1: the sampler starts on the first request, so that request is admitted (fail-open)
     and the next ones are rejected."""
-    check = checks.admission_rejects(GOOD, 3, cold([404, 429, 429, 429]), stale_after_s=1.0)
+    check = checks.admission_rejects(GOOD, 3, cold([400, 429, 429, 429]), stale_after_s=1.0)
     assert check.verdict == "pass", check
     assert (
         "cold start at depth 129 (threshold 128): 1 admitted before its first reading (fail-open), " in check.observed
@@ -199,24 +259,24 @@ def test_a_cold_start_may_fail_open_until_the_first_reading_and_the_evidence_sho
 
 
 def test_a_middleware_that_fails_open_beyond_its_staleness_bound_fails():
-    late = checks.admission_rejects(GOOD, 3, cold([404] * 40 + [429]), stale_after_s=1.0)  # first 429 at 2.0 s
+    late = checks.admission_rejects(GOOD, 3, cold([400] * 40 + [429]), stale_after_s=1.0)  # first 429 at 2.0 s
     assert late.verdict == "fail" and "40 admitted before its first reading" in late.observed
     assert "first 429 after 2.00s" in late.observed and "beyond 1.5s" in late.detail
-    never = checks.admission_rejects(GOOD, 3, cold([404] * 40), stale_after_s=1.0)
+    never = checks.admission_rejects(GOOD, 3, cold([400] * 40), stale_after_s=1.0)
     assert never.verdict == "fail" and "no 429 in 40 probes" in never.observed
     assert "cold_start_first_reject_s" not in never.metrics
-    at_the_bound = checks.admission_rejects(GOOD, 3, cold([404] * 30 + [429]), stale_after_s=1.0)  # 1.5 s
+    at_the_bound = checks.admission_rejects(GOOD, 3, cold([400] * 30 + [429]), stale_after_s=1.0)  # 1.5 s
     assert at_the_bound.verdict == "pass", "the bound includes its tolerance"
 
 
 def test_unanswered_probes_are_not_counted_as_admitted():
-    assert cold([None, 404, None, 429]).admitted_before_reject == 1
+    assert cold([None, 400, None, 429]).admitted_before_reject == 1
     assert cold([None, None]).first_reject_s is None
 
 
 def test_admission_that_never_rejects_fails_with_what_was_seen():
-    never = checks.admission_rejects([sample(0, 0, [404, 404]), sample(1, 0, [404, 404])], 3)
-    assert never.verdict == "fail" and "threshold 0, depth 1: 404: 2" in never.observed
+    never = checks.admission_rejects([sample(0, 0, [400, 400]), sample(1, 0, [400, 400])], 3)
+    assert never.verdict == "fail" and "threshold 0, depth 1: 400: 2" in never.observed
     assert "did not reject" in never.detail and never.metrics["admission_wrong"] == 1
 
 
@@ -230,7 +290,7 @@ def test_admission_at_the_threshold_must_admit_and_retry_after_must_match():
     probe_failed = checks.admission_rejects([sample(0, 0, [None]), sample(1, 0, [429], ["3"])], 3)
     assert probe_failed.verdict == "fail", "no answer is not an admission"
     assert checks.admission_rejects([], 3).verdict == "fail"
-    assert checks.admission_rejects([sample(0, 0, [404])], 3).verdict == "fail", "rejection never exercised"
+    assert checks.admission_rejects([sample(0, 0, [400])], 3).verdict == "fail", "rejection never exercised"
 
 
 def test_the_retry_metric_is_read_where_the_profile_says():
@@ -239,5 +299,17 @@ def test_the_retry_metric_is_read_where_the_profile_says():
     metrics = {"retries": {"http_429": 4, "connect": 1}, "flag": True}
     assert metric_value(metrics, "retries.http_429") == 4.0
     assert metric_value(metrics, "retries.http_503") == 0.0, "a counter not incremented yet"
-    assert metric_value(metrics, "flag") == 0.0 and metric_value(None, "retries.http_429") == 0.0
+    assert metric_value({"retry_counts": {"http_429": 4}}, "retries.http_429") is None, "named otherwise"
+    assert metric_value(None, "retries.http_429") is None, "no metrics document: not reported"
+    assert metric_value(metrics, "flag") is None, "not a number"
     assert metric_value(metrics, "") is None, "no metric named: not reported"
+
+
+def test_an_admitted_probe_is_the_app_s_own_answer_and_a_5xx_is_no_admission():
+    """The probe is a POST to the chat endpoint whose body the app refuses (400): any answer
+    of the app's below 500 got past the middleware; a 503 is a refusal, not an admission."""
+    assert checks.admission_rejects([sample(0, 0, [400, 422]), sample(1, 0, [429], ["3"])], 3).verdict == "pass"
+    refused = checks.admission_rejects([sample(0, 0, [503]), sample(1, 0, [429], ["3"])], 3)
+    assert refused.verdict == "fail" and "did not admit" in refused.detail, refused
+    assert "admitted (the app answers the probe itself: a 400 for its empty body" in refused.expected
+    assert "any status below 500 but 429) at or below it" in refused.expected

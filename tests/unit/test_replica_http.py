@@ -11,8 +11,10 @@ import pytest
 from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
+from dd_accept.base.events import ADMISSION_PROBE_ID, ADMISSION_PROBE_PATH, admitted_probe
 from dd_accept.base.waiting import wait_until
 from dd_accept.node.control import ControlError
+from dd_accept.node.probe import probe
 
 FAST = ("--ttft-ms", "5", "--itl-ms", "1")
 MIDDLEWARE = "data_designer.slurm.runtime.backpressure:QueueDepthBackpressureMiddleware"
@@ -286,6 +288,34 @@ def test_real_sut_middleware_rejects_above_threshold_and_passes_below(local_repl
     assert client.completions.create(model="m", prompt="p", max_tokens=1).choices[0].text.strip() == "tok"
 
 
+def test_the_admission_probe_is_gated_as_a_completion_and_spends_no_forced_answer(
+    local_replica, sut_local_path, tmp_path
+):
+    """The harness probes queue admission with the request the middleware exists to gate (a
+    POST to the chat endpoint): rc1's middleware answers 429 above its threshold, the app
+    itself 400 below it (the probe's body asks for no tokens). A forced answer queued for
+    the SUT's traffic is left for it, and the replica records the probe as the harness's."""
+    log = tmp_path / "events.jsonl"
+    replica = local_replica(
+        *FAST, "--middleware", MIDDLEWARE, "--events", str(log), python_path=(sut_local_path,),
+        environment={"DD_VLLM_MAX_WAITING_REQUESTS": "0", "DD_VLLM_RETRY_AFTER_SECONDS": "3"},
+    )  # fmt: skip
+    url = f"{replica.url}{ADMISSION_PROBE_PATH}"
+    replica.control("respond", status=503, count=1)
+    admitted = probe(url, admission=True)
+    assert admitted["status"] == 400 and admitted_probe(admitted["status"]), admitted
+    with pytest.raises(Exception) as caught:
+        _client(replica).completions.create(model="m", prompt="p", max_tokens=1)
+    assert caught.value.status_code == 503, "the forced answer went to the SUT's request, not to the probe"
+    replica.control("hold", depth=1)
+    rejected = wait_until(lambda: probe(url, admission=True), lambda row: row["status"] == 429, timeout=5, what="429")
+    assert rejected["retry_after"] == "3" and not admitted_probe(rejected["status"])
+    assert probe(f"{replica.url}/health")["status"] == 200, "a plain GET probe is still a GET"
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    probes = [row for row in rows if row.get("kind") == "upstream" and row["request_id"] == ADMISSION_PROBE_ID]
+    assert [row["status"] for row in probes][:1] == [400] and probes[-1]["status"] == 429, probes
+
+
 def test_the_request_log_keeps_each_events_send_time_and_probes_still_answer(local_replica, tmp_path):
     """Probes (empty bodies) and streams both pass the recorder; a stream's event records
     when each of its data events was sent, after the first (what no_buffering lines up)."""
@@ -429,6 +459,10 @@ def test_a_health_probe_is_held_in_flight_until_released_and_its_window_kept(loc
 
     async def scenario():
         task = asyncio.ensure_future(probe())
+        for _ in range(100):  # until the replica holds it (a loaded machine takes its time to send it)
+            await asyncio.sleep(0.05)
+            if replica.control("state")["probe_window"]:
+                break
         await asyncio.sleep(0.5)
         held = replica.control("state")["probe_window"]
         replica.control("health_delay", seconds=0)

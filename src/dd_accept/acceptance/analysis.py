@@ -8,6 +8,7 @@ proxy's own accounting.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -58,12 +59,37 @@ def admission(events: Iterable[Event], name: str) -> list[AdmissionChange]:
 
 
 def expected_decreases(limit: int, factor: float, rounds: int) -> list[int]:
-    """The AIMD sequence: each rate-limited round multiplies the limit down (at least 1)."""
+    """The AIMD sequence: each rate-limited round multiplies the limit down (at least 1).
+
+    It ends where the limit can fall no further (2 → 1 → 1): a controller reports a change,
+    and a limit that stays where it was is none."""
     values, current = [], limit
     for _ in range(rounds):
-        current = max(1, math.floor(current * factor))
-        values.append(current)
+        lower = max(1, math.floor(current * factor))
+        if lower == current:
+            break
+        values.append(current := lower)
     return values
+
+
+def first_arrivals(upstream: Iterable[UpstreamAttempt]) -> list[float]:
+    """When each client request first reached a replica (its proxy retries come later)."""
+    return sorted(tries[0].started for tries in attempts_by_request(upstream).values())
+
+
+def decreases_without_a_new_round(decreases: list[AdmissionChange], arrivals: list[float]) -> list[AdmissionChange]:
+    """Decreases that no request admitted since the previous one can have caused.
+
+    AIMD lowers the limit once a round ("8 → 6 → 4 takes two rounds"): the requests admitted
+    under a limit all meet the same overload, and only one admitted under the lowered limit
+    can lower it again. A controller that decreases on every 429 of one round lowers it
+    several times before any new request reaches a replica. `arrivals` are the replicas'
+    view (first_arrivals), independent of the controller's own events."""
+    hasty = []
+    for before, after in itertools.pairwise(sorted(decreases, key=lambda e: e.t)):
+        if not any(before.t < arrived <= after.t for arrived in arrivals):
+            hasty.append(after)
+    return hasty
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,18 +99,29 @@ class CooldownBreach:
     admitted_at: float
 
 
-def cooldown_breaches(events: list[Event], default_s: float, tolerance_s: float = 0.05) -> list[CooldownBreach]:
+def cooldown_breaches(
+    events: list[Event],
+    default_s: float,
+    upstream: Iterable[UpstreamAttempt] = (),
+    tolerance_s: float = 0.05,
+) -> list[CooldownBreach]:
     """Leases acquired inside a cooldown that a 429 demanded.
 
-    Each window starts when the client saw a 429 and lasts the Retry-After it carried (the
-    controller's documented default when it carried none). The controller's own idea of
-    its cooldown is deliberately not used: that is what a broken controller gets wrong.
+    A window opens when the client saw a 429: its controller learnt of it before that. It
+    lasts the Retry-After the 429 carried (the controller's documented default when it
+    carried none), counted from the end of the request's last attempt at a replica where
+    the replicas saw it: the controller cannot have learnt of the 429 earlier, so a correct
+    one never admits before that end, however late the client's own record was written.
+    The controller's own idea of its cooldown is deliberately not used: that is what a
+    broken controller gets wrong.
     """
+    ended = {request: max(a.t for a in tries) for request, tries in attempts_by_request(upstream).items()}
     windows = []
     for event in requests(events):
         if event.status == 429:
             length = float(event.retry_after) if event.retry_after else default_s
-            windows.append((event.t, event.t + length))
+            learnt = min(event.t, ended.get(event.request_id or "", event.t))
+            windows.append((event.t, learnt + length))
     breaches = []
     for lease in admission(events, "request_lease_acquired"):
         for start, end in windows:
@@ -92,6 +129,12 @@ def cooldown_breaches(events: list[Event], default_s: float, tolerance_s: float 
                 breaches.append(CooldownBreach(start, end, lease.t))
                 break
     return breaches
+
+
+# Two replicas' clock readings (one kernel clock here; NTP on a site's) and the scheduling
+# between a span's last byte and its record: a request that starts this close to another's
+# end followed it rather than overlapped it.
+SPAN_EDGE_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +145,18 @@ class LimitBreach:
 
 
 def limit_breaches(
-    client: list[Event], upstream: list[UpstreamAttempt], initial_limit: int, grace_s: float = 2.0
+    client: list[Event],
+    upstream: list[UpstreamAttempt],
+    initial_limit: int,
+    grace_s: float = 2.0,
+    overlap_s: float = SPAN_EDGE_S,
 ) -> list[LimitBreach]:
     """Moments when more of the client's requests were under way at the replicas than its
     admission controller allowed: the controller's reported limit, checked against
     concurrency it does not report. A request admitted under a higher limit may still be
     under way just after a decrease, so the limit compared is the highest of the last
-    `grace_s` seconds."""
+    `grace_s` seconds. A request that starts within `overlap_s` of another's end does not
+    overlap it: the next request may follow a response's last byte at once."""
     limits = sorted((e.t, int(e.limit)) for e in of_type(client, AdmissionChange) if e.limit is not None)
     spans: dict[str, tuple[float, float]] = {}
     for event in upstream:
@@ -126,7 +174,7 @@ def limit_breaches(
 
     breaches = []
     for start, _ in spans.values():
-        in_flight = sum(1 for s, e in spans.values() if s <= start < e or s == start)
+        in_flight = sum(1 for s, e in spans.values() if s <= start < e - overlap_s or s == start)
         allowed = limit_at(start)
         if in_flight > allowed:
             breaches.append(LimitBreach(start, in_flight, allowed))

@@ -19,7 +19,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dd_accept.base.events import EVENT_TYPES, ClientRequest, Event, RelayedResponse, UpstreamAttempt, read_event_file
+from dd_accept.base.events import (
+    ADMISSION_PROBE_ID,
+    EVENT_TYPES,
+    ClientRequest,
+    Event,
+    RelayedResponse,
+    UpstreamAttempt,
+    read_event_file,
+)
 
 
 def served_whole(attempt: UpstreamAttempt) -> bool:
@@ -72,8 +80,8 @@ class Ledger:
         for event in events:
             if isinstance(event, ClientRequest) and event.request_id:
                 clients[event.request_id].append(event)
-            elif isinstance(event, UpstreamAttempt) and event.request_id:
-                attempts[event.request_id].append(event)
+            elif isinstance(event, UpstreamAttempt) and event.request_id not in (None, "", ADMISSION_PROBE_ID):
+                attempts[event.request_id].append(event)  # the harness's admission probes are no client's
             elif isinstance(event, RelayedResponse) and event.request_id and event.ended != "whole":
                 broken.add(event.request_id)
         ordered = sorted(clients, key=lambda rid: min(r.began for r in clients[rid]))

@@ -19,7 +19,7 @@ from typing import Any
 
 from dd_accept import deployment
 from dd_accept.acceptance import overload_checks as checks
-from dd_accept.acceptance.analysis import admission, requests, with_prefix
+from dd_accept.acceptance.analysis import admission, expected_decreases, requests, with_prefix
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.phases import DeployedRun, Phase, stop_if_started
 from dd_accept.acceptance.plan import NODE, BackendKind, PlannedCommand, Planner
@@ -76,7 +76,9 @@ class OverloadOptions:
     )
     threshold: int = option(0, "queue admission threshold, the SUT's override (its own default is 128)", minimum=0)
     retry_after: int = option(3, "Retry-After seconds the replicas' queue admission sends", minimum=1)
-    admission_limit: int = option(8, "the SUT client's initial admission limit", minimum=1)
+    admission_limit: int = option(
+        8, "the SUT client's initial admission limit (2 or more: a limit of 1 has nothing to decrease)", minimum=2
+    )
     records: int = option(32, "records per client run", minimum=1)
     recovery_records: int = 40
     decrease_wait_s: float = 30.0  # two rounds take ~2 x Retry-After on a correct SUT
@@ -95,8 +97,8 @@ class OverloadOptions:
             )
         if self.queue_depth <= self.threshold:
             raise ValueError("--queue-depth must be above --threshold, or nothing is overloaded")
-        if self.retry_after < 1 or self.admission_limit < 1 or self.records < 1 or self.threshold < 0:
-            raise ValueError("--retry-after, --admission-limit and --records must be positive, --threshold >= 0")
+        if self.retry_after < 1 or self.admission_limit < 2 or self.records < 1 or self.threshold < 0:
+            raise ValueError("--retry-after and --records must be positive, --admission-limit >= 2, --threshold >= 0")
 
     @property
     def partial_overloaded(self) -> int:
@@ -221,14 +223,22 @@ def _drive_partial(s: OverloadRun) -> None:
 
 
 def metric_value(document: Any, dotted: str) -> float | None:
-    """A number in the proxy's metrics JSON by its dotted path; None where the profile names
-    none, and 0 where the path is named but not there yet (a counter not yet incremented)."""
+    """A number in the proxy's metrics JSON by its dotted path.
+
+    0 where the path's group is there but not its counter (rc1 adds a counter to `retries`
+    when it first counts); None, not reported, where the profile names none or the document
+    has no such group (a release that names it otherwise, or no metrics at all): failover is
+    then judged from the replicas alone, not failed for a name."""
     if not dotted:
         return None
+    *groups, counter = dotted.split(".")
     value: Any = document
-    for key in dotted.split("."):
+    for key in groups:
         value = value.get(key) if isinstance(value, dict) else None
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+    if not isinstance(value, dict):
+        return None
+    value = value.get(counter, 0)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _judge_partial(s: OverloadRun) -> None:
@@ -252,13 +262,15 @@ def _hold_total(s: OverloadRun) -> None:
 
 def _drive_total(s: OverloadRun) -> None:
     client = s.start_client("total", s.options.recovery_records)
+    factor = s.profile.client.decrease_factor
+    wanted = len(expected_decreases(s.options.admission_limit, factor, checks.DECREASE_ROUNDS))
     # A SUT that never decreases is a finding for the checks below, not an error here.
     with contextlib.suppress(WaitTimeout):
         wait_until(
             lambda: deployment.read_events(s.run, "total"),
-            lambda events: len(admission(events, "request_limit_decreased")) >= 2 or client.finished,
+            lambda events: len(admission(events, "request_limit_decreased")) >= wanted or client.finished,
             timeout=s.options.decrease_wait_s,
-            what="two admission decreases under total overload",
+            what=f"{wanted} admission decrease(s) under total overload",
         )
 
 
@@ -280,7 +292,7 @@ def _judge_total(s: OverloadRun) -> None:
     s.result.add(checks.total_retry_after(total, o.retry_after, proxy_fallback_retry_after(o.retry_after)))
     factor, limit = s.profile.client.decrease_factor, o.admission_limit
     s.result.add(checks.total_admission_decrease(total, limit, factor, upstream=upstream, until=s.relieved_at))
-    s.result.add(checks.total_cooldown(total, s.profile.client.cooldown_seconds))
+    s.result.add(checks.total_cooldown(total, s.profile.client.cooldown_seconds, upstream))
     s.result.add(checks.recovery(total, o.recovery_records, s.relieved_at, upstream=upstream, limit=limit))
 
 

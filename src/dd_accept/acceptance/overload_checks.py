@@ -14,12 +14,14 @@ from dd_accept.acceptance.analysis import (
     admission,
     attempts_by_request,
     cooldown_breaches,
+    decreases_without_a_new_round,
     expected_decreases,
+    first_arrivals,
     limit_breaches,
     requests,
 )
 from dd_accept.acceptance.registry import check
-from dd_accept.base.events import Event, UpstreamAttempt
+from dd_accept.base.events import Event, UpstreamAttempt, admitted_probe
 from dd_accept.base.percentiles import percentile
 from dd_accept.base.results import CheckResult
 from dd_accept.deployment import AdmissionSample, ColdStart
@@ -41,7 +43,7 @@ def _sample_ok(sample: AdmissionSample, retry_after: int) -> bool:
         return all(status == 429 for status in sample.statuses) and all(
             _retry_after_matches(value, retry_after) for value in sample.retry_after
         )
-    return all(status == 404 for status in sample.statuses)  # admitted: the app itself answers
+    return all(admitted_probe(status) for status in sample.statuses)  # admitted: the app itself answers
 
 
 def _describe_sample(sample: AdmissionSample) -> str:
@@ -97,8 +99,8 @@ def admission_rejects(
         if cold.first_reject_s is not None:
             metrics["cold_start_first_reject_s"] = cold.first_reject_s
     expected = (
-        f"429 with Retry-After: {retry_after} when the queue is deeper than the threshold; admitted (404 from the "
-        "app) at or below it"
+        f"429 with Retry-After: {retry_after} when the queue is deeper than the threshold; admitted (the app answers "
+        "the probe itself: a 400 for its empty body, any status below 500 but 429) at or below it"
     )
     if cold is not None:
         expected += f"; from a cold start, the first 429 within {bound:g}s (its {stale_after_s:g}s staleness bound)"
@@ -199,41 +201,59 @@ def _breach_text(breaches: list[LimitBreach]) -> str:
     )
 
 
+DECREASE_ROUNDS = 2  # the seed's "8 → 4": two rounds of total overload
+
+
 @check("overload.total.admission_decrease")
 def total_admission_decrease(
     client: list[Event],
     limit: int,
     factor: float,
-    rounds: int = 2,
+    rounds: int = DECREASE_ROUNDS,
     upstream: list[UpstreamAttempt] | None = None,
     until: float | None = None,
 ) -> CheckResult:
-    """The limit falls as AIMD says, and the controller enforces what it reports: the
-    client's requests under way at the replicas (counted there, by request id) never exceed
-    the limit in force."""
+    """The limit falls as AIMD says, once a round, and the controller enforces what it
+    reports: the client's requests under way at the replicas (counted there, by request id)
+    never exceed the limit in force, and each decrease after the first follows a request
+    that reached a replica after the one before it (a round admitted under the lower limit).
+    `upstream` None judges the reported sequence alone."""
     wanted = expected_decreases(limit, factor, rounds)
-    seen = [e.limit for e in admission(client, "request_limit_decreased")]
+    decreases = [e for e in admission(client, "request_limit_decreased") if until is None or e.t < until]
+    seen = [e.limit for e in decreases]
     during = [e for e in upstream or [] if until is None or e.started < until]
     breaches = limit_breaches(client, during, limit)
-    ok = seen[:rounds] == wanted and not breaches
+    hasty = [] if upstream is None else decreases_without_a_new_round(decreases, first_arrivals(during))
+    unseen = upstream is not None and not during and bool(requests(client))
+    ok = seen[: len(wanted)] == wanted and not breaches and not hasty and not unseen
+    observed = " → ".join(map(str, [limit, *seen])) if seen else f"{limit} (no decrease)"
+    if hasty:
+        observed += f"; {len(hasty)} decrease(s) before any new request reached a replica (first to {hasty[0].limit})"
+    detail = f"decrease factor {factor}; concurrency counted at the replicas over {len(during)} upstream attempts"
+    if unseen:
+        detail = "the replicas saw none of the client's request ids (x-dd-request-id): the proxy did not pass them on"
     return CheckResult.judge(
         total_admission_decrease.check_id,
         ok,
-        " → ".join(map(str, [limit, *wanted])) + "; never more requests under way at the replicas than the limit",
-        (" → ".join(map(str, [limit, *seen])) if seen else f"{limit} (no decrease)") + f"; {_breach_text(breaches)}",
-        f"decrease factor {factor}; concurrency counted at the replicas over {len(during)} upstream attempts",
-        {"limit_breaches": len(breaches)},
+        " → ".join(map(str, [limit, *wanted]))
+        + ", one decrease a round; never more requests under way at the replicas than the limit",
+        f"{observed}; {_breach_text(breaches)}",
+        detail,
+        {"limit_breaches": len(breaches), "decreases_without_new_round": len(hasty)},
     )
 
 
 @check("overload.total.cooldown")
-def total_cooldown(client: list[Event], default_cooldown_s: float) -> CheckResult:
+def total_cooldown(
+    client: list[Event], default_cooldown_s: float, upstream: list[UpstreamAttempt] | None = None
+) -> CheckResult:
     """No request is admitted while a cooldown demanded by a 429 (its Retry-After) runs, and
     the rule was actually exercised: the controller's lease events were recorded and at
-    least one cooldown window was followed by a lease (the client came back after it)."""
+    least one cooldown window was followed by a lease (the client came back after it).
+    `upstream` dates each 429 where the replicas answered it (cooldown_breaches)."""
     limited = [e for e in requests(client) if e.status == 429]
     leases = admission(client, "request_lease_acquired")
-    breaches = cooldown_breaches(client, default_cooldown_s)
+    breaches = cooldown_breaches(client, default_cooldown_s, upstream or ())
     judged = sum(1 for e in limited if any(lease.t > e.t for lease in leases))
     ok = bool(limited) and bool(leases) and judged > 0 and not breaches
     observed = (

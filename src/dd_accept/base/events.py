@@ -38,9 +38,23 @@ def to_tenth_ms(seconds: float) -> float:
     return round(seconds * 10000) / 10000
 
 
-# The path the harness probes each replica's queue admission on (a 429 or a 404, never routed
-# to the SUT's proxy): its requests are the harness's, never the SUT's errors.
-ADMISSION_PROBE_PATH = "/dd-accept/admission-probe"
+# How the harness probes a replica's queue admission, straight to the replica (never through
+# the SUT's proxy): the request the middleware exists to gate, a POST to the chat endpoint,
+# with a body the app refuses before any work (max_tokens 0). A 429 is the middleware's
+# rejection; an answer below 500 is the app's own, so the probe got past admission. Its
+# request id marks it as the harness's traffic, never the SUT's: no scenario's prefix, no
+# client's record, and the replica's control plane does not spend a forced answer on it.
+REQUEST_ID_HEADER = "x-dd-request-id"  # every request's id, sent by the load clients, kept by the replicas
+ADMISSION_PROBE_PATH = "/v1/chat/completions"
+ADMISSION_PROBE_BODY = b'{"messages":[],"max_tokens":0}'
+ADMISSION_PROBE_ID = "dd-accept-admission-probe"
+
+
+def admitted_probe(status: int | None) -> bool:
+    """The app answered the probe (below 500, not 429: the synthetic app's and vLLM's answer
+    is a 400): the middleware let it through. A 5xx is no admission: a middleware that
+    refuses with 503 has refused."""
+    return status is not None and status < 500 and status != 429
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,7 +126,7 @@ class UpstreamAttempt(EventBase):
     # replica: disconnected (the proxy went away mid-response), fault (the replica's own bug)
     outcome: str
     started: float
-    duration_s: float
+    duration_s: float  # to the response's last byte handed to the server, else to the handler's end
     request_id: str | None = None
     status: int | None = None
     first_byte_s: float | None = None

@@ -1,5 +1,6 @@
-"""`python -m dd_accept.node.probe [--timeout S] [--repeat N --every S] URL [URL...]`: GET each
-URL, one JSON line each (N rounds, S seconds apart, each row with its offset `at_s`).
+"""`python -m dd_accept.node.probe [--timeout S] [--repeat N --every S] [--admission] URL [URL...]`:
+GET each URL, one JSON line each (N rounds, S seconds apart, each row with its offset `at_s`);
+with --admission, POST the queue-admission probe instead (base.events.ADMISSION_PROBE_BODY).
 
 Runs on a cluster node (stdlib only), so the harness can reach services that listen on a
 node's loopback, like the SUT's proxy, through a recorded `docker exec`.
@@ -14,12 +15,17 @@ import urllib.error
 import urllib.request
 
 from dd_accept.base.errors import EXIT_PASS
+from dd_accept.base.events import ADMISSION_PROBE_BODY, ADMISSION_PROBE_ID, REQUEST_ID_HEADER
 
 
-def probe(url: str, timeout: float = 5.0) -> dict[str, object]:
+def probe(url: str, timeout: float = 5.0, admission: bool = False) -> dict[str, object]:
     started = time.monotonic()
+    request = urllib.request.Request(url)
+    if admission:
+        headers = {"content-type": "application/json", REQUEST_ID_HEADER: ADMISSION_PROBE_ID}
+        request = urllib.request.Request(url, data=ADMISSION_PROBE_BODY, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             status, body, retry_after = response.status, response.read(), response.headers.get("Retry-After")
     except urllib.error.HTTPError as error:
         status, body, retry_after = error.code, error.read(), error.headers.get("Retry-After")
@@ -35,8 +41,11 @@ def probe(url: str, timeout: float = 5.0) -> dict[str, object]:
 
 def main() -> int:
     args = sys.argv[1:]
-    timeout, repeat, every = 5.0, 1, 0.0
-    while args[:1] and args[0] in ("--timeout", "--repeat", "--every"):
+    timeout, repeat, every, admission = 5.0, 1, 0.0, False
+    while args[:1] and args[0] in ("--timeout", "--repeat", "--every", "--admission"):
+        if args[0] == "--admission":
+            admission, args = True, args[1:]
+            continue
         flag, value, args = args[0], args[1], args[2:]
         if flag == "--timeout":
             timeout = float(value)
@@ -48,7 +57,7 @@ def main() -> int:
     started = time.monotonic()
     for round_ in range(repeat):
         for url in args:
-            row = probe(url, timeout)
+            row = probe(url, timeout, admission)
             print(json.dumps(row | ({"at_s": round(time.monotonic() - started, 4)} if repeat > 1 else {})), flush=True)
         if round_ + 1 < repeat:
             time.sleep(max(0.0, started + (round_ + 1) * every - time.monotonic()))

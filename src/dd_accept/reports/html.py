@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from dd_accept.base.capacity_curve import CURVE_FILE
 from dd_accept.base.drain_outcomes import MARKS, classify
 from dd_accept.base.events import (
-    ADMISSION_PROBE_PATH,
+    ADMISSION_PROBE_ID,
     SUT_ATTEMPT_RECORDS,
     AdmissionChange,
     ClientRequest,
@@ -109,12 +109,18 @@ def admission_chart(events: list[dict[str, Any]], title: str) -> str:
     )
 
 
+# Where the admission probe went in bundles of schema 1.x before it became a POST to the
+# chat endpoint (a GET, answered 404 when admitted): such bundles still read as they did.
+_GET_PROBE_PATH = "/dd-accept/admission-probe"
+
+
 def replica_chart(replica_events: list[dict[str, Any]], title: str = "") -> str:
-    """What each replica answered, by status; the harness's own admission probes (a 404 or a
+    """What each replica answered, by status; the harness's own admission probes (a 4xx or a
     429 by design, never routed through the SUT) in grey, not as the SUT's errors."""
     by_replica: dict[int, Counter[str]] = defaultdict(Counter)
     for event in of_type(readable_events(replica_events), UpstreamAttempt):
-        by_replica[int(event.replica)]["probe" if event.path == ADMISSION_PROBE_PATH else str(event.status)] += 1
+        probe = event.request_id == ADMISSION_PROBE_ID or event.path == _GET_PROBE_PATH
+        by_replica[int(event.replica)]["probe" if probe else str(event.status)] += 1
     if not by_replica:
         return ""
     top = max(sum(c.values()) for c in by_replica.values())

@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from dd_accept.base.events import EventWriter, UpstreamAttempt, to_tenth_ms
+from dd_accept.base.events import ADMISSION_PROBE_ID, EventWriter, UpstreamAttempt, to_tenth_ms
 from dd_accept.base.wall_clock import WallAnchor
 from dd_accept.node.replica import openai_shapes as shapes
 from dd_accept.node.replica.asgi import (
@@ -151,9 +151,10 @@ class ReplicaApp:
 
     async def _completion(self, scope: Scope, receive: Receive, send: Send, *, chat: bool) -> None:
         close = self.control.close_connections
-        forced = self.control.take_forced()
+        harness = dict(scope.get("headers") or []).get(REQUEST_ID_HEADER) == ADMISSION_PROBE_ID.encode()
+        forced = None if harness else self.control.take_forced()  # forced answers are for the SUT's traffic
         body = await read_body(receive)
-        if self.control.take_reset():
+        if not harness and self.control.take_reset():
             raise ConnectionReset("the request was read; its connection is reset unanswered")
         if forced is not None:
             await self._forced(send, forced, close)
@@ -300,7 +301,7 @@ class RequestRecorder:
             return
         clock = WallAnchor()  # one wall-clock reading per request (base.wall_clock)
         started = clock.wall
-        state: dict[str, Any] = {"status": None, "first_byte": None, "bytes": 0, "events": 0}
+        state: dict[str, Any] = {"status": None, "first_byte": None, "bytes": 0, "events": 0, "ended": None}
         offsets: list[float] = []  # per data event: when it was sent, after the first (no content)
         if self.engine is not None:
             self.engine.metrics.request_seen(scope.get("client"), scope["path"] in PROBE_PATHS)
@@ -320,6 +321,10 @@ class RequestRecorder:
                     offsets.extend([to_tenth_ms(now - state["first_byte"])] * count)
                 state["bytes"] += len(body)
                 state["events"] += count
+                if not message.get("more_body", False):
+                    # The response ends here, before the peer can read its end: a request
+                    # it sends next cannot start at a replica before this span ends.
+                    state["ended"] = now
             await send(message)
 
         outcome = "ok"
@@ -339,7 +344,7 @@ class RequestRecorder:
         finally:
             if self.events is not None and scope["path"] not in PROBE_PATHS:
                 headers = dict(scope.get("headers") or [])
-                ended = clock.now()
+                ended = clock.now() if state["ended"] is None else state["ended"]
                 self.events.write(
                     UpstreamAttempt(
                         t=round(ended, 6),

@@ -9,6 +9,8 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from dd_accept.base import events
+
 Scope = dict[str, Any]
 
 
@@ -27,7 +29,7 @@ App = Callable[[Scope, Receive, Send], Awaitable[None]]
 CONTROL_PREFIX = "/_dd/"
 
 
-REQUEST_ID_HEADER = b"x-dd-request-id"
+REQUEST_ID_HEADER = events.REQUEST_ID_HEADER.encode()
 
 
 PROBE_PATHS = frozenset({"/health", "/metrics", "/version", "/v1/models"})
