@@ -1,8 +1,12 @@
 import math
 from dataclasses import replace
 
+import pytest
+
 from dd_accept.acceptance import streaming_checks as checks
+from dd_accept.acceptance.streaming import StreamingOptions, _workload, sparse_gap_ms
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
+from dd_accept.sut.profile import profile_for
 
 PACED = [round(i * 0.01, 4) for i in range(13)]  # 13 events, 10 ms apart
 
@@ -332,3 +336,15 @@ def test_without_a_shared_clock_a_held_position_is_named_by_its_own_number():
     result = judge([long_client("a")], [long_replica("a")], (behind, sent))
     assert result.verdict == "fail" and "clocks disagree" in result.detail, result
     assert "position 4, 5 waited" in result.detail, result.detail
+
+
+@pytest.mark.parametrize(("timeout_s", "gap_ms", "rate"), [(3600.0, 1500, 32.0), (None, 1500, 32.0), (1.0, 500, 96.0)])
+def test_sparse_streams_stay_silent_no_longer_than_half_the_declared_streaming_timeout(timeout_s, gap_ms, rate):
+    """A proxy that declares a 1 s streaming timeout may end a stream silent for 1.5 s: its
+    sparse streams pause half of it, and are started over that one gap."""
+    profile = profile_for("data-designer-slurm", "1.0.0rc1")
+    profile = replace(profile, telemetry=replace(profile.telemetry, streaming_timeout_seconds=timeout_s))
+    options = StreamingOptions()
+    assert sparse_gap_ms(options, profile) == gap_ms
+    load = _workload(options, "sparse", profile)
+    assert load["rate"] == pytest.approx(rate) and load["records"] == load["concurrency"] == 48

@@ -22,6 +22,7 @@ from dd_accept.acceptance.phases import (
 from dd_accept.acceptance.plan import PlannedCommand, Planner
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.slurm_docker.allocation import BackgroundCommand
+from dd_accept.sut.profile import SutProfile
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,31 +60,39 @@ def _connection_counts(replicas: deployment.ReplicaSet) -> tuple[int, int, int]:
     )
 
 
-def _workload(o: StreamingOptions, name: str) -> dict[str, Any]:
+def sparse_gap_ms(o: StreamingOptions, profile: SutProfile) -> int:
+    """The sparse streams' gap between events: theirs, or half the proxy's declared streaming
+    timeout where that is shorter (a proxy may end a stream silent longer than it says; the
+    wire scenario's stall keeps within it alike). no_buffering judges in shares of the gap
+    the replicas kept, so a shorter gap is judged as the longer one is."""
+    return round(profile.telemetry.within_streaming_timeout(o.sparse_itl_ms / 1000) * 1000)
+
+
+def _workload(o: StreamingOptions, name: str, profile: SutProfile) -> dict[str, Any]:
     """What the load client sends in each client phase (the run's and the plan's keywords):
     dense streams unless the phase says otherwise, one attempt each."""
     load: dict[str, Any] = {
         "headers": o.client_headers, "records": o.streams, "concurrency": o.concurrency, "max_tokens": o.tokens,
         "max_record_attempts": 1, "deadline_s": 120,
     }  # fmt: skip
-    load.update(_PHASE_LOADS.get(name, lambda o: {})(o))
+    load.update(_PHASE_LOADS.get(name, lambda o, profile: {})(o, profile))
     return load
 
 
 _PHASE_LOADS: dict[str, Any] = {
     # each event before the next: started evenly over one gap
-    "sparse": lambda o: {
+    "sparse": lambda o, profile: {
         "records": o.sparse_streams,
         "concurrency": o.sparse_streams,
         "max_tokens": o.sparse_tokens,
         "arrival": "constant",
-        "rate": o.sparse_streams / (o.sparse_itl_ms / 1000),
+        "rate": o.sparse_streams / (sparse_gap_ms(o, profile) / 1000),
     },
     # One stream at a time over a warm pool: every request reuses, none opens, so the opened
     # and reused counters differ by construction.
-    "sequential": lambda o: {"records": 16, "concurrency": 1, "max_tokens": o.accounting_tokens},
-    "closing": lambda o: {"max_tokens": o.accounting_tokens},
-    "routing": lambda o: {"records": ROUTING_STREAMS, "concurrency": 8, "max_tokens": 20},
+    "sequential": lambda o, _: {"records": 16, "concurrency": 1, "max_tokens": o.accounting_tokens},
+    "closing": lambda o, _: {"max_tokens": o.accounting_tokens},
+    "routing": lambda o, _: {"records": ROUTING_STREAMS, "concurrency": 8, "max_tokens": 20},
 }
 
 
@@ -92,7 +101,7 @@ def _phase(allocation, proxy, replicas, run, profile, options, name):
     before_proxy = proxy.get(metrics_path)["json"]["connections"]
     before_replicas = _connection_counts(replicas)
     client = deployment.run_client(
-        allocation, proxy, run, mode="raw", profile=profile, name=name, **_workload(options, name)
+        allocation, proxy, run, mode="raw", profile=profile, name=name, **_workload(options, name, profile)
     )
     record = client.wait(timeout=180)
     if not record.ok:
@@ -140,7 +149,7 @@ def _plan_replicas(p: Planner) -> list[PlannedCommand]:
 
 
 def _plan_client(name: str) -> Callable[[Planner], list[PlannedCommand]]:
-    return lambda p: [p.client(f"the load client: {name}", name, mode="raw", **_workload(p.options, name))]
+    return lambda p: [p.client(f"the load client: {name}", name, mode="raw", **_workload(p.options, name, p.profile))]
 
 
 @dataclass
@@ -169,7 +178,7 @@ def _streams(s: StreamingRun) -> None:
 
 def _pace_sparse(s: StreamingRun) -> None:
     # exact: the gaps must be the gap (a realistic replica's long-tailed ones reach 0.6 s)
-    s.deployed[0].control(None, "pace", itl_ms=s.options.sparse_itl_ms, exact=True)
+    s.deployed[0].control(None, "pace", itl_ms=sparse_gap_ms(s.options, s.profile), exact=True)
 
 
 def _sparse(s: StreamingRun) -> None:
@@ -214,7 +223,7 @@ def _drive_routing(s: StreamingRun) -> None:
     """Replica 0's streams stall; 32 short streams, 8 at a time: least-connections must steer
     new requests away from it. Relieved once every stream not stuck on it has finished."""
     replicas, proxy = s.deployed
-    load = _workload(s.options, "routing")
+    load = _workload(s.options, "routing", s.profile)
     s.routing = deployment.run_client(s.allocation, proxy, s.run, mode="raw", profile=s.profile, name="routing", **load)
 
     def settled() -> int:
@@ -247,7 +256,8 @@ PHASES: tuple[Phase[StreamingRun], ...] = (
     Phase("deploy", "deploying the SUT's proxy", deploy_proxy, plan_proxy),
     Phase("drive", "streams through the proxy", _streams, _plan_client("stream"),
           numbers=lambda s: {"streams": s.options.streams}),
-    Phase("hold", "replicas space their events", _pace_sparse, numbers=lambda s: {"ms": s.options.sparse_itl_ms}),
+    Phase("hold", "replicas space their events", _pace_sparse,
+          numbers=lambda s: {"ms": sparse_gap_ms(s.options, s.profile)}),
     Phase(
         "drive",
         "sparse streams: each event before the next",

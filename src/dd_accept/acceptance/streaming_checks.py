@@ -164,7 +164,8 @@ def no_buffering(
     """The proxy forwards each event as it comes, judged against the stream's own pacing so
     that no machine's speed decides:
 
-    - *sparse streams* (events 1.5 s apart, started over one gap):
+    - *sparse streams* (events 1.5 s apart, or half the proxy's declared streaming timeout where
+      that is shorter: streaming.sparse_gap_ms; started over one gap):
       - each event reaches the client within `gap_share_limit` of the replica's gap to its
         next one: a proxy that holds events for a buffer, a batch or the stream's end
         delivers one only with a later one;

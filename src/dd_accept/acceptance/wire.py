@@ -59,16 +59,9 @@ T = TypeVar("T", RelayedResponse, UpstreamAttempt)  # a record that names its re
 STALL_S = 3.0  # far above scheduling noise, far below rc1's 3600 s streaming timeout
 
 
-def _within_timeout(seconds: float, profile: SutProfile) -> float:
-    """`seconds`, or half the proxy's declared streaming timeout where that is shorter: a
-    proxy may end a stream that outlasts what it says."""
-    timeout = profile.telemetry.streaming_timeout_seconds
-    return seconds if timeout is None else min(seconds, timeout / 2)
-
-
 def stall_seconds(profile: SutProfile) -> float:
     """How long a stream goes silent in the stall part."""
-    return _within_timeout(STALL_S, profile)
+    return profile.telemetry.within_streaming_timeout(STALL_S)
 
 
 JUDGES = {
@@ -112,7 +105,7 @@ class SlowLinkPart:
     def link(self, profile: SutProfile, seed: int) -> SlowLink:
         """The fault point's link, scaled down where half the proxy's declared streaming
         timeout is shorter than `stream_s`: a stream must take less than what it declares."""
-        scale = _within_timeout(self.stream_s, profile) / self.stream_s
+        scale = profile.telemetry.within_streaming_timeout(self.stream_s) / self.stream_s
         latency_s = self.latency_ms / 1000 * scale
         sending_s = self.stream_s * scale - self.tokens * latency_s  # what is left of it for the rate
         return SlowLink(latency_s, self.jitter_ms / 1000 * scale, self.tokens * self.token_bytes / sending_s, seed)

@@ -177,6 +177,13 @@ class TelemetryProfile:
         if unknown:
             raise ValueError(f"telemetry.claims: unknown {', '.join(unknown)} (known: {', '.join(TELEMETRY_CLAIMS)})")
 
+    def within_streaming_timeout(self, seconds: float) -> float:
+        """`seconds`, or half the proxy's declared streaming timeout where that is shorter: a
+        proxy may end a stream silent for longer than it says, so a scenario that keeps a
+        stream silent on purpose keeps it within that."""
+        timeout = self.streaming_timeout_seconds
+        return seconds if timeout is None else min(seconds, timeout / 2)
+
     def claimed(self, claim: str) -> bool:
         return claim in self.claims
 
