@@ -87,9 +87,25 @@ def _bundle(tmp_path):
                          duration_s=0.01, status=404)]  # fmt: skip
     queue = [QueueGauge(t=t, waiting=w, running=0) for t, w in ((100.0, 0), (101.0, 2), (104.0, 0))]
     (run / "replicas" / "events-0.jsonl").write_text(_jsonl(upstream + queue))
-    # a drain phase: TERM at 110, KILL at 122; one stream completes, one is forced, one is lost
+    # a drain phase: TERM at 110, KILL at 122; one stream completes (whole, as its replica
+    # recorded it), one is forced, one is lost
+    (run / "replicas" / "events-3.jsonl").write_text(
+        _jsonl([UpstreamAttempt(t=112.0, replica=3, path="/v1/chat/completions", outcome="ok", started=108.0,
+                                duration_s=4.0, status=200, request_id="allowance-0", data_events=41)])
+    )  # fmt: skip
     streams = [
-        ClientRequest(t=112.0, started=108.0, mode="raw", record=0, attempt=0, outcome="ok", done=True, ttft_s=0.02),
+        ClientRequest(
+            t=112.0,
+            started=108.0,
+            mode="raw",
+            record=0,
+            attempt=0,
+            outcome="ok",
+            done=True,
+            ttft_s=0.02,
+            request_id="allowance-0",
+            chunks=41,
+        ),
         ClientRequest(t=122.1, started=108.5, mode="raw", record=1, attempt=0, outcome="error"),
         ClientRequest(t=111.0, started=109.0, mode="raw", record=2, attempt=0, outcome="error"),
     ]

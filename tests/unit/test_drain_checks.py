@@ -1,13 +1,30 @@
 """The drain rules on hand-made stream events: completed, forced, lost."""
 
+import itertools
+
 import pytest
 
 from dd_accept.acceptance import drain_checks as checks
-from dd_accept.base.events import ClientRequest
+from dd_accept.base.drain_outcomes import served_whole
+from dd_accept.base.events import ClientRequest, UpstreamAttempt
+
+_ids = itertools.count()
 
 
-def stream(started, ended, done=True, outcome="ok"):
-    return ClientRequest(mode="raw", record=0, attempt=0, started=started, t=ended, done=done, outcome=outcome)
+def stream(started, ended, done=True, outcome="ok", chunks=41):
+    return ClientRequest(
+        mode="raw", record=0, attempt=0, started=started, t=ended, done=done, outcome=outcome,
+        request_id=f"s-{next(_ids)}", chunks=chunks,
+    )  # fmt: skip
+
+
+def served(streams, events=41, outcome="ok"):
+    """What the replicas recorded: each stream generated whole, `events` data events of it."""
+    return [
+        UpstreamAttempt(t=s.t, replica=0, path="/v1/chat/completions", outcome=outcome, started=s.started or 0.0,
+                        duration_s=1.0, request_id=s.request_id, status=200, data_events=events)
+        for s in streams
+    ]  # fmt: skip
 
 
 def test_classification():
@@ -24,25 +41,52 @@ def test_only_streams_in_flight_at_the_stop_count():
 
 def test_scancel_step_needs_all_done_exit_0_in_time_and_no_step_left():
     ok = [stream(0, 3), stream(0, 3.5)]
-    end = checks.StepEnd(0, 3.6)
-    assert checks.scancel_step(ok, 1, end, [], 10).verdict == "pass"
-    assert checks.scancel_step([stream(0, 2, False, "truncated"), *ok], 1, end, [], 10).verdict == "fail"
-    assert checks.scancel_step(ok, 1, checks.StepEnd(143, 0.1), [], 10).verdict == "fail"
-    assert checks.scancel_step(ok, 1, checks.StepEnd(0, 11), [], 10).verdict == "fail"
-    assert checks.scancel_step(ok, 1, end, ["1.3"], 10).verdict == "fail"
-    assert checks.scancel_step([], 1, end, [], 10).verdict == "fail", "nothing in flight: nothing was tested"
+    end, whole = checks.StepEnd(0, 3.6), served(ok)
+    assert checks.scancel_step(ok, whole, 1, end, [], 12).verdict == "pass"
+    cut = stream(0, 2, False, "truncated")
+    assert checks.scancel_step([cut, *ok], whole, 1, end, [], 12).verdict == "fail"
+    assert checks.scancel_step(ok, whole, 1, checks.StepEnd(143, 0.1), [], 12).verdict == "fail"
+    assert checks.scancel_step(ok, whole, 1, checks.StepEnd(0, 12.5), [], 12).verdict == "fail"
+    assert checks.scancel_step(ok, whole, 1, end, ["1.3"], 12).verdict == "fail"
+    assert checks.scancel_step([], [], 1, end, [], 12).verdict == "fail", "nothing in flight: nothing was tested"
 
 
-def test_a_cut_at_the_window_is_bounded_before_it_lost():
+def test_an_endpoint_that_holds_its_whole_window_and_exits_before_the_allowance_passes_scancel_step():
+    """Fact 3: an endpoint that exits 0 before the allowance is correct; its streams, shorter
+    than the window, completed at once, and it exited 10.3 s after TERM."""
+    ok = [stream(0, 3), stream(0, 3.5)]
+    held = checks.scancel_step(ok, served(ok), 1, checks.StepEnd(0, 10.3), [], 12)
+    assert held.verdict == "pass" and "exits 0 within the 12s allowance" in held.expected, held
+
+
+def test_a_done_after_fewer_events_than_the_replica_generated_is_no_completion():
+    """An endpoint that answers TERM by ending every stream with [DONE] after 24 of 41 events:
+    the client saw 'ok' and [DONE], the replicas' records show the streams were not whole."""
+    faked = [stream(0, 1.4, chunks=24), stream(0, 1.4, chunks=24)]
+    early = checks.scancel_step(faked, served(faked), 1, checks.StepEnd(0, 0.4), [], 12)
+    assert early.verdict == "fail" and early.observed.startswith("2 in flight: 2 lost"), early
+    assert early.metrics["streams_cut"] == 2
+    abandoned = served(faked, events=24, outcome="abandoned")  # the endpoint left the replica mid-stream
+    assert checks.scancel_step(faked, abandoned, 1, checks.StepEnd(0, 0.4), [], 12).verdict == "fail"
+    unseen = checks.scancel_step(faked, [], 1, checks.StepEnd(0, 0.4), [], 12)
+    assert unseen.verdict == "fail", "no record of a whole generation: nothing completed"
+    whole = [stream(0, 3), stream(0, 3)]
+    assert served_whole(whole, served(whole)) == {s.request_id for s in whole}
+    assert served_whole(faked, served(faked)) == set()
+
+
+def test_a_cut_at_the_window_is_bounded_before_it_lost_and_after_it_overran():
     assert checks.classify(stream(0, 10.8, False, "error"), stop_at=1, forced_at=None, window_s=10) == "bounded"
     assert checks.classify(stream(0, 10.6, False, "error"), stop_at=1, forced_at=None, window_s=10) == "bounded"
+    assert checks.classify(stream(0, 12.0, False, "error"), stop_at=1, forced_at=None, window_s=10) == "bounded"
+    assert checks.classify(stream(0, 12.8, False, "error"), stop_at=1, forced_at=None, window_s=10) == "overran"
     assert checks.classify(stream(0, 10.4, False, "error"), stop_at=1, forced_at=None, window_s=10) == "lost"
     assert checks.classify(stream(0, 4, False, "error"), stop_at=1, forced_at=None, window_s=10) == "lost"
     assert checks.classify(stream(0, 13.1, False, "error"), stop_at=1, forced_at=13, window_s=10) == "forced"
 
 
 def test_allowance_passes_an_endpoint_that_bounds_its_own_drain():
-    bounded = checks.allowance([stream(0, 11.0, False, "error")], 1, None, 10, 12, checks.StepEnd(0, 10.05))
+    bounded = checks.allowance([stream(0, 11.0, False, "error")], [], 1, None, 10, 12, checks.StepEnd(0, 10.05))
     assert bounded.verdict == "pass", bounded
     assert bounded.observed.startswith("1 long stream(s): 1 bounded")
     assert bounded.metrics["streams_bounded"] == 1 and bounded.metrics["streams_forced"] == 0
@@ -50,33 +94,46 @@ def test_allowance_passes_an_endpoint_that_bounds_its_own_drain():
 
 def test_allowance_fails_an_endpoint_that_had_to_be_forced():
     """rc1: the 20 s stream outlives the window; the harness KILLs at the 12 s allowance."""
-    forced = checks.allowance([stream(0, 13.1, False, "error")], 1, 13.0, 10, 12, checks.StepEnd(137, 12.1))
+    forced = checks.allowance([stream(0, 13.1, False, "error")], [], 1, 13.0, 10, 12, checks.StepEnd(137, 12.1))
     assert forced.verdict == "fail" and forced.observed.startswith("1 long stream(s): 1 forced")
     assert "does not bound its own drain" in forced.detail and forced.metrics["streams_forced"] == 1
 
 
 def test_allowance_fails_lost_streams_a_bad_exit_and_nothing_in_flight():
-    lost = checks.allowance([stream(0, 4, False, "error")], 1, None, 10, 12, checks.StepEnd(0, 3.0))
+    lost = checks.allowance([stream(0, 4, False, "error")], [], 1, None, 10, 12, checks.StepEnd(0, 3.0))
     assert lost.verdict == "fail" and "1 lost" in lost.observed and lost.metrics["streams_lost"] == 1
-    bad_exit = checks.allowance([stream(0, 11.0, False, "error")], 1, None, 10, 12, checks.StepEnd(143, 10.0))
+    bad_exit = checks.allowance([stream(0, 11.0, False, "error")], [], 1, None, 10, 12, checks.StepEnd(143, 10.0))
     assert bad_exit.verdict == "fail" and "endpoint exit 143" in bad_exit.observed
-    late = checks.allowance([stream(0, 11.0, False, "error")], 1, None, 10, 12, checks.StepEnd(0, 12.5))
+    late = checks.allowance([stream(0, 11.0, False, "error")], [], 1, None, 10, 12, checks.StepEnd(0, 12.5))
     assert late.verdict == "fail", "exited after the allowance"
-    unknown = checks.allowance([stream(0, 11.0, False, "error")], 1, None, 10, 12, checks.StepEnd(None, 10.0))
+    unknown = checks.allowance([stream(0, 11.0, False, "error")], [], 1, None, 10, 12, checks.StepEnd(None, 10.0))
     assert unknown.verdict == "fail" and "exit unknown" in unknown.observed
-    empty = checks.allowance([], 1, None, 10, 12, checks.StepEnd(0, 0.1))
+    empty = checks.allowance([], [], 1, None, 10, 12, checks.StepEnd(0, 0.1))
     assert empty.verdict == "fail" and "nothing was tested" in empty.detail
-    assert checks.allowance([stream(0, 9)], 1, None, 10, 12, checks.StepEnd(0, 8.1)).verdict == "pass"
+    short = [stream(0, 9)]
+    assert checks.allowance(short, served(short), 1, None, 10, 12, checks.StepEnd(0, 8.1)).verdict == "pass"
+
+
+def test_allowance_fails_an_endpoint_that_drains_beyond_its_window():
+    """Fact 3: the endpoint drains for at most its 10 s window. Cut 11.8 s after TERM, exited
+    0 at 11.9 s, inside the allowance: it overran its window."""
+    over = checks.allowance([stream(0, 12.8, False, "error")], [], 1, None, 10, 12, checks.StepEnd(0, 11.9))
+    assert over.verdict == "fail" and over.observed.startswith("1 long stream(s): 1 overran"), over
+    assert "drained beyond its bound" in over.detail and over.metrics["streams_overran"] == 1
+    faked = [stream(0, 11.0, chunks=200)]  # [DONE] at the window after 200 of 400 events: ended, so bounded
+    bounded = checks.allowance(faked, served(faked, events=400), 1, None, 10, 12, checks.StepEnd(0, 10.1))
+    assert bounded.verdict == "pass" and "1 bounded" in bounded.observed, bounded
 
 
 def _cleanup(streams, end, left=()):
-    return checks.sut_cleanup("completion", streams, 1, end, {}, 12, list(left))
+    return checks.sut_cleanup("completion", streams, served(streams), 1, end, {}, 12, list(left))
 
 
 def test_sut_cleanup_counts_cut_streams():
     cut = _cleanup([stream(0, 1.3, False, "error")] * 4, checks.StepEnd(137, 0.3))
     assert cut.verdict == "fail" and cut.observed.startswith("4 of 4 in-flight stream(s) cut; endpoint exit 137")
-    fine = checks.sut_cleanup("cancel", [stream(0, 3)] * 4, 1, checks.StepEnd(0, 2.5), {}, 12, [])
+    four = [stream(0, 3) for _ in range(4)]
+    fine = checks.sut_cleanup("cancel", four, served(four), 1, checks.StepEnd(0, 2.5), {}, 12, [])
     assert fine.verdict == "pass" and fine.id == "drain.sut_cleanup.cancel"
 
 
@@ -103,7 +160,8 @@ def test_a_stream_that_stopped_flowing_long_before_the_cut_is_stalled_not_bounde
     """An endpoint that stops forwarding at TERM and only closes at its window did not drain."""
     assert checks.classify(flowing(0, 11.0, 10.95), stop_at=1, forced_at=None, window_s=10) == "bounded"
     assert checks.classify(flowing(0, 11.0, 1.1), stop_at=1, forced_at=None, window_s=10) == "stalled"
-    stalled = checks.allowance([flowing(0, 11.0, 1.1)], 1, None, 10, 12, checks.StepEnd(0, 10.0))
+    assert checks.classify(flowing(0, 11.0, 9.2), stop_at=1, forced_at=None, window_s=10) == "bounded", "1.8 s"
+    stalled = checks.allowance([flowing(0, 11.0, 1.1)], [], 1, None, 10, 12, checks.StepEnd(0, 10.0))
     assert stalled.verdict == "fail" and "1 stalled" in stalled.observed
 
 
@@ -121,7 +179,7 @@ def test_sut_cleanup_fails_a_kill_before_the_allowance():
 
 
 def _cleanup_killed(streams, killed_after):
-    return checks.sut_cleanup("failure", streams, 1, checks.StepEnd(0, 2.5), {}, 12, [], killed_after)
+    return checks.sut_cleanup("failure", streams, served(streams), 1, checks.StepEnd(0, 2.5), {}, 12, [], killed_after)
 
 
 def test_an_endpoint_that_raised_is_named_by_its_exception_never_its_message():
@@ -146,10 +204,10 @@ def test_an_endpoint_that_raised_is_named_by_its_exception_never_its_message():
     assert checks.raised_in("ValueError: looks like one, but no traceback") == ""
     assert checks.raised_in('slurm_proxy_request {"e": "KeyError"}') == ""
     end = checks.StepEnd(1, 0.2, "slurmd step record", checks.raised_in(output))
-    result = checks.scancel_step([stream(0, 3)], 1, end, [], 10)
+    result = checks.scancel_step([stream(0, 3)], [], 1, end, [], 12)
     assert result.verdict == "fail" and "endpoint exit 1 (raised ValueError) after 0.2s" in result.observed
     assert "secret" not in result.observed + result.detail
-    assert "raised" not in checks.scancel_step([stream(0, 3)], 1, checks.StepEnd(0, 2.0), [], 10).observed
+    assert "raised" not in checks.scancel_step([stream(0, 3)], [], 1, checks.StepEnd(0, 2.0), [], 12).observed
 
 
 def test_a_stop_that_came_after_every_stream_ended_whole_is_the_harness_fault_not_the_suts():
@@ -158,8 +216,8 @@ def test_a_stop_that_came_after_every_stream_ended_whole_is_the_harness_fault_no
     end = checks.StepEnd(0, 3.0)
     finished = [stream(0.0, 4.0), stream(0.5, 4.5)]
     with pytest.raises(RuntimeError, match=r"all 2 stream\(s\) had ended whole 5\.5s and more before the stop"):
-        checks.scancel_step(finished, 10.0, end, [], 10)
+        checks.scancel_step(finished, served(finished), 10.0, end, [], 12)
     with pytest.raises(RuntimeError, match="came too late"):
-        checks.allowance(finished, 10.0, None, 10, 12, end)
+        checks.allowance(finished, served(finished), 10.0, None, 10, 12, end)
     cut_before = [stream(0.0, 4.0), stream(0.5, 2.0, done=False, outcome="error")]
-    assert checks.scancel_step(cut_before, 10.0, end, [], 10).verdict == "fail"
+    assert checks.scancel_step(cut_before, served(cut_before[:1]), 10.0, end, [], 12).verdict == "fail"

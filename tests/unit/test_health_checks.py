@@ -1,4 +1,8 @@
+import time
+
 from dd_accept.acceptance import health_checks as checks
+from dd_accept.acceptance.health_drills import first_report, records_done_by
+from dd_accept.base.events import ClientRequest
 from dd_accept.slurm_docker.controller_restart import ControllerRestart
 from dd_accept.slurm_docker.preemption import Preemption
 from dd_accept.slurm_docker.step_exit import StepExit
@@ -258,3 +262,40 @@ def test_a_preemption_must_fail_the_attempt_as_a_loss_does():
     # backend loss judges the same way and its expectation did not change
     loss = checks.attempt_failed(outcome(70, 0.4, 10), 70)
     assert loss.expected.startswith("the attempt fails with status 70 before the client finishes")
+
+
+class _ReportingProxy:
+    """A proxy whose /health gives the answers listed, one a call, then the last for ever."""
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+
+    def get(self, path, timeout=15):
+        status, ready = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+        return {"status": status, "json": {"backends_ready": ready, "backends": 4}, "elapsed_s": 0.01}
+
+
+def test_a_proxy_that_learns_of_a_lost_node_backend_by_backend_is_judged_on_its_full_report():
+    """A monitor per backend reports 503 with 2 of 4 ready first, then 0: the first answer
+    other than 200 ends no wait; the one the check asks for (0 ready) is judged."""
+    stepwise = _ReportingProxy([(200, 4), (503, 2), (503, 1), (503, 0)])
+    report = first_report(stepwise, time.time(), 5.0, "the node's loss", 0)
+    assert report is not None and report.status == 503 and report.body["backends_ready"] == 0
+    slurm = checks.SlurmSawLoss("node2", None, 45.0, 45.0)
+    assert checks.node_loss_detected(report, slurm, 4, 15.0).verdict == "pass"
+    assert report.elapsed_s == 0.01, "timed on the node, not around the exec"
+    partial = first_report(_ReportingProxy([(503, 2)]), time.time(), 0.5, "the node's loss", 0)
+    assert partial is not None and partial.body["backends_ready"] == 2, "what it did report is kept for the evidence"
+    judged = checks.node_loss_detected(partial, slurm, 4, 15.0)
+    assert judged.verdict == "fail" and "backends_ready 2" in judged.observed
+    assert first_report(_ReportingProxy([(200, 4)]), time.time(), 0.3, "the loss", 3) is None
+
+
+def test_records_done_are_counted_when_the_sut_s_wait_returned():
+    """The client goes on after the controller failed the attempt (nothing stops it): its
+    later records are not the attempt's, so a wait that failed in time is not blamed for a
+    client that finished afterwards."""
+    rows = [ClientRequest(t=float(t), mode="raw", record=t, attempt=0, outcome="ok") for t in range(10, 58)]
+    assert records_done_by(rows, 22.0) == 13 and records_done_by(rows, None) == 48
+    outcome = checks.AttemptOutcome(70, 2.0, records_done_by(rows, 22.0), 48)
+    assert not outcome.client_finished

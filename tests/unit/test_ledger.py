@@ -98,6 +98,23 @@ def test_requests_whose_id_never_reached_a_replica_fail_both_checks():
         assert result.observed == "the replicas recorded none of the client's 2 request ids (x-dd-request-id)"
 
 
+def test_requests_some_of_whose_attempts_reached_a_replica_without_their_id_fail_both_checks():
+    """A proxy that passes the id on first attempts only: a retry generated the answer a second
+    time with no id, and nothing shows it but the id-less attempt. Both checks fail, saying so."""
+    ledger = Ledger.of(
+        [client("a"), attempt("a", 0, 200), client("b"), attempt("b", 1, 200), attempt(None, 2, 200, started=101)]
+    )
+    for judge, check_id in ((ledger_checks.answered_once, ONCE), (ledger_checks.delivered, WHOLE)):
+        result = judge(ledger, check_id)
+        assert result.verdict == "fail" and result.metrics["attempts_without_id"] == 1, result
+        assert result.observed.startswith(
+            "the replicas recorded 1 completion request(s) with no request id (x-dd-request-id), 1 of them answered "
+            "whole, beside 2 with one"
+        ), result.observed
+    probes = Ledger.of([client("a"), attempt("a", 0, 200), attempt("dd-accept-admission-probe", 0, 400)])
+    assert ledger_checks.answered_once(probes, ONCE).verdict == "pass", "the harness's own probes are no client's"
+
+
 def _run_directory(tmp_path: Path, name: str = "run-1") -> Path:
     """A run directory as a scenario leaves it: two client files, the replicas' files, marks."""
     directory = tmp_path / name

@@ -30,7 +30,7 @@ from dd_accept.acceptance.phases import (
 from dd_accept.acceptance.plan import JOB, NODE, PlannedCommand, Planner
 from dd_accept.base.drain_outcomes import MARKS
 from dd_accept.base.errors import SutBehaviourMissing
-from dd_accept.base.events import Event
+from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt, of_type
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.deployment.placement import StepLaunch
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, scancel_argv, start_background
@@ -196,12 +196,31 @@ def _judged_streams(s: DrainRun, name: str) -> tuple[list[Event], checks.StepEnd
 def _judge_scancel(s: DrainRun) -> None:
     streams, end = _judged_streams(s, "scancel")
     left = s.allocation.steps_by_name().get("proxy", [])
-    s.result.add(checks.scancel_step(streams, s.stop_at, end, left, s.profile.drain.window_seconds))
+    upstream = replica_records(s.replicas, streams)
+    s.result.add(checks.scancel_step(streams, upstream, s.stop_at, end, left, s.profile.drain.allowance_seconds))
 
 
 def _judge_allowance(s: DrainRun) -> None:
     (streams, end), drain = _judged_streams(s, "allowance"), s.profile.drain
-    s.result.add(checks.allowance(streams, s.stop_at, s.forced_at, drain.window_seconds, drain.allowance_seconds, end))
+    upstream = replica_records(s.replicas, streams)
+    s.result.add(
+        checks.allowance(streams, upstream, s.stop_at, s.forced_at, drain.window_seconds, drain.allowance_seconds, end)
+    )
+
+
+def replica_records(replicas: deployment.ReplicaSet | None, streams: list[Event]) -> list[UpstreamAttempt]:
+    """What the replicas served, once each has written its record of every stream the client
+    saw end with [DONE] (a record follows its response by a moment; 5 s at most are waited,
+    then what is there is judged)."""
+    assert replicas is not None, "the replicas are deployed first"
+    wanted = {e.request_id for e in of_type(streams, ClientRequest) if e.done and e.request_id}
+    found = wait_for_finding(
+        replicas.events,
+        lambda rows: wanted <= {row.request_id for row in rows},
+        timeout=5,
+        what="the replicas' records of the streams",
+    )
+    return replicas.events() if found is None else found
 
 
 def _sut_cleanup(mode: str):
@@ -327,9 +346,11 @@ def _cleanup_drill(
     end = _endpoint_end(allocation, step, node, stop_at, launcher, RECORD_WAIT_S, proxy.log_tail(200))
     killed_at = None if step is None else allocation.cluster.signal_sent_at(step, node, 9)
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
+    streams = deployment.read_events(run, f"cleanup-{mode}")
     return checks.sut_cleanup(
         mode,
-        deployment.read_events(run, f"cleanup-{mode}"),
+        streams,
+        replica_records(replicas, streams),
         stop_at,
         end,
         details,

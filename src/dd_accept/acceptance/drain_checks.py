@@ -4,16 +4,20 @@ The contract (seed pull request, brief fact 3): after TERM an endpoint drains fo
 its window (10 s) and exits by itself; the controller allows 12 s and only then forces
 what is left. A stream that was in flight when an endpoint was told to stop ends one of
 four ways:
-  completed — it ended with `[DONE]`;
-  bounded   — the endpoint itself ended it at (or after) its drain window, before anyone
-              forced it, with events still flowing until the cut: what a correct endpoint
-              does with a stream longer than its window;
+  completed — it ended with `[DONE]` after every event a replica generated for it, the
+              replica having generated it whole (a `[DONE]` after fewer is no completion);
+  bounded   — the endpoint itself ended it at its drain window (within a second after it),
+              before anyone forced it, with events still flowing until the cut: what a
+              correct endpoint does with a stream longer than its window;
+  overran   — ended by the endpoint, but more than a second after its window: it drained
+              longer than its bound;
   stalled   — ended at the window, but nothing had arrived for a while before the cut: the
               endpoint stopped forwarding at TERM and only closed later;
   forced    — it was still running when the allowance ran out and the harness had to KILL
               the endpoint: the endpoint did not bound its own drain;
   lost      — it was cut before the window: the endpoint dropped work it had accepted.
-Only `completed` and `bounded` are correct outcomes.
+Only `completed` and `bounded` are correct outcomes. Each stream's outcome is read beside
+the replicas' record of it (base.drain_outcomes.served_whole).
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ from dd_accept.acceptance.registry import check
 from dd_accept.base.drain_outcomes import (
     FORCE_TOLERANCE_S,
     GOOD_OUTCOMES,
+    WINDOW_OVERRUN_S,
     classify,
+    served_whole,
 )
-from dd_accept.base.events import ClientRequest, Event
+from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 
 CLEANUP_MODES = ("completion", "failure", "cancel")  # when the SUT's own cleanup stops the endpoint
@@ -76,9 +82,14 @@ def in_flight(events: list[Event], stop_at: float) -> list[ClientRequest]:
 
 
 def _outcomes(
-    streams: list[ClientRequest], stop_at: float, forced_at: float | None, window_s: float | None = None
+    streams: list[ClientRequest],
+    upstream: list[UpstreamAttempt],
+    stop_at: float,
+    forced_at: float | None,
+    window_s: float | None = None,
 ) -> Counter[str]:
-    return Counter(classify(stream, stop_at, forced_at, window_s) for stream in streams)
+    whole = served_whole(streams, upstream)
+    return Counter(classify(s, stop_at, forced_at, window_s, s.request_id in whole) for s in streams)
 
 
 def _exit_text(endpoint: StepEnd) -> str:
@@ -92,24 +103,31 @@ def _show(counts: Counter[str]) -> str:
 
 @check("drain.scancel_step")
 def scancel_step(
-    streams: list[ClientRequest], stop_at: float, endpoint: StepEnd, steps_left: list[str], window_s: float
+    streams: list[ClientRequest],
+    upstream: list[UpstreamAttempt],
+    stop_at: float,
+    endpoint: StepEnd,
+    steps_left: list[str],
+    allowance_s: float,
 ) -> CheckResult:
-    """`scancel --signal=TERM` of the endpoint's step lets every stream in flight finish with
-    [DONE] inside the drain window, and the step exits 0 with no step left behind (the brief's
-    drain contract, fact 3)."""
+    """`scancel --signal=TERM` of the endpoint's step lets every stream in flight (each
+    shorter than the window) complete whole, and the step exits 0 by itself before the
+    allowance with no step left behind (the brief's drain contract, fact 3: "one that ...
+    exits 0 before the allowance is correct")."""
     flying = in_flight(streams, stop_at)
-    counts = _outcomes(flying, stop_at, None)
+    counts = _outcomes(flying, upstream, stop_at, None)
     ok = (
         bool(flying)
         and counts == Counter({"completed": len(flying)})
         and endpoint.exit_code == 0
-        and endpoint.seconds_after_stop <= window_s
+        and endpoint.seconds_after_stop <= allowance_s
         and not steps_left
     )
     return CheckResult.judge(
         scancel_step.check_id,
         ok,
-        f"every in-flight stream ends with [DONE]; the endpoint task exits 0 within {window_s:g}s; no step left",
+        "every in-flight stream completes whole (every event the replica generated, then [DONE]); the endpoint "
+        f"task exits 0 within the {allowance_s:g}s allowance; no step left",
         f"{len(flying)} in flight: {_show(counts)}; endpoint {_exit_text(endpoint)} after "
         f"{endpoint.seconds_after_stop:.1f}s; steps left: {', '.join(steps_left) or 'none'}",
         "stopped with scancel --signal=TERM JOB.STEP",
@@ -120,6 +138,7 @@ def scancel_step(
 @check("drain.allowance")
 def allowance(
     streams: list[ClientRequest],
+    upstream: list[UpstreamAttempt],
     stop_at: float,
     forced_at: float | None,
     window_s: float,
@@ -130,7 +149,7 @@ def allowance(
     let them complete) and exit 0 by itself before the allowance; a KILL means it did not
     bound its drain, a cut before the window means it dropped work."""
     flying = in_flight(streams, stop_at)
-    counts = _outcomes(flying, stop_at, forced_at, window_s)
+    counts = _outcomes(flying, upstream, stop_at, forced_at, window_s)
     ends = [round(e.t - stop_at, 1) for e in flying]
     exited_by_itself = forced_at is None and endpoint.exit_code == 0 and endpoint.seconds_after_stop <= allowance_s
     ok = bool(flying) and sum(counts[k] for k in GOOD_OUTCOMES) == len(flying) and exited_by_itself
@@ -143,6 +162,9 @@ def allowance(
         )
     elif counts.get("lost"):
         detail = f"stream(s) cut before the {window_s:g}s window: the endpoint dropped work it had accepted"
+    elif counts.get("overran"):
+        detail = f"stream(s) ended more than {WINDOW_OVERRUN_S:g}s after the {window_s:g}s window: the endpoint "
+        detail += "drained beyond its bound"
     elif not exited_by_itself:
         detail = "the endpoint did not exit 0 by itself within the allowance"
     else:
@@ -160,6 +182,7 @@ def allowance(
             "streams_lost": counts.get("lost", 0),
             "streams_forced": counts.get("forced", 0),
             "streams_bounded": counts.get("bounded", 0),
+            "streams_overran": counts.get("overran", 0),
             "endpoint_exit_s": endpoint.seconds_after_stop,
         },
     )
@@ -169,6 +192,7 @@ def allowance(
 def sut_cleanup(
     mode: str,
     streams: list[ClientRequest],
+    upstream: list[UpstreamAttempt],
     stop_at: float,
     endpoint: StepEnd,
     cleanup: dict[str, Any],
@@ -182,7 +206,7 @@ def sut_cleanup(
     KILL reaches it before the allowance has run out (`killed_after_s`: when Slurm
     delivered SIGKILL to the endpoint step, counted from the stop; None: never)."""
     flying = in_flight(streams, stop_at)
-    counts = _outcomes(flying, stop_at, None)  # streams shorter than the window: only completing is right
+    counts = _outcomes(flying, upstream, stop_at, None)  # streams shorter than the window: only completing is right
     cut = len(flying) - counts.get("completed", 0)
     in_time = endpoint.seconds_after_stop <= allowance_s
     early_kill = killed_after_s is not None and killed_after_s < allowance_s - FORCE_TOLERANCE_S

@@ -36,15 +36,27 @@ def _serving(
         raise
 
 
-def first_report(proxy: deployment.Proxy, since: float, bound_s: float, what: str) -> checks.Probe | None:
-    """The first /health answer other than 200 within the bound; None if none came (a
-    finding for the check, not an error)."""
-    return wait_for_finding(
-        lambda: _probe(proxy, since),
-        lambda p: p.status != 200,
+def first_report(proxy: deployment.Proxy, since: float, bound_s: float, what: str, ready: int) -> checks.Probe | None:
+    """The first /health answer other than 200 that counts `ready` backends ready, within
+    the bound: a proxy may learn of a lost node's backends one by one (a monitor per
+    backend), so an answer on the way there ends no wait. Where none came, the last answer
+    other than 200 (what the proxy did report), or None (a finding for the check, not an
+    error)."""
+    reported: list[checks.Probe] = []
+
+    def probe() -> checks.Probe:
+        answer = _probe(proxy, since)
+        if answer.status != 200:
+            reported.append(answer)
+        return answer
+
+    found = wait_for_finding(
+        probe,
+        lambda p: p.status != 200 and (p.body or {}).get("backends_ready") == ready,
         timeout=bound_s,
         what=f"the proxy's /health to report {what}",
     )
+    return found if found is not None else (reported[-1] if reported else None)
 
 
 def _write_command(path: Path, argv: list[str]) -> None:
@@ -126,8 +138,7 @@ def drilled_attempt(
         if wait_file.exists():  # the moment the SUT's wait returned, not when dd-accept looked
             ended_at = wait_file.stat().st_mtime
         wait_status = int(status_text) if status_text.lstrip("-").isdigit() else (record.exit_code if record else None)
-        client_rows = deployment.read_events(run, name)
-        done = len({e.record for e in requests(client_rows) if e.outcome == "ok"})
+        done = records_done_by(deployment.read_events(run, name), ended_at)
     finally:  # a fault that failed leaves nothing running to the allocation's release either
         for job in [allocation] if placement is allocation else [allocation, placement]:
             named = job.steps_by_name()
@@ -152,7 +163,7 @@ def loss_detection(
         replicas.wait_running(4)
         lost_at = time.time()
         replicas.control([0], "kill")
-        probe = first_report(proxy, lost_at, options.loss_detect_timeout_s, "the loss")
+        probe = first_report(proxy, lost_at, options.loss_detect_timeout_s, "the loss", options.replicas - 1)
         client.wait(timeout=90)
         return checks.backend_loss_detected(
             probe, options.replicas, profile.capabilities.health_monitor, options.loss_detect_timeout_s
@@ -176,7 +187,7 @@ def unresponsive_detection(allocation: Allocation, profile: SutProfile, options:
         ):
             since = time.time()
             replicas.control([index], action, **on)
-            found[mode] = first_report(proxy, since, bound, f"a {mode} replica")
+            found[mode] = first_report(proxy, since, bound, f"a {mode} replica", options.replicas - 1)
             replicas.control([index], action, **off)
             wait_until(
                 lambda: proxy.get("/health", timeout=30).get("status"),
@@ -220,10 +231,20 @@ def probe_isolation(
         replicas.stop()
 
 
+def records_done_by(client_rows: list[Any], ended_at: float | None) -> int:
+    """Records the client had done when the SUT's wait returned (None: it never did): what
+    the client did after is not the attempt's, for nothing of the drill stops the client."""
+    return len({e.record for e in requests(client_rows) if e.outcome == "ok" and (ended_at is None or e.t <= ended_at)})
+
+
 def _probe(proxy: deployment.Proxy, since: float) -> checks.Probe:
+    """One /health answer; how long it took as the node timed it (the proxy's answer, not
+    the exec's way there, which a busy machine stretches), else as the harness did."""
     started = time.monotonic()
     row = proxy.get("/health", timeout=30)
-    return checks.Probe(row.get("status"), time.monotonic() - started, row.get("json"), time.time() - since)
+    took = row.get("elapsed_s")
+    elapsed = float(took) if isinstance(took, int | float) else time.monotonic() - started
+    return checks.Probe(row.get("status"), elapsed, row.get("json"), time.time() - since)
 
 
 def saturating_streams(profile: SutProfile, options: HealthOptions) -> int:

@@ -151,7 +151,7 @@ def attempt(s: HealthRun) -> None:
 
     def observe(proxy: deployment.Proxy, lost_at: float) -> float | None:
         slurm = watching.submit(slurm_sees_loss, node_job, lost_at, timeout, events)
-        seen["probe"] = first_report(proxy, lost_at, options.node_loss_detect_timeout_s, "the node's loss")
+        seen["probe"] = first_report(proxy, lost_at, options.node_loss_detect_timeout_s, "the node's loss", 0)
         seen["slurm"] = slurm.result()
         if s.profile.capabilities.node_loss != "fail":
             return None  # a recovering controller is waited for until the client's deadline

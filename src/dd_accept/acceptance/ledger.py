@@ -61,12 +61,18 @@ class LedgerRow:
         return any(record.outcome == "ok" for record in self.client)
 
 
+COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})  # what the clients send
+
+
 @dataclass(frozen=True, slots=True)
 class Ledger:
     rows: dict[str, LedgerRow]  # every id the client sent, in the order it sent them
     # attempts whose id the client never recorded (its record may be missing because its step
     # was killed by design, as health's drills do): shown, not judged
     unmatched: tuple[UpstreamAttempt, ...] = ()
+    # completion requests a replica saw with no request id at all: the proxy did not pass
+    # some request's id on, so those requests cannot be set beside the client's
+    anonymous: tuple[UpstreamAttempt, ...] = ()
 
     @property
     def attempts(self) -> int:
@@ -77,9 +83,12 @@ class Ledger:
         clients: dict[str, list[ClientRequest]] = defaultdict(list)
         attempts: dict[str, list[UpstreamAttempt]] = defaultdict(list)
         broken: set[str] = set()
+        anonymous: list[UpstreamAttempt] = []
         for event in events:
             if isinstance(event, ClientRequest) and event.request_id:
                 clients[event.request_id].append(event)
+            elif isinstance(event, UpstreamAttempt) and not event.request_id and event.path in COMPLETION_PATHS:
+                anonymous.append(event)
             elif isinstance(event, UpstreamAttempt) and event.request_id not in (None, "", ADMISSION_PROBE_ID):
                 attempts[event.request_id].append(event)  # the harness's admission probes are no client's
             elif isinstance(event, RelayedResponse) and event.request_id and event.ended != "whole":
@@ -92,7 +101,7 @@ class Ledger:
             for rid in ordered
         }
         unmatched = tuple(a for rid, found in attempts.items() if rid not in clients for a in found)
-        return cls(rows, unmatched)
+        return cls(rows, unmatched, tuple(anonymous))
 
 
 def is_event_file(path: Path) -> bool:

@@ -38,12 +38,23 @@ def _named(rows: list[LedgerRow], what: Callable[[LedgerRow], str]) -> str:
 
 
 def _unforwarded(check_id: str, expected: str, ledger: Ledger) -> CheckResult | None:
-    """A ledger none of whose requests reached a replica with its id: the proxy does not pass
-    the request's headers on, and nothing can be set side by side (a failed check, not an
-    error: it is the SUT that drops them)."""
+    """A ledger with requests that reached a replica without their id: none of them (the
+    proxy does not pass the request's headers on), or some (it drops the id on some
+    attempts, a retry's say): what those attempts did cannot be set beside the client's
+    requests, so nothing can be vouched for (a failed check, not an error: it is the SUT
+    that drops them). The client sends an id with every request it makes."""
+    metrics = {"requests": len(ledger.rows), "attempts_without_id": len(ledger.anonymous)}
     if ledger.rows and not ledger.attempts:
         observed = f"the replicas recorded none of the client's {len(ledger.rows)} request ids (x-dd-request-id)"
-        return CheckResult.judge(check_id, False, expected, observed, metrics={"requests": len(ledger.rows)})
+        return CheckResult.judge(check_id, False, expected, observed, metrics=metrics)
+    if ledger.rows and ledger.anonymous:
+        whole = sum(1 for a in ledger.anonymous if a.status == 200 and a.outcome == "ok")
+        observed = (
+            f"the replicas recorded {len(ledger.anonymous)} completion request(s) with no request id "
+            f"(x-dd-request-id), {whole} of them answered whole, beside {ledger.attempts} with one: the proxy did "
+            "not pass every request's id on"
+        )
+        return CheckResult.judge(check_id, False, expected, observed, metrics=metrics)
     return None
 
 

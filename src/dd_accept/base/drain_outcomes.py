@@ -7,26 +7,57 @@ chart), so the chart can never colour a stream differently from the verdict. See
 
 from __future__ import annotations
 
-from dd_accept.base.events import ClientRequest
+from collections.abc import Iterable
+
+from dd_accept.base.events import ClientRequest, UpstreamAttempt
 
 MARKS = "drain-marks.jsonl"  # when each stop began (and was forced): the drain chart's axis marks
 FORCE_TOLERANCE_S = 0.5  # a cut this close before the KILL counts as caused by it
 WINDOW_TOLERANCE_S = 0.5  # a cut this close before the window's end counts as the endpoint's bound
-FLOWING_S = 1.0  # a bounded stream's last event arrived at most this long before its cut
+# A cut this long after the window's end still counts as the endpoint's bound (its timer and
+# the cut's way to the client on a busy machine): half the way from a 10 s window to its
+# 12 s allowance. Later, the endpoint drained beyond its window ("overran").
+WINDOW_OVERRUN_S = 1.0
+# A bounded stream's last event arrived at most this long before its cut: it was flowing
+# until the endpoint ended it (above the 1.2 s a loaded machine was seen to stall a stream);
+# one silent longer was held, not drained.
+FLOWING_S = 2.0
 GOOD_OUTCOMES = frozenset({"completed", "bounded"})
 
 
-def classify(stream: ClientRequest, stop_at: float, forced_at: float | None, window_s: float | None = None) -> str:
-    if stream.done and stream.outcome == "ok":
+def classify(
+    stream: ClientRequest, stop_at: float, forced_at: float | None, window_s: float | None = None, whole: bool = True
+) -> str:
+    """How one stream in flight at the stop ended. `whole`: a replica generated it to its end
+    and the client read every event of it (served_whole); a [DONE] after fewer is no
+    completion: the endpoint ended the stream early, however it said so."""
+    if stream.done and stream.outcome == "ok" and whole:
         return "completed"
     if stream.t < stop_at:
         return "ended before the stop"
     if forced_at is not None and stream.t >= forced_at - FORCE_TOLERANCE_S:
         return "forced"
     if window_s is not None and stream.t - stop_at >= window_s - WINDOW_TOLERANCE_S:
+        if stream.t - stop_at > window_s + WINDOW_OVERRUN_S:
+            return "overran"
         last = last_event_at(stream)
         return "bounded" if last is None or stream.t - last <= FLOWING_S else "stalled"
     return "lost"
+
+
+def served_whole(streams: Iterable[ClientRequest], upstream: Iterable[UpstreamAttempt]) -> set[str]:
+    """The request ids whose stream a replica generated whole (200, written to its end) and
+    the client read event for event: the replicas' records, not the [DONE] the client got,
+    say whether a stream completed."""
+    written: dict[str, set[int]] = {}
+    for attempt in upstream:
+        if attempt.request_id and attempt.status == 200 and attempt.outcome == "ok":
+            written.setdefault(attempt.request_id, set()).add(attempt.data_events)
+    return {
+        stream.request_id
+        for stream in streams
+        if stream.request_id and stream.chunks is not None and stream.chunks in written.get(stream.request_id, ())
+    }
 
 
 def last_event_at(stream: ClientRequest) -> float | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dd_accept.base.capacity_curve import CURVE_FILE
-from dd_accept.base.drain_outcomes import MARKS, classify
+from dd_accept.base.drain_outcomes import MARKS, classify, served_whole
 from dd_accept.base.events import (
     ADMISSION_PROBE_ID,
     SUT_ATTEMPT_RECORDS,
@@ -300,17 +300,22 @@ DRAIN_COLOURS = {
     "completed": "#2e7d32",
     "bounded": "#00838f",
     "stalled": "#6a1b9a",
+    "overran": "#ef6c00",
     "forced": "#f9a825",
     "lost": "#c62828",
     "ended before the stop": "#9e9e9e",
 }
 
 
-def drain_chart(streams: list[dict[str, Any]], mark: dict[str, Any], title: str) -> str:
+def drain_chart(
+    streams: list[dict[str, Any]], mark: dict[str, Any], title: str, replica_events: list[dict[str, Any]]
+) -> str:
     """The drain timeline: every stream against the stop (TERM), the drain window, the end of
-    the allowance and the KILL, coloured by how it ended (completed, bounded, forced, lost)."""
+    the allowance and the KILL, coloured by how it ended (completed, bounded, forced, lost),
+    as the drain checks classify it (beside the replicas' records)."""
 
     rows = _timed(streams, ClientRequest)
+    whole = served_whole(rows, of_type(readable_events(replica_events), UpstreamAttempt))
     stop, forced = mark["stop_at"], mark.get("forced_at")
     if not rows or not isinstance(stop, int | float):
         return ""
@@ -320,7 +325,7 @@ def drain_chart(streams: list[dict[str, Any]], mark: dict[str, Any], title: str)
     height = len(rows[:60]) * ROW + 10
     spans = []
     for i, event in enumerate(sorted(rows, key=lambda e: e.began)[:60]):
-        outcome = classify(event, stop, forced, window)
+        outcome = classify(event, stop, forced, window, event.request_id in whole)
         a, b = _x(event.began, t0, t1), _x(event.t, t0, t1)
         spans.append(
             f'<line x1="{a:.1f}" x2="{max(b, a + 1):.1f}" y1="{8 + i * ROW}" y2="{8 + i * ROW}" '
@@ -343,12 +348,13 @@ def drain_chart(streams: list[dict[str, Any]], mark: dict[str, Any], title: str)
         marks.append(
             f'<line x1="{x_kill:.1f}" x2="{x_kill:.1f}" y1="0" y2="{height}" class="sig"><title>KILL</title></line>'
         )
-    counts = Counter(classify(e, stop, forced, window) for e in rows if e.began < stop <= e.t)
+    counts = Counter(classify(e, stop, forced, window, e.request_id in whole) for e in rows if e.began < stop <= e.t)
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no stream in flight"
     return (
         f"<figure><figcaption>Drain timeline — {escape(title)}: in flight at TERM: {escape(summary)}. "
         f"Blue band: the {window:g}s drain window; grey line: the {allowance:g}s allowance; red dashes: KILL; "
-        "streams green completed, teal bounded by the endpoint, purple stalled, amber forced, red lost</figcaption>"
+        "streams green completed, teal bounded by the endpoint, purple stalled, orange overran, amber forced, "
+        "red lost</figcaption>"
         f'<svg viewBox="0 0 {WIDTH} {height + 16}" role="img" aria-label="drain timeline">'
         f"{''.join(marks)}{_axis(t0, t1, height)}{''.join(spans)}</svg></figure>"
     )
@@ -453,7 +459,7 @@ def render_bundle(bundle: Path, banner: str = "") -> str:
             latencies[client.stem] = of_type(readable_events(rows), ClientRequest)
             title = f"{run.name} / {client.stem}"
             if client.stem in marks:
-                charts.append(drain_chart(rows, marks[client.stem], title))
+                charts.append(drain_chart(rows, marks[client.stem], title, replica_events))
             phase_records = None if sut_records is None else [r for r in sut_records if r.phase == client.stem]
             charts += [
                 admission_chart(rows, title),
