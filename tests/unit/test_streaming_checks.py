@@ -5,7 +5,8 @@ import pytest
 
 from dd_accept.acceptance import streaming_checks as checks
 from dd_accept.acceptance.streaming import StreamingOptions, _workload, sparse_gap_ms
-from dd_accept.base.events import ClientRequest, UpstreamAttempt
+from dd_accept.base.events import ClientRequest, UpstreamAttempt, sse_payload_bytes
+from dd_accept.node.loadclient.sse import SseTally
 from dd_accept.sut.profile import profile_for
 
 PACED = [round(i * 0.01, 4) for i in range(13)]  # 13 events, 10 ms apart
@@ -33,6 +34,35 @@ def test_integrity_matches_each_stream_with_what_its_replica_sent():
     assert checks.integrity([client("a", size=1990)], [replica("a")]).verdict == "fail"
     assert checks.integrity([client("a", done=False)], [replica("a")]).verdict == "fail"
     assert checks.integrity([client("a")], []).verdict == "fail", "a stream no replica served"
+
+
+def test_integrity_compares_the_events_data_not_a_proxy_s_framing_of_it():
+    """A proxy that ends lines in CRLF and sends a heartbeat comment now and then delivers
+    every event whole in more bytes: the events' data are what is compared. One that changes
+    a byte of the data still fails."""
+    body = b"".join(b'data: {"choices":[{"index":0,"delta":{"content":"t"}}]}\n\n' for _ in range(3))
+    body += b"data: [DONE]\n\n"
+    reframed = body.replace(b"\n", b"\r\n").replace(b"data: [DONE]", b": ping\r\n\r\ndata: [DONE]")
+    carried = sse_payload_bytes(body)
+    assert sse_payload_bytes(reframed) == carried == 3 * 49
+    sent = replace(replica("a", events=3, size=len(body)), payload_bytes=carried)
+    got = replace(client("a", chunks=3, size=len(reframed)), payload_bytes=sse_payload_bytes(reframed))
+    assert checks.integrity([got], [sent]).verdict == "pass"
+    altered = replace(got, payload_bytes=carried - 1)
+    assert checks.integrity([altered], [sent]).verdict == "fail", "a byte of the data lost"
+    unframed = replace(got, payload_bytes=None)
+    assert checks.integrity([unframed], [sent]).verdict == "fail", "without the data's count, the bodies' bytes"
+
+
+def test_the_client_counts_the_data_it_read_as_the_replica_counts_what_it_wrote():
+    body = b'data: {"x":1}\n\ndata:{"x":22}\r\n\r\n: heartbeat\n\ndata: [DONE]\n\n'
+    whole, split = SseTally(), SseTally()
+    whole.feed(body, 1.0)
+    for i in range(0, len(body), 5):  # the same body read five bytes at a time
+        split.feed(body[i : i + 5], 1.0 + i / 1000)
+    for tally in (whole, split):
+        tally.end(2.0)
+        assert (tally.chunks, tally.payload, tally.done) == (2, sse_payload_bytes(body), True) == (2, 15, True)
 
 
 LONG = [round(i * 0.02, 4) for i in range(128)]  # a dense stream: 128 events, 20 ms apart, over 2.54 s
@@ -348,3 +378,24 @@ def test_sparse_streams_stay_silent_no_longer_than_half_the_declared_streaming_t
     assert sparse_gap_ms(options, profile) == gap_ms
     load = _workload(options, "sparse", profile)
     assert load["rate"] == pytest.approx(rate) and load["records"] == load["concurrency"] == 48
+
+
+def test_a_gap_shortened_for_a_declared_timeout_is_judged_no_stricter_in_seconds():
+    """Events 0.5 s apart (half a proxy's declared 1 s streaming timeout): a busy machine's
+    0.1 s stall on a third of the events is late by a sixth of 0.5 s, but not of the 1.5 s
+    default gap the bounds never go below. A proxy flushing on a 0.3 s timer is late either way."""
+    paced = [0.0, 0.5, 1.0, 1.5, 2.0, 2.0]
+    sent = [
+        replace(replica(f"g{i}", first_byte=0.02), chunk_offsets_s=paced, data_events=6, duration_s=2.03)
+        for i in range(48)
+    ]
+    stalled = [0.0, 0.6, 1.1, 1.5, 2.0, 2.0]  # events 1 and 2 read 0.1 s late
+    noisy = [replace(client(f"g{i}", ttft=0.05, offsets=stalled), chunks=6) for i in range(48)]
+    one = [long_client("a")], [long_replica("a")]
+    floored = checks.no_buffering(*one, noisy, sent, least_gap_s=1.5)
+    assert floored.verdict == "pass" and floored.metrics["sparse_late_event_share"] == 0, floored
+    unfloored = checks.no_buffering(*one, noisy, sent)
+    assert unfloored.verdict == "fail" and "the proxy forwards on a timer" in unfloored.detail, unfloored
+    timer = [0.0, 0.8, 1.3, 1.8, 2.3, 2.3]  # every event after the first held 0.3 s
+    flushing = [replace(client(f"g{i}", ttft=0.05, offsets=timer), chunks=6) for i in range(48)]
+    assert checks.no_buffering(*one, flushing, sent, least_gap_s=1.5).verdict == "fail"

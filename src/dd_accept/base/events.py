@@ -50,6 +50,20 @@ ADMISSION_PROBE_BODY = b'{"messages":[],"max_tokens":0}'
 ADMISSION_PROBE_ID = "dd-accept-admission-probe"
 
 
+def sse_payload_bytes(body: bytes) -> int:
+    """The bytes of the data events' values in an SSE body, `[DONE]` and framing left out
+    (line ends, the space after `data:`, comments such as a proxy's heartbeats): what a
+    stream carries, counted alike by the replica that wrote it and the client that read it,
+    however a correct proxy re-frames it on the way."""
+    total = 0
+    for line in body.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"):
+        if line.startswith(b"data:"):
+            value = line[5:].strip()
+            if value != b"[DONE]":
+                total += len(value)
+    return total
+
+
 def admitted_probe(status: int | None) -> bool:
     """The app answered the probe (below 500, not 429: the synthetic app's and vLLM's answer
     is a 400): the middleware let it through. A 5xx is no admission: a middleware that
@@ -92,6 +106,7 @@ class ClientRequest(EventBase):
     chunk_offsets_s: list[float] | None = None  # first chunks' arrival, relative to the first
     tokens: int | None = None  # output tokens the SUT's client reported
     error_events: int | None = None  # data events that were an error object (a server's in-stream error)
+    payload_bytes: int | None = None  # the data events' values, without framing (sse_payload_bytes)
 
     @property
     def began(self) -> float:
@@ -133,6 +148,7 @@ class UpstreamAttempt(EventBase):
     bytes: int = 0
     data_events: int = 0
     chunk_offsets_s: list[float] | None = None
+    payload_bytes: int | None = None  # its data events' values, without framing (sse_payload_bytes)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -31,11 +31,12 @@ def is_error_event(payload: bytes) -> bool:
 
 class SseTally:
     __slots__ = (
-        "chunks", "done", "errors", "first", "gaps", "last", "offsets", "open", "opened", "pending", "size",
+        "chunks", "done", "errors", "first", "gaps", "last", "offsets", "open", "opened", "payload", "pending", "size",
     )  # fmt: skip
 
     def __init__(self) -> None:
         self.chunks = self.size = 0
+        self.payload = 0  # the data events' values, framing left out (base.events.sse_payload_bytes)
         self.errors = 0  # data events that are an error object (a server's in-stream error)
         self.done = False
         self.first: float | None = None
@@ -60,10 +61,12 @@ class SseTally:
             # One whole event in one read, as a streaming proxy under load delivers nearly every
             # token: what the line loop below would conclude, without splitting lines (the
             # client's cost per chunk is the harness's share of the capacity run).
-            if data[5:-2].strip() == b"[DONE]":
+            value = data[5:-2].strip()
+            if value == b"[DONE]":
                 self.done = True
             else:
                 self.chunks += 1
+                self.payload += len(value)
                 if is_error_event(data[5:]):
                     self.errors += 1
                 self._dispatched(now)
@@ -99,10 +102,12 @@ class SseTally:
             return
         if self.open:  # the previous event never got its blank line: it ends here
             self._dispatched(now)
-        if line[5:].strip() == b"[DONE]":
+        value = line[5:].strip()
+        if value == b"[DONE]":
             self.done = True
             return
         self.chunks += 1
+        self.payload += len(value)
         if is_error_event(line[5:]):
             self.errors += 1
         self.open, self.opened = True, now
@@ -137,6 +142,7 @@ class SseTally:
             "ttft_s": None if self.first is None else round(self.first - started, 6),
             "chunks": self.chunks,
             "bytes": self.size,
+            "payload_bytes": self.payload,
             "done": self.done,
             "gap_max_s": round(max(gaps), 6) if gaps else None,
             "gap_mean_s": round(sum(gaps) / len(gaps), 6) if gaps else None,

@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from dd_accept.base.events import ADMISSION_PROBE_ID, EventWriter, UpstreamAttempt, to_tenth_ms
+from dd_accept.base.events import ADMISSION_PROBE_ID, EventWriter, UpstreamAttempt, sse_payload_bytes, to_tenth_ms
 from dd_accept.base.wall_clock import WallAnchor
 from dd_accept.node.replica import openai_shapes as shapes
 from dd_accept.node.replica.asgi import (
@@ -302,6 +302,7 @@ class RequestRecorder:
         clock = WallAnchor()  # one wall-clock reading per request (base.wall_clock)
         started = clock.wall
         state: dict[str, Any] = {"status": None, "first_byte": None, "bytes": 0, "events": 0, "ended": None}
+        state["payload"] = 0
         offsets: list[float] = []  # per data event: when it was sent, after the first (no content)
         if self.engine is not None:
             self.engine.metrics.request_seen(scope.get("client"), scope["path"] in PROBE_PATHS)
@@ -321,6 +322,8 @@ class RequestRecorder:
                     offsets.extend([to_tenth_ms(now - state["first_byte"])] * count)
                 state["bytes"] += len(body)
                 state["events"] += count
+                if count:
+                    state["payload"] += sse_payload_bytes(body)
                 if not message.get("more_body", False):
                     # The response ends here, before the peer can read its end: a request
                     # it sends next cannot start at a replica before this span ends.
@@ -359,6 +362,7 @@ class RequestRecorder:
                         bytes=state["bytes"],
                         data_events=state["events"],
                         chunk_offsets_s=offsets if len(offsets) > 1 else None,
+                        payload_bytes=state["payload"],
                     )
                 )
 
