@@ -42,33 +42,37 @@ def test_only_streams_in_flight_at_the_stop_count():
 def test_scancel_step_needs_all_done_exit_0_in_time_and_no_step_left():
     ok = [stream(0, 3), stream(0, 3.5)]
     end, whole = checks.StepEnd(0, 3.6), served(ok)
-    assert checks.scancel_step(ok, whole, 1, end, [], 12).verdict == "pass"
+    assert checks.scancel_step(ok, whole, 1, end, [], 10, 12).verdict == "pass"
     cut = stream(0, 2, False, "truncated")
-    assert checks.scancel_step([cut, *ok], whole, 1, end, [], 12).verdict == "fail"
-    assert checks.scancel_step(ok, whole, 1, checks.StepEnd(143, 0.1), [], 12).verdict == "fail"
-    assert checks.scancel_step(ok, whole, 1, checks.StepEnd(0, 12.5), [], 12).verdict == "fail"
-    assert checks.scancel_step(ok, whole, 1, end, ["1.3"], 12).verdict == "fail"
-    assert checks.scancel_step([], [], 1, end, [], 12).verdict == "fail", "nothing in flight: nothing was tested"
+    assert checks.scancel_step([cut, *ok], whole, 1, end, [], 10, 12).verdict == "fail"
+    assert checks.scancel_step(ok, whole, 1, checks.StepEnd(143, 0.1), [], 10, 12).verdict == "fail"
+    assert checks.scancel_step(ok, whole, 1, checks.StepEnd(0, 12.5), [], 10, 12).verdict == "fail"
+    assert checks.scancel_step(ok, whole, 1, end, ["1.3"], 10, 12).verdict == "fail"
+    assert checks.scancel_step([], [], 1, end, [], 10, 12).verdict == "fail", "nothing in flight: nothing was tested"
 
 
 def test_an_endpoint_that_holds_its_whole_window_and_exits_before_the_allowance_passes_scancel_step():
     """Fact 3: an endpoint that exits 0 before the allowance is correct; its streams, shorter
     than the window, completed at once, and it exited 10.3 s after TERM."""
     ok = [stream(0, 3), stream(0, 3.5)]
-    held = checks.scancel_step(ok, served(ok), 1, checks.StepEnd(0, 10.3), [], 12)
+    held = checks.scancel_step(ok, served(ok), 1, checks.StepEnd(0, 10.3), [], 10, 12)
     assert held.verdict == "pass" and "exits 0 within the 12s allowance" in held.expected, held
+    late = [stream(0, 3), stream(0, 11.5)]  # completed whole, 10.5 s after TERM: drained beyond the window
+    over = checks.scancel_step(late, served(late), 1, checks.StepEnd(0, 10.6), [], 10, 12)
+    assert over.verdict == "fail" and "2 completed, the last 10.5s after TERM" in over.observed, over
+    assert over.metrics["last_stream_end_s"] == 10.5
 
 
 def test_a_done_after_fewer_events_than_the_replica_generated_is_no_completion():
     """An endpoint that answers TERM by ending every stream with [DONE] after 24 of 41 events:
     the client saw 'ok' and [DONE], the replicas' records show the streams were not whole."""
     faked = [stream(0, 1.4, chunks=24), stream(0, 1.4, chunks=24)]
-    early = checks.scancel_step(faked, served(faked), 1, checks.StepEnd(0, 0.4), [], 12)
+    early = checks.scancel_step(faked, served(faked), 1, checks.StepEnd(0, 0.4), [], 10, 12)
     assert early.verdict == "fail" and early.observed.startswith("2 in flight: 2 lost"), early
     assert early.metrics["streams_cut"] == 2
     abandoned = served(faked, events=24, outcome="abandoned")  # the endpoint left the replica mid-stream
-    assert checks.scancel_step(faked, abandoned, 1, checks.StepEnd(0, 0.4), [], 12).verdict == "fail"
-    unseen = checks.scancel_step(faked, [], 1, checks.StepEnd(0, 0.4), [], 12)
+    assert checks.scancel_step(faked, abandoned, 1, checks.StepEnd(0, 0.4), [], 10, 12).verdict == "fail"
+    unseen = checks.scancel_step(faked, [], 1, checks.StepEnd(0, 0.4), [], 10, 12)
     assert unseen.verdict == "fail", "no record of a whole generation: nothing completed"
     whole = [stream(0, 3), stream(0, 3)]
     assert served_whole(whole, served(whole)) == {s.request_id for s in whole}
@@ -204,10 +208,10 @@ def test_an_endpoint_that_raised_is_named_by_its_exception_never_its_message():
     assert checks.raised_in("ValueError: looks like one, but no traceback") == ""
     assert checks.raised_in('slurm_proxy_request {"e": "KeyError"}') == ""
     end = checks.StepEnd(1, 0.2, "slurmd step record", checks.raised_in(output))
-    result = checks.scancel_step([stream(0, 3)], [], 1, end, [], 12)
+    result = checks.scancel_step([stream(0, 3)], [], 1, end, [], 10, 12)
     assert result.verdict == "fail" and "endpoint exit 1 (raised ValueError) after 0.2s" in result.observed
     assert "secret" not in result.observed + result.detail
-    assert "raised" not in checks.scancel_step([stream(0, 3)], [], 1, checks.StepEnd(0, 2.0), [], 12).observed
+    assert "raised" not in checks.scancel_step([stream(0, 3)], [], 1, checks.StepEnd(0, 2.0), [], 10, 12).observed
 
 
 def test_a_stop_that_came_after_every_stream_ended_whole_is_the_harness_fault_not_the_suts():
@@ -216,8 +220,8 @@ def test_a_stop_that_came_after_every_stream_ended_whole_is_the_harness_fault_no
     end = checks.StepEnd(0, 3.0)
     finished = [stream(0.0, 4.0), stream(0.5, 4.5)]
     with pytest.raises(RuntimeError, match=r"all 2 stream\(s\) had ended whole 5\.5s and more before the stop"):
-        checks.scancel_step(finished, served(finished), 10.0, end, [], 12)
+        checks.scancel_step(finished, served(finished), 10.0, end, [], 10, 12)
     with pytest.raises(RuntimeError, match="came too late"):
         checks.allowance(finished, served(finished), 10.0, None, 10, 12, end)
     cut_before = [stream(0.0, 4.0), stream(0.5, 2.0, done=False, outcome="error")]
-    assert checks.scancel_step(cut_before, served(cut_before[:1]), 10.0, end, [], 12).verdict == "fail"
+    assert checks.scancel_step(cut_before, served(cut_before[:1]), 10.0, end, [], 10, 12).verdict == "fail"

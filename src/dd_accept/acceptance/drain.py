@@ -197,7 +197,10 @@ def _judge_scancel(s: DrainRun) -> None:
     streams, end = _judged_streams(s, "scancel")
     left = s.allocation.steps_by_name().get("proxy", [])
     upstream = replica_records(s.replicas, streams)
-    s.result.add(checks.scancel_step(streams, upstream, s.stop_at, end, left, s.profile.drain.allowance_seconds))
+    drain = s.profile.drain
+    s.result.add(
+        checks.scancel_step(streams, upstream, s.stop_at, end, left, drain.window_seconds, drain.allowance_seconds)
+    )
 
 
 def _judge_allowance(s: DrainRun) -> None:

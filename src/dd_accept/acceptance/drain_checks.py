@@ -108,17 +108,21 @@ def scancel_step(
     stop_at: float,
     endpoint: StepEnd,
     steps_left: list[str],
+    window_s: float,
     allowance_s: float,
 ) -> CheckResult:
     """`scancel --signal=TERM` of the endpoint's step lets every stream in flight (each
-    shorter than the window) complete whole, and the step exits 0 by itself before the
-    allowance with no step left behind (the brief's drain contract, fact 3: "one that ...
-    exits 0 before the allowance is correct")."""
+    shorter than the window) complete whole within the window (the endpoint drains for at
+    most its window), and the step exits 0 by itself before the allowance with no step left
+    behind (the brief's drain contract, fact 3: "one that ... exits 0 before the allowance
+    is correct")."""
     flying = in_flight(streams, stop_at)
     counts = _outcomes(flying, upstream, stop_at, None)
+    last_end = max((e.t - stop_at for e in flying), default=0.0)
     ok = (
         bool(flying)
         and counts == Counter({"completed": len(flying)})
+        and last_end <= window_s
         and endpoint.exit_code == 0
         and endpoint.seconds_after_stop <= allowance_s
         and not steps_left
@@ -126,12 +130,17 @@ def scancel_step(
     return CheckResult.judge(
         scancel_step.check_id,
         ok,
-        "every in-flight stream completes whole (every event the replica generated, then [DONE]); the endpoint "
-        f"task exits 0 within the {allowance_s:g}s allowance; no step left",
-        f"{len(flying)} in flight: {_show(counts)}; endpoint {_exit_text(endpoint)} after "
-        f"{endpoint.seconds_after_stop:.1f}s; steps left: {', '.join(steps_left) or 'none'}",
+        "every in-flight stream completes whole (every event the replica generated, then [DONE]) within the "
+        f"{window_s:g}s window; the endpoint task exits 0 within the {allowance_s:g}s allowance; no step left",
+        f"{len(flying)} in flight: {_show(counts)}, the last {last_end:.1f}s after TERM; endpoint "
+        f"{_exit_text(endpoint)} after {endpoint.seconds_after_stop:.1f}s; "
+        f"steps left: {', '.join(steps_left) or 'none'}",
         "stopped with scancel --signal=TERM JOB.STEP",
-        {"streams_cut": len(flying) - counts.get("completed", 0), "endpoint_exit_s": endpoint.seconds_after_stop},
+        {
+            "streams_cut": len(flying) - counts.get("completed", 0),
+            "last_stream_end_s": last_end,
+            "endpoint_exit_s": endpoint.seconds_after_stop,
+        },
     )
 
 

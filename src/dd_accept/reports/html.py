@@ -495,5 +495,8 @@ def _when(results: dict[str, Any]) -> str:
     began, ended = run_span(results)
     if began is None:
         return ""
-    started = datetime.fromtimestamp(began, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        started = datetime.fromtimestamp(began, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):  # a damaged bundle's time no calendar holds
+        return ""
     return started + (f", for {ended - began:.0f} s" if ended is not None else "")
