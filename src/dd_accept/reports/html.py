@@ -109,9 +109,8 @@ def admission_chart(events: list[dict[str, Any]], title: str) -> str:
     )
 
 
-# Where the admission probe went in bundles of schema 1.x before it became a POST to the
-# chat endpoint (a GET, answered 404 when admitted): such bundles still read as they did.
-_GET_PROBE_PATH = "/dd-accept/admission-probe"
+_GET_PROBE_PATH = "/dd-accept/admission-probe"  # the admission probe in bundles made before it was a POST
+LAST_CALENDAR_SECOND = 253402300800  # 10000-01-01: datetime holds no later time
 
 
 def replica_chart(replica_events: list[dict[str, Any]], title: str = "") -> str:
@@ -493,10 +492,7 @@ def render_bundle(bundle: Path, banner: str = "") -> str:
 def _when(results: dict[str, Any]) -> str:
     """When the run started (UTC) and how long its scenarios took, for the report's top."""
     began, ended = run_span(results)
-    if began is None:
+    if began is None or not 0 <= began < LAST_CALENDAR_SECOND:  # a damaged bundle's time no calendar holds
         return ""
-    try:
-        started = datetime.fromtimestamp(began, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):  # a damaged bundle's time no calendar holds
-        return ""
+    started = datetime.fromtimestamp(began, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     return started + (f", for {ended - began:.0f} s" if ended is not None else "")
