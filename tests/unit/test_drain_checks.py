@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from dd_accept.acceptance import drain_checks as checks
-from dd_accept.base.drain_outcomes import served_whole
+from dd_accept.base.drain_outcomes import whole_streams
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
 
 _ids = itertools.count()
@@ -75,8 +75,8 @@ def test_a_done_after_fewer_events_than_the_replica_generated_is_no_completion()
     unseen = checks.scancel_step(faked, [], 1, checks.StepEnd(0, 0.4), [], 10, 12)
     assert unseen.verdict == "fail", "no record of a whole generation: nothing completed"
     whole = [stream(0, 3), stream(0, 3)]
-    assert served_whole(whole, served(whole)) == {s.request_id for s in whole}
-    assert served_whole(faked, served(faked)) == set()
+    assert whole_streams(whole, served(whole)) == {s.request_id for s in whole}
+    assert whole_streams(faked, served(faked)) == set()
 
 
 def test_a_cut_at_the_window_is_bounded_before_it_lost_and_after_it_overran():

@@ -133,7 +133,7 @@ def measure_level(
         if stream.outcome != "ok":
             continue
         received += stream.chunks or 0
-        sent = [a for a in attempts.get(stream.request_id or "", []) if a.status == 200 and a.outcome == "ok"]
+        sent = [a for a in attempts.get(stream.request_id or "", []) if a.generated_whole]
         # Chunks pair one to one by position: a stream whose counts differ (an event the
         # proxy dropped or added) would shift every later pair, so it is left out, counted.
         if len(sent) != 1 or not lined_up(stream, sent[0]):

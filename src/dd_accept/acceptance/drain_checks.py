@@ -17,7 +17,7 @@ four ways:
               the endpoint: the endpoint did not bound its own drain;
   lost      — it was cut before the window: the endpoint dropped work it had accepted.
 Only `completed` and `bounded` are correct outcomes. Each stream's outcome is read beside
-the replicas' record of it (base.drain_outcomes.served_whole).
+the replicas' record of it (base.drain_outcomes.whole_streams).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from dd_accept.base.drain_outcomes import (
     GOOD_OUTCOMES,
     WINDOW_OVERRUN_S,
     classify,
-    served_whole,
+    whole_streams,
 )
 from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt
 from dd_accept.base.results import CheckResult
@@ -88,7 +88,7 @@ def _outcomes(
     forced_at: float | None,
     window_s: float | None = None,
 ) -> Counter[str]:
-    whole = served_whole(streams, upstream)
+    whole = whole_streams(streams, upstream)
     return Counter(classify(s, stop_at, forced_at, window_s, s.request_id in whole) for s in streams)
 
 

@@ -30,12 +30,6 @@ from dd_accept.base.events import (
 )
 
 
-def served_whole(attempt: UpstreamAttempt) -> bool:
-    """A generation a replica finished: it answered 200 and wrote the whole response (a stream
-    cut, abandoned or disconnected mid-way is not one)."""
-    return attempt.status == 200 and attempt.outcome == "ok"
-
-
 def attempt_end(attempt: UpstreamAttempt) -> float:
     return attempt.started + attempt.duration_s
 
@@ -53,7 +47,7 @@ class LedgerRow:
 
     @property
     def generations(self) -> tuple[UpstreamAttempt, ...]:
-        return tuple(a for a in self.attempts if served_whole(a))
+        return tuple(a for a in self.attempts if a.generated_whole)
 
     @property
     def answered(self) -> bool:

@@ -48,7 +48,7 @@ def _unforwarded(check_id: str, expected: str, ledger: Ledger) -> CheckResult | 
         observed = f"the replicas recorded none of the client's {len(ledger.rows)} request ids (x-dd-request-id)"
         return CheckResult.judge(check_id, False, expected, observed, metrics=metrics)
     if ledger.rows and ledger.anonymous:
-        whole = sum(1 for a in ledger.anonymous if a.status == 200 and a.outcome == "ok")
+        whole = sum(1 for a in ledger.anonymous if a.generated_whole)
         observed = (
             f"the replicas recorded {len(ledger.anonymous)} completion request(s) with no request id "
             f"(x-dd-request-id), {whole} of them answered whole, beside {ledger.attempts} with one: the proxy did "

@@ -64,7 +64,7 @@ def sparse_gap_ms(o: StreamingOptions, profile: SutProfile) -> int:
     """The sparse streams' gap between events: theirs, or half the proxy's declared streaming
     timeout where that is shorter (a proxy may end a stream silent longer than it says; the
     wire scenario's stall keeps within it alike). no_buffering judges in shares of the gap
-    the replicas kept, so a shorter gap is judged as the longer one is."""
+    the replicas kept, but never of less than this default one (its `least_gap_s`)."""
     return round(profile.telemetry.within_streaming_timeout(o.sparse_itl_ms / 1000) * 1000)
 
 

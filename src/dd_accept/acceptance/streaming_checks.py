@@ -137,6 +137,7 @@ def read_sparse(
         return None
     ratios = [max(delay / gap for delay, gap in stream) for stream in judged]
     gap = percentile([gap for stream in judged for _, gap in stream], 0.5) or 0.0
+    bound_gap = max(gap, least_gap_s)
     # Without a shared clock a first event's delay holds the request's way to the replica too:
     # the medians and the late share then start at the second event.
     first = 0 if wall else 1
@@ -151,8 +152,8 @@ def read_sparse(
         gap_s=gap,
         position_medians=medians,
         first_position=first,
-        late_share=sum(1 for delay in every if delay >= late_gap_share * max(gap, least_gap_s)) / len(every),
-        bound_gap_s=max(gap, least_gap_s),
+        late_share=sum(1 for delay in every if delay >= late_gap_share * bound_gap) / len(every),
+        bound_gap_s=bound_gap,
         delay_max_s=max(every),
     )
 
@@ -198,8 +199,8 @@ def no_buffering(
         the head or the tail of each stream, or lingers for more before it flushes, delays
         the typical event of a position by its hold;
       - at most `late_events_limit` of all events delayed `late_gap_share` of the gap or more
-      (the typical and late bounds are shares of the gap, but never of less than `least_gap_s`)
         (0.25 s): a flush on a timer delays most events by part of its period.
+      The typical and late bounds are shares of the gap, but never of less than `least_gap_s`.
       A proxy that forwards each event as it comes delivers the typical one in milliseconds;
       a stall of the machine delays the events it meets, few of a position's (the streams
       start over one gap) and few of all; 1.2 s stalls pass, the most measured in CI was

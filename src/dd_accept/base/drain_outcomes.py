@@ -29,7 +29,7 @@ def classify(
     stream: ClientRequest, stop_at: float, forced_at: float | None, window_s: float | None = None, whole: bool = True
 ) -> str:
     """How one stream in flight at the stop ended. `whole`: a replica generated it to its end
-    and the client read every event of it (served_whole); a [DONE] after fewer is no
+    and the client read every event of it (whole_streams); a [DONE] after fewer is no
     completion: the endpoint ended the stream early, however it said so."""
     if stream.done and stream.outcome == "ok" and whole:
         return "completed"
@@ -45,13 +45,13 @@ def classify(
     return "lost"
 
 
-def served_whole(streams: Iterable[ClientRequest], upstream: Iterable[UpstreamAttempt]) -> set[str]:
+def whole_streams(streams: Iterable[ClientRequest], upstream: Iterable[UpstreamAttempt]) -> set[str]:
     """The request ids whose stream a replica generated whole (200, written to its end) and
     the client read event for event: the replicas' records, not the [DONE] the client got,
     say whether a stream completed."""
     written: dict[str, set[int]] = {}
     for attempt in upstream:
-        if attempt.request_id and attempt.status == 200 and attempt.outcome == "ok":
+        if attempt.request_id and attempt.generated_whole:
             written.setdefault(attempt.request_id, set()).add(attempt.data_events)
     return {
         stream.request_id

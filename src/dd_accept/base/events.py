@@ -38,13 +38,14 @@ def to_tenth_ms(seconds: float) -> float:
     return round(seconds * 10000) / 10000
 
 
+REQUEST_ID_HEADER = "x-dd-request-id"  # every request's id, sent by the load clients, kept by the replicas
+
 # How the harness probes a replica's queue admission, straight to the replica (never through
 # the SUT's proxy): the request the middleware exists to gate, a POST to the chat endpoint,
 # with a body the app refuses before any work (max_tokens 0). A 429 is the middleware's
 # rejection; an answer below 500 is the app's own, so the probe got past admission. Its
 # request id marks it as the harness's traffic, never the SUT's: no scenario's prefix, no
 # client's record, and the replica's control plane does not spend a forced answer on it.
-REQUEST_ID_HEADER = "x-dd-request-id"  # every request's id, sent by the load clients, kept by the replicas
 ADMISSION_PROBE_PATH = "/v1/chat/completions"
 ADMISSION_PROBE_BODY = b'{"messages":[],"max_tokens":0}'
 ADMISSION_PROBE_ID = "dd-accept-admission-probe"
@@ -149,6 +150,12 @@ class UpstreamAttempt(EventBase):
     data_events: int = 0
     chunk_offsets_s: list[float] | None = None
     payload_bytes: int | None = None  # its data events' values, without framing (sse_payload_bytes)
+
+    @property
+    def generated_whole(self) -> bool:
+        """A generation the replica finished: it answered 200 and wrote the whole response (a
+        stream cut, abandoned or disconnected mid-way is not one)."""
+        return self.status == 200 and self.outcome == "ok"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dd_accept.base.capacity_curve import CURVE_FILE
-from dd_accept.base.drain_outcomes import MARKS, classify, served_whole
+from dd_accept.base.drain_outcomes import MARKS, classify, whole_streams
 from dd_accept.base.events import (
     ADMISSION_PROBE_ID,
     SUT_ATTEMPT_RECORDS,
@@ -314,10 +314,10 @@ def drain_chart(
     as the drain checks classify it (beside the replicas' records)."""
 
     rows = _timed(streams, ClientRequest)
-    whole = served_whole(rows, of_type(readable_events(replica_events), UpstreamAttempt))
     stop, forced = mark["stop_at"], mark.get("forced_at")
     if not rows or not isinstance(stop, int | float):
         return ""
+    whole = whole_streams(rows, of_type(readable_events(replica_events), UpstreamAttempt))
     window, allowance = float(mark.get("window_s") or 0), float(mark.get("allowance_s") or 0)
     t0 = min(min(e.began for e in rows), stop) - 0.5
     t1 = max(max(e.t for e in rows), stop + allowance, forced or 0) + 0.5

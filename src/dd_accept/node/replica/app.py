@@ -301,8 +301,9 @@ class RequestRecorder:
             return
         clock = WallAnchor()  # one wall-clock reading per request (base.wall_clock)
         started = clock.wall
-        state: dict[str, Any] = {"status": None, "first_byte": None, "bytes": 0, "events": 0, "ended": None}
-        state["payload"] = 0
+        state: dict[str, Any] = {
+            "status": None, "first_byte": None, "bytes": 0, "events": 0, "payload": 0, "ended": None,
+        }  # fmt: skip
         offsets: list[float] = []  # per data event: when it was sent, after the first (no content)
         if self.engine is not None:
             self.engine.metrics.request_seen(scope.get("client"), scope["path"] in PROBE_PATHS)
