@@ -60,6 +60,8 @@ def test_unchanged_streams_pass_through_whole(tmp_path):
         assert (seen.outcome, seen.done, seen.chunks, relayed.ended, relayed.split) == ("ok", True, EVENTS, "whole", 0)
         assert seen.bytes == relayed.bytes == len(EVENT) * EVENTS + len(b"data: [DONE]\n\n")
         assert relayed.data_events == EVENTS and not seen.error_events
+        # the data's bytes, counted as the client counts them: what the wire checks compare
+        assert seen.payload_bytes == relayed.payload_bytes == len(EVENT.strip()[len(b"data:") :].strip()) * EVENTS
 
 
 def test_split_frames_arrive_in_two_reads_and_are_counted_whole(tmp_path):
@@ -79,7 +81,7 @@ def test_an_error_event_ends_the_stream_as_vllm_ends_a_failed_one(tmp_path):
     for seen, relayed in results:
         assert (relayed.ended, relayed.data_events) == ("error_event", 3)  # two tokens, the error
         assert (seen.outcome, seen.done, seen.chunks, seen.error_events) == ("ok", True, 3, 1), seen
-        assert seen.bytes == relayed.bytes
+        assert seen.bytes == relayed.bytes and seen.payload_bytes == relayed.payload_bytes > 0
 
 
 def test_a_stall_holds_the_rest_of_each_stream_then_lets_it_through_whole(tmp_path):

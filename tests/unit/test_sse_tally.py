@@ -20,13 +20,26 @@ def test_an_event_is_timed_at_the_blank_line_that_ends_it():
     assert tally.chunks == 2 and tally.first == 2.5 and tally.offsets == [0.0, 0.1]
 
 
-def test_an_event_without_its_blank_line_ends_at_the_next_data_line_or_the_body_end():
+def test_data_lines_before_a_blank_line_are_one_event_as_an_sse_reader_joins_them():
+    """The SSE format: an event's data may span lines, joined by the reader; only the blank
+    line dispatches it. A proxy that drops the blank lines between events merges them (an
+    OpenAI client would read one event that is not JSON): counted as the reader would."""
     tally = SseTally()
-    tally.feed(b"data: a\n", 1.0)
-    tally.feed(b"data: b\n", 1.5)
-    tally.feed(b"data: [DONE]\n", 2.0)
+    tally.feed(b'data: {"a":\n', 1.0)
+    tally.feed(b"data: 1}\n", 1.5)
+    tally.feed(b"\n", 1.6)
+    tally.feed(b"data: [DONE]\n\n", 2.0)
     tally.end(2.25)
-    assert (tally.chunks, tally.done) == (2, True) and tally.offsets == [0.0, 0.5]
+    assert (tally.chunks, tally.payload, tally.done, tally.first) == (1, len(b'{"a":') + len(b"1}"), True, 1.6)
+    merged = SseTally()
+    merged.feed(b"data: a\n", 1.0)
+    merged.feed(b"data: b\n", 1.5)
+    merged.feed(b"data: [DONE]\n", 2.0)
+    merged.end(2.25)
+    assert (merged.chunks, merged.done) == (1, True) and merged.first == 2.0
+
+
+def test_an_event_without_its_blank_line_ends_at_the_body_end():
     last = SseTally()
     last.feed(b"data: a\n\ndata: b\n", 1.0)
     last.end(1.75)

@@ -12,12 +12,14 @@ from dd_accept.base.events import ClientRequest, RelayedResponse, UpstreamAttemp
 from dd_accept.sut.profile import profile_for
 
 EVENT_BYTES = 60
+EVENT_DATA = 52  # an event's data: its bytes less `data: ` and the blank line
 
 
-def _client(request_id, outcome="ok", done=True, chunks=16, errors=None, size=None):
+def _client(request_id, outcome="ok", done=True, chunks=16, errors=None, size=None, payload=None):
     return ClientRequest(
         mode="raw", record=0, attempt=0, outcome=outcome, request_id=request_id, done=done, chunks=chunks,
         bytes=chunks * EVENT_BYTES + (14 if done else 0) if size is None else size, error_events=errors,
+        payload_bytes=chunks * EVENT_DATA if payload is None else payload,
     )  # fmt: skip
 
 
@@ -25,7 +27,7 @@ def _relayed(request_id, ended="whole", events=16, split=0, fault="none", size=N
     return RelayedResponse(
         request_id=request_id, upstream=0, fault=fault, status=200, ended=ended, data_events=events,
         bytes=events * EVENT_BYTES + (0 if ended in ("reset", "broken") else 14) if size is None else size, split=split,
-        stalled_s=stalled_s, slowed_s=slowed_s,
+        payload_bytes=events * EVENT_DATA, stalled_s=stalled_s, slowed_s=slowed_s,
     )  # fmt: skip
 
 
@@ -45,6 +47,20 @@ def test_split_frames_pass_whole_and_fail_when_the_client_got_other_bytes():
     bad = checks.split_frames(reframed, relayed)
     assert bad.verdict == "fail" and bad.metrics["streams_differing"] == 4
     assert "treats a TCP read as a frame" in bad.detail
+
+
+def test_a_proxy_that_reframes_events_forwards_them_and_one_that_loses_a_data_byte_does_not():
+    """CRLF line ends and heartbeat comments are the proxy's framing: the client's body is
+    longer, its events and their data are those forwarded. A lost data byte is no framing."""
+    relayed = [_relayed(i, split=17, fault="split") for i in IDS]
+    reframed = [_client(i, size=16 * EVENT_BYTES + 14 + 17 * 2 + 3 * len(b": ping\n\n")) for i in IDS]
+    assert checks.split_frames(reframed, relayed).verdict == "pass"
+    stalled = [_relayed(i, fault="stall", stalled_s=3.0) for i in IDS]
+    heartbeats = checks.stall_survived(reframed, stalled, 3600.0)
+    assert heartbeats.verdict == "pass" and heartbeats.observed == "4 streams silent 3s mid-way: 4 whole", heartbeats
+    lost = [_client(IDS[0], payload=16 * EVENT_DATA - 1)] + [_client(i) for i in IDS[1:]]
+    bad = checks.split_frames(lost, relayed)
+    assert bad.verdict == "fail" and bad.metrics["streams_differing"] == 1, bad
 
 
 def test_split_frames_that_never_split_is_the_harness_fault():
@@ -72,10 +88,29 @@ def test_a_cut_stream_must_end_in_an_error_the_client_sees(client, ending, metri
 def test_an_error_event_must_reach_the_client():
     relayed = [_relayed(i, ended="error_event", events=5, fault="error") for i in IDS]
     good = checks.error_event([_client(i, chunks=5, errors=1) for i in IDS], relayed)
-    assert good.verdict == "pass" and good.metrics == {"streams": 4, "errors_lost": 0, "streams_differing": 0}
+    assert good.verdict == "pass" and good.metrics == {
+        "streams": 4,
+        "errors_lost": 0,
+        "streams_differing": 0,
+        "events_lost_before_error": 0,
+    }
     dropped = [_client(i, chunks=4, size=4 * EVENT_BYTES + 14) for i in IDS]
     bad = checks.error_event(dropped, relayed)
     assert bad.verdict == "fail" and bad.metrics["errors_lost"] == 4 and "drops the error" in bad.detail
+
+
+def test_the_events_before_an_error_event_must_reach_the_client_too():
+    """A proxy that tells the failure but drops the tokens before it (3 of the 4 here) gives
+    the client a visible error over a shorter answer: still an answer lost. One that words the
+    error its own way, or adds its own beside the replica's, keeps them all."""
+    relayed = [_relayed(i, ended="error_event", events=5, fault="error") for i in IDS]
+    short = [_client(IDS[0], chunks=2, errors=1)] + [_client(i, chunks=5, errors=1) for i in IDS[1:]]
+    bad = checks.error_event(short, relayed)
+    assert bad.verdict == "fail" and bad.metrics["events_lost_before_error"] == 1 and bad.metrics["errors_lost"] == 0
+    assert "r-0 reached the client with 1 of the 4 the replica sent before its error" in bad.detail, bad
+    own_words = [_client(i, chunks=6, errors=2, payload=999) for i in IDS]
+    good = checks.error_event(own_words, relayed)
+    assert good.verdict == "pass" and good.metrics["streams_differing"] == 4, good
 
 
 def test_a_retry_after_the_first_byte_fails_and_one_attempt_each_passes():

@@ -3,7 +3,8 @@ like at the client, as pure functions of the client's records, the fault point's
 what it forwarded (`RelayedResponse`) and the replicas' attempts.
 
 The contract is the one every streaming proxy owes an SSE client:
-- bytes are bytes: a frame that arrives in two TCP segments is forwarded whole and unchanged;
+- a frame that arrives in two TCP segments is forwarded whole: the client reads the events and
+  their data as forwarded (a proxy's framing, its line ends and heartbeat comments, is its own);
 - a stream the proxy cannot finish ends in an error the client can see (a broken body), never
   in a clean end a client takes for the whole answer (silent truncation);
 - an in-stream error event (vLLM's way to end a failed generation) reaches the client;
@@ -74,7 +75,16 @@ def _streams(client: Sequence[Event], ids: set[str]) -> dict[str, ClientRequest]
 
 
 def _as_forwarded(stream: ClientRequest, sent: RelayedResponse) -> bool:
-    return (stream.chunks, stream.bytes) == (sent.data_events, sent.bytes)
+    """The client read the events forwarded and the bytes of their data (`sse_payload_bytes`):
+    line ends and comments are the proxy's to choose (the SSE format allows CRLF, and a proxy
+    may send heartbeats through a silence), an event's data is not."""
+    return (stream.chunks, stream.payload_bytes or 0) == (sent.data_events, sent.payload_bytes)
+
+
+def _before_error_kept(stream: ClientRequest | None, sent: RelayedResponse) -> bool:
+    """Every event the replica sent before its error event reached the client, however the
+    proxy told the failure (forwarded, worded its own way, or a broken body)."""
+    return stream is not None and _kept(stream) == sent.data_events - 1
 
 
 def _first(ids: Sequence[str]) -> str:
@@ -84,10 +94,11 @@ def _first(ids: Sequence[str]) -> str:
 @check("wire.split_frames")
 def split_frames(client: Sequence[Event], relayed: Sequence[RelayedResponse]) -> CheckResult:
     """Every frame split across two TCP segments reaches the client whole: each stream ends
-    with [DONE] and carries exactly the events and bytes the fault point forwarded."""
+    with [DONE] and carries exactly the events, and the bytes of their data, the fault point
+    forwarded."""
     expected = (
         "every stream whose frames arrived in two TCP segments reaches the client whole: [DONE], and the events "
-        "and bytes forwarded to the proxy"
+        "and the bytes of their data forwarded to the proxy"
     )
     judged = _judged(split_frames.check_id, expected, client, relayed, None, "relayed no stream")
     if isinstance(judged, CheckResult):
@@ -180,11 +191,12 @@ def cut_visible(client: Sequence[Event], relayed: Sequence[RelayedResponse]) -> 
 def error_event(client: Sequence[Event], relayed: Sequence[RelayedResponse]) -> CheckResult:
     """Every stream ended by an in-stream error event ends at the client with the failure
     visible: the error event itself, or (a proxy that turns it into its own kind of failure)
-    a broken body; never a clean end with the error dropped. Streams that reached the client
-    other than as forwarded are counted (a proxy may word the error its own way)."""
+    a broken body; never a clean end with the error dropped. The events before the error reach
+    the client, every one. Streams that reached the client other than as forwarded are counted
+    (a proxy may word the error its own way)."""
     expected = (
-        "every stream a replica ended with an in-stream error event ends at the client with the failure visible: "
-        "the error event, or a broken body"
+        "every stream a replica ended with an in-stream error event ends at the client with the failure visible "
+        "(the error event, or a broken body), after every event the replica sent before it"
     )
     judged = _judged(error_event.check_id, expected, client, relayed, "error_event", "ended no stream by an error")
     if isinstance(judged, CheckResult):
@@ -192,16 +204,31 @@ def error_event(client: Sequence[Event], relayed: Sequence[RelayedResponse]) -> 
     ended, seen = judged
     endings, without = _endings(ended, seen)
     differ = sorted(k for k, s in seen.items() if not _as_forwarded(s, ended[k]))
+    short = sorted(k for k, r in ended.items() if not _before_error_kept(seen.get(k), r))
+    detail = "the proxy drops the error: the client reads a shorter answer as a whole one" if without else ""
+    if short and not detail:
+        first = ended[short[0]]
+        detail = (
+            f"events before the error lost: {short[0]} reached the client with "
+            f"{_kept(seen.get(short[0]))} of the {first.data_events - 1} the replica sent before its error"
+        )
     return CheckResult.judge(
         error_event.check_id,
-        not without,
+        not without and not short,
         expected,
         f"{len(ended)} streams ended by an error event: "
         + _shown(endings)
-        + f"; {len(differ)} reached the client other than as forwarded",
-        "the proxy drops the error: the client reads a shorter answer as a whole one" if without else "",
-        {"streams": len(ended), "errors_lost": len(without), "streams_differing": len(differ)},
+        + f"; {len(differ)} reached the client other than as forwarded; {len(short)} with events lost before "
+        "the error",
+        detail,
+        {"streams": len(ended), "errors_lost": len(without), "streams_differing": len(differ),
+         "events_lost_before_error": len(short)},
     )  # fmt: skip
+
+
+def _kept(stream: ClientRequest | None) -> int:
+    """The events a stream's client read that were not an error."""
+    return 0 if stream is None else (stream.chunks or 0) - (stream.error_events or 0)
 
 
 @check("wire.no_retry_after_first_byte")

@@ -219,6 +219,7 @@ class RelayedResponse(EventBase):
     request_id: str | None = None
     data_events: int = 0  # forwarded, an injected error event included
     bytes: int = 0  # body bytes forwarded (a chunked body's data, as a client decodes it)
+    payload_bytes: int = 0  # the data events' values forwarded, without framing (sse_payload_bytes)
     split: int = 0  # chunks sent as two TCP segments
     stalled_s: float = 0.0  # how long nothing was forwarded mid-stream (a stall)
     slowed_s: float = 0.0  # a slow link: how long the response took to cross it, head to end

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dd_accept.base.events import EventWriter, RelayedResponse
+from dd_accept.base.events import EventWriter, RelayedResponse, sse_payload_bytes
 
 FAULTS = ("none", "split", "reset", "error", "stall", "slow")
 SPLIT_PAUSE_S = 0.005  # long enough that the two halves leave as two segments (TCP_NODELAY)
@@ -180,8 +180,8 @@ class Relay:
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
         writer.write(head)
-        record = {"status": status, "data_events": 0, "bytes": 0, "split": 0, "ended": "whole", "stalled_s": 0.0,
-                  "slowed_s": 0.0}  # fmt: skip
+        record = {"status": status, "data_events": 0, "bytes": 0, "payload_bytes": 0, "split": 0, "ended": "whole",
+                  "stalled_s": 0.0, "slowed_s": 0.0}  # fmt: skip
         began = asyncio.get_running_loop().time()
         chunked = (header(head, b"transfer-encoding") or b"").lower() == b"chunked"
         try:
@@ -189,7 +189,7 @@ class Relay:
                 length = header(head, b"content-length")
                 body = await (reader.readexactly(int(length)) if length is not None else reader.read())
                 writer.write(body)
-                record["bytes"] = len(body)
+                record["bytes"], record["payload_bytes"] = len(body), sse_payload_bytes(body)
                 await writer.drain()
                 return length is not None
             return await self._chunks(reader, writer, record, clock)
@@ -230,6 +230,7 @@ class Relay:
             await writer.drain()
             record["data_events"] += data_events(data)
             record["bytes"] += len(data)
+            record["payload_bytes"] += sse_payload_bytes(data)  # a replica writes each event in one chunk
             if faulting == "stall" and not record["stalled_s"] and record["data_events"] >= self.after:
                 record["stalled_s"] = self.stall_s  # recorded however the stall ends
                 await asyncio.sleep(self.stall_s)  # the rest waits upstream, unread
@@ -243,6 +244,7 @@ class Relay:
                 await writer.drain()
                 record["data_events"] += data_events(ending)
                 record["bytes"] += len(ending)
+                record["payload_bytes"] += sse_payload_bytes(ending)
                 record["ended"] = "error_event"
                 return False
 

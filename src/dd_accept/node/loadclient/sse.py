@@ -4,10 +4,11 @@ their text. Shared by both raw clients (aiohttp's and the wire client), so they 
 Bytes are read as the socket delivers them and split into lines here: a readline per SSE
 line costs the client more than the proxy's forwarding of it. Events that arrive in one
 read arrived together and share its time. Lines end in LF, CRLF or CR; a data line is
-`data:` with or without its space (the SSE format). An event is counted at its data line and
-timed when it is dispatched, at the blank line that ends it (or at the next data line, or
-at the body's end, when that never comes): a reader can use it only then, so a proxy that
-holds back an event's end holds the event.
+`data:` with or without its space (the SSE format). An event is counted at its first data
+line (the data lines that follow it before a blank line are the same event's, joined, as an
+SSE reader joins them) and timed when it is dispatched, at the blank line that ends it (or at
+the body's end, when that never comes): a reader can use it only then, so a proxy that holds
+back an event's end holds the event.
 """
 
 from __future__ import annotations
@@ -100,11 +101,14 @@ class SseTally:
     def _line(self, line: bytes, now: float) -> None:
         if not line.startswith(b"data:"):
             return
-        if self.open:  # the previous event never got its blank line: it ends here
-            self._dispatched(now)
         value = line[5:].strip()
         if value == b"[DONE]":
+            if self.open:  # the event before it never got its blank line: it ends here
+                self._dispatched(now)
             self.done = True
+            return
+        if self.open:  # a further data line of the open event: its data goes on, no new event
+            self.payload += len(value)
             return
         self.chunks += 1
         self.payload += len(value)
