@@ -90,6 +90,16 @@ def test_fields_beside_the_marker_are_the_record_in_json_and_in_logfmt():
     assert record_in(nested, MARKER) == {"final_status": 503}
 
 
+def test_a_structlog_event_naming_the_marker_among_words_has_its_fields_beside_it():
+    """structlog writes `log.info("slurm_proxy_request completed", final_status=200)` as the
+    event text with the fields beside it: the same record as the plain shape."""
+    fields = {"final_status": 200, "attempts": 2, "upstream_outcomes": ["429", "200"]}
+    line = json.dumps({"event": "slurm_proxy_request completed", "level": "info", **fields})
+    assert log_records([line], MARKER) == ([{"level": "info", **fields}], 0)
+    broken = json.dumps({"event": "slurm_proxy_request completed {oops", "level": "info", **fields})
+    assert log_records([broken], MARKER) == ([], 1)
+
+
 def test_a_container_runtime_wrapping_a_json_line_is_read_through_both_layers():
     (line,) = logged(JsonLines(), request())
     wrapped = json.dumps({"log": line + "\n", "stream": "stderr", "time": "2026-12-03T09:00:00Z"})

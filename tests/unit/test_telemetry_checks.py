@@ -57,6 +57,22 @@ def test_counters_that_moved_by_what_the_replicas_and_client_saw_pass():
     assert result.metrics["retries_observed"] == 3
 
 
+@pytest.mark.parametrize("spelled", ["{}", "http_{}", "status_{}", "HTTP {}"])
+def test_retry_causes_are_read_by_the_status_they_name_however_spelled(spelled):
+    """The seed counts retries by cause, not how a cause is spelled; a count under the wrong
+    status still fails."""
+    phase = retry_phase()
+    after = phase.metrics_after | {"retries": {spelled.format(429): 2, spelled.format(503): 2}}
+    before = phase.metrics_before | {"retries": {spelled.format(429): 1}}
+    result = checks.attempt_counters([replace(phase, metrics_before=before, metrics_after=after)], CLAIMED)
+    assert result.verdict == "pass", result
+    swapped = after | {"retries": {spelled.format(429): 3, spelled.format(503): 1}}
+    wrong = checks.attempt_counters([replace(phase, metrics_before=before, metrics_after=swapped)], CLAIMED)
+    assert wrong.verdict == "fail" and "retries {http_429: 2, http_503: 1}, observed {http_429: 1, http_503: 2}" in (
+        wrong.detail
+    ), wrong
+
+
 def test_a_proxy_counting_one_attempt_per_request_fails_naming_both_numbers():
     phase = retry_phase()
     once = replace(phase, metrics_after=phase.metrics_after | {"attempts": 15})
@@ -98,6 +114,20 @@ def test_records_match_the_replicas_attempts_as_a_multiset_and_absence_is_named(
     assert wrong.verdict == "fail" and "not logged: 1x attempts 2 [429,200] -> 200" in wrong.detail
     garbled = checks.request_log([replace(phase, log_lines=[*phase.log_lines, "slurm_proxy_request {oops"])], CLAIMED)
     assert garbled.verdict == "fail" and "1 marked lines with no request record" in garbled.detail
+
+
+def test_records_of_the_proxys_own_endpoints_are_set_aside_and_a_request_logged_without_attempts_is_not():
+    """A proxy may log its `/health` and `/metrics` requests under the marker: no upstream
+    attempt, beyond the responses that had none. A driven request logged with no attempts
+    still leaves its own record missing."""
+    phase = retry_phase()
+    own = "slurm_proxy_request " + json.dumps({"attempts": 0, "final_status": 200, "upstream_outcomes": []})
+    result = checks.request_log([replace(phase, log_lines=[*phase.log_lines, own, own])], CLAIMED)
+    assert result.verdict == "pass" and result.metrics["records_set_aside"] == 2, result
+    assert result.observed.endswith("2 records of no upstream attempt set aside (the proxy's own endpoints)")
+    instead = [line for line in phase.log_lines if '"attempts": 2' not in line] + [own]
+    wrong = checks.request_log([replace(phase, log_lines=instead)], CLAIMED)
+    assert wrong.verdict == "fail" and "not logged: 1x attempts 2 [429,200] -> 200" in wrong.detail, wrong
 
 
 def cut_phase(records, client_bytes=(479, 700), replica_bytes=(479, 959)):

@@ -8,8 +8,9 @@ correct release may write the record:
   srun's `0: ` label) and with anything after it;
 - as a JSON line whose message holds it (python-json-logger, structlog, a container runtime's
   json-file driver): `{"level": "INFO", "message": "slurm_proxy_request {\\"final_status\\": 200}"}`,
-  where the inner record is *escaped* inside the message string, or with the message just the
-  marker and the record's fields beside it (or under `extra`, `fields`, ...);
+  where the inner record is *escaped* inside the message string, or with the message the
+  marker (alone or among words: structlog's `"event": "slurm_proxy_request completed"`) and
+  the record's fields beside it (or under `extra`, `fields`, ...);
 - as logfmt: `level=info msg="slurm_proxy_request {\\"final_status\\":200}"`, the record quoted
   inside a value, or `msg=slurm_proxy_request final_status=200 attempts=2`, its fields as pairs.
 
@@ -105,9 +106,9 @@ def _record_in_document(document: dict[str, Any], marker: str, depth: int) -> di
             inner = record_in(message, marker, depth - 1)
             if inner is not None:
                 return inner
-            if _names_marker(message, marker):  # the message is the marker: the fields are beside it
+            if "{" not in message:  # the message names the marker, among words or not: the fields are beside it
                 return _fields_beside(document, key)
-            return None  # the marker in a message with no record: nothing readable
+            return None  # the marker in a message with a broken record: nothing readable
     if isinstance(document.get(marker), dict):  # {"slurm_proxy_request": {...}}
         return document[marker]
     # the marker as some other value: the whole object is the record

@@ -173,7 +173,7 @@ def _plan_timeouts(p: Planner) -> list[PlannedCommand]:
 def _plan_probe_routing(p: Planner) -> list[PlannedCommand]:
     if not p.profile.telemetry.claimed("probe_routing"):
         return []
-    load = _probe_routing_load(p.options, CANARY_STAND_IN)
+    load = _probe_routing_load(p.options, CANARY_STAND_IN, p.profile)
     return [p.client("requests one at a time, paced, while a probe is held", "probe-routing", mode="raw", **load)]
 
 
@@ -265,10 +265,22 @@ def _mend_connections(s: TelemetryRun) -> None:
 
 PROBE_HOLD_S = 4.0  # under rc1's 5 s probe timeout: the probe stays in flight while the requests run
 PROBE_ROUTING_RATE = 6.0  # requests a second: 24 over 4 s, the probe's window well inside them
+PROBE_WAIT_S = 5.0  # rc1's /health probes every backend when asked: its probe arrives at once
 
 
-def _probe_routing_load(o: TelemetryOptions, canary: str) -> dict[str, Any]:
-    return load_for(o, canary, o.requests, 1, arrival="constant", rate=PROBE_ROUTING_RATE)
+def probe_wait_s(profile: SutProfile) -> float:
+    """How long the proxy may take to probe replica 0 once `/health` is asked: at once where
+    it probes on demand (rc1); a SUT that declares a health monitor may answer from its last
+    round and probe on the monitor's schedule, within its declared detection bound."""
+    capabilities = profile.capabilities
+    return max(PROBE_WAIT_S, capabilities.monitor_detect_seconds) if capabilities.health_monitor else PROBE_WAIT_S
+
+
+def _probe_routing_load(o: TelemetryOptions, canary: str, profile: SutProfile) -> dict[str, Any]:
+    """Requests for as long as the probe may take to arrive and is then held: a probe that
+    comes late still has requests one at a time around it."""
+    sent = max(o.requests, math.ceil(PROBE_ROUTING_RATE * (probe_wait_s(profile) + PROBE_HOLD_S)))
+    return load_for(o, canary, sent, 1, arrival="constant", rate=PROBE_ROUTING_RATE)
 
 
 def _probe_routing(s: TelemetryRun) -> None:
@@ -283,7 +295,7 @@ def _probe_routing(s: TelemetryRun) -> None:
         return
     replicas, proxy = s.deployed
     name = "probe-routing"
-    load = _probe_routing_load(s.options, s.canary)
+    load = _probe_routing_load(s.options, s.canary, s.profile)
     client = deployment.run_client(s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, **load)
     try:
         with contextlib.suppress(WaitTimeout):  # no request arrived: the check finds none in the window
@@ -298,7 +310,8 @@ def _probe_routing(s: TelemetryRun) -> None:
             try:
                 with contextlib.suppress(WaitTimeout):  # no probe arrived: the check says so
                     wait_until(
-                        lambda: replicas.control([0], "state")[0].get("probe_window"), bool, timeout=5,
+                        lambda: replicas.control([0], "state")[0].get("probe_window"), bool,
+                        timeout=probe_wait_s(s.profile),
                         interval=0.1, what="the proxy's health probe on replica 0",
                     )  # fmt: skip
                 record = client.wait(timeout=120)
