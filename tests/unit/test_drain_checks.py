@@ -103,6 +103,16 @@ def test_allowance_fails_an_endpoint_that_had_to_be_forced():
     assert "does not bound its own drain" in forced.detail and forced.metrics["streams_forced"] == 1
 
 
+def test_a_kill_sent_after_the_task_exited_0_by_itself_is_no_force():
+    """slurmd recorded the task's exit 0 at 11.6 s; srun outlived it and the harness's KILL
+    went out at 12.4 s, to nothing of the endpoint's. A task that was KILLed does not exit 0."""
+    cut_at_window = stream(0, 11.0, False, "error")
+    lingered = checks.allowance([cut_at_window], [], 1, 13.4, 10, 12, checks.StepEnd(0, 11.6, "slurmd step record"))
+    assert lingered.verdict == "pass" and "forced at -" in lingered.observed, lingered
+    killed = checks.allowance([cut_at_window], [], 1, 13.4, 10, 12, checks.StepEnd(137, 11.6, "slurmd step record"))
+    assert killed.verdict == "fail" and "had to be forced" in killed.detail, killed
+
+
 def test_allowance_fails_lost_streams_a_bad_exit_and_nothing_in_flight():
     lost = checks.allowance([stream(0, 4, False, "error")], [], 1, None, 10, 12, checks.StepEnd(0, 3.0))
     assert lost.verdict == "fail" and "1 lost" in lost.observed and lost.metrics["streams_lost"] == 1

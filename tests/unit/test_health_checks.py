@@ -20,12 +20,15 @@ def outcome(status, after, done, records=24, fault_at=1000.0):
     return checks.AttemptOutcome(status, after, done, records, ended_at=ended_at)
 
 
+HEALTHY = outcome(0, 8.0, 24)  # the baseline: the same attempt, no fault, succeeded
+
+
 def test_attempt_failed_requires_the_documented_status_before_the_client_finished():
-    assert checks.attempt_failed(outcome(70, 0.4, 10), 70).verdict == "pass"
-    assert checks.attempt_failed(outcome(137, 9.0, 24), 70).verdict == "fail"
-    assert checks.attempt_failed(outcome(0, 9.0, 24), 70).verdict == "fail"
-    assert checks.attempt_failed(outcome(None, None, 3), 70).verdict == "fail"
-    other = checks.attempt_failed(outcome(1, 0.4, 10), 70)
+    assert checks.attempt_failed(outcome(70, 0.4, 10), 70, HEALTHY).verdict == "pass"
+    assert checks.attempt_failed(outcome(137, 9.0, 24), 70, HEALTHY).verdict == "fail"
+    assert checks.attempt_failed(outcome(0, 9.0, 24), 70, HEALTHY).verdict == "fail"
+    assert checks.attempt_failed(outcome(None, None, 3), 70, HEALTHY).verdict == "fail"
+    other = checks.attempt_failed(outcome(1, 0.4, 10), 70, HEALTHY)
     assert other.verdict == "fail" and "returned 1" in other.observed, "not just any non-zero status"
 
 
@@ -40,27 +43,29 @@ FAILED_FAST = outcome(70, 3.0, 20, 48)
 def test_unresponsive_attempt_must_fail_not_succeed():
     """rc1: the replica answers /health 503 but its process lives, so the attempt succeeds;
     hung, its client waits on for the requests the replica never answers."""
-    rc1 = checks.unresponsive_attempt_failed(both(outcome(0, 22.0, 48, 48), outcome(None, None, 30, 48)), 70, None)
+    rc1 = checks.unresponsive_attempt_failed(
+        both(outcome(0, 22.0, 48, 48), outcome(None, None, 30, 48)), 70, None, HEALTHY
+    )
     assert rc1.verdict == "fail" and rc1.observed.startswith("/health 503: the attempt succeeded (wait status 0)")
     assert "hung: the controller did not end; client 30/48 records" in rc1.observed
     assert "no health monitor" in rc1.detail and "not failed as it must be: /health 503, hung" in rc1.detail
-    assert checks.unresponsive_attempt_failed(both(FAILED_FAST), 70, None).verdict == "pass"
-    assert checks.unresponsive_attempt_failed(both(outcome(None, None, 20, 48)), 70, None).verdict == "fail"
+    assert checks.unresponsive_attempt_failed(both(FAILED_FAST), 70, None, HEALTHY).verdict == "pass"
+    assert checks.unresponsive_attempt_failed(both(outcome(None, None, 20, 48)), 70, None, HEALTHY).verdict == "fail"
 
 
 def test_a_wait_that_misses_a_hung_backend_fails_though_it_fails_a_503_one():
     """The negative control the issue names: a wait that asks each backend's /health with no
     timeout fails the 503 attempt and waits for ever on the hung one."""
-    blind = checks.unresponsive_attempt_failed(both(FAILED_FAST, outcome(None, None, 31, 48)), 70, None)
+    blind = checks.unresponsive_attempt_failed(both(FAILED_FAST, outcome(None, None, 31, 48)), 70, None, HEALTHY)
     assert blind.verdict == "fail" and blind.detail.endswith("not failed as it must be: hung"), blind
     assert blind.metrics == {"unhealthy_attempt_ended_after_s": 3.0}, "the hung attempt never ended"
-    only_one = checks.unresponsive_attempt_failed({"/health 503": FAILED_FAST}, 70, None)
+    only_one = checks.unresponsive_attempt_failed({"/health 503": FAILED_FAST}, 70, None, HEALTHY)
     assert only_one.verdict == "fail" and "hung (not driven)" in only_one.detail, "a mode not driven never passes"
 
 
 def test_a_declared_monitor_adds_its_time_bound():
-    assert checks.unresponsive_attempt_failed(both(FAILED_FAST), 70, 15.0).verdict == "pass"
-    late = checks.unresponsive_attempt_failed(both(FAILED_FAST, outcome(70, 18.0, 40, 48)), 70, 15.0)
+    assert checks.unresponsive_attempt_failed(both(FAILED_FAST), 70, 15.0, HEALTHY).verdict == "pass"
+    late = checks.unresponsive_attempt_failed(both(FAILED_FAST, outcome(70, 18.0, 40, 48)), 70, 15.0, HEALTHY)
     assert late.verdict == "fail" and "within the health monitor's 15s" in late.expected
     assert late.metrics["hung_attempt_ended_after_s"] == 18.0
 
@@ -83,6 +88,13 @@ def test_probe_isolation_needs_200_within_the_limit():
     assert checks.probe_isolation(checks.Probe(200, 6.0, {}, 0), 256).verdict == "fail"
 
 
+def test_an_attempt_check_without_a_healthy_attempt_cannot_pass():
+    """No baseline ran: a wait that always returns the failure status looks like detection."""
+    alone = checks.attempt_failed(outcome(70, 0.4, 10), 70, None)
+    assert alone.verdict == "fail" and "no attempt ran without the fault" in alone.observed, alone
+    assert checks.unresponsive_attempt_failed(both(FAILED_FAST), 70, None, None).verdict == "fail"
+
+
 def test_an_attempt_check_needs_a_healthy_attempt_that_succeeds():
     """A wait that fails every attempt (even without a fault) would otherwise pass."""
     healthy = outcome(0, 12.0, 24)
@@ -95,7 +107,7 @@ def test_an_attempt_check_needs_a_healthy_attempt_that_succeeds():
 
 def test_a_fault_done_after_the_attempt_ended_proves_nothing():
     late = checks.AttemptOutcome(70, 0.1, 10, 24, running_at_fault=False)
-    assert checks.attempt_failed(late, 70).verdict == "fail"
+    assert checks.attempt_failed(late, 70, HEALTHY).verdict == "fail"
 
 
 def test_detection_must_come_within_the_bound():
@@ -123,15 +135,15 @@ def test_node_loss_is_detected_when_the_proxy_reports_none_ready_in_time():
 
 
 def test_a_declared_failure_must_come_with_the_status_and_by_slurms_time_plus_the_bound():
-    rc1 = checks.node_loss_attempt_failed(outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0)
+    rc1 = checks.node_loss_attempt_failed(outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0, HEALTHY)
     assert rc1.verdict == "pass" and rc1.metrics == {"slurm_down_after_s": 40.5, "attempt_ended_after_s": 41.0}
-    early = checks.node_loss_attempt_failed(outcome(70, 3.0, 0), "fail", 70, SLURM, 15.0)
+    early = checks.node_loss_attempt_failed(outcome(70, 3.0, 0), "fail", 70, SLURM, 15.0, HEALTHY)
     assert early.verdict == "pass", "a controller that watches health may fail it before Slurm knows"
-    late = checks.node_loss_attempt_failed(outcome(70, 56.0, 0), "fail", 70, SLURM, 15.0)
+    late = checks.node_loss_attempt_failed(outcome(70, 56.0, 0), "fail", 70, SLURM, 15.0, HEALTHY)
     assert late.verdict == "fail" and "within 15s of Slurm setting the node DOWN" in late.expected
-    waited = checks.node_loss_attempt_failed(outcome(0, 85.0, 0), "fail", 70, SLURM, 15.0)
+    waited = checks.node_loss_attempt_failed(outcome(0, 85.0, 0), "fail", 70, SLURM, 15.0, HEALTHY)
     assert waited.verdict == "fail" and waited.observed.startswith("the attempt succeeded (wait status 0)")
-    finished = checks.node_loss_attempt_failed(outcome(70, 41.0, 24), "fail", 70, SLURM, 15.0)
+    finished = checks.node_loss_attempt_failed(outcome(70, 41.0, 24), "fail", 70, SLURM, 15.0, HEALTHY)
     assert finished.verdict == "fail", "finished with its replicas gone"
     broken_baseline = checks.node_loss_attempt_failed(outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0, outcome(70, 1, 3))
     assert (
@@ -140,9 +152,9 @@ def test_a_declared_failure_must_come_with_the_status_and_by_slurms_time_plus_th
 
 
 def test_a_declared_recovery_must_produce_every_record():
-    recovered = checks.node_loss_attempt_failed(outcome(0, 50.0, 24), "recover", 70, SLURM, 15.0)
+    recovered = checks.node_loss_attempt_failed(outcome(0, 50.0, 24), "recover", 70, SLURM, 15.0, HEALTHY)
     assert recovered.verdict == "pass" and "node_loss = 'recover'" in recovered.detail
-    failed = checks.node_loss_attempt_failed(outcome(70, 41.0, 3), "recover", 70, SLURM, 15.0)
+    failed = checks.node_loss_attempt_failed(outcome(70, 41.0, 3), "recover", 70, SLURM, 15.0, HEALTHY)
     assert failed.verdict == "fail" and "every record is produced" in failed.expected
 
 
@@ -150,12 +162,16 @@ def test_a_declared_monitor_bounds_node_loss_from_the_loss_not_from_slurms_down(
     """With a health monitor declared, a controller that fails the attempt only when Slurm
     ends its launchers (rc1's 41 s) has missed its own monitor's bound: the node's replicas
     stopped serving at the loss, and the monitor watches them, not Slurm."""
-    slurm_paced = checks.node_loss_attempt_failed(outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0, monitor_bound_s=15.0)
+    slurm_paced = checks.node_loss_attempt_failed(
+        outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0, HEALTHY, monitor_bound_s=15.0
+    )
     assert slurm_paced.verdict == "fail", slurm_paced
     assert "within the declared health monitor's 15s of the node's loss" in slurm_paced.expected
-    watched = checks.node_loss_attempt_failed(outcome(70, 6.0, 0), "fail", 70, SLURM, 15.0, monitor_bound_s=15.0)
+    watched = checks.node_loss_attempt_failed(
+        outcome(70, 6.0, 0), "fail", 70, SLURM, 15.0, HEALTHY, monitor_bound_s=15.0
+    )
     assert watched.verdict == "pass" and watched.metrics["attempt_ended_after_s"] == 6.0
-    undeclared = checks.node_loss_attempt_failed(outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0)
+    undeclared = checks.node_loss_attempt_failed(outcome(70, 41.0, 0), "fail", 70, SLURM, 15.0, HEALTHY)
     assert undeclared.verdict == "pass", "no monitor declared: Slurm's DOWN plus the bound, as before"
 
 
@@ -260,7 +276,7 @@ def test_a_preemption_must_fail_the_attempt_as_a_loss_does():
         misplaced.observed
     ), misplaced
     # backend loss judges the same way and its expectation did not change
-    loss = checks.attempt_failed(outcome(70, 0.4, 10), 70)
+    loss = checks.attempt_failed(outcome(70, 0.4, 10), 70, HEALTHY)
     assert loss.expected.startswith("the attempt fails with status 70 before the client finishes")
 
 

@@ -48,6 +48,7 @@ def _phase(monkeypatch, *, status=70, ended_at=1000.6, exits=CLEAN):
         allocation=SimpleNamespace(job_id="7"), run=None, profile=profile, options=HealthOptions(),
         progress=None, result=ScenarioResult("health"),
     )  # fmt: skip
+    run.healthy_apart = AttemptOutcome(0, 8.0, 24, 24, True, 1008.0, replicas_apart=True)  # the baseline phase's
     return run, released, asked
 
 

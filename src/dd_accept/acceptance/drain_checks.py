@@ -156,7 +156,11 @@ def allowance(
 ) -> CheckResult:
     """Streams longer than the window: the endpoint must end them itself at its window (or
     let them complete) and exit 0 by itself before the allowance; a KILL means it did not
-    bound its drain, a cut before the window means it dropped work."""
+    bound its drain, a cut before the window means it dropped work. A KILL sent after Slurm
+    recorded the task's own exit (srun, its launcher, can outlive the task on a busy node)
+    reached nothing of the endpoint's and is no force (a killed task never exits 0)."""
+    if forced_at is not None and endpoint.exit_code == 0 and stop_at + endpoint.seconds_after_stop < forced_at:
+        forced_at = None
     flying = in_flight(streams, stop_at)
     counts = _outcomes(flying, upstream, stop_at, forced_at, window_s)
     ends = [round(e.t - stop_at, 1) for e in flying]

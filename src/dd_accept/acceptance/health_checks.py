@@ -76,12 +76,14 @@ def _attempt_observed(outcome: AttemptOutcome, fault: str) -> str:
 
 
 def _baseline_ok(healthy: AttemptOutcome | None) -> bool:
-    return healthy is None or (healthy.wait_status == 0 and healthy.client_finished)
+    """The attempt succeeded without the fault. None (no healthy attempt ran) is no baseline:
+    a wait that always returns the failure status would pass every attempt check without it."""
+    return healthy is not None and healthy.wait_status == 0 and healthy.client_finished
 
 
 def _baseline_text(healthy: AttemptOutcome | None) -> str:
     if healthy is None:
-        return ""
+        return "; no attempt ran without the fault: a SUT that fails every attempt cannot be told apart"
     apart = ", its replicas alike in a job of their own on another node," if healthy.replicas_apart else ""
     return f"; without a fault{apart} the attempt {'succeeded' if _baseline_ok(healthy) else 'did not succeed'} " + (
         f"(wait status {healthy.wait_status}, {healthy.records_done}/{healthy.records} records)"
