@@ -1,10 +1,11 @@
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
 from dd_accept.acceptance import streaming_checks as checks
-from dd_accept.acceptance.streaming import StreamingOptions, _workload, sparse_gap_ms
+from dd_accept.acceptance.streaming import StreamingOptions, _pool_counts, _workload, sparse_gap_ms
 from dd_accept.base.events import ClientRequest, UpstreamAttempt, sse_payload_bytes
 from dd_accept.node.loadclient.sse import SseTally
 from dd_accept.sut.profile import profile_for
@@ -324,6 +325,21 @@ def test_connection_accounting_needs_a_phase_where_opened_differs_from_reused():
     assert blind.verdict == "fail" and "a swap would not show" in blind.detail
 
 
+def test_a_proxy_whose_metrics_lack_the_pools_counts_fails_naming_them_not_the_harness():
+    """A behaviour that never shows is a failed check: the counts the profile names are not
+    in the metrics (the harness read None), so the pool's accounting cannot be judged."""
+    good = {"keep-alive": phase(24, 40, 8, 24, 64), "sequential": phase(0, 16, 24, 0, 16)}
+    unreported = replace(phase(None, None, None, 24, 64), unreported=("connections.opened", "connections.reused"))
+    result = checks.connection_accounting({**good, "keep-alive": unreported})
+    assert result.verdict == "fail", result
+    assert result.detail == (
+        "the proxy's metrics have no connections.opened, connections.reused: its pool's accounting cannot be read"
+    )
+    assert "keep-alive: the proxy's metrics have no connections.opened, connections.reused; replicas accepted 24" in (
+        result.observed
+    )
+
+
 def routed(replica_index, started, duration, request_id=None):
     return UpstreamAttempt(
         replica=replica_index, path="/v1/chat/completions", outcome="ok", started=started, duration_s=duration,
@@ -399,3 +415,16 @@ def test_a_gap_shortened_for_a_declared_timeout_is_judged_no_stricter_in_seconds
     timer = [0.0, 0.8, 1.3, 1.8, 2.3, 2.3]  # every event after the first held 0.3 s
     flushing = [replace(client(f"g{i}", ttft=0.05, offsets=timer), chunks=6) for i in range(48)]
     assert checks.no_buffering(*one, flushing, sent, least_gap_s=1.5).verdict == "fail"
+
+
+def test_the_pools_counts_are_read_where_the_profile_names_them_and_none_where_absent():
+    rc1 = profile_for("data-designer-slurm", "1.0.0rc1")
+
+    def proxy(document):
+        return SimpleNamespace(get=lambda path: {"json": document} if path == rc1.proxy.metrics_path else {})
+
+    counted = {"connections": {"opened": 3, "reused": 9, "idle": 2, "expired": 0}}
+    assert _pool_counts(proxy(counted), rc1) == {"opened": 3, "reused": 9, "idle": 2}
+    bare = {"connections": {"opened": True, "idle": 2}}  # a flag is no count
+    assert _pool_counts(proxy(bare), rc1) == {"opened": None, "reused": None, "idle": 2}
+    assert _pool_counts(proxy(None), rc1) == {"opened": None, "reused": None, "idle": None}

@@ -20,6 +20,7 @@ from dd_accept.acceptance.phases import (
     stopping,
 )
 from dd_accept.acceptance.plan import PlannedCommand, Planner
+from dd_accept.acceptance.telemetry_records import find
 from dd_accept.base.waiting import WaitTimeout, wait_until
 from dd_accept.slurm_docker.allocation import BackgroundCommand
 from dd_accept.sut.profile import SutProfile
@@ -96,9 +97,31 @@ _PHASE_LOADS: dict[str, Any] = {
 }
 
 
+def _pool_paths(profile: SutProfile) -> dict[str, str]:
+    """Where the proxy's metrics hold its pool's counts (the profile's dotted paths)."""
+    named = profile.telemetry
+    return {
+        "opened": named.connections_opened_metric,
+        "reused": named.connections_reused_metric,
+        "idle": named.connections_idle_metric,
+    }
+
+
+def _pool_counts(proxy: Any, profile: SutProfile) -> dict[str, int | None]:
+    """The proxy's pool counts now (None: not in its metrics, or not a count)."""
+    document = proxy.get(profile.proxy.metrics_path)["json"]
+    return {
+        name: value if isinstance(value := find(document, path), int) and not isinstance(value, bool) else None
+        for name, path in _pool_paths(profile).items()
+    }
+
+
+def _moved(after: int | None, before: int | None) -> int | None:
+    return None if after is None or before is None else after - before
+
+
 def _phase(allocation, proxy, replicas, run, profile, options, name):
-    metrics_path = profile.proxy.metrics_path
-    before_proxy = proxy.get(metrics_path)["json"]["connections"]
+    before_proxy = _pool_counts(proxy, profile)
     before_replicas = _connection_counts(replicas)
     client = deployment.run_client(
         allocation, proxy, run, mode="raw", profile=profile, name=name, **_workload(options, name, profile)
@@ -106,7 +129,7 @@ def _phase(allocation, proxy, replicas, run, profile, options, name):
     record = client.wait(timeout=180)
     if not record.ok:
         raise RuntimeError(f"load client failed: {record.describe()}")
-    after_proxy = proxy.get(metrics_path)["json"]["connections"]
+    after_proxy = _pool_counts(proxy, profile)
     after_replicas = _connection_counts(replicas)
     # each state read opens one connection per replica; the second read's own is subtracted in
     # _connection_counts, the first's here (state reads carry no request the others count)
@@ -117,9 +140,12 @@ def _phase(allocation, proxy, replicas, run, profile, options, name):
     events = deployment.read_events(run, name)
     upstream = with_prefix(replicas.events(), f"{name}-")
     phase = checks.ConnectionPhase(
-        proxy_opened=after_proxy["opened"] - before_proxy["opened"],
-        proxy_reused=after_proxy["reused"] - before_proxy["reused"],
+        proxy_opened=_moved(after_proxy["opened"], before_proxy["opened"]),
+        proxy_reused=_moved(after_proxy["reused"], before_proxy["reused"]),
         proxy_idle_before=before_proxy["idle"],
+        unreported=tuple(
+            path for name, path in _pool_paths(profile).items() if None in (after_proxy[name], before_proxy[name])
+        ),
         replicas_accepted=accepted,
         replicas_with_requests=with_requests,
         probe_requests=probes,

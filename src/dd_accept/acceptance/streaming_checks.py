@@ -318,9 +318,9 @@ def no_buffering(
 class ConnectionPhase:
     """One phase's connection counts: the proxy's (from its metrics) and the replicas'."""
 
-    proxy_opened: int
-    proxy_reused: int
-    proxy_idle_before: int
+    proxy_opened: int | None  # None: a count the proxy's metrics do not hold (`unreported`)
+    proxy_reused: int | None
+    proxy_idle_before: int | None
     replicas_accepted: int
     upstream_requests: int
     client_errors: int
@@ -328,6 +328,7 @@ class ConnectionPhase:
     # (None: all of them), and the health-probe requests the replicas answered meanwhile.
     replicas_with_requests: int | None = None
     probe_requests: int = 0
+    unreported: tuple[str, ...] = ()  # the profile's metric paths the proxy's metrics lack
 
     @property
     def opened_as_counted(self) -> set[int]:
@@ -345,9 +346,11 @@ class ConnectionPhase:
         probes = ""
         if self.probe_requests or self.replicas_with_requests not in (None, self.replicas_accepted):
             probes = f" ({self.replicas_with_requests} with requests; {self.probe_requests} health probes)"
+        proxy = f"proxy opened {self.proxy_opened}, reused {self.proxy_reused} (idle before {self.proxy_idle_before})"
+        if self.unreported:
+            proxy = f"the proxy's metrics have no {', '.join(self.unreported)}"
         return (
-            f"proxy opened {self.proxy_opened}, reused {self.proxy_reused} (idle before {self.proxy_idle_before}); "
-            f"replicas accepted {self.replicas_accepted}{probes}; {self.upstream_requests} requests; "
+            f"{proxy}; replicas accepted {self.replicas_accepted}{probes}; {self.upstream_requests} requests; "
             f"{self.client_errors} client errors"
         )
 
@@ -368,6 +371,8 @@ def connection_accounting(phases: dict[str, ConnectionPhase], closing: str = "cl
     """
 
     def agrees(phase: ConnectionPhase) -> bool:
+        if phase.proxy_opened is None or phase.proxy_reused is None or phase.unreported:
+            return False
         return (
             phase.proxy_opened in phase.opened_as_counted
             and phase.proxy_opened + phase.proxy_reused in phase.uses_as_counted
@@ -377,7 +382,11 @@ def connection_accounting(phases: dict[str, ConnectionPhase], closing: str = "cl
         return phase.replicas_accepted != phase.upstream_requests - phase.replicas_accepted
 
     last = phases.get(closing)
-    recovers = last is None or (last.client_errors == 0 and last.proxy_reused <= last.proxy_idle_before)
+    recovers = last is None or (
+        last.client_errors == 0
+        and None not in (last.proxy_reused, last.proxy_idle_before)
+        and last.proxy_reused <= last.proxy_idle_before
+    )
     ok = (
         bool(phases)
         and all(phase.upstream_requests > 0 and agrees(phase) for phase in phases.values())
@@ -389,6 +398,9 @@ def connection_accounting(phases: dict[str, ConnectionPhase], closing: str = "cl
     detail = f"counts disagree with the replicas in: {', '.join(wrong)}" if wrong else ""
     if not any(distinguishes(phase) for phase in phases.values()):
         detail = "no phase opened a different number of connections than it reused: a swap would not show"
+    unreported = sorted({path for phase in phases.values() for path in phase.unreported})
+    if unreported:
+        detail = f"the proxy's metrics have no {', '.join(unreported)}: its pool's accounting cannot be read"
     return CheckResult.judge(
         connection_accounting.check_id,
         ok,

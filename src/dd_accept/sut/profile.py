@@ -160,6 +160,11 @@ class TelemetryProfile:
     final_statuses_metric: str = "final_statuses"  # {status: count}
     backends_metric: str = "backends"  # [{index, requests}], in --backend order
     connection_counters: tuple[str, ...] = ("connections.expired", "connections.stale", "connections.discarded")
+    # The pool's counts streaming.connection_accounting reads: connections opened and
+    # reused (counters) and idle in the pool now (a gauge).
+    connections_opened_metric: str = "connections.opened"
+    connections_reused_metric: str = "connections.reused"
+    connections_idle_metric: str = "connections.idle"
     timeout_counters: tuple[str, ...] = ("timeouts.terminal", "timeouts.streaming")
     # The proxy's own settings the lifecycle and timeout phases are built from: how long an
     # idle upstream connection lives, how long it waits for an attempt's first byte and for
