@@ -72,18 +72,27 @@ def _load(streams: int, tokens: int) -> dict[str, int]:
             "deadline_s": 60}  # fmt: skip
 
 
+# The KILL goes out this long after the allowance has run from TERM: an endpoint exiting in
+# the allowance's last moment is not killed for the harness's own timing.
+KILL_GRACE_S = 0.5
+
+
 def stop_endpoint_step(
     allocation: Allocation, proxy: deployment.Proxy, profile: SutProfile
 ) -> tuple[float, float | None, checks.StepEnd]:
     """TERM the endpoint step; KILL it if it is still running when the allowance has passed
-    (the controller's escalation, done by the harness). Returns when TERM reached the task,
-    when the KILL was sent (None when the endpoint ended by itself), and how it ended."""
+    since TERM reached its task (the controller's escalation, done by the harness). Returns
+    when TERM reached the task, when the KILL was sent (None when the endpoint ended by
+    itself), and how it ended. The allowance runs from TERM, not from when `scancel` and the
+    read of the node's log returned: on a loaded machine those took seconds, and an endpoint
+    that never bounds its drain outlived its streams' end before the KILL came."""
     (step,) = allocation.steps_by_name()["proxy"]
     term = allocation.scancel_step(step, "TERM")
     stop_at = _term_moment(allocation, step, proxy.node, term.started_at)
     forced_at = None
+    kill_at = stop_at + profile.drain.allowance_seconds + KILL_GRACE_S
     try:
-        record = proxy.step.wait(timeout=profile.drain.allowance_seconds)
+        record = proxy.step.wait(timeout=max(KILL_GRACE_S, kill_at - time.time()))
     except TimeoutError:
         forced_at = time.time()
         allocation.scancel_step(step, "KILL")

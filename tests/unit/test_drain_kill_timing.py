@@ -1,0 +1,50 @@
+"""The harness's KILL, the controller's escalation, comes when the allowance has run from the
+moment TERM reached the endpoint's task (the node's log), not from when `scancel` and the read
+of that log returned: on a loaded machine those took seconds, and an endpoint that never
+bounds its drain outlived its streams' end before the KILL came (a control saw rc1 'exit by
+itself')."""
+
+import time
+from types import SimpleNamespace
+
+from dd_accept.acceptance import drain
+from dd_accept.slurm_docker.step_exit import StepExit
+
+
+def _stop(term_reached_s_ago: float, exits_after_s: float | None):
+    """stop_endpoint_step against fakes: TERM reached the task `term_reached_s_ago` before
+    the harness read it; the task exits by itself `exits_after_s` after that (None: never)."""
+    now = time.time()
+    term_at = now - term_reached_s_ago
+    sent: list[str] = []
+    waits: list[float] = []
+
+    def wait(timeout):
+        waits.append(timeout)
+        if "KILL" in sent or (exits_after_s is not None and term_reached_s_ago + timeout >= exits_after_s):
+            return SimpleNamespace(exit_code=0, started_at=term_at - 5, duration_s=5 + (exits_after_s or 13))
+        raise TimeoutError
+
+    recorded = StepExit(0 if exits_after_s is not None else 137, term_at + (exits_after_s or 13), "slurmd")
+    cluster = SimpleNamespace(signal_sent_at=lambda step, node, signal: term_at, step_exit=lambda step, node: recorded)
+    allocation = SimpleNamespace(
+        steps_by_name=lambda: {"proxy": ["7.1"]},
+        scancel_step=lambda step, signal: sent.append(signal) or SimpleNamespace(started_at=term_at - 0.1),
+        cluster=cluster,
+    )
+    proxy = SimpleNamespace(node="node1", step=SimpleNamespace(wait=wait), log_tail=lambda lines: "")
+    profile = SimpleNamespace(drain=SimpleNamespace(allowance_seconds=12.0))
+    stop_at, forced_at, end = drain.stop_endpoint_step(allocation, proxy, profile)
+    return stop_at, forced_at, end, sent, waits
+
+
+def test_the_kill_waits_only_what_is_left_of_the_allowance_since_term():
+    stop_at, forced_at, _, sent, waits = _stop(term_reached_s_ago=8.0, exits_after_s=None)
+    assert sent == ["TERM", "KILL"]
+    assert 12.0 + drain.KILL_GRACE_S - 8.0 - 0.5 < waits[0] <= 12.0 + drain.KILL_GRACE_S - 8.0, waits
+    assert forced_at is not None and forced_at - stop_at < 12.0 + drain.KILL_GRACE_S + 1.0
+
+
+def test_an_endpoint_that_exits_within_the_allowance_is_not_killed():
+    _, forced_at, end, sent, _ = _stop(term_reached_s_ago=2.0, exits_after_s=10.5)
+    assert sent == ["TERM"] and forced_at is None and end.exit_code == 0
