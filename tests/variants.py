@@ -866,6 +866,28 @@ FAULTS = {
             ),
         ),
         Fault(
+            "sends-only-the-error",
+            "data-designer-slurm",
+            "on a failed generation the proxy tells the client only the error (a partial answer is worse than "
+            "none, it reasons): it holds each body to its end and, where the backend ended it with an error "
+            "event, forwards that event and [DONE] alone; the tokens before the error never reach the client",
+            (
+                (
+                    PROXY,
+                    _LOOP,
+                    '            _held = b""\n'
+                    "            async for chunk in response.content.iter_chunked(_STREAM_CHUNK_BYTES):\n"
+                    "                _held += chunk\n"
+                    "            if b'data: {\"error\"' in _held:\n"
+                    '                _events = _held.split(b"\\n\\n")\n'
+                    "                _told = (b'data: {\"error\"', b'data: [DONE]')\n"
+                    "                _kept = [e for e in _events if e.startswith(_told)]\n"
+                    '                _held = b"".join(e + b"\\n\\n" for e in _kept)\n'
+                    "            await downstream.write(_held)\n",
+                ),
+            ),
+        ),
+        Fault(
             "retries-mid-stream",
             "data-designer-slurm",
             "the proxy resumes a stream its backend broke off from another backend (failover after the first "

@@ -9,6 +9,7 @@ caught by the check for it, for its reason, while the checks nearest its patch s
 - clean-end-on-upstream-error: a cut stream ends cleanly without [DONE], cut_visible's
   silent truncation;
 - drops-error-events: the in-stream error never reaches the client, error_event;
+- sends-only-the-error: the error reaches the client, the tokens before it do not, error_event;
 - retries-mid-stream: a cut stream is resumed from another replica, no_retry_after_first_byte;
 - short-read-timeout (1 s, its profile still saying 3600 s): a 3 s silence ends the stream,
   stall_survived;
@@ -69,7 +70,9 @@ def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
     cut = checks["wire.cut_visible"]
     assert cut.observed == f"{STREAMS} streams cut after {OPTIONS.after_events} event(s): {STREAMS} error", cut
     errors = checks["wire.error_event"]
-    assert errors.metrics == {"streams": STREAMS, "errors_lost": 0, "streams_differing": 0}, errors
+    assert errors.metrics == {
+        "streams": STREAMS, "errors_lost": 0, "streams_differing": 0, "events_lost_before_error": 0
+    }, errors  # fmt: skip
     stall = checks["wire.stall_survived"]
     assert stall.observed == f"{STREAMS} streams silent 3s mid-way: {STREAMS} whole", stall  # rc1 declares 3600 s
     once = checks["wire.no_retry_after_first_byte"]
@@ -102,6 +105,7 @@ def test_rc1_passes_every_wire_check(sut_allocation, sut_profile, sut_cluster):
         ("reframes-per-read", "wire.split_frames", "treats a TCP read as a frame", ("wire.error_event",)),
         ("clean-end-on-upstream-error", "wire.cut_visible", "silent truncation", ("wire.error_event",)),
         ("drops-error-events", "wire.error_event", "drops the error", ("wire.cut_visible",)),
+        ("sends-only-the-error", "wire.error_event", "events before the error lost", ("wire.cut_visible",)),
         ("retries-mid-stream", "wire.no_retry_after_first_byte", "generated again", ("wire.cut_visible",)),
         ("short-read-timeout", "wire.stall_survived", "gave up on a stream silent for 3s", ("wire.split_frames",)),
         ("reads-to-end-after-hangup", "wire.cancel_stops_generation", "ran on after its client left",
@@ -131,8 +135,8 @@ def test_each_mishandled_fault_is_caught_by_its_check(
     if failing == "wire.slow_reader_bounded":  # held what the replicas wrote unpaced, far past the bound
         print("gathers-for-slow-readers:", caught.observed)
         assert caught.metrics["proxy_grew_mib"] > 2 * SLOW_READER_BOUND_MIB, caught
-    else:
-        metric, count = numbers[failing]
+    else:  # the error told, the tokens before it lost: a metric of its own
+        metric, count = {"sends-only-the-error": ("events_lost_before_error", STREAMS)}.get(fault, numbers[failing])
         assert caught.metrics[metric] == count, caught
     if fault == "bounds-whole-response":  # cut at its bound, before the link was done with any stream
         print("bounds-whole-response:", caught.observed, caught.detail)
