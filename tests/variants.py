@@ -588,6 +588,44 @@ FAULTS = {
             _on_term("loop.call_later, 6.0, os._exit, 0"),
         ),
         Fault(
+            "drain-overruns-window",
+            "data-designer-slurm",
+            "the endpoint ends its drain 11.5 s after TERM: inside the 12 s allowance, so nothing forces it, "
+            "but 1.5 s past its own 10 s window (a bound set from the allowance, not the window)",
+            _on_term("loop.call_later, 11.5, os._exit, 0"),
+        ),
+        Fault(
+            "done-at-term",
+            "data-designer-slurm",
+            "on TERM the endpoint ends every stream in flight with [DONE] and exits 0 (a 'graceful' stop): each "
+            "client reads a shortened answer as a whole one",
+            (
+                *_on_term("_done_at_term"),
+                (
+                    PROXY,
+                    "        await downstream.prepare(request)\n",
+                    "        await downstream.prepare(request)\n        _OPEN_STREAMS.add(downstream)\n",
+                ),
+                (
+                    PROXY,
+                    "def _filter_request_headers(",
+                    "_OPEN_STREAMS: set = set()\n\n\n"
+                    "async def _finish_every_stream() -> None:\n"
+                    "    for downstream in list(_OPEN_STREAMS):\n"
+                    "        try:\n"
+                    '            await downstream.write(b"data: [DONE]\\n\\n")\n'
+                    "            await downstream.write_eof()\n"
+                    "        except Exception:\n"
+                    "            pass\n"
+                    "    await asyncio.sleep(0.5)\n"
+                    "    os._exit(0)\n\n\n"
+                    "def _done_at_term() -> None:\n"
+                    "    asyncio.ensure_future(_finish_every_stream())\n\n\n"
+                    "def _filter_request_headers(",
+                ),
+            ),
+        ),
+        Fault(
             "drain-bounded",
             "data-designer-slurm",
             "not a fault: on TERM the endpoint drains, ends what is still streaming at its 10 s window and "

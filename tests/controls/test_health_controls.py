@@ -125,7 +125,7 @@ def test_probes_on_their_own_pool_are_the_positive_control_of_probe_isolation(
 def test_a_health_endpoint_that_ignores_probes_is_caught_by_detected(sut_wheelhouse, sut_image, sut_profile, tmp_path):
     # the node-loss attempt is the check it must leave passing (the controller learns of the
     # loss from Slurm); the backend-loss attempt, judged alike, would only add its 25 s
-    health = _health(LOSS_DETECTION, NODE_LOSS, UNRESPONSIVE_DETECTION)
+    health = _health(LOSS_DETECTION, HEALTHY_APART, NODE_LOSS, UNRESPONSIVE_DETECTION)
     checks = run_with_fault(health, "health-always-ok", sut_wheelhouse, sut_image, sut_profile, tmp_path, nodes=2)
     detected = checks["health.backend_loss.detected"]
     assert detected.verdict == "fail" and detected.observed == "the proxy's /health never reported the loss"

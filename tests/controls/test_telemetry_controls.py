@@ -100,7 +100,9 @@ def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_pro
     assert cut.verdict == "fail" and cut.metrics["cut_streams"] == CUT + DRAINED, cut
     assert cut.metrics["logged_incomplete"] == 0 and cut.metrics["drain_cut_streams"] == DRAINED, cut
     # rc1 does not bound its drain (the brief's fact 3): still streaming at the allowance, it is KILLed
-    assert "was KILLed: it ended no stream at its drain window itself" in cut.detail, cut
+    stops = [(r.start, r.duration_s, r.exit_code, " ".join(r.argv[-3:])) for r in sut_cluster.records
+             if "scancel" in r.argv or (r.background and "proxy" in " ".join(r.argv))]  # fmt: skip
+    assert "was KILLed: it ended no stream at its drain window itself" in cut.detail, (cut, stops[-6:])
     for name in ("telemetry.connection_lifecycle", "telemetry.timeouts"):
         assert checks[name].verdict == "fail" and checks[name].observed.startswith("the proxy's metrics have no")
     leaks = checks["telemetry.no_payloads"]
