@@ -87,7 +87,9 @@ def test_an_error_event_ends_the_stream_as_vllm_ends_a_failed_one(tmp_path):
 def test_a_stall_holds_the_rest_of_each_stream_then_lets_it_through_whole(tmp_path):
     for seen, relayed in asyncio.run(_through_fault_point(tmp_path, "stall", after=2, stall_s=0.3)):
         assert (relayed.ended, relayed.stalled_s, relayed.data_events) == ("whole", 0.3, EVENTS)
-        assert (seen.outcome, seen.done, seen.chunks) == ("ok", True, EVENTS) and seen.gap_max_s >= 0.3, seen
+        # the client's gap across the stall is the stall less how late it read the event before
+        # it: on a busy machine (CI's shared phase) that event was read 7 ms late, a gap of 0.293 s
+        assert (seen.outcome, seen.done, seen.chunks) == ("ok", True, EVENTS) and seen.gap_max_s >= 0.25, seen
 
 
 def test_a_slow_link_delivers_each_stream_whole_and_records_how_long_it_took(tmp_path):
