@@ -428,6 +428,8 @@ def test_the_pools_counts_are_read_where_the_profile_names_them_and_none_where_a
 
     counted = {"connections": {"opened": 3, "reused": 9, "idle": 2, "expired": 0}}
     assert _pool_counts(proxy(counted), rc1) == {"opened": 3, "reused": 9, "idle": 2}
+    floats = {"connections": {"opened": 3.0, "reused": 9.0, "idle": 2.5}}  # Prometheus-style counters
+    assert _pool_counts(proxy(floats), rc1) == {"opened": 3, "reused": 9, "idle": None}
     bare = {"connections": {"opened": True, "idle": 2}}  # a flag is no count
     assert _pool_counts(proxy(bare), rc1) == {"opened": None, "reused": None, "idle": 2}
     assert _pool_counts(proxy(None), rc1) == {"opened": None, "reused": None, "idle": None}

@@ -57,7 +57,7 @@ def test_counters_that_moved_by_what_the_replicas_and_client_saw_pass():
     assert result.metrics["retries_observed"] == 3
 
 
-@pytest.mark.parametrize("spelled", ["{}", "http_{}", "status_{}", "HTTP {}"])
+@pytest.mark.parametrize("spelled", ["{}", "http_{}", "status_{}", "HTTP {}", "172.18.0.4:8000 http_{}"])
 def test_retry_causes_are_read_by_the_status_they_name_however_spelled(spelled):
     """The seed counts retries by cause, not how a cause is spelled; a count under the wrong
     status still fails."""

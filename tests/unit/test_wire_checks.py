@@ -111,6 +111,9 @@ def test_the_events_before_an_error_event_must_reach_the_client_too():
     own_words = [_client(i, chunks=6, errors=2, payload=999) for i in IDS]
     good = checks.error_event(own_words, relayed)
     assert good.verdict == "pass" and good.metrics["streams_differing"] == 4, good
+    # every token, then the proxy's own error in a shape not read as one, then a broken body
+    unrecognised = [_client(i, outcome="error", done=False, chunks=5, payload=999) for i in IDS]
+    assert checks.error_event(unrecognised, relayed).verdict == "pass"
 
 
 def test_a_retry_after_the_first_byte_fails_and_one_attempt_each_passes():

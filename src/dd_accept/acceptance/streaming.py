@@ -107,13 +107,18 @@ def _pool_paths(profile: SutProfile) -> dict[str, str]:
     }
 
 
+def _count(value: Any) -> int | None:
+    """A count as a metrics document writes it: an integer, or a float that is one (what
+    Prometheus-style counters serialise to); None for anything else (a flag is no count)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if float(value).is_integer() else None
+
+
 def _pool_counts(proxy: Any, profile: SutProfile) -> dict[str, int | None]:
     """The proxy's pool counts now (None: not in its metrics, or not a count)."""
     document = proxy.get(profile.proxy.metrics_path)["json"]
-    return {
-        name: value if isinstance(value := find(document, path), int) and not isinstance(value, bool) else None
-        for name, path in _pool_paths(profile).items()
-    }
+    return {name: _count(find(document, path)) for name, path in _pool_paths(profile).items()}
 
 
 def _moved(after: int | None, before: int | None) -> int | None:

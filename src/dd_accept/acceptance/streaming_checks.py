@@ -200,7 +200,8 @@ def no_buffering(
         the typical event of a position by its hold;
       - at most `late_events_limit` of all events delayed `late_gap_share` of the gap or more
         (0.1 s): a flush on a timer of period T delays a share 1 - 0.1/T of them that much
-        (a 0.3 s timer two in three, one of 0.15 s a third), where a correct proxy's sparse
+        (a 0.3 s timer two in three, one of 0.2 s half; one of 0.15 s a third, at the bound:
+        caught about half the time), where a correct proxy's sparse
         events waited 27 ms at the most in five runs on a busy machine, 2 ms typically; a
         stall of the machine delays the events it meets, up to its length (two 1.2 s stalls
         in one sparse phase: under 30 %).

@@ -80,20 +80,22 @@ def reported_counters(phase: TelemetryPhase, profile: TelemetryProfile) -> dict[
     }
 
 
-_STATUS_IN_KEY = re.compile(r"(?<!\d)([1-5]\d\d)(?!\d)")
+# a status: three digits standing alone, not part of an address or port (`172.18.0.4:8000`)
+_STATUS_IN_KEY = re.compile(r"(?<![\d.:])([1-5]\d\d)(?![\d.:])")
 
 
 def retries_by_status(retries: Any) -> Any:
     """A proxy's retry causes keyed as `expected_counters` keys them: a key that names an HTTP
     status (rc1's `http_429`, or `429`, `status_429`) is `http_429`; a cause that names none
-    (`timeout`, `connection_error`) keeps its name. The seed counts retries by cause; it does
-    not say how a cause is spelled."""
+    (`timeout`, `connection_error`) keeps its name; where a key names more than one number
+    (a backend's address beside the status), the last is the status. The seed counts retries
+    by cause; it does not say how a cause is spelled."""
     if not isinstance(retries, dict):
         return retries
     keyed: Counter[str] = Counter()
     for key, count in retries.items():
-        status = _STATUS_IN_KEY.search(str(key))
-        keyed[f"http_{status.group(1)}" if status else str(key)] += count
+        statuses = _STATUS_IN_KEY.findall(str(key))
+        keyed[f"http_{statuses[-1]}" if statuses else str(key)] += count
     return dict(sorted(keyed.items()))
 
 
