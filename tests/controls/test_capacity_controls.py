@@ -271,7 +271,7 @@ def test_a_proxy_costlier_per_chunk_is_caught_by_interleaved_rounds_and_rc1_agai
     caught = {c.id: c for c in judge_round_regressions(rc1["a"], variant, 3)}[cost]
     itself = {c.id: c for c in judge_round_regressions(rc1["a"], rc1["b"], 3)}[cost]
     print("cpu-per-chunk-60us:", caught.observed, "| rc1 against itself:", itself.observed)
-    assert caught.verdict == "fail" and caught.metrics["p"] == 0.05, caught
+    assert caught.verdict == "fail" and caught.metrics.get("p") == 0.05, caught  # not judged: its reason shown
     assert caught.metrics["ratio_low"] > 1.25 and 1.3 < caught.metrics["ratio"] < 4, caught  # 60 us on top of rc1's
     assert itself.verdict == "pass" and itself.metrics["ratio_low"] < 1.25, itself
     # what the fault does not touch: its own run still passes every behavioural bound of the scenario
