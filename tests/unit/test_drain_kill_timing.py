@@ -11,9 +11,10 @@ from dd_accept.acceptance import drain
 from dd_accept.slurm_docker.step_exit import StepExit
 
 
-def _stop(term_reached_s_ago: float, exits_after_s: float | None):
+def _stop(term_reached_s_ago: float, exits_after_s: float | None, srun_lingers: bool = False):
     """stop_endpoint_step against fakes: TERM reached the task `term_reached_s_ago` before
-    the harness read it; the task exits by itself `exits_after_s` after that (None: never)."""
+    the harness read it; the task exits by itself `exits_after_s` after that (None: never);
+    `srun_lingers`: its launcher outlives it, so the harness's wait still times out."""
     now = time.time()
     term_at = now - term_reached_s_ago
     sent: list[str] = []
@@ -21,7 +22,8 @@ def _stop(term_reached_s_ago: float, exits_after_s: float | None):
 
     def wait(timeout):
         waits.append(timeout)
-        if "KILL" in sent or (exits_after_s is not None and term_reached_s_ago + timeout >= exits_after_s):
+        exited = exits_after_s is not None and term_reached_s_ago + timeout >= exits_after_s and not srun_lingers
+        if "KILL" in sent or exited:
             return SimpleNamespace(exit_code=0, started_at=term_at - 5, duration_s=5 + (exits_after_s or 13))
         raise TimeoutError
 
@@ -48,3 +50,11 @@ def test_the_kill_waits_only_what_is_left_of_the_allowance_since_term():
 def test_an_endpoint_that_exits_within_the_allowance_is_not_killed():
     _, forced_at, end, sent, _ = _stop(term_reached_s_ago=2.0, exits_after_s=10.5)
     assert sent == ["TERM"] and forced_at is None and end.exit_code == 0
+
+
+def test_a_kill_that_found_the_task_exited_0_is_no_force_for_every_reader():
+    """srun outlived its task's exit 0 at 11.6 s: the harness KILLed the step, but the forced
+    moment it returns (the drain chart's mark, the telemetry drain phase) is None, as the
+    allowance check reads it."""
+    _, forced_at, end, sent, _ = _stop(term_reached_s_ago=13.0, exits_after_s=11.6, srun_lingers=True)
+    assert sent == ["TERM", "KILL"] and end.exit_code == 0 and forced_at is None

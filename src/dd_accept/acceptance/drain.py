@@ -28,7 +28,7 @@ from dd_accept.acceptance.phases import (
     stopping,
 )
 from dd_accept.acceptance.plan import JOB, NODE, PlannedCommand, Planner
-from dd_accept.base.drain_outcomes import MARKS
+from dd_accept.base.drain_outcomes import MARKS, kill_that_reached
 from dd_accept.base.errors import SutBehaviourMissing
 from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt, of_type
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
@@ -83,9 +83,10 @@ def stop_endpoint_step(
     """TERM the endpoint step; KILL it if it is still running when the allowance has passed
     since TERM reached its task (the controller's escalation, done by the harness). Returns
     when TERM reached the task, when the KILL was sent (None when the endpoint ended by
-    itself), and how it ended. The allowance runs from TERM, not from when `scancel` and the
-    read of the node's log returned: on a loaded machine those took seconds, and an endpoint
-    that never bounds its drain outlived its streams' end before the KILL came."""
+    itself, a KILL that found it exited 0 included: `kill_that_reached`), and how it ended.
+    The allowance runs from TERM, not from when `scancel` and the read of the node's log
+    returned: on a loaded machine those took seconds, and an endpoint that never bounds its
+    drain outlived its streams' end before the KILL came."""
     (step,) = allocation.steps_by_name()["proxy"]
     term = allocation.scancel_step(step, "TERM")
     stop_at = _term_moment(allocation, step, proxy.node, term.started_at)
@@ -99,7 +100,7 @@ def stop_endpoint_step(
         record = proxy.step.wait(timeout=30)
     launcher = LauncherEnd(record.exit_code, record.started_at + record.duration_s)
     end = _endpoint_end(allocation, step, proxy.node, stop_at, launcher, output=proxy.log_tail(200))
-    return stop_at, forced_at, end
+    return stop_at, kill_that_reached(forced_at, stop_at, end.exit_code, end.seconds_after_stop), end
 
 
 def _term_moment(allocation: Allocation, step: str, node: str, fallback: float) -> float:

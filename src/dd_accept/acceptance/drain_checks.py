@@ -34,6 +34,7 @@ from dd_accept.base.drain_outcomes import (
     GOOD_OUTCOMES,
     WINDOW_OVERRUN_S,
     classify,
+    kill_that_reached,
     whole_streams,
 )
 from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt
@@ -159,8 +160,7 @@ def allowance(
     bound its drain, a cut before the window means it dropped work. A KILL sent after Slurm
     recorded the task's own exit (srun, its launcher, can outlive the task on a busy node)
     reached nothing of the endpoint's and is no force (a killed task never exits 0)."""
-    if forced_at is not None and endpoint.exit_code == 0 and stop_at + endpoint.seconds_after_stop < forced_at:
-        forced_at = None
+    forced_at = kill_that_reached(forced_at, stop_at, endpoint.exit_code, endpoint.seconds_after_stop)
     flying = in_flight(streams, stop_at)
     counts = _outcomes(flying, upstream, stop_at, forced_at, window_s)
     ends = [round(e.t - stop_at, 1) for e in flying]

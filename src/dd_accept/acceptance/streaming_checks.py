@@ -201,15 +201,13 @@ def no_buffering(
       - at most `late_events_limit` of all events delayed `late_gap_share` of the gap or more
         (0.1 s): a flush on a timer of period T delays a share 1 - 0.1/T of them that much
         (a 0.3 s timer two in three, one of 0.2 s half; one of 0.15 s a third, at the bound:
-        caught about half the time), where a correct proxy's sparse
-        events waited 27 ms at the most in five runs on a busy machine, 2 ms typically; a
-        stall of the machine delays the events it meets, up to its length (two 1.2 s stalls
-        in one sparse phase: under 30 %).
+        caught about half the time).
       The typical and late bounds are shares of the gap, but never of less than `least_gap_s`.
-      A proxy that forwards each event as it comes delivers the typical one in milliseconds;
-      a stall of the machine delays the events it meets, few of a position's (the streams
-      start over one gap) and few of all; 1.2 s stalls pass, the most measured in CI was
-      0.48 s per event.
+      A proxy that forwards each event as it comes delivers the typical one in milliseconds
+      (27 ms at the most in five runs on a busy machine, 2 ms typically); a stall of the
+      machine delays the events it meets, few of a position's (the streams start over one
+      gap) and few of all: 1.2 s stalls pass (two in one sparse phase delay under 30 %), the
+      most measured in CI was 0.48 s per event.
     - *dense streams* (64 at 32 at once, 128 events 20 ms apart): no event later than
       `held_share_limit` of its replica's stream (the held share). A proxy that holds the
       body, or every event after the first, holds each stream for (nearly) all of its length.

@@ -45,6 +45,18 @@ def classify(
     return "lost"
 
 
+def kill_that_reached(
+    forced_at: float | None, stop_at: float, exit_code: int | None, exited_after_s: float
+) -> float | None:
+    """The harness's KILL (`forced_at`), unless Slurm recorded the task's own exit 0 before it:
+    srun, the launcher the harness waits on, can outlive its task on a busy node, and a KILL
+    sent then reaches nothing of the endpoint's (a killed task never exits 0). One reading for
+    the verdict, the drain chart's marks and the telemetry drain phase alike."""
+    if forced_at is not None and exit_code == 0 and stop_at + exited_after_s < forced_at:
+        return None
+    return forced_at
+
+
 def whole_streams(streams: Iterable[ClientRequest], upstream: Iterable[UpstreamAttempt]) -> set[str]:
     """The request ids whose stream a replica generated whole (200, written to its end) and
     the client read event for event: the replicas' records, not the [DONE] the client got,
