@@ -240,6 +240,22 @@ def _as_results(result) -> dict:
     return {"scenarios": [{"name": result.name, "checks": [asdict(check) for check in result.checks]}]}
 
 
+# A round the machine refused to judge (its hypervisor or the harness bounded the knee: the
+# refusal has its own control above) is measured again at once, in its place in the order, as
+# an operator re-runs a gate that exited 2; CI's hypervisor once took 26-36% of two rounds.
+ROUND_ATTEMPTS = 3
+
+
+def _judged_round(measure) -> dict:
+    for _ in range(ROUND_ATTEMPTS):
+        result = measure()
+        if result.error is None:
+            return _as_results(result)
+        assert result.error.startswith(NOT_JUDGED), result.error  # anything else: the control's own fault
+        _as_results(result)  # printed: what the machine did to it
+    pytest.fail(f"the machine refused {ROUND_ATTEMPTS} capacity rounds in a row: {result.error}")
+
+
 def test_a_proxy_costlier_per_chunk_is_caught_by_interleaved_rounds_and_rc1_against_itself_is_not(
     sut_allocation, sut_cluster, sut_wheelhouse, sut_image, sut_profile, tmp_path
 ):
@@ -256,12 +272,14 @@ def test_a_proxy_costlier_per_chunk_is_caught_by_interleaved_rounds_and_rc1_agai
         with own_allocation(image, sut_wheelhouse, "ctl-rounds", installed) as (allocation, cluster):
 
             def of_rc1(side):
-                run = run_capacity(sut_allocation, RunDirectory.create(sut_cluster), sut_profile, ROUND, QUIET)
-                rc1[side].append(_as_results(run))
+                rc1[side].append(_judged_round(lambda: run_capacity(
+                    sut_allocation, RunDirectory.create(sut_cluster), sut_profile, ROUND, QUIET
+                )))  # fmt: skip
 
             def of_variant():
-                run = run_capacity(allocation, RunDirectory.create(cluster), profile, ROUND, QUIET)
-                variant.append(_as_results(run))
+                variant.append(_judged_round(lambda: run_capacity(
+                    allocation, RunDirectory.create(cluster), profile, ROUND, QUIET
+                )))  # fmt: skip
 
             for number in range(3):  # a b v | v b a | a b v ... : neither side always first or last
                 steps = [lambda: of_rc1("a"), lambda: of_rc1("b"), of_variant]

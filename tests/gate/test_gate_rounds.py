@@ -149,8 +149,17 @@ def test_a_round_the_machine_left_unjudged_fails_the_gate_and_never_drops_out(tm
     _stand_ins(monkeypatch, {"baseline": [30.0] * 3, "candidate": [90.0] * 3}, kneeless="candidate-2")
     code, _, document = _gate(tmp_path)
     checks = {c["id"]: c for c in document["checks"]}
-    assert checks[COST]["verdict"] == "fail" and "ladders differ (ladder_mode" in checks[COST]["observed"], checks
-    assert code == 1
+    said = "no ladder in candidate run 2 (its knee was not judged)"
+    assert checks[COST]["verdict"] == "fail" and said in checks[COST]["observed"], checks
+    knee = checks["gate.regression.capacity.knee.knee_output_throughput"]
+    assert knee["verdict"] == "fail" and said in knee["observed"], knee
+    # a run that wrote its ladder but another one still fails as a ladder that differs
+    moved = [_capacity(30.0, 20_000.0) for _ in range(3)]
+    moved[1]["checks"][0]["metrics"]["ladder_start"] = 40.0
+    runs = [{"scenarios": [_capacity(30.0, 20_000.0)]} for _ in range(3)]
+    differ = {c.id: c for c in judge_round_regressions(runs, [{"scenarios": [s]} for s in moved], 3)}[COST]
+    assert differ.verdict == "fail" and "the runs' ladders differ (ladder_start)" in differ.observed, differ
+    assert code == 1  # the stand-in exited 0; a real run the machine left unjudged exits 2, and so does the gate
 
 
 @pytest.mark.parametrize(

@@ -51,8 +51,13 @@ def judge_round_regressions(
     found = []
     complete = len(before) >= planned and len(after) >= planned  # else a round wrote no results at all
     for declared in REGRESSION_METRICS:
+        unknown = _ladderless(declared, before, after) if complete else []
+        if unknown:  # its knee not judged (the machine bounded it): its numbers compare with nothing
+            said = f"no ladder in {', '.join(unknown)} (its knee was not judged), so its numbers compare with none"
+            found.append(_not_judged(declared, planned, said))
+            continue
         differ = ladders_differ(declared, before + after) if complete else []
-        if differ:  # one gate's runs share one ladder: a run without it (not judged) measured nothing to compare
+        if differ:  # one gate's runs share one ladder
             found.append(_not_judged(declared, planned, f"the runs' ladders differ ({', '.join(differ)})"))
             continue
         values = round_values(declared, before + after) if complete else []
@@ -61,6 +66,21 @@ def judge_round_regressions(
         else:  # a run that did not measure it: each side's own count says which
             found.append(_judged(declared, round_values(declared, before), round_values(declared, after), planned))
     return found
+
+
+def _ladderless(declared: RegressionMetric, before: list[dict], after: list[dict]) -> list[str]:
+    """The runs that wrote no ladder for a number (by role and round), where a declared number
+    is read on a ladder: a run the machine left unjudged, named rather than read as a ladder
+    that differs."""
+    if not declared.same:
+        return []
+    ladder = declared.ladder_in or declared.check
+    named = [
+        (f"{role} run {n}", run)
+        for role, runs in zip(ROLES, (before, after), strict=True)
+        for n, run in enumerate(runs, 1)
+    ]
+    return [name for name, run in named if ladder not in run]
 
 
 def _expected(declared: RegressionMetric, planned: int) -> str:
