@@ -723,9 +723,11 @@ FAULTS = {
             "background-health-monitor",
             "data-designer-slurm",
             "not a fault: rc1 plus a background health monitor, as the seed pull request adds, probing every "
-            "backend's /health every 0.25 s on a session of its own, outside the proxy's connection counters "
-            "(the positive control of streaming.connection_accounting with probes the proxy does not count)",
+            "backend's /health every 0.25 s on a session of its own, outside the proxy's connection counters, "
+            "and its /metrics without rc1's idle gauge (the brief documents counters): the positive control of "
+            "streaming.connection_accounting with probes the proxy does not count and no gauge of its pool",
             (
+                (PROXY, '                "idle": idle_connections,\n', ""),
                 (
                     PROXY,
                     "        application.on_startup.append(self._start)\n",

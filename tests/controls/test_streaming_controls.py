@@ -134,7 +134,9 @@ def test_a_background_health_monitor_outside_the_counters_is_not_a_miscount(
     """Positive control of the probe-aware accounting: rc1 plus the seed's kind of monitor,
     probing every replica's /health 4 times a second on a session the proxy's counters do
     not see. When replicas close every connection, each probe opens one the proxy does not
-    count: accepted exceeds opened, the connections that carried requests do not."""
+    count: accepted exceeds opened, the connections that carried requests do not. Its metrics
+    have no idle gauge (rc1's own addition): the connections the replicas held open from it
+    bound its reuse instead."""
     checks = run_with_fault(_streaming, "background-health-monitor", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     assert [c.verdict for c in checks.values()] == ["pass"] * 6, _not_passed(checks)
     accounting = checks["streaming.connection_accounting"].observed
@@ -143,3 +145,6 @@ def test_a_background_health_monitor_outside_the_counters_is_not_a_miscount(
     opened = int(closing.split("proxy opened ")[1].split(",")[0])
     accepted = int(closing.split("replicas accepted ")[1].split(" ")[0])
     assert accepted > opened, closing
+    held = int(closing.split("no idle gauge; replicas held ")[1].split(" ")[0])
+    reused = int(closing.split("reused ")[1].split(" ")[0])
+    assert 0 < reused <= held, closing  # the pool the previous phase left, reused once each

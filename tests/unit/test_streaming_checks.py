@@ -322,6 +322,26 @@ def test_connection_accounting():
     assert errors.verdict == "fail"
 
 
+def test_without_an_idle_gauge_the_replicas_open_connections_bound_reuse_in_the_closing_phase():
+    """The brief's /metrics documents counters; rc1's idle gauge is its own. A proxy without
+    one is judged on what the replicas held open from it when the closing phase began: 32
+    pooled, 32 reused passes; 64 reused (each closed connection reused again) fails."""
+    kept, sequential = phase(24, 40, None, 24, 64), phase(0, 16, None, 0, 16)
+    closing = replace(phase(32, 32, None, 32, 64), replicas_open_before=32)
+    good = {"keep-alive": kept, "sequential": sequential, "closing": closing}
+    result = checks.connection_accounting(good)
+    assert result.verdict == "pass", result
+    assert "reused 32 (no idle gauge; replicas held 32 open before)" in result.observed
+    reused_closed = replace(phase(0, 64, None, 0, 64), replicas_open_before=32)
+    result = checks.connection_accounting({**good, "closing": reused_closed})
+    assert result.verdict == "fail" and "reused 64 (no idle gauge; replicas held 32 open before)" in result.observed
+    # with neither the gauge nor the replicas' count the bound is unknown: never a pass
+    assert checks.connection_accounting({**good, "closing": phase(32, 32, None, 32, 64)}).verdict == "fail"
+    # the gauge, where the proxy reports one, is the bound (its own view of its pool)
+    gauged = replace(phase(32, 32, 16, 32, 64), replicas_open_before=40)
+    assert checks.connection_accounting({**good, "closing": gauged}).verdict == "fail"
+
+
 def test_connection_accounting_needs_a_phase_where_opened_differs_from_reused():
     """With opened == reused everywhere a swapped-counter proxy would agree: not judged, fails."""
     blind = checks.connection_accounting({"keep-alive": phase(32, 32, 0, 32, 64), "closing": phase(32, 32, 32, 32, 64)})

@@ -50,14 +50,16 @@ class StreamingOptions:
     seed: int = 0
 
 
-def _connection_counts(replicas: deployment.ReplicaSet) -> tuple[int, int, int]:
+def _connection_counts(replicas: deployment.ReplicaSet) -> tuple[int, int, int, int]:
     """Summed over the replicas: connections accepted (minus the one each state read itself
-    opened), connections that carried a request other than a health probe, probe requests."""
+    opened), connections that carried a request other than a health probe, probe requests,
+    and connections open now (minus the state read's own)."""
     states = replicas.control(None, "state")
     return (
         sum(state["connections_accepted"] - 1 for state in states),
         sum(state["connections_with_requests"] for state in states),
         sum(state["probe_requests"] for state in states),
+        sum(state["open_connections"] - 1 for state in states),
     )
 
 
@@ -140,7 +142,7 @@ def _phase(allocation, proxy, replicas, run, profile, options, name):
     # _connection_counts, the first's here (state reads carry no request the others count)
     accepted = after_replicas[0] - before_replicas[0] - options.replicas
     with_requests, probes = (
-        after - before for after, before in zip(after_replicas[1:], before_replicas[1:], strict=True)
+        after - before for after, before in zip(after_replicas[1:3], before_replicas[1:3], strict=True)
     )
     events = deployment.read_events(run, name)
     upstream = with_prefix(replicas.events(), f"{name}-")
@@ -148,9 +150,12 @@ def _phase(allocation, proxy, replicas, run, profile, options, name):
         proxy_opened=_moved(after_proxy["opened"], before_proxy["opened"]),
         proxy_reused=_moved(after_proxy["reused"], before_proxy["reused"]),
         proxy_idle_before=before_proxy["idle"],
-        unreported=tuple(
-            path for name, path in _pool_paths(profile).items() if None in (after_proxy[name], before_proxy[name])
+        unreported=tuple(  # the idle gauge is rc1's addition, not the brief's: the replicas bound reuse without it
+            path
+            for name, path in _pool_paths(profile).items()
+            if name != "idle" and None in (after_proxy[name], before_proxy[name])
         ),
+        replicas_open_before=before_replicas[3],
         replicas_accepted=accepted,
         replicas_with_requests=with_requests,
         probe_requests=probes,

@@ -332,6 +332,16 @@ class ConnectionPhase:
     replicas_with_requests: int | None = None
     probe_requests: int = 0
     unreported: tuple[str, ...] = ()  # the profile's metric paths the proxy's metrics lack
+    # Connections the replicas held open from the proxy when the phase began: what the proxy
+    # could have pooled. The bound on reuse where its metrics hold no idle gauge (the brief's
+    # /metrics documents counters only; rc1 adds the gauge).
+    replicas_open_before: int | None = None
+
+    @property
+    def idle_before(self) -> int | None:
+        """How many pooled connections the phase could reuse: the proxy's gauge, or else
+        what the replicas held open."""
+        return self.proxy_idle_before if self.proxy_idle_before is not None else self.replicas_open_before
 
     @property
     def opened_as_counted(self) -> set[int]:
@@ -349,7 +359,10 @@ class ConnectionPhase:
         probes = ""
         if self.probe_requests or self.replicas_with_requests not in (None, self.replicas_accepted):
             probes = f" ({self.replicas_with_requests} with requests; {self.probe_requests} health probes)"
-        proxy = f"proxy opened {self.proxy_opened}, reused {self.proxy_reused} (idle before {self.proxy_idle_before})"
+        idle = f"idle before {self.proxy_idle_before}"
+        if self.proxy_idle_before is None:
+            idle = f"no idle gauge; replicas held {self.replicas_open_before} open before"
+        proxy = f"proxy opened {self.proxy_opened}, reused {self.proxy_reused} ({idle})"
         if self.unreported:
             proxy = f"the proxy's metrics have no {', '.join(self.unreported)}"
         return (
@@ -368,7 +381,9 @@ def connection_accounting(phases: dict[str, ConnectionPhase], closing: str = "cl
     without the probes.
 
     In the closing phase, only connections already idle in the pool when it began may be
-    reused (once each): every response after that closes its connection. At least one phase
+    reused (once each): every response after that closes its connection. The pool's size is
+    the proxy's idle gauge where its metrics have one, else the connections the replicas held
+    open from it (an upper bound: a probe's connection counts too). At least one phase
     must have opened a different number of connections than it reused (as the replicas saw
     it), or a proxy that swaps the two counters could not be told apart.
     """
@@ -387,8 +402,8 @@ def connection_accounting(phases: dict[str, ConnectionPhase], closing: str = "cl
     last = phases.get(closing)
     recovers = last is None or (
         last.client_errors == 0
-        and None not in (last.proxy_reused, last.proxy_idle_before)
-        and last.proxy_reused <= last.proxy_idle_before
+        and None not in (last.proxy_reused, last.idle_before)
+        and last.proxy_reused <= last.idle_before
     )
     ok = (
         bool(phases)

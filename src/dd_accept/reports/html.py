@@ -322,9 +322,10 @@ def drain_chart(
     t0 = min(min(e.began for e in rows), stop) - 0.5
     t1 = max(max(e.t for e in rows), stop + allowance, forced or 0) + 0.5
     height = len(rows[:60]) * ROW + 10
+    outcomes = {id(e): classify(e, stop, forced, window, e.request_id in whole) for e in rows}  # once, as judged
     spans = []
     for i, event in enumerate(sorted(rows, key=lambda e: e.began)[:60]):
-        outcome = classify(event, stop, forced, window, event.request_id in whole)
+        outcome = outcomes[id(event)]
         a, b = _x(event.began, t0, t1), _x(event.t, t0, t1)
         spans.append(
             f'<line x1="{a:.1f}" x2="{max(b, a + 1):.1f}" y1="{8 + i * ROW}" y2="{8 + i * ROW}" '
@@ -347,7 +348,7 @@ def drain_chart(
         marks.append(
             f'<line x1="{x_kill:.1f}" x2="{x_kill:.1f}" y1="0" y2="{height}" class="sig"><title>KILL</title></line>'
         )
-    counts = Counter(classify(e, stop, forced, window, e.request_id in whole) for e in rows if e.began < stop <= e.t)
+    counts = Counter(outcomes[id(e)] for e in rows if e.began < stop <= e.t)
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no stream in flight"
     return (
         f"<figure><figcaption>Drain timeline — {escape(title)}: in flight at TERM: {escape(summary)}. "
