@@ -124,10 +124,40 @@ def test_records_of_the_proxys_own_endpoints_are_set_aside_and_a_request_logged_
     own = "slurm_proxy_request " + json.dumps({"attempts": 0, "final_status": 200, "upstream_outcomes": []})
     result = checks.request_log([replace(phase, log_lines=[*phase.log_lines, own, own])], CLAIMED)
     assert result.verdict == "pass" and result.metrics["records_set_aside"] == 2, result
-    assert result.observed.endswith("2 records of no upstream attempt set aside (the proxy's own endpoints)")
+    assert result.observed.endswith(
+        "2 records set aside (the proxy's own endpoints: another path, or no upstream attempt)"
+    )
     instead = [line for line in phase.log_lines if '"attempts": 2' not in line] + [own]
     wrong = checks.request_log([replace(phase, log_lines=instead)], CLAIMED)
     assert wrong.verdict == "fail" and "not logged: 1x attempts 2 [429,200] -> 200" in wrong.detail, wrong
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("path", "/health"), ("request", "GET /health HTTP/1.1"), ("url", "http://127.0.0.1:9000/metrics?x=1")],
+)
+def test_a_record_naming_the_proxys_own_path_is_set_aside_whatever_attempts_it_lists(field, value):
+    """A /health that probes the backends may log the probes as its attempts: the record
+    names a path no client sends, so it is no driven request's. A driven request's record
+    that names its completion path is still judged, and one that names another path is
+    missing from what was served."""
+    phase = retry_phase()
+    probing = {"attempts": 4, "final_status": 200, "upstream_outcomes": ["200"] * 4, field: value}
+    own = "slurm_proxy_request " + json.dumps(probing)
+    result = checks.request_log([replace(phase, log_lines=[*phase.log_lines, own])], CLAIMED)
+    assert result.verdict == "pass" and result.metrics["records_set_aside"] == 1, result
+    unnamed = {k: v for k, v in probing.items() if k != field}
+    listed = "slurm_proxy_request " + json.dumps(unnamed)
+    wrong = checks.request_log([replace(phase, log_lines=[*phase.log_lines, listed])], CLAIMED)
+    assert wrong.verdict == "fail" and "logged but not seen: 1x attempts 4 [200,200,200,200] -> 200" in wrong.detail
+    driven = [
+        line.replace("{", '{"path": "/v1/chat/completions", ', 1) for line in phase.log_lines
+    ]  # every driven request names its path: all judged, none set aside
+    named = checks.request_log([replace(phase, log_lines=driven)], CLAIMED)
+    assert named.verdict == "pass" and named.metrics["records_set_aside"] == 0, named
+    mislabelled = [line.replace("{", '{"path": "/health", ', 1) for line in phase.log_lines]
+    lost = checks.request_log([replace(phase, log_lines=mislabelled)], CLAIMED)
+    assert lost.verdict == "fail" and lost.metrics["records"] == 0, lost
 
 
 def cut_phase(records, client_bytes=(479, 700), replica_bytes=(479, 959)):

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from dd_accept.base.events import (
     ADMISSION_PROBE_ID,
+    COMPLETION_PATHS,
     EVENT_TYPES,
     ClientRequest,
     Event,
@@ -53,9 +54,6 @@ class LedgerRow:
     def answered(self) -> bool:
         """The client got its answer whole (any record of it: one per id in every client)."""
         return any(record.outcome == "ok" for record in self.client)
-
-
-COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})  # what the clients send
 
 
 @dataclass(frozen=True, slots=True)

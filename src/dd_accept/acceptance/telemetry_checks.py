@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from typing import Any
+from urllib.parse import urlsplit
 
 from dd_accept.acceptance.log_shapes import log_records
 from dd_accept.acceptance.registry import check
@@ -41,7 +42,7 @@ from dd_accept.acceptance.telemetry_records import (
     status_of,
     unclaimed,
 )
-from dd_accept.base.events import SutAttemptRecord, UpstreamAttempt
+from dd_accept.base.events import COMPLETION_PATHS, SutAttemptRecord, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 from dd_accept.sut.profile import TelemetryProfile
 
@@ -172,15 +173,39 @@ def _record_key(record: dict[str, Any]) -> RecordKey | None:
     return attempts, statuses, final
 
 
+# Where a record may name the request it is of: a path, a route, or a request line or URL.
+_PATH_FIELDS = ("path", "route", "endpoint", "target", "url", "uri", "request")
+
+
+def named_path(record: dict[str, Any]) -> str | None:
+    """The path a record says it served ("/health", "GET /metrics HTTP/1.1",
+    "http://h:1/health?x"), or None when it names none."""
+    for field in _PATH_FIELDS:
+        value = record.get(field)
+        targets = [t for t in value.split() if t.startswith("/") or "://" in t] if isinstance(value, str) else []
+        if targets:
+            path = urlsplit(targets[0]).path if "://" in targets[0] else targets[0].split("?")[0]
+            return path or "/"
+    return None
+
+
+def of_own_endpoint(record: dict[str, Any]) -> bool:
+    """A record of a path no client of the run sends: the proxy's own endpoints (its /health
+    may probe the backends and list those probes as attempts)."""
+    path = named_path(record)
+    return path is not None and path not in COMPLETION_PATHS
+
+
 @check("telemetry.request_log")
 def request_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> CheckResult:
     """Every request that got a whole response is logged once, with how many upstream
     attempts it took and each attempt's status (failovers and 429 retries included) and its
     final status, as the replicas and the client saw it; records compared as a multiset per
     phase (the records carry no request id). A marked line that is not a JSON record fails.
-    Records of no upstream attempt beyond the responses that had none (a 503 with no backend)
-    are set aside, not judged: a proxy may log its own endpoints' requests (`/health`,
-    `/metrics`) under the same marker."""
+    A proxy may log its own endpoints' requests (`/health`, `/metrics`) under the same
+    marker: a record naming a path no client sends is set aside, whatever attempts it lists
+    (a /health that probes the backends), and so are records of no upstream attempt beyond
+    the responses that had none (a 503 with no backend), where records name no path."""
     marker = profile.log_marker
     expected_text = (
         f"one `{marker}` record per whole response, its attempts and upstream statuses as the replicas served "
@@ -194,6 +219,9 @@ def request_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
     for phase in phases:
         records, malformed = log_records(phase.log_lines, marker)
         complete = [r for r in records if not flagged(r.get(profile.incomplete_field))]
+        named_own = [r for r in complete if of_own_endpoint(r)]
+        own += len(named_own)
+        complete = [r for r in complete if not of_own_endpoint(r)]
         keys = [_record_key(r) for r in complete]
         requests_logged = [k for k in keys if k is not None]
         unreadable = malformed
@@ -218,7 +246,7 @@ def request_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
     if total_records == 0 and total_expected:
         observed = f"no `{marker}` record was written for {total_expected} whole responses"
     if own:
-        observed += f"; {own} records of no upstream attempt set aside (the proxy's own endpoints)"
+        observed += f"; {own} records set aside (the proxy's own endpoints: another path, or no upstream attempt)"
     return CheckResult.judge(
         request_log.check_id,
         ok,

@@ -39,6 +39,9 @@ def to_tenth_ms(seconds: float) -> float:
 
 
 REQUEST_ID_HEADER = "x-dd-request-id"  # every request's id, sent by the load clients, kept by the replicas
+# What the load clients send, and the replicas generate for: every other path is a probe's,
+# a control's or the proxy's own (/health, /metrics).
+COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 
 # How the harness probes a replica's queue admission, straight to the replica (never through
 # the SUT's proxy): the request the middleware exists to gate, a POST to the chat endpoint,

@@ -41,7 +41,7 @@ from typing import Any
 import httptools
 
 from dd_accept.base.errors import EXIT_INTERRUPTED, EXIT_PASS, EXIT_USAGE
-from dd_accept.base.events import EventWriter, UpstreamAttempt, to_tenth_ms
+from dd_accept.base.events import COMPLETION_PATHS, EventWriter, UpstreamAttempt, to_tenth_ms
 from dd_accept.base.wall_clock import WallAnchor
 from dd_accept.node import event_loop
 from dd_accept.node.environment import TOKEN_ENV
@@ -58,7 +58,6 @@ from dd_accept.node.replica.http1 import (
 )
 from dd_accept.node.replica.readiness import add_location_arguments, listen_port, per_task, task_index, write_ready
 
-COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 TICK_S = 0.001  # the pacing resolution: token gaps are whole milliseconds, as uvloop's timers are
 SAME_TICK_S = 0.0005  # a wake-up this early still writes the tick's streams
 
