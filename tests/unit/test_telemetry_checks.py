@@ -155,6 +155,8 @@ def test_a_record_naming_the_proxys_own_path_is_set_aside_whatever_attempts_it_l
     ]  # every driven request names its path: all judged, none set aside
     named = checks.request_log([replace(phase, log_lines=driven)], CLAIMED)
     assert named.verdict == "pass" and named.metrics["records_set_aside"] == 0, named
+    routed = [line.replace("{", '{"route": "/{path:.*}", ', 1) for line in phase.log_lines]  # a pattern
+    assert checks.request_log([replace(phase, log_lines=routed)], CLAIMED).metrics["records_set_aside"] == 0
     mislabelled = [line.replace("{", '{"path": "/health", ', 1) for line in phase.log_lines]
     lost = checks.request_log([replace(phase, log_lines=mislabelled)], CLAIMED)
     assert lost.verdict == "fail" and lost.metrics["records"] == 0, lost

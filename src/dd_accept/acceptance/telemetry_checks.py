@@ -191,9 +191,10 @@ def named_path(record: dict[str, Any]) -> str | None:
 
 def of_own_endpoint(record: dict[str, Any]) -> bool:
     """A record of a path no client of the run sends: the proxy's own endpoints (its /health
-    may probe the backends and list those probes as attempts)."""
+    may probe the backends and list those probes as attempts). A route's pattern (aiohttp's
+    catch-all `/{path:.*}`) names no path."""
     path = named_path(record)
-    return path is not None and path not in COMPLETION_PATHS
+    return path is not None and path not in COMPLETION_PATHS and not any(c in path for c in "{}*")
 
 
 @check("telemetry.request_log")
