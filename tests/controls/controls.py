@@ -92,3 +92,17 @@ def run_against_fault(fault_name, wheelhouse, base_image, profile, tmp_path, opt
         return run_overload(allocation, run, profile, options or OverloadOptions(), progress)
 
     return run_with_fault(overload, fault_name, wheelhouse, base_image, profile, tmp_path)
+
+
+def stop_story(records, since: int = 0) -> str:
+    """What Slurm and the harness did around each stop since record `since`, a line each: the
+    scancels, the node-log reads of TERM's delivery and the tasks' ends (their lines are the
+    node's own), and the proxy's launcher. Printed by a control whose rc1 stop came out
+    otherwise than rc1 does (seen rarely, under 4 control files at once)."""
+    lines = []
+    for r in records.since(since):
+        argv = " ".join(r.argv)
+        if "scancel" in r.argv or "Sent signal" in argv or "] task " in argv or (r.background and "proxy" in argv):
+            told = " | ".join(t.strip()[-400:] for t in (r.stdout_tail, r.stderr_tail) if t.strip())
+            lines.append(f"{r.start} +{r.duration_s:.2f}s exit {r.exit_code}: {argv[-100:]} | {told}")
+    return "\n".join(lines)

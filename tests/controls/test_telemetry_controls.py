@@ -20,7 +20,7 @@ from dd_accept.acceptance import telemetry_counter_checks as counter_checks
 from dd_accept.acceptance.telemetry import TelemetryOptions, run_telemetry
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.deployment import RunDirectory
-from tests.controls.controls import run_with_fault
+from tests.controls.controls import run_with_fault, stop_story
 from tests.helpers import assert_the_dry_run_planned_what_the_run_did
 
 pytestmark = pytest.mark.cluster
@@ -81,6 +81,7 @@ def _shaped_telemetry(shapes):
 
 
 def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_profile, sut_cluster):
+    since = len(sut_cluster.records)
     result = _telemetry(sut_allocation, RunDirectory.create(sut_cluster), sut_profile, ProgressWriter(None, "t"))
     checks = {c.id: c for c in result.checks}
     counters = checks["telemetry.attempt_counters"]
@@ -100,9 +101,9 @@ def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_pro
     assert cut.verdict == "fail" and cut.metrics["cut_streams"] == CUT + DRAINED, cut
     assert cut.metrics["logged_incomplete"] == 0 and cut.metrics["drain_cut_streams"] == DRAINED, cut
     # rc1 does not bound its drain (the brief's fact 3): still streaming at the allowance, it is KILLed
-    stops = [(r.start, r.duration_s, r.exit_code, " ".join(r.argv[-3:])) for r in sut_cluster.records
-             if "scancel" in r.argv or (r.background and "proxy" in " ".join(r.argv))]  # fmt: skip
-    assert "was KILLed: it ended no stream at its drain window itself" in cut.detail, (cut, stops[-6:])
+    print(cut.observed, "|", cut.detail, "\n" + stop_story(sut_cluster.records, since))
+    assert "was KILLed: it ended no stream at its drain window itself" in cut.detail, cut.observed
+    assert "drain: endpoint exit 137 " in cut.observed and "), KILL after " in cut.observed, cut.observed
     for name in ("telemetry.connection_lifecycle", "telemetry.timeouts"):
         assert checks[name].verdict == "fail" and checks[name].observed.startswith("the proxy's metrics have no")
     leaks = checks["telemetry.no_payloads"]

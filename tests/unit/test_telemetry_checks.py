@@ -10,6 +10,7 @@ from dd_accept.acceptance import telemetry_checks as checks
 from dd_accept.acceptance import telemetry_counter_checks as counters
 from dd_accept.acceptance import telemetry_payload_checks as payloads
 from dd_accept.acceptance import telemetry_records
+from dd_accept.acceptance.drain_checks import StepEnd
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
 from dd_accept.sut.profile import TELEMETRY_CLAIMS, TelemetryProfile
 
@@ -485,8 +486,14 @@ def test_streams_the_drain_bound_ended_are_incomplete_streams():
     assert exited.verdict == "fail" and "2 cut streams not logged with their bytes (drain 2)" in exited.detail
     assert exited.metrics["drain_cut_streams"] == 2 and exited.metrics["drain_logged_with_bytes"] == 0
     assert "KILLed" not in exited.detail, "it ended them itself, unlogged"
-    killed = checks.incomplete_streams([cut, drain_phase([])], CLAIMED, drain_killed_after_s=12.4)
+    killed = checks.incomplete_streams(
+        [cut, drain_phase([])], CLAIMED, drain_killed_after_s=12.4, drain_end=StepEnd(137, 12.5, "slurmd step record")
+    )
     assert "the endpoint still ran 12 s after TERM and was KILLed" in killed.detail, killed
+    said = "drain: endpoint exit 137 12.5s after TERM (slurmd step record), KILL after 12.4s"
+    assert killed.observed.endswith(said), killed
+    ended = checks.incomplete_streams([cut, drain_phase([])], CLAIMED, drain_end=StepEnd(0, 10.8, "srun launcher"))
+    assert ended.observed.endswith("drain: endpoint exit 0 10.8s after TERM (srun launcher), KILL never"), ended
     # records with another stream's bytes are no record of these
     wrong = checks.incomplete_streams([cut, drain_phase([incomplete(40), incomplete(9000)])], CLAIMED)
     assert wrong.verdict == "fail" and "(drain 2)" in wrong.detail, wrong

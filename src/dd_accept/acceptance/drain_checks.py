@@ -98,6 +98,11 @@ def _exit_text(endpoint: StepEnd) -> str:
     return f"{code} (raised {endpoint.raised})" if endpoint.raised else code
 
 
+def described_end(endpoint: StepEnd) -> str:
+    """How the endpoint ended, for a check that reports a stop beside its own verdict."""
+    return f"endpoint {_exit_text(endpoint)} {endpoint.seconds_after_stop:.1f}s after TERM ({endpoint.source})"
+
+
 def _show(counts: Counter[str]) -> str:
     return ", ".join(f"{value} {key}" for key, value in sorted(counts.items())) or "none"
 

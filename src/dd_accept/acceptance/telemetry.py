@@ -27,6 +27,7 @@ from dd_accept.acceptance import telemetry_records
 from dd_accept.acceptance.analysis import with_prefix
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.drain import plan_endpoint_stop, stop_endpoint_step
+from dd_accept.acceptance.drain_checks import StepEnd
 from dd_accept.acceptance.phases import (
     DeployedRun,
     Phase,
@@ -99,6 +100,7 @@ class TelemetryRun(DeployedRun):
     drain_phase: telemetry_records.TelemetryPhase | None = None
     connection_phase: telemetry_records.TelemetryPhase | None = None
     drain_killed_after_s: float | None = None  # the endpoint still ran at the allowance: KILLed then
+    drain_end: StepEnd | None = None  # how the endpoint ended, as Slurm recorded it
 
 
 def _replicas(o: TelemetryOptions, canary: str) -> dict[str, Any]:
@@ -363,7 +365,7 @@ def _drain_bound(s: TelemetryRun) -> None:
     client = deployment.run_client(s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, **load)
     replicas.wait_running(o.drain_streams)
     time.sleep(1.0)  # the streams under way: each has sent some bytes when TERM comes
-    stop_at, forced_at, _ = stop_endpoint_step(s.allocation, proxy, s.profile)
+    stop_at, forced_at, s.drain_end = stop_endpoint_step(s.allocation, proxy, s.profile)
     client.wait(timeout=stream_s + 60)
     s.drain_killed_after_s = None if forced_at is None else forced_at - stop_at
     with contextlib.suppress(WaitTimeout):  # a replica records a stream when it next tries to write
@@ -395,7 +397,10 @@ def _judge(s: TelemetryRun) -> None:
     drained = [s.drain_phase] if s.drain_phase is not None else []
     s.result.add(
         checks.incomplete_streams(
-            phases + s.timeout_phases + drained, telemetry, drain_killed_after_s=s.drain_killed_after_s
+            phases + s.timeout_phases + drained,
+            telemetry,
+            drain_killed_after_s=s.drain_killed_after_s,
+            drain_end=s.drain_end,
         )
     )
     last = s.last_metrics

@@ -24,6 +24,7 @@ from collections import Counter
 from typing import Any
 from urllib.parse import urlsplit
 
+from dd_accept.acceptance.drain_checks import StepEnd, described_end
 from dd_accept.acceptance.log_shapes import log_records
 from dd_accept.acceptance.registry import check
 from dd_accept.acceptance.telemetry_failover_checks import connection_errors as connection_errors  # a telemetry check
@@ -391,6 +392,7 @@ def incomplete_streams(
     profile: TelemetryProfile,
     cut_phases: tuple[str, ...] = CUT_PHASES,
     drain_killed_after_s: float | None = None,
+    drain_end: StepEnd | None = None,
 ) -> CheckResult:
     """Each stream that broke mid-way (a replica cut it, the proxy's streaming timeout
     abandoned it, or its drain bound ended it, as the replica recorded it) is logged once as
@@ -398,7 +400,8 @@ def incomplete_streams(
     and at most what the replica sent (a client's reader may drop what it buffered when the
     stream breaks). No record says incomplete in a phase where no stream broke. An endpoint
     that never ended its streams at its drain window (Slurm's KILL did, at the allowance:
-    `drain_killed_after_s`) cannot have logged them, and the check says so."""
+    `drain_killed_after_s`) cannot have logged them, and the check says so. How the endpoint
+    ended (`drain_end`, Slurm's record) is reported beside the drain phase's streams."""
     marker, flag, size = profile.log_marker, profile.incomplete_field, profile.bytes_field
     expected_text = (
         f"one `{marker}` record with {flag}=true per stream a replica cut, the proxy abandoned mid-way or its "
@@ -440,6 +443,9 @@ def incomplete_streams(
         f"{', '.join(f'{low}/{high}' for low, high in cut[:4])}{' ...' if len(cut) > 4 else ''} bytes); "
         f"{flagged_count} records with {flag}=true, {matched} with the bytes sent"
     )
+    if drained and drain_end is not None:
+        kill = "never" if drain_killed_after_s is None else f"after {drain_killed_after_s:.1f}s"
+        observed += f"; drain: {described_end(drain_end)}, KILL {kill}"
     problems = []
     if not cut:
         problems.append("no replica cut a stream")
