@@ -41,16 +41,25 @@ def _drain(allocation, run, profile, progress):
     return run_drain(allocation, run, profile, DrainOptions(), progress)
 
 
+# Under 4 control files at once Slurm was seen to deliver one scancel's TERM twice, 3 ms apart,
+# and rc1 (aiohttp's run_app) exits 1 at a second TERM, cutting every stream: the harness then
+# leaves the stop not judged (drain_checks.judged_on_one_term), and the control measures again.
+ONE_TERM_ATTEMPTS = 2
+
+
 def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(
     sut_allocation, sut_profile, sut_cluster, tmp_path
 ):
-    run, since = RunDirectory.create(sut_cluster), len(sut_cluster.records)
-    result = _drain(sut_allocation, run, sut_profile, ProgressWriter(None, "drain"))
+    for _ in range(ONE_TERM_ATTEMPTS):
+        run, since = RunDirectory.create(sut_cluster), len(sut_cluster.records)
+        result = _drain(sut_allocation, run, sut_profile, ProgressWriter(None, "drain"))
+        # what Slurm and the harness did around each stop, should rc1 ever be judged otherwise
+        print("\n".join(f"{c.id} {c.verdict}: {c.observed} | {c.detail}" for c in result.checks))
+        print(result.error, "\n" + stop_story(sut_cluster.records, since))
+        if result.error is None or "Slurm delivered TERM" not in result.error:
+            break
+    assert result.error is None, result.error
     checks = {c.id: c for c in result.checks}
-    # what Slurm and the harness did around each stop, should rc1 ever be judged otherwise: a
-    # rare run under heavy load (4 control files at once) saw rc1's endpoint end 7 ms after TERM
-    print("\n".join(f"{c.id} {c.verdict}: {c.observed} | {c.detail}" for c in result.checks))
-    print(stop_story(sut_cluster.records, since))
     scancel = checks["drain.scancel_step"]
     assert scancel.verdict == "pass", scancel
     _assert_the_ledger_reconciles_and_catches_what_is_planted(checks, run.host_path, tmp_path)

@@ -1,12 +1,14 @@
 """The drain rules on hand-made stream events: completed, forced, lost."""
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
 from dd_accept.acceptance import drain_checks as checks
 from dd_accept.base.drain_outcomes import whole_streams
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
+from dd_accept.base.results import ScenarioResult
 
 _ids = itertools.count()
 
@@ -235,3 +237,27 @@ def test_a_stop_that_came_after_every_stream_ended_whole_is_the_harness_fault_no
         checks.allowance(finished, served(finished), 10.0, None, 10, 12, end)
     cut_before = [stream(0.0, 4.0), stream(0.5, 2.0, done=False, outcome="error")]
     assert checks.scancel_step(cut_before, served(cut_before[:1]), 10.0, end, [], 10, 12).verdict == "fail"
+
+
+def test_a_stop_slurm_delivered_twice_is_not_judged_where_it_failed_and_stands_where_it_passed():
+    """CI's Slurm once delivered one `scancel --signal=TERM` twice, 3 ms apart (the node's log:
+    two "Sent signal 15" lines); rc1, as aiohttp's run_app, exits 1 at a second TERM and cuts
+    every stream. Its scancel_step failure is then no finding of the contract's one TERM: the
+    run's error (exit 2), the check left out. One TERM, or a pass despite two, is judged."""
+    cut = [stream(0, 1.1, False, "truncated") for _ in range(4)]
+    twice = checks.StepEnd(1, 0.07, "slurmd step record", "asyncio.exceptions.InvalidStateError", terms=2)
+    failed = checks.scancel_step(cut, served(cut), 1, twice, [], 10, 12)
+    assert failed.verdict == "fail" and "exit 1 (raised asyncio.exceptions.InvalidStateError)" in failed.observed
+    assert "(Slurm delivered TERM 2 times)" in failed.observed, failed
+    result = ScenarioResult("drain")
+    checks.judged_on_one_term(result, failed, twice)
+    assert result.checks == [] and result.verdict() == "fail", result  # never a pass: exit 2, not judged
+    assert result.error.startswith("drain.scancel_step not judged: Slurm delivered TERM 2 times"), result.error
+    once = ScenarioResult("drain")
+    checks.judged_on_one_term(once, failed, replace(twice, terms=1))
+    assert once.checks == [failed] and once.error is None, "one TERM: the failure is the SUT's"
+    ok = [stream(0, 3), stream(0, 3.5)]
+    drained = checks.scancel_step(ok, served(ok), 1, checks.StepEnd(0, 2.6, terms=2), [], 10, 12)
+    kept = ScenarioResult("drain")
+    checks.judged_on_one_term(kept, drained, checks.StepEnd(0, 2.6, terms=2))
+    assert drained.verdict == "pass" and kept.checks == [drained] and kept.error is None

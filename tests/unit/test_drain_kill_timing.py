@@ -11,10 +11,11 @@ from dd_accept.acceptance import drain
 from dd_accept.slurm_docker.step_exit import StepExit
 
 
-def _stop(term_reached_s_ago: float, exits_after_s: float | None, srun_lingers: bool = False):
+def _stop(term_reached_s_ago: float, exits_after_s: float | None, srun_lingers: bool = False, terms: int = 1):
     """stop_endpoint_step against fakes: TERM reached the task `term_reached_s_ago` before
     the harness read it; the task exits by itself `exits_after_s` after that (None: never);
-    `srun_lingers`: its launcher outlives it, so the harness's wait still times out."""
+    `srun_lingers`: its launcher outlives it, so the harness's wait still times out; `terms`: how
+    many TERMs the node's log shows Slurm delivered."""
     now = time.time()
     term_at = now - term_reached_s_ago
     sent: list[str] = []
@@ -28,7 +29,11 @@ def _stop(term_reached_s_ago: float, exits_after_s: float | None, srun_lingers: 
         raise TimeoutError
 
     recorded = StepExit(0 if exits_after_s is not None else 137, term_at + (exits_after_s or 13), "slurmd")
-    cluster = SimpleNamespace(signal_sent_at=lambda step, node, signal: term_at, step_exit=lambda step, node: recorded)
+    cluster = SimpleNamespace(
+        signal_sent_at=lambda step, node, signal: term_at,
+        signals_sent=lambda step, node, signal: (term_at,) * terms,
+        step_exit=lambda step, node: recorded,
+    )
     allocation = SimpleNamespace(
         steps_by_name=lambda: {"proxy": ["7.1"]},
         scancel_step=lambda step, signal: sent.append(signal) or SimpleNamespace(started_at=term_at - 0.1),
@@ -58,3 +63,9 @@ def test_a_kill_that_found_the_task_exited_0_is_no_force_for_every_reader():
     allowance check reads it."""
     _, forced_at, end, sent, _ = _stop(term_reached_s_ago=13.0, exits_after_s=11.6, srun_lingers=True)
     assert sent == ["TERM", "KILL"] and end.exit_code == 0 and forced_at is None
+
+
+def test_how_many_terms_slurm_delivered_is_read_from_the_node_into_the_stops_end():
+    assert _stop(term_reached_s_ago=2.0, exits_after_s=10.5)[2].terms == 1
+    assert _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=2)[2].terms == 2
+    assert _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=0)[2].terms == 1, "an unreadable log: one"

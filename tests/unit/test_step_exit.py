@@ -44,6 +44,16 @@ def test_the_moment_a_signal_reached_the_step():
     assert step_exit.signal_sent_at(log, "1.5", 9) - at == 12.0
     assert step_exit.signal_sent_at(log, "1.3", 15) is None
     assert step_exit.signal_sent_at(log, "1.3", 9) is None, 'proctrack\'s "Sending signal" is not the delivery line'
+    assert step_exit.signals_sent(log, "1.5", 15) == (at,) and step_exit.signals_sent(log, "1.3", 15) == ()
+
+
+def test_every_delivery_of_a_signal_is_read_as_slurm_made_it():
+    """One scancel, two deliveries 3 ms apart: what a loaded machine's Slurm did once."""
+    log = "[2026-12-05T17:30:41.750] [1.1] Sent signal 15 to StepId=1.1\n"
+    log += "[2026-12-05T17:30:41.753] [1.1] Sent signal 15 to StepId=1.1\n"
+    log += "[2026-12-05T17:30:41.760] [1.11] Sent signal 15 to StepId=1.11\n"
+    sent = step_exit.signals_sent(log, "1.1", 15)
+    assert len(sent) == 2 and round(sent[1] - sent[0], 3) == 0.003, sent
 
 
 def test_a_running_step_has_no_exit_yet_in_sacct():

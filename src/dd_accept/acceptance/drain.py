@@ -11,9 +11,10 @@ Replicas stay up throughout: only the endpoint is stopped, as in production shut
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,7 @@ def stop_endpoint_step(
         record = proxy.step.wait(timeout=30)
     launcher = LauncherEnd(record.exit_code, record.started_at + record.duration_s)
     end = _endpoint_end(allocation, step, proxy.node, stop_at, launcher, output=proxy.log_tail(200))
+    end = replace(end, terms=max(1, len(allocation.cluster.signals_sent(step, proxy.node, signal.SIGTERM))))
     return stop_at, kill_that_reached(forced_at, stop_at, end.exit_code, end.seconds_after_stop), end
 
 
@@ -108,7 +110,7 @@ def _term_moment(allocation: Allocation, step: str, node: str, fallback: float) 
     where the node's log cannot be read, when `scancel` was started: the earliest moment the
     TERM can have arrived, so no stream cut by it is missed as 'ended before the stop'."""
     moment = wait_for_finding(
-        lambda: allocation.cluster.signal_sent_at(step, node, 15),
+        lambda: allocation.cluster.signal_sent_at(step, node, signal.SIGTERM),
         lambda at: at is not None,
         timeout=3,
         what=f"Slurm's record of TERM reaching step {step}",
@@ -208,17 +210,17 @@ def _judge_scancel(s: DrainRun) -> None:
     left = s.allocation.steps_by_name().get("proxy", [])
     upstream = replica_records(s.replicas, streams)
     drain = s.profile.drain
-    s.result.add(
-        checks.scancel_step(streams, upstream, s.stop_at, end, left, drain.window_seconds, drain.allowance_seconds)
-    )
+    judged = checks.scancel_step(streams, upstream, s.stop_at, end, left, drain.window_seconds, drain.allowance_seconds)
+    checks.judged_on_one_term(s.result, judged, end)
 
 
 def _judge_allowance(s: DrainRun) -> None:
     (streams, end), drain = _judged_streams(s, "allowance"), s.profile.drain
     upstream = replica_records(s.replicas, streams)
-    s.result.add(
-        checks.allowance(streams, upstream, s.stop_at, s.forced_at, drain.window_seconds, drain.allowance_seconds, end)
+    judged = checks.allowance(
+        streams, upstream, s.stop_at, s.forced_at, drain.window_seconds, drain.allowance_seconds, end
     )
+    checks.judged_on_one_term(s.result, judged, end)
 
 
 def replica_records(replicas: deployment.ReplicaSet | None, streams: list[Event]) -> list[UpstreamAttempt]:

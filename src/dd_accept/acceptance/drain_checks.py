@@ -38,7 +38,7 @@ from dd_accept.base.drain_outcomes import (
     whole_streams,
 )
 from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt
-from dd_accept.base.results import CheckResult
+from dd_accept.base.results import CheckResult, ScenarioResult
 
 CLEANUP_MODES = ("completion", "failure", "cancel")  # when the SUT's own cleanup stops the endpoint
 
@@ -55,6 +55,9 @@ class StepEnd:
     # is then a reason a person can act on, not a number. Never its message (it may quote a
     # request).
     raised: str = ""
+    # How many times Slurm delivered TERM to the step (the node's log; 1 where it cannot be
+    # read). The harness asks once; a loaded machine's Slurm was seen to deliver it twice.
+    terms: int = 1
 
 
 # A traceback's last line: `package.module.Name: message` or a bare `Name`, at the line's start.
@@ -95,7 +98,24 @@ def _outcomes(
 
 def _exit_text(endpoint: StepEnd) -> str:
     code = "exit unknown" if endpoint.exit_code is None else f"exit {endpoint.exit_code}"
-    return f"{code} (raised {endpoint.raised})" if endpoint.raised else code
+    code = f"{code} (raised {endpoint.raised})" if endpoint.raised else code
+    return code + (f" (Slurm delivered TERM {endpoint.terms} times)" if endpoint.terms > 1 else "")
+
+
+def judged_on_one_term(result: ScenarioResult, check: CheckResult, endpoint: StepEnd) -> None:
+    """Add a check of a stop, unless it failed where Slurm delivered TERM more than once: the
+    harness asked for one TERM, and how an endpoint answers a second one (rc1, as aiohttp's
+    run_app, exits 1 at once and cuts every stream) is not what the drain contract states.
+    Such a stop is not judged: the run's error (exit 2), the check left out, never a failure
+    of the SUT. A check that passed stands: the endpoint drained even so."""
+    if check.verdict == "fail" and endpoint.terms > 1:
+        said = (
+            f"{check.id} not judged: Slurm delivered TERM {endpoint.terms} times to the endpoint's step "
+            f"(the harness asked once), and it failed: {check.observed}"
+        )
+        result.error = f"{result.error}; {said}" if result.error else said
+        return
+    result.add(check)
 
 
 def described_end(endpoint: StepEnd) -> str:

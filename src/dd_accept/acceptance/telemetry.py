@@ -27,7 +27,7 @@ from dd_accept.acceptance import telemetry_records
 from dd_accept.acceptance.analysis import with_prefix
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.drain import plan_endpoint_stop, stop_endpoint_step
-from dd_accept.acceptance.drain_checks import StepEnd
+from dd_accept.acceptance.drain_checks import StepEnd, judged_on_one_term
 from dd_accept.acceptance.phases import (
     DeployedRun,
     Phase,
@@ -395,14 +395,20 @@ def _judge(s: TelemetryRun) -> None:
     s.result.add(checks.request_log(phases, telemetry))
     s.result.add(checks.attempt_log(phases + s.timeout_phases, telemetry))
     drained = [s.drain_phase] if s.drain_phase is not None else []
-    s.result.add(
-        checks.incomplete_streams(
-            phases + s.timeout_phases + drained,
-            telemetry,
-            drain_killed_after_s=s.drain_killed_after_s,
-            drain_end=s.drain_end,
-        )
+    judged = checks.incomplete_streams(
+        phases + s.timeout_phases + drained,
+        telemetry,
+        drain_killed_after_s=s.drain_killed_after_s,
+        drain_end=s.drain_end,
     )
+    if (
+        drained
+        and s.drain_end is not None
+        and checks.incomplete_streams(phases + s.timeout_phases, telemetry).verdict == "pass"
+    ):
+        judged_on_one_term(s.result, judged, s.drain_end)  # its drain phase alone decides it: judged on one TERM
+    else:
+        s.result.add(judged)
     last = s.last_metrics
     s.result.add(counters.connection_lifecycle(last, telemetry, s.counted))
     s.result.add(counters.timeouts(last, telemetry, s.counted_timeouts, s.timed_out_status, quiet=phases))

@@ -67,6 +67,8 @@ class Cluster(Protocol):
 
     def signal_sent_at(self, step: str, node: str, signal: int) -> float | None: ...  # the node's moment
 
+    def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...]: ...  # (): unknown
+
     def versions(self) -> dict[str, str]: ...
 
     def lose_node(self, node: str) -> CommandRecord: ...  # only where may_lose_nodes

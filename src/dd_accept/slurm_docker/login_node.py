@@ -211,6 +211,11 @@ class ExistingCluster:
         del step, node, signal
         return None
 
+    def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...]:
+        """Unknown from the login node, as signal_sent_at: a stop is then taken as one delivery."""
+        del step, node, signal
+        return ()
+
     def daemon_logs(self, lines: int = 2000) -> dict[str, str]:
         """Slurm's daemon logs are the site's, not readable from a login node: none collected."""
         return {}

@@ -61,11 +61,17 @@ def from_slurmd_log(text: str, step: str) -> StepExit | None:
 def signal_sent_at(text: str, step: str, signal: int) -> float | None:
     """When slurmstepd delivered `signal` to the step's tasks (the first time), from a slurmd
     log: the node's own moment of TERM, not the harness's."""
-    for line in text.splitlines():
-        match = _SIGNAL_SENT.match(line)
-        if match is not None and match["step"] == step and int(match["signal"]) == signal:
-            return _epoch(match["at"])
-    return None
+    sent = signals_sent(text, step, signal)
+    return sent[0] if sent else None
+
+
+def signals_sent(text: str, step: str, signal: int) -> tuple[float, ...]:
+    """Every moment slurmstepd delivered `signal` to the step's tasks, in the log's order. One
+    `scancel --signal=TERM` is one delivery; on a loaded machine Slurm was seen to deliver it
+    twice, 3 ms apart (and rc1 exits 1 on a second TERM while it drains)."""
+    matches = [m for line in text.splitlines() if (m := _SIGNAL_SENT.match(line)) is not None]
+    times = [_epoch(m["at"]) for m in matches if m["step"] == step and int(m["signal"]) == signal]
+    return tuple(at for at in times if at is not None)
 
 
 # A step still running reports "0:0|Unknown|RUNNING": only a terminal state has an exit.
