@@ -221,9 +221,8 @@ def request_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
     for phase in phases:
         records, malformed = log_records(phase.log_lines, marker)
         complete = [r for r in records if not flagged(r.get(profile.incomplete_field))]
-        named_own = [r for r in complete if of_own_endpoint(r)]
-        own += len(named_own)
-        complete = [r for r in complete if not of_own_endpoint(r)]
+        driven = [r for r in complete if not of_own_endpoint(r)]
+        own, complete = own + len(complete) - len(driven), driven
         keys = [_record_key(r) for r in complete]
         requests_logged = [k for k in keys if k is not None]
         unreadable = malformed
