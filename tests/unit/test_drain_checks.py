@@ -245,7 +245,7 @@ def test_a_stop_slurm_delivered_twice_is_not_judged_where_it_failed_and_stands_w
     every stream. Its scancel_step failure is then no finding of the contract's one TERM: the
     run's error (exit 2), the check left out. One TERM, or a pass despite two, is judged."""
     cut = [stream(0, 1.1, False, "truncated") for _ in range(4)]
-    twice = checks.StepEnd(1, 0.07, "slurmd step record", "asyncio.exceptions.InvalidStateError", terms=2)
+    twice = checks.StepEnd(1, 0.07, "slurmd step record", "asyncio.exceptions.InvalidStateError", 2, 0.003)
     failed = checks.scancel_step(cut, served(cut), 1, twice, [], 10, 12)
     assert failed.verdict == "fail" and "exit 1 (raised asyncio.exceptions.InvalidStateError)" in failed.observed
     assert "(Slurm delivered TERM 2 times)" in failed.observed, failed
@@ -261,3 +261,11 @@ def test_a_stop_slurm_delivered_twice_is_not_judged_where_it_failed_and_stands_w
     kept = ScenarioResult("drain")
     checks.judged_on_one_term(kept, drained, checks.StepEnd(0, 2.6, terms=2))
     assert drained.verdict == "pass" and kept.checks == [drained] and kept.error is None
+    # an endpoint that ignored both TERMs and was KILLed at the allowance outlived the repeat:
+    # its failure is its own
+    ignored = [stream(0, 13.5, False, "error")]
+    killed = checks.StepEnd(137, 12.5, "slurmd step record", "", 2, 0.003)
+    forced = checks.allowance(ignored, served(ignored, outcome="cut"), 1, 13.5, 10, 12, killed)
+    judged = ScenarioResult("drain")
+    checks.judged_on_one_term(judged, forced, killed)
+    assert forced.verdict == "fail" and judged.checks == [forced] and judged.error is None, judged

@@ -31,7 +31,7 @@ def _stop(term_reached_s_ago: float, exits_after_s: float | None, srun_lingers: 
     recorded = StepExit(0 if exits_after_s is not None else 137, term_at + (exits_after_s or 13), "slurmd")
     cluster = SimpleNamespace(
         signal_sent_at=lambda step, node, signal: term_at,
-        signals_sent=lambda step, node, signal: (term_at,) * terms,
+        signals_sent=lambda step, node, signal: tuple(term_at + 0.003 * n for n in range(terms)),
         step_exit=lambda step, node: recorded,
     )
     allocation = SimpleNamespace(
@@ -67,5 +67,6 @@ def test_a_kill_that_found_the_task_exited_0_is_no_force_for_every_reader():
 
 def test_how_many_terms_slurm_delivered_is_read_from_the_node_into_the_stops_end():
     assert _stop(term_reached_s_ago=2.0, exits_after_s=10.5)[2].terms == 1
-    assert _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=2)[2].terms == 2
+    twice = _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=2)[2]
+    assert twice.terms == 2 and round(twice.repeated_after_s, 3) == 0.003, twice
     assert _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=0)[2].terms == 1, "an unreadable log: one"

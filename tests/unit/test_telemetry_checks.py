@@ -135,7 +135,7 @@ def test_records_of_the_proxys_own_endpoints_are_set_aside_and_a_request_logged_
 
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("path", "/health"), ("request", "GET /health HTTP/1.1"), ("url", "http://127.0.0.1:9000/metrics?x=1")],
+    [("path", "/health"), ("request", "GET /health HTTP/1.1"), ("path", "/metrics?x=1")],
 )
 def test_a_record_naming_the_proxys_own_path_is_set_aside_whatever_attempts_it_lists(field, value):
     """A /health that probes the backends may log the probes as its attempts: the record
@@ -158,6 +158,17 @@ def test_a_record_naming_the_proxys_own_path_is_set_aside_whatever_attempts_it_l
     assert named.verdict == "pass" and named.metrics["records_set_aside"] == 0, named
     routed = [line.replace("{", '{"route": "/{path:.*}", ', 1) for line in phase.log_lines]  # a pattern
     assert checks.request_log([replace(phase, log_lines=routed)], CLAIMED).metrics["records_set_aside"] == 0
+    # the upstream named as a URL (a backend's base) is no request path; nor is a repr's bracket
+    based = [
+        line.replace("{", '{"endpoint": "http://10.0.0.3:8001", "url": "ftp://a]b/", ', 1) for line in phase.log_lines
+    ]
+    assert checks.request_log([replace(phase, log_lines=based)], CLAIMED).verdict == "pass"
+    shown = [line.replace("{", '{"route": "<PlainResource  /v1/chat/completions>", ', 1) for line in phase.log_lines]
+    assert checks.request_log([replace(phase, log_lines=shown)], CLAIMED).metrics["records_set_aside"] == 0
+    # a pattern in one field, the real path in the next: the path decides
+    both = {**probing, "route": "/{path:.*}", "path": "/health"}
+    both_line = "slurm_proxy_request " + json.dumps(both)
+    assert checks.request_log([replace(phase, log_lines=[*phase.log_lines, both_line])], CLAIMED).verdict == "pass"
     mislabelled = [line.replace("{", '{"path": "/health", ', 1) for line in phase.log_lines]
     lost = checks.request_log([replace(phase, log_lines=mislabelled)], CLAIMED)
     assert lost.verdict == "fail" and lost.metrics["records"] == 0, lost

@@ -101,7 +101,9 @@ def stop_endpoint_step(
         record = proxy.step.wait(timeout=30)
     launcher = LauncherEnd(record.exit_code, record.started_at + record.duration_s)
     end = _endpoint_end(allocation, step, proxy.node, stop_at, launcher, output=proxy.log_tail(200))
-    end = replace(end, terms=max(1, len(allocation.cluster.signals_sent(step, proxy.node, signal.SIGTERM))))
+    terms = allocation.cluster.signals_sent(step, proxy.node, signal.SIGTERM)
+    if len(terms) > 1:  # Slurm delivered the one TERM asked for more than once
+        end = replace(end, terms=len(terms), repeated_after_s=terms[-1] - terms[0])
     return stop_at, kill_that_reached(forced_at, stop_at, end.exit_code, end.seconds_after_stop), end
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from typing import Any
-from urllib.parse import urlsplit
 
 from dd_accept.acceptance.drain_checks import StepEnd, described_end
 from dd_accept.acceptance.log_shapes import log_records
@@ -174,28 +173,30 @@ def _record_key(record: dict[str, Any]) -> RecordKey | None:
     return attempts, statuses, final
 
 
-# Where a record may name the request it is of: a path, a route, or a request line or URL.
-_PATH_FIELDS = ("path", "route", "endpoint", "target", "url", "uri", "request")
+# Where a record may name the path of the request it is of (a path, or a request line). Not
+# a URL: "endpoint", "url" or "target" name the upstream as often (a backend's base URL).
+_PATH_FIELDS = ("path", "request_path", "route", "request")
+# A request's path as a record writes it: no route pattern (aiohttp's catch-all `/{path:.*}`),
+# no repr's brackets.
+_PATH = re.compile(r"/[^\s{}*<>()\[\]]*")
 
 
 def named_path(record: dict[str, Any]) -> str | None:
-    """The path a record says it served ("/health", "GET /metrics HTTP/1.1",
-    "http://h:1/health?x"), or None when it names none."""
+    """The path a record says it served ("/health", "GET /metrics?x HTTP/1.1"), or None when
+    it names none (a field that holds a route's pattern names none: the next is read)."""
     for field in _PATH_FIELDS:
         value = record.get(field)
-        targets = [t for t in value.split() if t.startswith("/") or "://" in t] if isinstance(value, str) else []
-        if targets:
-            path = urlsplit(targets[0]).path if "://" in targets[0] else targets[0].split("?")[0]
-            return path or "/"
+        for token in value.split() if isinstance(value, str) else ():
+            if _PATH.fullmatch(token.split("?")[0]):
+                return token.split("?")[0]
     return None
 
 
 def of_own_endpoint(record: dict[str, Any]) -> bool:
     """A record of a path no client of the run sends: the proxy's own endpoints (its /health
-    may probe the backends and list those probes as attempts). A route's pattern (aiohttp's
-    catch-all `/{path:.*}`) names no path."""
+    may probe the backends and list those probes as attempts)."""
     path = named_path(record)
-    return path is not None and path not in COMPLETION_PATHS and not any(c in path for c in "{}*")
+    return path is not None and path not in COMPLETION_PATHS
 
 
 @check("telemetry.request_log")
