@@ -20,6 +20,7 @@ window and exits 0 by itself; the controller's 12 s allowance and KILL are the l
 """
 
 import json
+import re
 import shutil
 
 import pytest
@@ -58,15 +59,21 @@ def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(
         print(result.error, "\n" + stop_story(sut_cluster.records, since))
         if result.error is None or "Slurm delivered TERM" not in result.error:
             break
-    assert result.error is None, result.error
     checks = {c.id: c for c in result.checks}
-    scancel = checks["drain.scancel_step"]
-    assert scancel.verdict == "pass", scancel
-    _assert_the_ledger_reconciles_and_catches_what_is_planted(checks, run.host_path, tmp_path)
-    allowance = checks["drain.allowance"]
-    assert allowance.verdict == "fail" and allowance.observed.startswith("1 long stream(s): 1 forced"), allowance
-    assert allowance.metrics["streams_forced"] == 1 and allowance.metrics["streams_lost"] == 0
-    assert "does not bound its own drain" in allowance.detail
+    if result.error is None:
+        scancel = checks["drain.scancel_step"]
+        assert scancel.verdict == "pass", scancel
+        allowance = checks["drain.allowance"]
+        assert allowance.verdict == "fail" and allowance.observed.startswith("1 long stream(s): 1 forced"), allowance
+        assert allowance.metrics["streams_forced"] == 1 and allowance.metrics["streams_lost"] == 0
+        assert "does not bound its own drain" in allowance.detail
+    else:  # Slurm repeated TERM in every attempt (seen for one job of a loaded session, stop after stop):
+        # rc1's exit at the repeat is named and never judged as its failure, exit 2 for the run
+        said = r"drain\.(scancel_step|allowance) not judged: Slurm delivered TERM \d times to the endpoint's step"
+        assert re.match(said, result.error) and "endpoint exit 1 (raised " in result.error, result.error
+        assert {"drain.scancel_step", "drain.allowance"} - set(checks), "a stop set aside is not reported as checked"
+    whole = 4 if result.error is None else 0  # the scancel phase's streams, unless rc1 exited at the repeat
+    _assert_the_ledger_reconciles_and_catches_what_is_planted(checks, run.host_path, tmp_path, whole)
     for mode in CLEANUP_MODES:
         check = checks[f"drain.sut_cleanup.{mode}"]
         assert check.verdict == "fail" and check.observed.startswith(
@@ -79,13 +86,16 @@ def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(
     assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="drain", job=sut_allocation.job_id)
 
 
-def _assert_the_ledger_reconciles_and_catches_what_is_planted(checks, directory, tmp_path):
+def _assert_the_ledger_reconciles_and_catches_what_is_planted(checks, directory, tmp_path, whole_generations=4):
     """rc1's ledger: the scancel phase's 4 streams generated once and delivered; the streams the
     allowance and the cleanups cut are no whole generation. Planted in a copy of the same
     records, a second generation of one request and a lost answer fail, naming that request."""
     once, whole = checks["drain.ledger.answered_once"], checks["drain.ledger.delivered"]
-    assert once.verdict == "pass" and once.metrics["answered_twice"] == 0 and once.metrics["generations"] >= 4, once
-    assert whole.verdict == "pass" and whole.metrics["lost"] == 0 and whole.metrics["answered"] >= 4, whole
+    assert once.verdict == "pass" and once.metrics["answered_twice"] == 0, once
+    assert once.metrics["generations"] >= whole_generations, once
+    assert whole.verdict == "pass" and whole.metrics["lost"] == 0 and whole.metrics["answered"] >= whole_generations
+    if not whole_generations:
+        return  # no whole generation to plant a second of, or to lose
     copy = tmp_path / "planted"
     shutil.copytree(directory, copy)
     twice = plant_duplicate(copy)
