@@ -50,16 +50,23 @@ class StreamingOptions:
     seed: int = 0
 
 
-def _connection_counts(replicas: deployment.ReplicaSet) -> tuple[int, int, int, int]:
-    """Summed over the replicas: connections accepted (minus the one each state read itself
-    opened), connections that carried a request other than a health probe, probe requests,
-    and connections open now (minus the state read's own)."""
+@dataclass(frozen=True, slots=True)
+class _ReplicaConnections:
+    """Summed over the replicas at one state read."""
+
+    accepted: int  # connections accepted, minus the one each state read itself opened
+    with_requests: int  # connections that carried a request other than a health probe
+    probes: int  # health-probe requests
+    open: int  # connections open now, minus the state read's own
+
+
+def _connection_counts(replicas: deployment.ReplicaSet) -> _ReplicaConnections:
     states = replicas.control(None, "state")
-    return (
-        sum(state["connections_accepted"] - 1 for state in states),
-        sum(state["connections_with_requests"] for state in states),
-        sum(state["probe_requests"] for state in states),
-        sum(state["open_connections"] - 1 for state in states),
+    return _ReplicaConnections(
+        accepted=sum(state["connections_accepted"] - 1 for state in states),
+        with_requests=sum(state["connections_with_requests"] for state in states),
+        probes=sum(state["probe_requests"] for state in states),
+        open=sum(state["open_connections"] - 1 for state in states),
     )
 
 
@@ -140,10 +147,7 @@ def _phase(allocation, proxy, replicas, run, profile, options, name):
     after_replicas = _connection_counts(replicas)
     # each state read opens one connection per replica; the second read's own is subtracted in
     # _connection_counts, the first's here (state reads carry no request the others count)
-    accepted = after_replicas[0] - before_replicas[0] - options.replicas
-    with_requests, probes = (
-        after - before for after, before in zip(after_replicas[1:3], before_replicas[1:3], strict=True)
-    )
+    accepted = after_replicas.accepted - before_replicas.accepted - options.replicas
     events = deployment.read_events(run, name)
     upstream = with_prefix(replicas.events(), f"{name}-")
     phase = checks.ConnectionPhase(
@@ -155,10 +159,10 @@ def _phase(allocation, proxy, replicas, run, profile, options, name):
             for name, path in _pool_paths(profile).items()
             if name != "idle" and None in (after_proxy[name], before_proxy[name])
         ),
-        replicas_open_before=before_replicas[3],
+        replicas_open_before=before_replicas.open,
         replicas_accepted=accepted,
-        replicas_with_requests=with_requests,
-        probe_requests=probes,
+        replicas_with_requests=after_replicas.with_requests - before_replicas.with_requests,
+        probe_requests=after_replicas.probes - before_replicas.probes,
         upstream_requests=len(upstream),
         client_errors=sum(1 for e in requests(events) if e.outcome != "ok"),
     )

@@ -27,7 +27,7 @@ from dd_accept.acceptance import telemetry_records
 from dd_accept.acceptance.analysis import with_prefix
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.drain import plan_endpoint_stop, stop_endpoint_step
-from dd_accept.acceptance.drain_checks import StepEnd, judged_on_one_term
+from dd_accept.acceptance.drain_checks import StepEnd, judged_on_one_term, repeat_may_have_ended_it
 from dd_accept.acceptance.phases import (
     DeployedRun,
     Phase,
@@ -401,11 +401,8 @@ def _judge(s: TelemetryRun) -> None:
         drain_killed_after_s=s.drain_killed_after_s,
         drain_end=s.drain_end,
     )
-    if (
-        drained
-        and s.drain_end is not None
-        and checks.incomplete_streams(phases + s.timeout_phases, telemetry).verdict == "pass"
-    ):
+    repeated = drained and s.drain_end is not None and repeat_may_have_ended_it(s.drain_end)
+    if repeated and checks.incomplete_streams(phases + s.timeout_phases, telemetry).verdict == "pass":
         judged_on_one_term(s.result, judged, s.drain_end)  # its drain phase alone decides it: judged on one TERM
     else:
         s.result.add(judged)
