@@ -26,6 +26,7 @@ from rich.table import Table
 
 from dd_accept.acceptance.request import RunRequest
 from dd_accept.acceptance.scenarios import BY_NAME
+from dd_accept.base.child_processes import stop_child
 from dd_accept.base.errors import EXIT_CHECK_FAILED, EXIT_PASS, EXIT_USAGE, EnvironmentProblem, UsageError
 from dd_accept.base.hashing import sha256_file
 from dd_accept.base.results import load_results
@@ -272,13 +273,7 @@ def _run_pytest(request: RunRequest, out: Path, console: ConsoleListener) -> int
         return process.returncode
     except KeyboardInterrupt:
         console.info("interrupted: stopping the scenarios and removing the cluster…")
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_child(process, signal.SIGINT, grace_s=120)
         raise
     finally:
         log.close()

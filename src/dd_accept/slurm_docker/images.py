@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from dd_accept.base.child_processes import stop_child
 from dd_accept.base.errors import ClusterError, EnvironmentProblem
 from dd_accept.base.progress import BuildListener, QuietListener
 from dd_accept.base.slurm_releases import DEFAULT_RELEASE, RELEASES, SlurmRelease
@@ -89,12 +91,7 @@ def _run_streaming(argv: list[str], listener: BuildListener, what: str) -> None:
                 tail_lines = [*tail_lines[-19:], line]
         code = process.wait()
     except BaseException:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_child(process, signal.SIGTERM, grace_s=10)
         raise
     if code != 0:
         raise ClusterError(f"{what} failed (exit {code}): {' | '.join(tail_lines[-5:])}")

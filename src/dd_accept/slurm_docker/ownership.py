@@ -24,6 +24,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from dd_accept.base.child_processes import stop_child
+
 LABEL_OWNER = "io.dd-accept.owner"  # "PID/START/BOOT_ID/PID_NAMESPACE"
 LABEL_KEEP = "io.dd-accept.keep"  # "1": outlives its creator until `cluster down` or `cluster prune`
 
@@ -140,8 +142,4 @@ class Reaper:
                 stdin.close()
             except (BrokenPipeError, OSError):
                 pass
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_child(self.process, None, grace_s=10)
