@@ -27,6 +27,13 @@ one, the failing test names which:
     grace time ends, and a task that exits 0 on it leaves its srun exiting 0: to a SUT's wait,
     a preempted backend is a process that ended cleanly. Health's preemption judges the SUT
     on that.
+(h) `scancel --signal=TERM JOB.STEP` signals the step twice, milliseconds apart, while a job
+    submitted after JOB is pending, and once otherwise: scancel's `_verify_job_ids` keeps
+    `job_found` set past the matched record, so the later pending record marks the step id
+    pending, and both passes of `_cancel_jobs` (pending jobs, then all) send the request. Its
+    verbose output shows each request, and slurmd logs each delivery. The drain stops read
+    both (`step_exit.signal_requests`, `signals_sent`): an endpoint that fails at the second
+    TERM is not judged. A release that fixes scancel fails here, naming it.
 """
 
 import threading
@@ -43,7 +50,14 @@ from dd_accept.slurm_docker.cluster import SlurmCluster
 from dd_accept.slurm_docker.controller_restart import restart_controller
 from dd_accept.slurm_docker.preemption import preempt
 from dd_accept.slurm_docker.spec import CONTROLLER, ClusterSpec
-from dd_accept.slurm_docker.step_exit import SLURMD_LOG, StepExit, from_slurmd_log, signal_sent_at
+from dd_accept.slurm_docker.step_exit import (
+    SLURMD_LOG,
+    StepExit,
+    from_slurmd_log,
+    signal_requests,
+    signal_sent_at,
+    signals_sent,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -187,6 +201,36 @@ def test_scancel_term_to_the_step_runs_the_handler_and_its_exit_is_recorded(rele
     term_at = signal_sent_at(log, step, 15)
     assert term_at is not None, f"slurmd did not record delivering TERM to {step}"
     assert ended.ended_at is not None and ended.ended_at - term_at >= 1.5, (term_at, ended)
+
+
+def test_scancel_signals_a_step_twice_while_a_job_submitted_after_it_is_pending(release_allocation, release_cluster):
+    launcher, step, _ = _start_task(release_allocation, release_cluster, "repeat", work="ignore")
+    node = release_allocation.first_node
+    held = release_cluster.exec(["sbatch", "--hold", "--job-name=later", "--output=/dev/null", "--wrap=true"])
+    assert held.ok and held.stdout.split()[-1].isdigit(), held.describe()
+    later = held.stdout.split()[-1]
+    try:
+
+        def delivered() -> int:
+            return len(signals_sent(release_cluster.exec(["cat", SLURMD_LOG], node=node).stdout, step, 15))
+
+        repeated = release_allocation.scancel_step(step, "TERM")
+        assert repeated.ok and signal_requests(repeated.stderr_tail, step, 15) == 2, repeated.describe()
+        assert wait_until(delivered, lambda n: n >= 2, timeout=15, what="two TERMs logged") == 2
+        assert release_cluster.exec(["scancel", later]).ok
+        wait_until(
+            lambda: release_cluster.exec(["squeue", "-h", "-t", "PENDING", "-o", "%i"]).stdout.split(),
+            lambda pending: later not in pending,
+            timeout=15,
+            what=f"job {later} to leave the queue",
+        )
+        single = release_allocation.scancel_step(step, "TERM")
+        assert single.ok and signal_requests(single.stderr_tail, step, 15) == 1, single.describe()
+        assert wait_until(delivered, lambda n: n >= 3, timeout=15, what="the third TERM logged") == 3
+    finally:
+        release_cluster.exec(["scancel", later])
+        release_allocation.scancel_step(step, "KILL")
+        launcher.wait(timeout=30)
 
 
 def test_scancel_of_the_job_sends_term_then_kill_after_killwait(release_cluster):

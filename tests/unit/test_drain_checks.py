@@ -269,3 +269,28 @@ def test_a_stop_slurm_delivered_twice_is_not_judged_where_it_failed_and_stands_w
     judged = ScenarioResult("drain")
     checks.judged_on_one_term(judged, forced, killed)
     assert forced.verdict == "fail" and judged.checks == [forced] and judged.error is None, judged
+
+
+def test_the_not_judged_stop_says_scancel_repeated_its_request_where_its_output_shows_it():
+    """The repeat's cause, where scancel's verbose output shows two requests: Slurm's scancel
+    signals a step twice while a job submitted after it is pending (semantics test (h)). The
+    SUT's own cleanup runs its own scancel, whose output the harness does not see."""
+    cut = [stream(0, 1.1, False, "truncated") for _ in range(4)]
+    twice = checks.with_repeats(checks.StepEnd(1, 0.06, "slurmd step record"), (100.0, 100.004), 2, 0.05)
+    assert (twice.terms, round(twice.repeated_after_s, 3), twice.scancel_requests) == (2, 0.004, 2)
+    result = ScenarioResult("drain")
+    checks.judged_on_one_term(result, checks.scancel_step(cut, served(cut), 1, twice, [], 10, 12), twice)
+    assert result.checks == [] and result.error is not None
+    assert "(the harness ran scancel once; it sent its request 2 times, as Slurm's scancel does while a job " in (
+        result.error
+    )
+    by_the_sut = checks.with_repeats(checks.StepEnd(1, 0.06), (100.0, 100.004), 0, 0.0)
+    drill = checks.sut_cleanup("cancel", cut, served(cut), 1, by_the_sut, {}, 12, [])
+    assert drill.verdict == "fail"
+    set_aside = ScenarioResult("drain")
+    checks.judged_on_one_term(set_aside, drill, by_the_sut)
+    assert set_aside.checks == [] and "(the SUT's own cleanup asked)" in set_aside.error, set_aside.error
+    once = checks.with_repeats(checks.StepEnd(1, 0.06), (100.0,), 0, 0.0)
+    judged = ScenarioResult("drain")
+    checks.judged_on_one_term(judged, drill, once)
+    assert judged.checks == [drill] and judged.error is None, "one TERM: the SUT's own failure"

@@ -11,11 +11,18 @@ from dd_accept.acceptance import drain
 from dd_accept.slurm_docker.step_exit import StepExit
 
 
-def _stop(term_reached_s_ago: float, exits_after_s: float | None, srun_lingers: bool = False, terms: int = 1):
+def _stop(
+    term_reached_s_ago: float,
+    exits_after_s: float | None,
+    srun_lingers: bool = False,
+    terms: int = 1,
+    requests: int = 1,
+):
     """stop_endpoint_step against fakes: TERM reached the task `term_reached_s_ago` before
     the harness read it; the task exits by itself `exits_after_s` after that (None: never);
     `srun_lingers`: its launcher outlives it, so the harness's wait still times out; `terms`: how
-    many TERMs the node's log shows Slurm delivered."""
+    many TERMs the node's log shows Slurm delivered (0: the log cannot be read); `requests`: how
+    many requests scancel's verbose output says it sent."""
     now = time.time()
     term_at = now - term_reached_s_ago
     sent: list[str] = []
@@ -36,7 +43,14 @@ def _stop(term_reached_s_ago: float, exits_after_s: float | None, srun_lingers: 
     )
     allocation = SimpleNamespace(
         steps_by_name=lambda: {"proxy": ["7.1"]},
-        scancel_step=lambda step, signal: sent.append(signal) or SimpleNamespace(started_at=term_at - 0.1),
+        scancel_step=lambda step, signal: (
+            sent.append(signal)
+            or SimpleNamespace(
+                started_at=term_at - 0.1,
+                duration_s=0.04,
+                stderr_tail="scancel: verbose    : 1\n" + "scancel: Signal 15 to step 7.1\n" * requests,
+            )
+        ),
         cluster=cluster,
     )
     proxy = SimpleNamespace(node="node1", step=SimpleNamespace(wait=wait), log_tail=lambda lines: "")
@@ -70,3 +84,16 @@ def test_how_many_terms_slurm_delivered_is_read_from_the_node_into_the_stops_end
     twice = _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=2)[2]
     assert twice.terms == 2 and round(twice.repeated_after_s, 3) == 0.003, twice
     assert _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=0)[2].terms == 1, "an unreadable log: one"
+
+
+def test_where_the_nodes_log_cannot_be_read_scancels_own_count_of_its_requests_stands_for_the_terms():
+    """A login node reads no slurmd log. scancel repeats its request while a job submitted
+    after the endpoint's is pending (Slurm 22.05 to 26.05): its verbose output, two "Signal 15
+    to step" lines, is then the only word of the second TERM; the repeat lies within
+    scancel's own run (0.04 s here). One delivery logged stays one, whatever scancel sent."""
+    unread = _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=0, requests=2)[2]
+    assert (unread.terms, unread.repeated_after_s, unread.scancel_requests) == (2, 0.04, 2), unread
+    logged_once = _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=1, requests=2)[2]
+    assert (logged_once.terms, logged_once.scancel_requests) == (1, 2), logged_once
+    both = _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=2, requests=2)[2]
+    assert (both.terms, round(both.repeated_after_s, 3), both.scancel_requests) == (2, 0.003, 2), both

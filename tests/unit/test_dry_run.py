@@ -64,7 +64,7 @@ def test_vllm_dry_run_prints_every_slurm_command_with_site_options(tmp_path):
     assert [c[c.index("-J") + 1] for c in pressure] == [f"pressure-{i}" for i in held]
     assert [c[c.index("--endpoint") + 1] for c in pressure] == [f"http://$NODE:{8100 + i}" for i in held]
     assert {c[c.index("--concurrency") + 1] for c in pressure} == {"71"}  # --max-num-seqs=64 running + 7 waiting
-    lifted = [c[2] for c in commands if c[:2] == ["scancel", "--signal=TERM"] and c[2].startswith("$PRESSURE")]
+    lifted = [c[-1] for c in commands if c[:2] == ["scancel", "--signal=TERM"] and c[-1].startswith("$PRESSURE")]
     assert lifted == [f"$PRESSURE_STEP_{i}" for i in held]
     # the synthetic-only phase (a replica at the SUT's default threshold) is not planned for vLLM
     assert not [c for c in commands if "dd_accept.node.replica.server" in c]

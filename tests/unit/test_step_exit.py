@@ -59,3 +59,19 @@ def test_every_delivery_of_a_signal_is_read_as_slurm_made_it():
 def test_a_running_step_has_no_exit_yet_in_sacct():
     assert step_exit.from_sacct("0:0|Unknown|RUNNING\n") is None
     assert step_exit.from_sacct("0:15|2026-11-30T05:36:18|CANCELLED by 0\n").exit_code == 143
+
+
+def test_scancels_verbose_lines_count_the_requests_it_sent_to_the_step():
+    """22.05's `scancel --verbose --signal=TERM 1.3` with a job submitted after job 1 pending
+    (measured on the docker cluster): two "Signal 15 to step" lines, two deliveries."""
+    repeated = "scancel: verbose        : 1\nscancel: Signal 15 to step 1.3\nscancel: Signal 15 to step 1.3\n"
+    assert step_exit.signal_requests(repeated, "1.3", 15) == 2
+    assert step_exit.signal_requests(repeated, "1.3", 9) == 0, "another signal"
+    assert step_exit.signal_requests(repeated, "11.3", 15) == 0, "another step"
+    assert step_exit.signal_requests("scancel: Signal 15 to step 1.3\n", "1.3", 15) == 1
+    retried = (
+        "scancel: Signal 15 to step 1.3\nscancel: Job is in transitional state, retrying\n"
+        "scancel: Signal 15 to step 1.3\n"
+    )
+    assert step_exit.signal_requests(retried, "1.3", 15) == 1, "a request Slurm refused delivered nothing"
+    assert step_exit.signal_requests("", "1.3", 15) == 0, "no verbose output: unknown"

@@ -14,7 +14,7 @@ import json
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.deployment.placement import StepLaunch
 from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, scancel_argv, start_background
 from dd_accept.slurm_docker.layout import NodeLayout
+from dd_accept.slurm_docker.step_exit import signal_requests
 from dd_accept.sut.profile import SutProfile
 
 DRILL = "sut_cleanup_drill.sh"
@@ -101,9 +102,9 @@ def stop_endpoint_step(
         record = proxy.step.wait(timeout=30)
     launcher = LauncherEnd(record.exit_code, record.started_at + record.duration_s)
     end = _endpoint_end(allocation, step, proxy.node, stop_at, launcher, output=proxy.log_tail(200))
-    terms = allocation.cluster.signals_sent(step, proxy.node, signal.SIGTERM)
-    if len(terms) > 1:  # Slurm delivered the one TERM asked for more than once
-        end = replace(end, terms=len(terms), repeated_after_s=terms[-1] - terms[0])
+    deliveries = allocation.cluster.signals_sent(step, proxy.node, signal.SIGTERM)
+    requests = max(1, signal_requests(term.stderr_tail, step, signal.SIGTERM))  # no line: its own format; once
+    end = checks.with_repeats(end, deliveries, requests, term.duration_s)
     return stop_at, kill_that_reached(forced_at, stop_at, end.exit_code, end.seconds_after_stop), end
 
 
@@ -243,7 +244,8 @@ def replica_records(replicas: deployment.ReplicaSet | None, streams: list[Event]
 def _sut_cleanup(mode: str):
     def drill(s: DrainRun) -> None:
         assert s.replicas is not None, "the replicas are deployed first"
-        s.result.add(_cleanup_drill(s.allocation, s.replicas, s.run, s.profile, s.options, mode))
+        judged, end = _cleanup_drill(s.allocation, s.replicas, s.run, s.profile, s.options, mode)
+        checks.judged_on_one_term(s.result, judged, end)
 
     return drill
 
@@ -317,7 +319,7 @@ def _cleanup_drill(
     profile: SutProfile,
     options: DrainOptions,
     mode: str,
-) -> checks.CheckResult:
+) -> tuple[checks.CheckResult, checks.StepEnd]:
     layout = allocation.cluster.layout
     state_cluster, state_host = run.path(f"drill-{mode}")
     log_cluster, log_host = run.path(f"drill-{mode}-endpoint.log")
@@ -362,9 +364,11 @@ def _cleanup_drill(
     launcher = LauncherEnd(status, ended, may_be_signalled=True) if status is not None and ended else None
     end = _endpoint_end(allocation, step, node, stop_at, launcher, RECORD_WAIT_S, proxy.log_tail(200))
     killed_at = None if step is None else allocation.cluster.signal_sent_at(step, node, 9)
+    if step is not None:  # the SUT's own scancel: only the node's log says how many TERMs came
+        end = checks.with_repeats(end, allocation.cluster.signals_sent(step, node, signal.SIGTERM), 0, 0.0)
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
     streams = deployment.read_events(run, f"cleanup-{mode}")
-    return checks.sut_cleanup(
+    judged = checks.sut_cleanup(
         mode,
         streams,
         replica_records(replicas, streams),
@@ -375,6 +379,7 @@ def _cleanup_drill(
         steps_left,
         None if killed_at is None else max(0.0, killed_at - stop_at),
     )
+    return judged, end
 
 
 def _node_mark(path: Path, fallback: float) -> float:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dd_accept.acceptance.analysis import requests
@@ -55,11 +55,13 @@ class StepEnd:
     # is then a reason a person can act on, not a number. Never its message (it may quote a
     # request).
     raised: str = ""
-    # How many times Slurm delivered TERM to the step (the node's log; 1 where it cannot be
-    # read), and the last delivery's seconds after the first. The harness asks once; a loaded
-    # machine's Slurm was seen to deliver it twice, 3 ms apart.
+    # How many times Slurm delivered TERM to the step, and the last delivery's seconds after
+    # the first (`with_repeats`). The stop runs scancel once; scancel itself may send its
+    # request twice (`scancel_requests`, from its own output; 0 where it is not known: the
+    # SUT's cleanup ran it).
     terms: int = 1
     repeated_after_s: float = 0.0
+    scancel_requests: int = 1
 
 
 # An endpoint that ended this soon after a repeated TERM may have ended because of it.
@@ -108,6 +110,30 @@ def _exit_text(endpoint: StepEnd) -> str:
     return code + (f" (Slurm delivered TERM {endpoint.terms} times)" if endpoint.terms > 1 else "")
 
 
+def with_repeats(end: StepEnd, deliveries: tuple[float, ...], requests: int, scancel_s: float) -> StepEnd:
+    """The stop's TERMs: the node's log says how many reached the step and when (`deliveries`);
+    where it cannot be read (a login node: none), scancel's own count of the requests it sent
+    stands for them, the repeat then within scancel's run (`scancel_s`). One delivery logged
+    is one, whatever scancel sent (a repeat may have found the step gone)."""
+    if len(deliveries) > 1:
+        return replace(
+            end, terms=len(deliveries), repeated_after_s=deliveries[-1] - deliveries[0], scancel_requests=requests
+        )
+    if not deliveries and requests > 1:
+        return replace(end, terms=requests, repeated_after_s=scancel_s, scancel_requests=requests)
+    return replace(end, scancel_requests=requests)
+
+
+def _repeat_text(endpoint: StepEnd) -> str:
+    """Why a TERM came twice, where scancel's output says: a person can act on it."""
+    if endpoint.scancel_requests > 1:
+        return (
+            f"the harness ran scancel once; it sent its request {endpoint.scancel_requests} times, as Slurm's "
+            "scancel does while a job submitted after this one is pending"
+        )
+    return "the harness asked once" if endpoint.scancel_requests == 1 else "the SUT's own cleanup asked"
+
+
 def judged_on_one_term(result: ScenarioResult, check: CheckResult, endpoint: StepEnd) -> None:
     """Add a check of a stop, unless it failed where Slurm delivered TERM more than once: the
     harness asked for one TERM, and how an endpoint answers a second one (rc1, as aiohttp's
@@ -118,7 +144,7 @@ def judged_on_one_term(result: ScenarioResult, check: CheckResult, endpoint: Ste
     if check.verdict == "fail" and repeat_may_have_ended_it(endpoint):
         said = (
             f"{check.id} not judged: Slurm delivered TERM {endpoint.terms} times to the endpoint's step "
-            f"(the harness asked once), and it failed: {check.observed}"
+            f"({_repeat_text(endpoint)}), and it failed: {check.observed}"
         )
         result.error = f"{result.error}; {said}" if result.error else said
         return

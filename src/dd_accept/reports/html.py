@@ -211,7 +211,8 @@ def timeline_chart(
         if not argv or start is None or not t0 - 1 <= start <= t1 + 1:
             continue
         if argv[0] in SIGNAL_COMMANDS:
-            marks.append((start, " ".join(str(a) for a in argv[:3]), "sig"))
+            said = [str(a) for a in argv if a != "--verbose"]  # scancel's verbosity is no part of the signal
+            marks.append((start, " ".join(said[:3]), "sig"))
     shown = spans[:60]
     height = len(shown) * ROW + 10
     lines = [

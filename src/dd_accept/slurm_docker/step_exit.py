@@ -67,11 +67,32 @@ def signal_sent_at(text: str, step: str, signal: int) -> float | None:
 
 def signals_sent(text: str, step: str, signal: int) -> tuple[float, ...]:
     """Every moment slurmstepd delivered `signal` to the step's tasks, in the log's order. One
-    `scancel --signal=TERM` is one delivery; on a loaded machine Slurm was seen to deliver it
-    twice, 3 ms apart (and rc1 exits 1 on a second TERM while it drains)."""
+    `scancel --signal=TERM` is one delivery, except where scancel itself repeats its request
+    (`signal_requests`): then two, milliseconds apart (and rc1 exits 1 on a second TERM while
+    it drains)."""
     matches = [m for line in text.splitlines() if (m := _SIGNAL_SENT.match(line)) is not None]
     times = [_epoch(m["at"]) for m in matches if m["step"] == step and int(m["signal"]) == signal]
     return tuple(at for at in times if at is not None)
+
+
+# scancel: Signal 15 to step 1.3   (scancel --verbose, once per request it sends)
+_SIGNAL_REQUEST = re.compile(r"\bSignal (?P<signal>\d+) to step (?P<step>\S+)$")
+_RETRIED = "Job is in transitional state, retrying"
+
+
+def signal_requests(scancel_stderr: str, step: str, signal: int) -> int:
+    """How many requests one `scancel --verbose --signal=S JOB.STEP` sent to signal the step
+    (a verbose line each, less those it repeated because Slurm refused the last in a
+    transitional state). More than one: scancel itself signalled the step again. Slurm 22.05
+    to 26.05 do whenever a job submitted after this one is pending: `_verify_job_ids` keeps
+    `job_found` set past the matched record, so the later pending record marks the step id
+    pending too, and both passes of `_cancel_jobs` (pending, then every job) signal it.
+    Pinned per release by the semantics test (h); on a login node, the only count there is."""
+    lines = scancel_stderr.splitlines()
+    sent = sum(
+        1 for line in lines if (m := _SIGNAL_REQUEST.search(line)) and m["step"] == step and int(m["signal"]) == signal
+    )
+    return max(0, sent - sum(1 for line in lines if _RETRIED in line))
 
 
 # A step still running reports "0:0|Unknown|RUNNING": only a terminal state has an exit.
