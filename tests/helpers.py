@@ -162,7 +162,8 @@ def planned_commands(plan: str) -> tuple[list[tuple[str, ...]], list[tuple[str, 
         words = shlex.split(line)
         if words[0] == "env":
             words = words[next(i for i, w in enumerate(words[1:], 1) if "=" not in w) :]
-        if words[0] == "scancel" or "(launched by " in previous:  # not dd-accept's own: in no record
+        scancel = words[0] == "scancel" or (words[:2] == ["bash", "-c"] and words[3:4] == ["scancel"])
+        if scancel or "(launched by " in previous:  # not dd-accept's own: in no record
             continue
         (conditional if "(only if " in previous else always).append(tuple(words))
     return always, conditional

@@ -31,9 +31,10 @@ one, the failing test names which:
     submitted after JOB is pending, and once otherwise: scancel's `_verify_job_ids` keeps
     `job_found` set past the matched record, so the later pending record marks the step id
     pending, and both passes of `_cancel_jobs` (pending jobs, then all) send the request. Its
-    verbose output shows each request, and slurmd logs each delivery. The drain stops read
-    both (`step_exit.signal_requests`, `signals_sent`): an endpoint that fails at the second
-    TERM is not judged. A release that fixes scancel fails here, naming it.
+    verbose output shows each request, and slurmd logs each delivery. Run --interactive and
+    answered yes once, then no (`scancel_once_argv`), it sends one: the drain stops' TERM.
+    They still count both (`step_exit.signal_requests`, `signals_sent`): an endpoint that
+    fails at a second TERM is not judged. A release that fixes scancel fails here, naming it.
 """
 
 import threading
@@ -217,6 +218,11 @@ def test_scancel_signals_a_step_twice_while_a_job_submitted_after_it_is_pending(
         repeated = release_allocation.scancel_step(step, "TERM")
         assert repeated.ok and signal_requests(repeated.stderr_tail, step, 15) == 2, repeated.describe()
         assert wait_until(delivered, lambda n: n >= 2, timeout=15, what="two TERMs logged") == 2
+        # asked before each request, answered yes once: one request, one delivery, two prompts
+        once = release_allocation.signal_step_once(step, "TERM")
+        assert once.ok and signal_requests(once.stderr_tail, step, 15) == 1, once.describe()
+        assert once.stdout.count(f"Cancel step_id={step} ") == 2, once.describe()
+        assert wait_until(delivered, lambda n: n >= 3, timeout=15, what="the once-sent TERM logged") == 3
         assert release_cluster.exec(["scancel", later]).ok
         wait_until(
             lambda: release_cluster.exec(["squeue", "-h", "-t", "PENDING", "-o", "%i"]).stdout.split(),
@@ -226,7 +232,7 @@ def test_scancel_signals_a_step_twice_while_a_job_submitted_after_it_is_pending(
         )
         single = release_allocation.scancel_step(step, "TERM")
         assert single.ok and signal_requests(single.stderr_tail, step, 15) == 1, single.describe()
-        assert wait_until(delivered, lambda n: n >= 3, timeout=15, what="the third TERM logged") == 3
+        assert wait_until(delivered, lambda n: n >= 4, timeout=15, what="the last TERM logged") == 4
     finally:
         release_cluster.exec(["scancel", later])
         release_allocation.scancel_step(step, "KILL")

@@ -41,9 +41,16 @@ def _stop(
         signals_sent=lambda step, node, signal: tuple(term_at + 0.003 * n for n in range(terms)),
         step_exit=lambda step, node: recorded,
     )
+
+    def kill_only(step, signal):
+        """Plain scancel repeats TERM while a later job pends: the stop sends TERM only once."""
+        assert signal == "KILL", f"the stop sent {signal} through plain scancel"
+        sent.append(signal)
+        return SimpleNamespace(started_at=time.time())
+
     allocation = SimpleNamespace(
         steps_by_name=lambda: {"proxy": ["7.1"]},
-        scancel_step=lambda step, signal: (
+        signal_step_once=lambda step, signal: (
             sent.append(signal)
             or SimpleNamespace(
                 started_at=term_at - 0.1,
@@ -51,6 +58,7 @@ def _stop(
                 stderr_tail="scancel: verbose    : 1\n" + "scancel: Signal 15 to step 7.1\n" * requests,
             )
         ),
+        scancel_step=kill_only,
         cluster=cluster,
     )
     proxy = SimpleNamespace(node="node1", step=SimpleNamespace(wait=wait), log_tail=lambda lines: "")

@@ -34,7 +34,13 @@ from dd_accept.base.errors import SutBehaviourMissing
 from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt, of_type
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.deployment.placement import StepLaunch
-from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, scancel_argv, start_background
+from dd_accept.slurm_docker.allocation import (
+    Allocation,
+    BackgroundCommand,
+    scancel_argv,
+    scancel_once_argv,
+    start_background,
+)
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.slurm_docker.step_exit import signal_requests
 from dd_accept.sut.profile import SutProfile
@@ -90,7 +96,7 @@ def stop_endpoint_step(
     returned: on a loaded machine those took seconds, and an endpoint that never bounds its
     drain outlived its streams' end before the KILL came."""
     (step,) = allocation.steps_by_name()["proxy"]
-    term = allocation.scancel_step(step, "TERM")
+    term = allocation.signal_step_once(step, "TERM")
     stop_at = _term_moment(allocation, step, proxy.node, term.started_at)
     forced_at = None
     kill_at = stop_at + profile.drain.allowance_seconds + KILL_GRACE_S
@@ -175,7 +181,10 @@ def plan_endpoint_stop(p: Planner) -> list[PlannedCommand]:
     """What `stop_endpoint_step` submits: TERM to the endpoint's step, KILL at the allowance."""
     allowance = p.profile.drain.allowance_seconds
     return [
-        PlannedCommand("TERM to the endpoint's step (not its srun)", scancel_argv("$PROXY_STEP", "TERM")),
+        PlannedCommand(
+            "TERM to the endpoint's step (not its srun), sent once (scancel repeats it while a later job pends)",
+            scancel_once_argv("$PROXY_STEP", "TERM"),
+        ),
         PlannedCommand("KILL, the controller's escalation", scancel_argv("$PROXY_STEP", "KILL")).when(
             f"the endpoint still runs {allowance:g}s after TERM"
         ),

@@ -210,7 +210,9 @@ def timeline_chart(
             start = None
         if not argv or start is None or not t0 - 1 <= start <= t1 + 1:
             continue
-        if argv[0] in SIGNAL_COMMANDS:
+        if argv[:2] == ["bash", "-c"]:  # a command run through a script reads as its $0 and arguments
+            argv = argv[3:]
+        if argv and argv[0] in SIGNAL_COMMANDS:
             said = [str(a) for a in argv if a != "--verbose"]  # scancel's verbosity is no part of the signal
             marks.append((start, " ".join(said[:3]), "sig"))
     shown = spans[:60]

@@ -149,6 +149,21 @@ def scancel_argv(target: str, signal_name: str | None = None) -> list[str]:
     return ["scancel", *([f"--signal={signal_name}", "--verbose"] if signal_name else []), target]
 
 
+# scancel signals a step twice while a job submitted after the step's job is pending
+# (step_exit.signal_requests; semantics test (h)). Run --interactive, it asks before each
+# request it would send: answering yes once, then no to every later question (it asks again
+# at end of input), sends exactly one, whatever the queue holds. Its prompts (stdout) say how
+# many it would have sent; its verbose lines (stderr), how many it sent. `$0` is "scancel",
+# so the record reads as the scancel it runs.
+_ONE_REQUEST = '{ echo y; yes n; } | scancel --interactive --verbose "$@"'
+
+
+def scancel_once_argv(target: str, signal_name: str) -> list[str]:
+    """`scancel --signal=SIGNAL JOB.STEP` that sends its request once: the drain contract's one
+    TERM, which plain scancel repeats on a cluster with a later job pending."""
+    return ["bash", "-c", _ONE_REQUEST, "scancel", f"--signal={signal_name}", target]
+
+
 # How a job looks in squeue once it has ended (until MinJobAge): NODE_FAIL after a node loss,
 # PREEMPTED after a higher-priority job took its node (slurm_docker.preemption).
 ENDED_JOB_STATES = frozenset({"GONE", "COMPLETED", "CANCELLED", "NODE_FAIL", "FAILED", "TIMEOUT", "PREEMPTED"})
@@ -268,6 +283,10 @@ class Allocation:
 
     def scancel_step(self, step: str, signal_name: str = "TERM") -> CommandRecord:
         return self.cluster.exec(scancel_argv(step, signal_name), timeout=10)
+
+    def signal_step_once(self, step: str, signal_name: str = "TERM") -> CommandRecord:
+        """The step's tasks get `signal_name` once (`scancel_once_argv`): a drain stop."""
+        return self.cluster.exec(scancel_once_argv(step, signal_name), timeout=10)
 
     def job_state(self) -> str:
         record = self.cluster.exec(["squeue", "-h", "-j", self.job_id, "-o", "%T"], timeout=10)
