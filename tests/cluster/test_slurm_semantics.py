@@ -215,7 +215,7 @@ def test_scancel_signals_a_step_twice_while_a_job_submitted_after_it_is_pending(
         def delivered() -> int:
             return len(signals_sent(release_cluster.exec(["cat", SLURMD_LOG], node=node).stdout, step, 15))
 
-        repeated = release_allocation.scancel_step(step, "TERM")
+        repeated = release_cluster.exec(["scancel", "--signal=TERM", "--verbose", step])
         assert repeated.ok and signal_requests(repeated.stderr_tail, step, 15) == 2, repeated.describe()
         assert wait_until(delivered, lambda n: n >= 2, timeout=15, what="two TERMs logged") == 2
         # asked before each request, answered yes once: one request, one delivery, two prompts
@@ -230,7 +230,7 @@ def test_scancel_signals_a_step_twice_while_a_job_submitted_after_it_is_pending(
             timeout=15,
             what=f"job {later} to leave the queue",
         )
-        single = release_allocation.scancel_step(step, "TERM")
+        single = release_cluster.exec(["scancel", "--signal=TERM", "--verbose", step])
         assert single.ok and signal_requests(single.stderr_tail, step, 15) == 1, single.describe()
         assert wait_until(delivered, lambda n: n >= 4, timeout=15, what="the last TERM logged") == 4
     finally:

@@ -114,7 +114,13 @@ def _bundle(tmp_path):
     (run / "drain-marks.jsonl").write_text(json.dumps(mark) + "\n")
     start = "1970-01-01T00:01:43.000Z"  # 103 s: a signal inside the timeline
     (raw / "commands.jsonl").write_text(
-        json.dumps({"argv": ["scancel", "--signal=TERM", "--verbose", "1.1"], "start": start}) + "\n"
+        json.dumps(
+            {
+                "argv": ["bash", "-c", "{ echo y; yes n; } | scancel ...", "scancel", "--signal=TERM", "1.1"],
+                "start": start,
+            }
+        )
+        + "\n"
     )
     out = tmp_path / "bundle"
     out.mkdir()
@@ -129,7 +135,7 @@ def test_the_report_is_self_contained_and_draws_every_chart(tmp_path):
     # queue depth per replica, replica outcomes, the latency CDF
     assert html.count("<svg") == 7 and "TTFT distribution — run-1" in html and "allowance (1)" in html
     assert 'class="limit"' in html and 'class="sig"' in html and "m429" in html
-    assert "<title>scancel --signal=TERM 1.1</title>" in html, "the signal's mark names its target"
+    assert "<title>scancel --signal=TERM 1.1</title>" in html, "a signal sent through a script: its $0 and arguments"
     assert "overload.total.attempts" in html and ", judged on Slurm 24.11, cgroup; ran 1970-01-01 " in html
     assert "Queue depth per replica" in html and "replica 0: deepest queue 2" in html
     assert "in flight at TERM: 1 completed, 1 forced, 1 lost" in html

@@ -10,7 +10,7 @@ from dd_accept.slurm_docker import controller_restart
 from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.controller_restart import HELD_FILE, ControllerRestart, restart_controller, serves_only
 from dd_accept.slurm_docker.records import CommandRecord
-from dd_accept.slurm_docker.step_exit import SLURMD_LOG, from_slurmd_log, signal_sent_at
+from dd_accept.slurm_docker.step_exit import SLURMD_LOG, from_slurmd_log, signals_sent
 
 
 class PlayedController:
@@ -27,8 +27,8 @@ class PlayedController:
     def step_exit(self, step, node):  # the Cluster protocol's reading of slurmd's log
         return from_slurmd_log(self.exec(["cat", SLURMD_LOG], node=node).stdout, step)
 
-    def signal_sent_at(self, step, node, signal):
-        return signal_sent_at(self.exec(["cat", SLURMD_LOG], node=node).stdout, step, signal)
+    def signals_sent(self, step, node, signal):
+        return signals_sent(self.exec(["cat", SLURMD_LOG], node=node).stdout, step, signal)
 
     def exec(self, argv, timeout=None, **_):
         self.argvs.append(tuple(argv))

@@ -37,7 +37,6 @@ def _stop(
 
     recorded = StepExit(0 if exits_after_s is not None else 137, term_at + (exits_after_s or 13), "slurmd")
     cluster = SimpleNamespace(
-        signal_sent_at=lambda step, node, signal: term_at,
         signals_sent=lambda step, node, signal: tuple(term_at + 0.003 * n for n in range(terms)),
         step_exit=lambda step, node: recorded,
     )

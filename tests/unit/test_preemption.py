@@ -9,7 +9,7 @@ from dd_accept.slurm_docker.allocation import Allocation
 from dd_accept.slurm_docker.preemption import PREEMPTOR_JOB, preempt, preemptor_argv, with_exits
 from dd_accept.slurm_docker.records import CommandRecord
 from dd_accept.slurm_docker.spec import PREEMPTOR_PARTITION
-from dd_accept.slurm_docker.step_exit import SLURMD_LOG, from_slurmd_log, signal_sent_at
+from dd_accept.slurm_docker.step_exit import SLURMD_LOG, from_slurmd_log, signals_sent
 
 TERM_LINE = "[2026-12-04T00:00:{second:02d}.500] [{step}] Sent signal 15 to StepId={step}\n"
 
@@ -25,8 +25,8 @@ class PlayedSlurm:
     def step_exit(self, step, node):  # the Cluster protocol's reading of slurmd's log
         return from_slurmd_log(self.exec(["cat", SLURMD_LOG], node=node).stdout, step)
 
-    def signal_sent_at(self, step, node, signal):
-        return signal_sent_at(self.exec(["cat", SLURMD_LOG], node=node).stdout, step, signal)
+    def signals_sent(self, step, node, signal):
+        return signals_sent(self.exec(["cat", SLURMD_LOG], node=node).stdout, step, signal)
 
     def exec(self, argv, timeout=None, node=None, **_):
         self.argvs.append((tuple(argv), node))

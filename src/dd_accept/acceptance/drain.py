@@ -41,6 +41,7 @@ from dd_accept.slurm_docker.allocation import (
     scancel_once_argv,
     start_background,
 )
+from dd_accept.slurm_docker.interface import first_delivery
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.slurm_docker.step_exit import signal_requests
 from dd_accept.sut.profile import SutProfile
@@ -119,7 +120,7 @@ def _term_moment(allocation: Allocation, step: str, node: str, fallback: float) 
     where the node's log cannot be read, when `scancel` was started: the earliest moment the
     TERM can have arrived, so no stream cut by it is missed as 'ended before the stop'."""
     moment = wait_for_finding(
-        lambda: allocation.cluster.signal_sent_at(step, node, signal.SIGTERM),
+        lambda: first_delivery(allocation.cluster, step, node, signal.SIGTERM),
         lambda at: at is not None,
         timeout=3,
         what=f"Slurm's record of TERM reaching step {step}",
@@ -372,7 +373,7 @@ def _cleanup_drill(
     status, ended = _node_status(state_host / "launcher-status"), _node_mark(state_host / "launcher-ended", 0.0)
     launcher = LauncherEnd(status, ended, may_be_signalled=True) if status is not None and ended else None
     end = _endpoint_end(allocation, step, node, stop_at, launcher, RECORD_WAIT_S, proxy.log_tail(200))
-    killed_at = None if step is None else allocation.cluster.signal_sent_at(step, node, 9)
+    killed_at = None if step is None else first_delivery(allocation.cluster, step, node, signal.SIGKILL)
     if step is not None:  # the SUT's own scancel: only the node's log says how many TERMs came
         end = checks.with_repeats(end, allocation.cluster.signals_sent(step, node, signal.SIGTERM), 0, 0.0)
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}

@@ -213,8 +213,7 @@ def timeline_chart(
         if argv[:2] == ["bash", "-c"]:  # a command run through a script reads as its $0 and arguments
             argv = argv[3:]
         if argv and argv[0] in SIGNAL_COMMANDS:
-            said = [str(a) for a in argv if a != "--verbose"]  # scancel's verbosity is no part of the signal
-            marks.append((start, " ".join(said[:3]), "sig"))
+            marks.append((start, " ".join(str(a) for a in argv[:3]), "sig"))
     shown = spans[:60]
     height = len(shown) * ROW + 10
     lines = [

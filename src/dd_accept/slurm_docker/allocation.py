@@ -144,9 +144,8 @@ def srun_argv(job_id: str, argv: Sequence[str], options: Sequence[str] = (), sit
 
 def scancel_argv(target: str, signal_name: str | None = None) -> list[str]:
     """`scancel` of a step or job: with a signal, to the step's tasks (not its srun), as
-    the drain contract requires, verbose so that its record says how many requests it sent
-    (`step_exit.signal_requests`); without, the whole job."""
-    return ["scancel", *([f"--signal={signal_name}", "--verbose"] if signal_name else []), target]
+    the drain contract requires; without, the whole job."""
+    return ["scancel", *([f"--signal={signal_name}"] if signal_name else []), target]
 
 
 # scancel signals a step twice while a job submitted after the step's job is pending

@@ -396,11 +396,6 @@ class SlurmCluster:
         record = self.exec(["grep", "-F", f"] [{step}] task ", SLURMD_LOG], node=node, timeout=15)
         return step_exit.from_slurmd_log(record.stdout, step)
 
-    def signal_sent_at(self, step: str, node: str, signal: int) -> float | None:
-        """When slurmstepd on `node` delivered `signal` to `step`, from the node's slurmd log."""
-        sent = self.signals_sent(step, node, signal)
-        return sent[0] if sent else None
-
     def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...]:
         """Every delivery of `signal` to `step` by slurmstepd on `node`, from the node's slurmd log."""
         record = self.exec(["grep", "-F", f"] [{step}] Sent signal ", SLURMD_LOG], node=node, timeout=15)

@@ -65,8 +65,6 @@ class Cluster(Protocol):
 
     def step_exit(self, step: str, node: str) -> StepExit | None: ...  # as Slurm recorded it; None: unknown
 
-    def signal_sent_at(self, step: str, node: str, signal: int) -> float | None: ...  # the node's moment
-
     def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...]: ...  # (): unknown
 
     def versions(self) -> dict[str, str]: ...
@@ -76,3 +74,9 @@ class Cluster(Protocol):
     def restore_node(self, node: str) -> CommandRecord: ...
 
     def node_freeze(self) -> str: ...
+
+
+def first_delivery(cluster: Cluster, step: str, node: str, signal: int) -> float | None:
+    """When slurmstepd first delivered `signal` to `step`: the node's own moment (None: unknown)."""
+    sent = cluster.signals_sent(step, node, signal)
+    return sent[0] if sent else None

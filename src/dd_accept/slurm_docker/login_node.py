@@ -206,13 +206,9 @@ class ExistingCluster:
         record = self.exec(["sacct", "-n", "-P", "-o", "ExitCode,End,State", "-j", step], timeout=30)
         return step_exit.from_sacct(record.stdout) if record.ok else None
 
-    def signal_sent_at(self, step: str, node: str, signal: int) -> float | None:
-        """A site's slurmd logs are not readable from the login node: the moment is unknown."""
-        del step, node, signal
-        return None
-
     def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...]:
-        """Unknown from the login node, as signal_sent_at: a stop is then taken as one delivery."""
+        """A site's slurmd logs are not readable from the login node: unknown (no moment; a
+        stop's count is then scancel's own, `step_exit.signal_requests`)."""
         del step, node, signal
         return ()
 

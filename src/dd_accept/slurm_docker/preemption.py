@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from dd_accept.base.errors import ClusterError
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.slurm_docker.allocation import Allocation
+from dd_accept.slurm_docker.interface import first_delivery
 from dd_accept.slurm_docker.spec import PREEMPTOR_PARTITION
 from dd_accept.slurm_docker.step_exit import StepExit
 
@@ -85,7 +86,7 @@ def preempt(job: Allocation, timeout: float = 30.0) -> Preemption:
 
         def signalled() -> dict[str, float]:
             node = job.first_node
-            return {step: at for step in steps if (at := cluster.signal_sent_at(step, node, SIGTERM)) is not None}
+            return {step: at for step in steps if (at := first_delivery(cluster, step, node, SIGTERM)) is not None}
 
         try:
             sent = wait_until(signalled, bool, timeout=timeout, what="Slurm to preempt")
