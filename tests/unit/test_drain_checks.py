@@ -289,7 +289,16 @@ def test_the_not_judged_stop_says_scancel_repeated_its_request_where_its_output_
     assert drill.verdict == "fail"
     set_aside = ScenarioResult("drain")
     checks.judged_on_one_term(set_aside, drill, by_the_sut)
-    assert set_aside.checks == [] and "(the SUT's own cleanup asked)" in set_aside.error, set_aside.error
+    assert set_aside.checks == [] and "(the SUT's cleanup ran scancel; a repeat within 1 s is scancel's own" in (
+        set_aside.error
+    ), set_aside.error
+    # a cleanup that sends TERM again itself, 1.5 s later, is judged on what its endpoint did
+    assert checks.repeated_by_scancel((100.0, 100.004)) == (100.0, 100.004)
+    assert checks.repeated_by_scancel((100.0, 101.5)) == (100.0,) and checks.repeated_by_scancel(()) == ()
+    its_own = checks.with_repeats(checks.StepEnd(1, 1.55), checks.repeated_by_scancel((100.0, 101.5)), 0, 0.0)
+    judged_own = ScenarioResult("drain")
+    checks.judged_on_one_term(judged_own, drill, its_own)
+    assert judged_own.checks == [drill] and judged_own.error is None, "the SUT's own repeat: its own failure"
     once = checks.with_repeats(checks.StepEnd(1, 0.06), (100.0,), 0, 0.0)
     judged = ScenarioResult("drain")
     checks.judged_on_one_term(judged, drill, once)

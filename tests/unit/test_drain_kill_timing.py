@@ -7,8 +7,13 @@ itself')."""
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from dd_accept.acceptance import drain
+from dd_accept.base.errors import ClusterError
 from dd_accept.slurm_docker.step_exit import StepExit
+
+LOADED = "scancel: select/cons_tres: common_init: select/cons_tres loaded\n"  # scancel --verbose's first lines
 
 
 def _stop(
@@ -54,7 +59,8 @@ def _stop(
             or SimpleNamespace(
                 started_at=term_at - 0.1,
                 duration_s=0.04,
-                stderr_tail="scancel: verbose    : 1\n" + "scancel: Signal 15 to step 7.1\n" * requests,
+                stderr_tail=LOADED + "scancel: Signal 15 to step 7.1\n" * requests,
+                describe=lambda: "exit 0: scancel --signal=TERM 7.1",
             )
         ),
         scancel_step=kill_only,
@@ -104,3 +110,11 @@ def test_where_the_nodes_log_cannot_be_read_scancels_own_count_of_its_requests_s
     assert (logged_once.terms, logged_once.scancel_requests) == (1, 2), logged_once
     both = _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=2, requests=2)[2]
     assert (both.terms, round(both.repeated_after_s, 3), both.scancel_requests) == (2, 0.003, 2), both
+
+
+def test_a_stop_whose_scancel_sent_no_request_is_the_harnesss_error_not_a_drain_to_judge():
+    """scancel said no "Signal 15 to step" (a site's scancel that refuses --interactive, a job
+    it did not find): no TERM went out, so there is nothing to judge an endpoint by; the stop
+    raises before it waits out an allowance and KILLs an endpoint that was never told."""
+    with pytest.raises(ClusterError, match="the endpoint's TERM was never sent"):
+        _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=0, requests=0)

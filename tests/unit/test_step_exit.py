@@ -64,7 +64,10 @@ def test_a_running_step_has_no_exit_yet_in_sacct():
 def test_scancels_verbose_lines_count_the_requests_it_sent_to_the_step():
     """22.05's `scancel --verbose --signal=TERM 1.3` with a job submitted after job 1 pending
     (measured on the docker cluster): two "Signal 15 to step" lines, two deliveries."""
-    repeated = "scancel: verbose        : 1\nscancel: Signal 15 to step 1.3\nscancel: Signal 15 to step 1.3\n"
+    repeated = (
+        "scancel: select/cons_tres: common_init: select/cons_tres loaded\n"
+        "scancel: Signal 15 to step 1.3\nscancel: Signal 15 to step 1.3\n"
+    )
     assert step_exit.signal_requests(repeated, "1.3", 15) == 2
     assert step_exit.signal_requests(repeated, "1.3", 9) == 0, "another signal"
     assert step_exit.signal_requests(repeated, "11.3", 15) == 0, "another step"

@@ -30,7 +30,7 @@ from dd_accept.acceptance.phases import (
 )
 from dd_accept.acceptance.plan import JOB, NODE, PlannedCommand, Planner
 from dd_accept.base.drain_outcomes import MARKS, kill_that_reached
-from dd_accept.base.errors import SutBehaviourMissing
+from dd_accept.base.errors import ClusterError, SutBehaviourMissing
 from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt, of_type
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.deployment.placement import StepLaunch
@@ -98,6 +98,9 @@ def stop_endpoint_step(
     drain outlived its streams' end before the KILL came."""
     (step,) = allocation.steps_by_name()["proxy"]
     term = allocation.signal_step_once(step, "TERM")
+    requests = signal_requests(term.stderr_tail, step, signal.SIGTERM)
+    if requests == 0:  # scancel said no request: no TERM to judge a drain by, and no fault of the SUT's
+        raise ClusterError(f"the endpoint's TERM was never sent: {term.describe()}")
     stop_at = _term_moment(allocation, step, proxy.node, term.started_at)
     forced_at = None
     kill_at = stop_at + profile.drain.allowance_seconds + KILL_GRACE_S
@@ -110,7 +113,6 @@ def stop_endpoint_step(
     launcher = LauncherEnd(record.exit_code, record.started_at + record.duration_s)
     end = _endpoint_end(allocation, step, proxy.node, stop_at, launcher, output=proxy.log_tail(200))
     deliveries = allocation.cluster.signals_sent(step, proxy.node, signal.SIGTERM)
-    requests = max(1, signal_requests(term.stderr_tail, step, signal.SIGTERM))  # no line: its own format; once
     end = checks.with_repeats(end, deliveries, requests, term.duration_s)
     return stop_at, kill_that_reached(forced_at, stop_at, end.exit_code, end.seconds_after_stop), end
 
@@ -375,7 +377,8 @@ def _cleanup_drill(
     end = _endpoint_end(allocation, step, node, stop_at, launcher, RECORD_WAIT_S, proxy.log_tail(200))
     killed_at = None if step is None else first_delivery(allocation.cluster, step, node, signal.SIGKILL)
     if step is not None:  # the SUT's own scancel: only the node's log says how many TERMs came
-        end = checks.with_repeats(end, allocation.cluster.signals_sent(step, node, signal.SIGTERM), 0, 0.0)
+        deliveries = allocation.cluster.signals_sent(step, node, signal.SIGTERM)
+        end = checks.with_repeats(end, checks.repeated_by_scancel(deliveries), 0, 0.0)
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
     streams = deployment.read_events(run, f"cleanup-{mode}")
     judged = checks.sut_cleanup(
