@@ -142,7 +142,7 @@ def _repeat_text(endpoint: StepEnd) -> str:
         )
     if endpoint.scancel_requests == 1:
         return "the harness asked once"
-    return f"the SUT's cleanup ran scancel; a repeat within {SCANCEL_REPEAT_S:g} s is scancel's own while a later job pends"
+    return f"the SUT's cleanup ran scancel; a repeat within {SCANCEL_REPEAT_S:g} s is scancel's own, as a later job pends"
 
 
 def judged_on_one_term(result: ScenarioResult, check: CheckResult, endpoint: StepEnd) -> None:
