@@ -142,7 +142,8 @@ def _repeat_text(endpoint: StepEnd) -> str:
         )
     if endpoint.scancel_requests == 1:
         return "the harness asked once"
-    return f"the SUT's cleanup ran scancel; a repeat within {SCANCEL_REPEAT_S:g} s is scancel's own, as a later job pends"
+    within = f"{SCANCEL_REPEAT_S:g} s"
+    return f"the SUT's cleanup ran scancel; a repeat within {within} is scancel's own, as a later job pends"
 
 
 def judged_on_one_term(result: ScenarioResult, check: CheckResult, endpoint: StepEnd) -> None:
