@@ -30,6 +30,7 @@ from dd_accept.acceptance.telemetry_failover_checks import connection_errors as 
 from dd_accept.acceptance.telemetry_records import (
     NO_RESPONSE,
     AttemptKey,
+    RecordKey,
     TelemetryPhase,
     attempt_key,
     attempt_records,
@@ -37,12 +38,13 @@ from dd_accept.acceptance.telemetry_records import (
     byte_count,
     flagged,
     match_attempts,
+    of_own_endpoint,
+    request_record_key,
     served_key,
     shown_numbers,
-    status_of,
     unclaimed,
 )
-from dd_accept.base.events import COMPLETION_PATHS, SutAttemptRecord, UpstreamAttempt
+from dd_accept.base.events import SutAttemptRecord, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 from dd_accept.sut.profile import TelemetryProfile
 
@@ -142,9 +144,6 @@ def attempt_counters(phases: list[TelemetryPhase], profile: TelemetryProfile) ->
     )
 
 
-RecordKey = tuple[int, tuple[str, ...], int]
-
-
 def expected_records(phase: TelemetryPhase) -> Counter[RecordKey]:
     """One record per whole response: its attempts, each attempt's upstream status in order,
     and the status the client got."""
@@ -156,47 +155,6 @@ def expected_records(phase: TelemetryPhase) -> Counter[RecordKey]:
         attempts = chains.get(request.request_id or "", [])
         found[(len(attempts), tuple(str(a.status) for a in attempts), int(request.status or 0))] += 1
     return found
-
-
-def _record_key(record: dict[str, Any]) -> RecordKey | None:
-    """(attempts, upstream statuses, final status) of a request's record; None for a marked
-    record that is not a request's (a per-attempt event: no final status)."""
-    final = status_of(record.get("final_status"))
-    outcomes = record.get(
-        "upstream_outcomes", record.get("attempts") if isinstance(record.get("attempts"), list) else None
-    )
-    if final is None or not isinstance(outcomes, list):
-        return None
-    statuses = tuple(str(status_of(o)) if status_of(o) is not None else str(o) for o in outcomes)
-    count = record.get("attempts")
-    attempts = count if isinstance(count, int) and not isinstance(count, bool) else len(statuses)
-    return attempts, statuses, final
-
-
-# Where a record may name the path of the request it is of (a path, or a request line). Not
-# a URL: "endpoint", "url" or "target" name the upstream as often (a backend's base URL).
-_PATH_FIELDS = ("path", "request_path", "route", "request")
-# A request's path as a record writes it: no route pattern (aiohttp's catch-all `/{path:.*}`),
-# no repr's brackets.
-_PATH = re.compile(r"/[^\s{}*<>()\[\]]*")
-
-
-def named_path(record: dict[str, Any]) -> str | None:
-    """The path a record says it served ("/health", "GET /metrics?x HTTP/1.1"), or None when
-    it names none (a field that holds a route's pattern names none: the next is read)."""
-    for field in _PATH_FIELDS:
-        value = record.get(field)
-        for token in value.split() if isinstance(value, str) else ():
-            if _PATH.fullmatch(token.split("?")[0]):
-                return token.split("?")[0]
-    return None
-
-
-def of_own_endpoint(record: dict[str, Any]) -> bool:
-    """A record of a path no client of the run sends: the proxy's own endpoints (its /health
-    may probe the backends and list those probes as attempts)."""
-    path = named_path(record)
-    return path is not None and path not in COMPLETION_PATHS
 
 
 @check("telemetry.request_log")
@@ -224,7 +182,7 @@ def request_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
         complete = [r for r in records if not flagged(r.get(profile.incomplete_field))]
         driven = [r for r in complete if not of_own_endpoint(r)]
         own, complete = own + len(complete) - len(driven), driven
-        keys = [_record_key(r) for r in complete]
+        keys = [request_record_key(r) for r in complete]
         requests_logged = [k for k in keys if k is not None]
         unreadable = malformed
         if not requests_logged and complete:  # marked records, none a request's

@@ -15,7 +15,7 @@ from typing import Any
 
 from dd_accept.acceptance.analysis import attempts_by_request
 from dd_accept.acceptance.log_shapes import log_records
-from dd_accept.base.events import ClientRequest, UpstreamAttempt
+from dd_accept.base.events import COMPLETION_PATHS, ClientRequest, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 from dd_accept.sut.profile import TelemetryProfile
 
@@ -278,6 +278,50 @@ class TelemetryPhase:
                 return None
             deltas[index] = as_number(row.get("requests")) - as_number(earlier.get(index, {}).get("requests"))
         return deltas
+
+
+RecordKey = tuple[int, tuple[str, ...], int]  # (attempts, upstream statuses, final status)
+
+
+def request_record_key(record: dict[str, Any]) -> RecordKey | None:
+    """(attempts, upstream statuses, final status) of a request's record; None for a marked
+    record that is not a request's (a per-attempt event: no final status)."""
+    final = status_of(record.get("final_status"))
+    outcomes = record.get(
+        "upstream_outcomes", record.get("attempts") if isinstance(record.get("attempts"), list) else None
+    )
+    if final is None or not isinstance(outcomes, list):
+        return None
+    statuses = tuple(str(status_of(o)) if status_of(o) is not None else str(o) for o in outcomes)
+    count = record.get("attempts")
+    attempts = count if isinstance(count, int) and not isinstance(count, bool) else len(statuses)
+    return attempts, statuses, final
+
+
+# Where a record may name the path of the request it is of (a path, or a request line). Not
+# a URL: "endpoint", "url" or "target" name the upstream as often (a backend's base URL).
+_PATH_FIELDS = ("path", "request_path", "route", "request")
+# A request's path as a record writes it: no route pattern (aiohttp's catch-all `/{path:.*}`),
+# no repr's brackets.
+_PATH = re.compile(r"/[^\s{}*<>()\[\]]*")
+
+
+def named_path(record: dict[str, Any]) -> str | None:
+    """The path a record says it served ("/health", "GET /metrics?x HTTP/1.1"), or None when
+    it names none (a field that holds a route's pattern names none: the next is read)."""
+    for name in _PATH_FIELDS:
+        value = record.get(name)
+        for token in value.split() if isinstance(value, str) else ():
+            if _PATH.fullmatch(token.split("?")[0]):
+                return token.split("?")[0]
+    return None
+
+
+def of_own_endpoint(record: dict[str, Any]) -> bool:
+    """A record of a path no client of the run sends: the proxy's own endpoints (its /health
+    may probe the backends and list those probes as attempts)."""
+    path = named_path(record)
+    return path is not None and path not in COMPLETION_PATHS
 
 
 def unclaimed(check_id: str, expected: str, claim: str) -> CheckResult:

@@ -210,10 +210,9 @@ def timeline_chart(
             start = None
         if not argv or start is None or not t0 - 1 <= start <= t1 + 1:
             continue
-        if argv[:2] == ["bash", "-c"]:  # a command run through a script reads as its $0 and arguments
-            argv = argv[3:]
-        if argv and argv[0] in SIGNAL_COMMANDS:
-            marks.append((start, " ".join(str(a) for a in argv[:3]), "sig"))
+        said = argv[3:] if argv[:2] == ["bash", "-c"] else argv  # a script's: its $0 and arguments
+        if said and said[0] in SIGNAL_COMMANDS:
+            marks.append((start, " ".join(str(a) for a in said[:3]), "sig"))
     shown = spans[:60]
     height = len(shown) * ROW + 10
     lines = [
