@@ -67,3 +67,15 @@ def test_a_step_listed_a_moment_after_its_srun_returned_is_no_leak(listed, leake
     cluster.answers["scancel"] = [(0, "")]
     allocation.job_state = lambda: "CANCELLED"  # type: ignore[method-assign]
     assert allocation.release(grace_s=1.0) == leaked
+
+
+def test_a_later_pending_job_is_one_submitted_after_this_one():
+    """Plain scancel signals a step twice while a job submitted after the step's job pends
+    (semantics test (h)): job ids rise with submission; an array's or a het job's id is read
+    by its number."""
+    cluster = ScriptedCluster(salloc=[(0, "")], squeue=[(0, "node1")], scontrol=[(0, "node1\n")])
+    allocation = Allocation.acquire(cluster, nodes=1)  # type: ignore[arg-type]
+    for pending, later in (("3\n6_[1-4]\n", False), ("3\n12_[1-4]\n", True), ("8+0\n", True), ("", False)):
+        cluster.answers["squeue"] = [(0, pending)]
+        assert allocation.later_job_pending() is later, (pending, later)
+    assert cluster.ran[-1] == ("squeue", "-h", "-t", "PENDING", "-o", "%i")

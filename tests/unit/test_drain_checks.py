@@ -248,11 +248,11 @@ def test_a_stop_slurm_delivered_twice_is_not_judged_where_it_failed_and_stands_w
     twice = checks.StepEnd(1, 0.07, "slurmd step record", "asyncio.exceptions.InvalidStateError", 2, 0.003)
     failed = checks.scancel_step(cut, served(cut), 1, twice, [], 10, 12)
     assert failed.verdict == "fail" and "exit 1 (raised asyncio.exceptions.InvalidStateError)" in failed.observed
-    assert "(Slurm delivered TERM 2 times)" in failed.observed, failed
+    assert "(got TERM 2 times)" in failed.observed, failed
     result = ScenarioResult("drain")
     checks.judged_on_one_term(result, failed, twice)
     assert result.checks == [] and result.verdict() == "fail", result  # never a pass: exit 2, not judged
-    assert result.error.startswith("drain.scancel_step not judged: Slurm delivered TERM 2 times"), result.error
+    assert result.error.startswith("drain.scancel_step not judged: the endpoint's step got TERM 2 times"), result.error
     once = ScenarioResult("drain")
     checks.judged_on_one_term(once, failed, replace(twice, terms=1))
     assert once.checks == [failed] and once.error is None, "one TERM: the failure is the SUT's"
@@ -273,33 +273,45 @@ def test_a_stop_slurm_delivered_twice_is_not_judged_where_it_failed_and_stands_w
 
 def test_the_not_judged_stop_says_scancel_repeated_its_request_where_its_output_shows_it():
     """The repeat's cause, where scancel's verbose output shows two requests: Slurm's scancel
-    signals a step twice while a job submitted after it is pending (semantics test (h)). The
-    SUT's own cleanup runs its own scancel, whose output the harness does not see."""
+    signals a step twice while a job submitted after it is pending (semantics test (h))."""
     cut = [stream(0, 1.1, False, "truncated") for _ in range(4)]
-    twice = checks.with_repeats(checks.StepEnd(1, 0.06, "slurmd step record"), (100.0, 100.004), 2, 0.05)
-    assert (twice.terms, round(twice.repeated_after_s, 3), twice.scancel_requests) == (2, 0.004, 2)
+    twice = checks.harness_stop(checks.StepEnd(1, 0.06, "slurmd step record"), (100.0, 100.004), 2, 0.05)
+    assert (twice.terms, round(twice.repeated_after_s, 3)) == (2, 0.004)
     result = ScenarioResult("drain")
     checks.judged_on_one_term(result, checks.scancel_step(cut, served(cut), 1, twice, [], 10, 12), twice)
     assert result.checks == [] and result.error is not None
     assert "(the harness ran scancel once; it sent its request 2 times, as Slurm's scancel does while a job " in (
         result.error
     )
-    by_the_sut = checks.with_repeats(checks.StepEnd(1, 0.06), (100.0, 100.004), 0, 0.0)
-    drill = checks.sut_cleanup("cancel", cut, served(cut), 1, by_the_sut, {}, 12, [])
+
+
+def test_a_cleanup_drill_sets_aside_only_scancels_own_repeat_and_reads_the_queue_where_no_log_is():
+    """The SUT's cleanup runs its own scancel, whose output the harness never sees. Where the
+    node's log is read: a TERM again within 1 s is scancel's own repeat (set aside), one 1.5 s
+    later the cleanup's own doing (its failure stands). On a login node, no log: a job
+    submitted after the endpoint's pending at the stop means scancel signalled twice (set
+    aside); none pending, one TERM (judged)."""
+    cut = [stream(0, 1.1, False, "truncated") for _ in range(4)]
+    drill = checks.sut_cleanup("cancel", cut, served(cut), 1, checks.StepEnd(1, 0.06), {}, 12, [])
     assert drill.verdict == "fail"
-    set_aside = ScenarioResult("drain")
-    checks.judged_on_one_term(set_aside, drill, by_the_sut)
-    assert set_aside.checks == [] and "(the SUT's cleanup ran scancel; a repeat within 1 s is scancel's own" in (
-        set_aside.error
-    ), set_aside.error
-    # a cleanup that sends TERM again itself, 1.5 s later, is judged on what its endpoint did
-    assert checks.repeated_by_scancel((100.0, 100.004)) == (100.0, 100.004)
+
+    def judged(end):
+        result = ScenarioResult("drain")
+        checks.judged_on_one_term(result, drill, end)
+        return result
+
+    by_scancel = judged(checks.cleanup_stop(checks.StepEnd(1, 0.06), (100.0, 100.004), False))
+    assert by_scancel.checks == [] and "(the SUT's cleanup ran scancel; a repeat within 1 s is scancel's own," in (
+        by_scancel.error
+    ), by_scancel.error
     assert checks.repeated_by_scancel((100.0, 101.5)) == (100.0,) and checks.repeated_by_scancel(()) == ()
-    its_own = checks.with_repeats(checks.StepEnd(1, 1.55), checks.repeated_by_scancel((100.0, 101.5)), 0, 0.0)
-    judged_own = ScenarioResult("drain")
-    checks.judged_on_one_term(judged_own, drill, its_own)
-    assert judged_own.checks == [drill] and judged_own.error is None, "the SUT's own repeat: its own failure"
-    once = checks.with_repeats(checks.StepEnd(1, 0.06), (100.0,), 0, 0.0)
-    judged = ScenarioResult("drain")
-    checks.judged_on_one_term(judged, drill, once)
-    assert judged.checks == [drill] and judged.error is None, "one TERM: the SUT's own failure"
+    its_own = judged(checks.cleanup_stop(checks.StepEnd(1, 1.55), (100.0, 101.5), False))
+    assert its_own.checks == [drill] and its_own.error is None, "the SUT's own later repeat: its own failure"
+    once = judged(checks.cleanup_stop(checks.StepEnd(1, 0.06), (100.0,), True))
+    assert once.checks == [drill] and once.error is None, "one TERM logged: a pending job changes nothing"
+    queued = judged(checks.cleanup_stop(checks.StepEnd(1, 0.06), (), True))
+    assert queued.checks == [] and "while a job submitted after this one was pending" in queued.error, queued.error
+    quiet = judged(checks.cleanup_stop(checks.StepEnd(1, 0.06), (), False))
+    assert quiet.checks == [drill] and quiet.error is None, "no log, nothing pending: one TERM, judged"
+    killed = judged(checks.cleanup_stop(checks.StepEnd(137, 12.5), (), True))
+    assert killed.checks == [drill], "an endpoint KILLed 12.5 s later outlived any repeat: judged"

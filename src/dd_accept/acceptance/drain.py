@@ -113,7 +113,7 @@ def stop_endpoint_step(
     launcher = LauncherEnd(record.exit_code, record.started_at + record.duration_s)
     end = _endpoint_end(allocation, step, proxy.node, stop_at, launcher, output=proxy.log_tail(200))
     deliveries = allocation.cluster.signals_sent(step, proxy.node, signal.SIGTERM)
-    end = checks.with_repeats(end, deliveries, requests, term.duration_s)
+    end = checks.harness_stop(end, deliveries, requests, term.duration_s)
     return stop_at, kill_that_reached(forced_at, stop_at, end.exit_code, end.seconds_after_stop), end
 
 
@@ -376,9 +376,9 @@ def _cleanup_drill(
     launcher = LauncherEnd(status, ended, may_be_signalled=True) if status is not None and ended else None
     end = _endpoint_end(allocation, step, node, stop_at, launcher, RECORD_WAIT_S, proxy.log_tail(200))
     killed_at = None if step is None else first_delivery(allocation.cluster, step, node, signal.SIGKILL)
-    if step is not None:  # the SUT's own scancel: only the node's log says how many TERMs came
+    if step is not None:  # the SUT's own scancel: the node's log says how many TERMs came (a login node: the queue)
         deliveries = allocation.cluster.signals_sent(step, node, signal.SIGTERM)
-        end = checks.with_repeats(end, checks.repeated_by_scancel(deliveries), 0, 0.0)
+        end = checks.cleanup_stop(end, deliveries, not deliveries and allocation.later_job_pending())
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
     streams = deployment.read_events(run, f"cleanup-{mode}")
     judged = checks.sut_cleanup(

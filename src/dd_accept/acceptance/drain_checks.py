@@ -55,13 +55,12 @@ class StepEnd:
     # is then a reason a person can act on, not a number. Never its message (it may quote a
     # request).
     raised: str = ""
-    # How many times Slurm delivered TERM to the step, and the last delivery's seconds after
-    # the first (`with_repeats`). The stop runs scancel once; scancel itself may send its
-    # request twice (`scancel_requests`, from its own output; 0 where it is not known: the
-    # SUT's cleanup ran it).
+    # How many times the step got TERM, and the last one's seconds after the first
+    # (`harness_stop`, `cleanup_stop`), and who sent it and why it may have come again: what
+    # the not-judged error tells a person.
     terms: int = 1
     repeated_after_s: float = 0.0
-    scancel_requests: int = 1
+    term_by: str = "the harness asked once"
 
 
 # An endpoint that ended this soon after a repeated TERM may have ended because of it.
@@ -110,21 +109,25 @@ def _outcomes(
 def _exit_text(endpoint: StepEnd) -> str:
     code = "exit unknown" if endpoint.exit_code is None else f"exit {endpoint.exit_code}"
     code = f"{code} (raised {endpoint.raised})" if endpoint.raised else code
-    return code + (f" (Slurm delivered TERM {endpoint.terms} times)" if endpoint.terms > 1 else "")
+    return code + (f" (got TERM {endpoint.terms} times)" if endpoint.terms > 1 else "")
 
 
-def with_repeats(end: StepEnd, deliveries: tuple[float, ...], requests: int, scancel_s: float) -> StepEnd:
-    """The stop's TERMs: the node's log says how many reached the step and when (`deliveries`);
-    where it cannot be read (a login node: none), scancel's own count of the requests it sent
-    stands for them, the repeat then within scancel's run (`scancel_s`). One delivery logged
-    is one, whatever scancel sent (a repeat may have found the step gone)."""
-    if len(deliveries) > 1:
-        return replace(
-            end, terms=len(deliveries), repeated_after_s=deliveries[-1] - deliveries[0], scancel_requests=requests
+def harness_stop(end: StepEnd, deliveries: tuple[float, ...], requests: int, scancel_s: float) -> StepEnd:
+    """The harness's stop: the node's log says how many TERMs reached the step and when
+    (`deliveries`); where it cannot be read (a login node: none), scancel's own count of the
+    requests it sent stands for them, the repeat then within scancel's run (`scancel_s`). One
+    delivery logged is one, whatever scancel sent (a repeat may have found the step gone)."""
+    by = "the harness asked once"
+    if requests > 1:
+        by = (
+            f"the harness ran scancel once; it sent its request {requests} times, as Slurm's scancel does while "
+            "a job submitted after this one is pending"
         )
+    if len(deliveries) > 1:
+        return replace(end, terms=len(deliveries), repeated_after_s=deliveries[-1] - deliveries[0], term_by=by)
     if not deliveries and requests > 1:
-        return replace(end, terms=requests, repeated_after_s=scancel_s, scancel_requests=requests)
-    return replace(end, scancel_requests=requests)
+        return replace(end, terms=requests, repeated_after_s=scancel_s, term_by=by)
+    return replace(end, term_by=by)
 
 
 def repeated_by_scancel(deliveries: tuple[float, ...]) -> tuple[float, ...]:
@@ -133,21 +136,29 @@ def repeated_by_scancel(deliveries: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(at for at in deliveries if at - deliveries[0] <= SCANCEL_REPEAT_S) if deliveries else ()
 
 
-def _repeat_text(endpoint: StepEnd) -> str:
-    """Why a TERM came twice, where scancel's output says: a person can act on it."""
-    if endpoint.scancel_requests > 1:
-        return (
-            f"the harness ran scancel once; it sent its request {endpoint.scancel_requests} times, as Slurm's "
-            "scancel does while a job submitted after this one is pending"
+def cleanup_stop(end: StepEnd, deliveries: tuple[float, ...], later_job_pending: bool) -> StepEnd:
+    """The SUT's cleanup ran its own scancel, whose output the harness never sees. The node's
+    log, where it can be read, says how many TERMs came: a repeat within SCANCEL_REPEAT_S is
+    scancel's own (a later job pending), one later the SUT's doing. Where it cannot be read (a
+    login node), a job submitted after this one pending at the stop means scancel signalled
+    twice (semantics test (h)): a correct endpoint that dies at a second TERM must not be
+    failed there for what the docker cluster would set aside."""
+    own = repeated_by_scancel(deliveries)
+    if len(own) > 1:
+        within = f"{SCANCEL_REPEAT_S:g} s"
+        by = f"the SUT's cleanup ran scancel; a repeat within {within} is scancel's own, as a later job pends"
+        return replace(end, terms=len(own), repeated_after_s=own[-1] - own[0], term_by=by)
+    if not deliveries and later_job_pending:
+        by = (
+            "the SUT's cleanup ran scancel while a job submitted after this one was pending, when scancel signals a "
+            "step twice; the node's log, which would show it, cannot be read here"
         )
-    if endpoint.scancel_requests == 1:
-        return "the harness asked once"
-    within = f"{SCANCEL_REPEAT_S:g} s"
-    return f"the SUT's cleanup ran scancel; a repeat within {within} is scancel's own, as a later job pends"
+        return replace(end, terms=2, repeated_after_s=0.0, term_by=by)
+    return replace(end, term_by="the SUT's cleanup sent it")
 
 
 def judged_on_one_term(result: ScenarioResult, check: CheckResult, endpoint: StepEnd) -> None:
-    """Add a check of a stop, unless it failed where Slurm delivered TERM more than once: the
+    """Add a check of a stop, unless it failed where the step got TERM more than once: the
     harness asked for one TERM, and how an endpoint answers a second one (rc1, as aiohttp's
     run_app, exits 1 at once and cuts every stream) is not what the drain contract states.
     Such a stop is not judged: the run's error (exit 2), the check left out, never a failure
@@ -155,8 +166,8 @@ def judged_on_one_term(result: ScenarioResult, check: CheckResult, endpoint: Ste
     whose endpoint outlived the repeat (a KILL at the allowance, 12 s after both TERMs)."""
     if check.verdict == "fail" and repeat_may_have_ended_it(endpoint):
         said = (
-            f"{check.id} not judged: Slurm delivered TERM {endpoint.terms} times to the endpoint's step "
-            f"({_repeat_text(endpoint)}), and it failed: {check.observed}"
+            f"{check.id} not judged: the endpoint's step got TERM {endpoint.terms} times ({endpoint.term_by}), "
+            f"and it failed: {check.observed}"
         )
         result.error = f"{result.error}; {said}" if result.error else said
         return
@@ -164,7 +175,7 @@ def judged_on_one_term(result: ScenarioResult, check: CheckResult, endpoint: Ste
 
 
 def repeat_may_have_ended_it(endpoint: StepEnd) -> bool:
-    """Slurm delivered TERM more than once and the endpoint ended within REPEAT_EFFECT_S of the
+    """The step got TERM more than once and the endpoint ended within REPEAT_EFFECT_S of the
     last delivery: what the stop shows may be its answer to the repeat."""
     return endpoint.terms > 1 and endpoint.seconds_after_stop <= endpoint.repeated_after_s + REPEAT_EFFECT_S
 

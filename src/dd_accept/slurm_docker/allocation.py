@@ -287,6 +287,13 @@ class Allocation:
         """The step's tasks get `signal_name` once (`scancel_once_argv`): a drain stop."""
         return self.cluster.exec(scancel_once_argv(step, signal_name), timeout=10)
 
+    def later_job_pending(self) -> bool:
+        """Whether a job submitted after this one is pending: plain scancel then signals a step
+        of this job twice (semantics test (h)). Job ids rise with submission."""
+        record = self.cluster.exec(["squeue", "-h", "-t", "PENDING", "-o", "%i"], timeout=10)
+        own = int(self.job_id)
+        return any(int(m[0]) > own for m in map(re.compile(r"\d+").match, record.stdout.split()) if m)
+
     def job_state(self) -> str:
         record = self.cluster.exec(["squeue", "-h", "-j", self.job_id, "-o", "%T"], timeout=10)
         return record.stdout_tail.strip() or "GONE"
