@@ -290,7 +290,8 @@ def test_a_cleanup_drill_sets_aside_only_scancels_own_repeat_and_reads_the_queue
     node's log is read: a TERM again within 1 s is scancel's own repeat (set aside), one 1.5 s
     later the cleanup's own doing (its failure stands). On a login node, no log: a job
     submitted after the endpoint's pending at the stop means scancel signalled twice (set
-    aside); none pending, one TERM (judged)."""
+    aside); none pending, one TERM (judged). A readable log with no TERM in it (rc1's cleanup
+    KILLs through its launcher) is no repeat, whatever pends."""
     cut = [stream(0, 1.1, False, "truncated") for _ in range(4)]
     drill = checks.sut_cleanup("cancel", cut, served(cut), 1, checks.StepEnd(1, 0.06), {}, 12, [])
     assert drill.verdict == "fail"
@@ -309,9 +310,13 @@ def test_a_cleanup_drill_sets_aside_only_scancels_own_repeat_and_reads_the_queue
     assert its_own.checks == [drill] and its_own.error is None, "the SUT's own later repeat: its own failure"
     once = judged(checks.cleanup_stop(checks.StepEnd(1, 0.06), (100.0,), True))
     assert once.checks == [drill] and once.error is None, "one TERM logged: a pending job changes nothing"
-    queued = judged(checks.cleanup_stop(checks.StepEnd(1, 0.06), (), True))
+    queued = judged(checks.cleanup_stop(checks.StepEnd(1, 0.06), None, True))
     assert queued.checks == [] and "while a job submitted after this one was pending" in queued.error, queued.error
-    quiet = judged(checks.cleanup_stop(checks.StepEnd(1, 0.06), (), False))
+    quiet = judged(checks.cleanup_stop(checks.StepEnd(1, 0.06), None, False))
     assert quiet.checks == [drill] and quiet.error is None, "no log, nothing pending: one TERM, judged"
-    killed = judged(checks.cleanup_stop(checks.StepEnd(137, 12.5), (), True))
+    killed = judged(checks.cleanup_stop(checks.StepEnd(137, 12.5), None, True))
     assert killed.checks == [drill], "an endpoint KILLed 12.5 s later outlived any repeat: judged"
+    # rc1's cleanup KILLs through its launcher: the readable log shows no TERM at all, and no
+    # pending job makes that a repeat (its true finding, fact 4, stays judged)
+    launcher_killed = judged(checks.cleanup_stop(checks.StepEnd(137, 0.2), (), True))
+    assert launcher_killed.checks == [drill] and launcher_killed.error is None, launcher_killed.error

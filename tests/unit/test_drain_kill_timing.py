@@ -42,7 +42,7 @@ def _stop(
 
     recorded = StepExit(0 if exits_after_s is not None else 137, term_at + (exits_after_s or 13), "slurmd")
     cluster = SimpleNamespace(
-        signals_sent=lambda step, node, signal: tuple(term_at + 0.003 * n for n in range(terms)),
+        signals_sent=lambda step, node, signal: tuple(term_at + 0.003 * n for n in range(terms)) if terms else None,
         step_exit=lambda step, node: recorded,
     )
 

@@ -378,7 +378,7 @@ def _cleanup_drill(
     killed_at = None if step is None else first_delivery(allocation.cluster, step, node, signal.SIGKILL)
     if step is not None:  # the SUT's own scancel: the node's log says how many TERMs came (a login node: the queue)
         deliveries = allocation.cluster.signals_sent(step, node, signal.SIGTERM)
-        end = checks.cleanup_stop(end, deliveries, not deliveries and allocation.later_job_pending())
+        end = checks.cleanup_stop(end, deliveries, deliveries is None and allocation.later_job_pending())
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
     streams = deployment.read_events(run, f"cleanup-{mode}")
     judged = checks.sut_cleanup(

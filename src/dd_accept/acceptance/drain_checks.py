@@ -112,9 +112,9 @@ def _exit_text(endpoint: StepEnd) -> str:
     return code + (f" (got TERM {endpoint.terms} times)" if endpoint.terms > 1 else "")
 
 
-def harness_stop(end: StepEnd, deliveries: tuple[float, ...], requests: int, scancel_s: float) -> StepEnd:
+def harness_stop(end: StepEnd, deliveries: tuple[float, ...] | None, requests: int, scancel_s: float) -> StepEnd:
     """The harness's stop: the node's log says how many TERMs reached the step and when
-    (`deliveries`); where it cannot be read (a login node: none), scancel's own count of the
+    (`deliveries`); where it cannot be read (a login node: None), scancel's own count of the
     requests it sent stands for them, the repeat then within scancel's run (`scancel_s`). One
     delivery logged is one, whatever scancel sent (a repeat may have found the step gone)."""
     by = "the harness asked once"
@@ -123,9 +123,9 @@ def harness_stop(end: StepEnd, deliveries: tuple[float, ...], requests: int, sca
             f"the harness ran scancel once; it sent its request {requests} times, as Slurm's scancel does while "
             "a job submitted after this one is pending"
         )
-    if len(deliveries) > 1:
+    if deliveries is not None and len(deliveries) > 1:
         return replace(end, terms=len(deliveries), repeated_after_s=deliveries[-1] - deliveries[0], term_by=by)
-    if not deliveries and requests > 1:
+    if deliveries is None and requests > 1:
         return replace(end, terms=requests, repeated_after_s=scancel_s, term_by=by)
     return replace(end, term_by=by)
 
@@ -136,19 +136,20 @@ def repeated_by_scancel(deliveries: tuple[float, ...]) -> tuple[float, ...]:
     return tuple(at for at in deliveries if at - deliveries[0] <= SCANCEL_REPEAT_S) if deliveries else ()
 
 
-def cleanup_stop(end: StepEnd, deliveries: tuple[float, ...], later_job_pending: bool) -> StepEnd:
+def cleanup_stop(end: StepEnd, deliveries: tuple[float, ...] | None, later_job_pending: bool) -> StepEnd:
     """The SUT's cleanup ran its own scancel, whose output the harness never sees. The node's
-    log, where it can be read, says how many TERMs came: a repeat within SCANCEL_REPEAT_S is
-    scancel's own (a later job pending), one later the SUT's doing. Where it cannot be read (a
-    login node), a job submitted after this one pending at the stop means scancel signalled
+    log, where it can be read, says how many TERMs came (none: a cleanup that KILLs, as rc1's
+    does through its launcher): a repeat within SCANCEL_REPEAT_S is scancel's own (a later job
+    pending), one later the SUT's doing. Where it cannot be read (a login node: None), a job
+    submitted after this one pending at the stop means scancel signalled
     twice (semantics test (h)): a correct endpoint that dies at a second TERM must not be
     failed there for what the docker cluster would set aside."""
-    own = repeated_by_scancel(deliveries)
+    own = repeated_by_scancel(deliveries or ())
     if len(own) > 1:
         within = f"{SCANCEL_REPEAT_S:g} s"
         by = f"the SUT's cleanup ran scancel; a repeat within {within} is scancel's own, as a later job pends"
         return replace(end, terms=len(own), repeated_after_s=own[-1] - own[0], term_by=by)
-    if not deliveries and later_job_pending:
+    if deliveries is None and later_job_pending:
         by = (
             "the SUT's cleanup ran scancel while a job submitted after this one was pending, when scancel signals a "
             "step twice; the node's log, which would show it, cannot be read here"

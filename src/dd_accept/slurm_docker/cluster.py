@@ -396,7 +396,7 @@ class SlurmCluster:
         record = self.exec(["grep", "-F", f"] [{step}] task ", SLURMD_LOG], node=node, timeout=15)
         return step_exit.from_slurmd_log(record.stdout, step)
 
-    def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...]:
+    def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...] | None:
         """Every delivery of `signal` to `step` by slurmstepd on `node`, from the node's slurmd log."""
         record = self.exec(["grep", "-F", f"] [{step}] Sent signal ", SLURMD_LOG], node=node, timeout=15)
         return step_exit.signals_sent(record.stdout, step, signal)

@@ -65,7 +65,7 @@ class Cluster(Protocol):
 
     def step_exit(self, step: str, node: str) -> StepExit | None: ...  # as Slurm recorded it; None: unknown
 
-    def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...]: ...  # (): unknown
+    def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...] | None: ...  # None: unknown
 
     def versions(self) -> dict[str, str]: ...
 
@@ -79,4 +79,4 @@ class Cluster(Protocol):
 def first_delivery(cluster: Cluster, step: str, node: str, signal: int) -> float | None:
     """When slurmstepd first delivered `signal` to `step`: the node's own moment (None: unknown)."""
     sent = cluster.signals_sent(step, node, signal)
-    return sent[0] if sent else None
+    return sent[0] if sent else None  # none delivered, or the node's log unreadable

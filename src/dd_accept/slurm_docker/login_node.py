@@ -206,9 +206,10 @@ class ExistingCluster:
         record = self.exec(["sacct", "-n", "-P", "-o", "ExitCode,End,State", "-j", step], timeout=30)
         return step_exit.from_sacct(record.stdout) if record.ok else None
 
-    def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...]:
-        """A site's slurmd logs are not readable from the login node: unknown (no moment; a
-        stop's count is then scancel's own, `step_exit.signal_requests`)."""
+    def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...] | None:
+        """A site's slurmd logs are not readable from the login node: unknown (None), not none
+        delivered. A stop's count is then scancel's own (`step_exit.signal_requests`), or the
+        queue's word (`Allocation.later_job_pending`)."""
         del step, node, signal
         return ()
 
