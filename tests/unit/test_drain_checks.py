@@ -320,3 +320,8 @@ def test_a_cleanup_drill_sets_aside_only_scancels_own_repeat_and_reads_the_queue
     # pending job makes that a repeat (its true finding, fact 4, stays judged)
     launcher_killed = judged(checks.cleanup_stop(checks.StepEnd(137, 0.2), (), True))
     assert launcher_killed.checks == [drill] and launcher_killed.error is None, launcher_killed.error
+    # nor on a login node with a later job pending, nor beside a logged repeat: a KILL is no
+    # answer to a TERM, however often it came
+    for deliveries in (None, (100.0, 100.004)):
+        kill_at_once = judged(checks.cleanup_stop(checks.StepEnd(137, 0.2), deliveries, True))
+        assert kill_at_once.checks == [drill] and kill_at_once.error is None, (deliveries, kill_at_once.error)

@@ -74,3 +74,9 @@ def test_a_run_dir_the_compute_node_does_not_see_is_a_usage_error_saying_what_th
     with pytest.raises(UsageError, match=expected):
         cluster.check_shared(tries=1)
     assert not list(tmp_path.glob(".dd-accept-shared-*"))
+
+
+def test_a_login_node_cannot_read_a_nodes_deliveries_and_says_unknown_not_none(tmp_path):
+    """A site's slurmd log is not the login node's to read: its deliveries are unknown (None),
+    which the drain stops read as 'ask scancel's count or the queue', never as 'no TERM came'."""
+    assert ExistingCluster(run_dir=tmp_path).signals_sent("7.1", "node1", 15) is None

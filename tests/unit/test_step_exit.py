@@ -78,3 +78,20 @@ def test_scancels_verbose_lines_count_the_requests_it_sent_to_the_step():
     )
     assert step_exit.signal_requests(retried, "1.3", 15) == 1, "a request Slurm refused delivered nothing"
     assert step_exit.signal_requests("", "1.3", 15) == 0, "no verbose output: unknown"
+
+
+def test_a_docker_nodes_log_that_could_not_be_read_is_unknown_not_none_delivered(monkeypatch):
+    """grep answers 1 for no line (none delivered) and 2 for an error (unknown)."""
+    from dd_accept.slurm_docker.cluster import SlurmCluster
+    from dd_accept.slurm_docker.records import CommandRecord
+
+    def grep(code: int, out: str):
+        at = "2026-12-05T00:00:00Z"
+        return lambda argv, **_: CommandRecord(tuple(argv), "node1", at, 0.01, code, out, "", stdout=out)
+
+    cluster = object.__new__(SlurmCluster)  # no containers: only its reading of the log is asked
+    line = "[2026-12-05T17:54:44.468] [1.3] Sent signal 15 to StepId=1.3\n"
+    for code, out, expected in ((0, line, 1), (1, "", 0), (2, "", None)):
+        monkeypatch.setattr(cluster, "exec", grep(code, out), raising=False)
+        sent = cluster.signals_sent("1.3", "node1", 15)
+        assert (None if sent is None else len(sent)) == expected, (code, sent)

@@ -65,6 +65,7 @@ class StepEnd:
 
 # An endpoint that ended this soon after a repeated TERM may have ended because of it.
 REPEAT_EFFECT_S = 1.0
+KILLED_EXIT = 128 + 9  # a task ended by SIGKILL, as Slurm records it
 # scancel's own repeat (its second pass, while a later job pends) comes milliseconds after its
 # first request (3-10 ms measured); a TERM sent again later is a controller's own doing.
 SCANCEL_REPEAT_S = 1.0
@@ -141,7 +142,7 @@ def cleanup_stop(end: StepEnd, deliveries: tuple[float, ...] | None, later_job_p
     log, where it can be read, says how many TERMs came (none: a cleanup that KILLs, as rc1's
     does through its launcher): a repeat within SCANCEL_REPEAT_S is scancel's own (a later job
     pending), one later the SUT's doing. Where it cannot be read (a login node: None), a job
-    submitted after this one pending at the stop means scancel signalled
+    submitted after this one pending when the drill is read means scancel signalled
     twice (semantics test (h)): a correct endpoint that dies at a second TERM must not be
     failed there for what the docker cluster would set aside."""
     own = repeated_by_scancel(deliveries or ())
@@ -177,8 +178,13 @@ def judged_on_one_term(result: ScenarioResult, check: CheckResult, endpoint: Ste
 
 def repeat_may_have_ended_it(endpoint: StepEnd) -> bool:
     """The step got TERM more than once and the endpoint ended within REPEAT_EFFECT_S of the
-    last delivery: what the stop shows may be its answer to the repeat."""
-    return endpoint.terms > 1 and endpoint.seconds_after_stop <= endpoint.repeated_after_s + REPEAT_EFFECT_S
+    last delivery: what the stop shows may be its answer to the repeat. Never an endpoint that
+    died by KILL: a TERM, however often, makes an endpoint exit by itself (rc1 exits 1), and a
+    KILL is someone's force (rc1's own cleanup KILLs through its launcher: fact 4)."""
+    killed = endpoint.exit_code == KILLED_EXIT
+    return (
+        not killed and endpoint.terms > 1 and endpoint.seconds_after_stop <= endpoint.repeated_after_s + REPEAT_EFFECT_S
+    )
 
 
 def described_end(endpoint: StepEnd) -> str:

@@ -397,8 +397,11 @@ class SlurmCluster:
         return step_exit.from_slurmd_log(record.stdout, step)
 
     def signals_sent(self, step: str, node: str, signal: int) -> tuple[float, ...] | None:
-        """Every delivery of `signal` to `step` by slurmstepd on `node`, from the node's slurmd log."""
+        """Every delivery of `signal` to `step` by slurmstepd on `node`, from the node's slurmd log;
+        None where the log could not be read (grep's exit 2, or no answer): unknown, not none."""
         record = self.exec(["grep", "-F", f"] [{step}] Sent signal ", SLURMD_LOG], node=node, timeout=15)
+        if record.timed_out or record.exit_code not in (0, 1):  # grep: 1 is no line, 2 an error
+            return None
         return step_exit.signals_sent(record.stdout, step, signal)
 
     def node_freeze(self) -> str:

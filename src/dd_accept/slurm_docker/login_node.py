@@ -211,7 +211,7 @@ class ExistingCluster:
         delivered. A stop's count is then scancel's own (`step_exit.signal_requests`), or the
         queue's word (`Allocation.later_job_pending`)."""
         del step, node, signal
-        return ()
+        return None
 
     def daemon_logs(self, lines: int = 2000) -> dict[str, str]:
         """Slurm's daemon logs are the site's, not readable from a login node: none collected."""
