@@ -119,3 +119,20 @@ def test_a_stop_whose_scancel_sent_no_request_is_the_harnesss_error_not_a_drain_
     raises before it waits out an allowance and KILLs an endpoint that was never told."""
     with pytest.raises(ClusterError, match="the endpoint's TERM was never sent"):
         _stop(term_reached_s_ago=2.0, exits_after_s=10.5, terms=0, requests=0)
+
+
+def test_a_log_that_cannot_be_read_is_not_waited_for():
+    """A login node's answer is None (unknown) at once and for ever: TERM's moment is scancel's
+    start after one read, not after 3 s of reads for a line that cannot come; a readable log
+    is read until its line shows."""
+    answers = {"unreadable": [None], "late": [(), (), (41.5, 41.503)]}
+    for kind, script in answers.items():
+        reads = []
+
+        def signals_sent(step, node, signal, script=script, reads=reads):
+            reads.append(step)
+            return script[min(len(reads), len(script)) - 1]
+
+        allocation = SimpleNamespace(cluster=SimpleNamespace(signals_sent=signals_sent))
+        moment = drain._term_moment(allocation, "7.1", "node1", fallback=40.0)
+        assert (moment, len(reads)) == ({"unreadable": 40.0, "late": 41.5}[kind], len(script)), (kind, reads)

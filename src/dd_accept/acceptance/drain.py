@@ -120,14 +120,15 @@ def stop_endpoint_step(
 def _term_moment(allocation: Allocation, step: str, node: str, fallback: float) -> float:
     """When slurmstepd delivered TERM to the endpoint's task (the node's own log line), or,
     where the node's log cannot be read, when `scancel` was started: the earliest moment the
-    TERM can have arrived, so no stream cut by it is missed as 'ended before the stop'."""
-    moment = wait_for_finding(
-        lambda: first_delivery(allocation.cluster, step, node, signal.SIGTERM),
-        lambda at: at is not None,
+    TERM can have arrived, so no stream cut by it is missed as 'ended before the stop'. A log
+    that cannot be read (None) is not waited for: it will not become readable."""
+    sent = wait_for_finding(
+        lambda: allocation.cluster.signals_sent(step, node, signal.SIGTERM),
+        lambda sent: sent is None or bool(sent),
         timeout=3,
         what=f"Slurm's record of TERM reaching step {step}",
     )
-    return fallback if moment is None else moment
+    return sent[0] if sent else fallback
 
 
 def _mark(

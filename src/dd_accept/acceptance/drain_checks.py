@@ -181,10 +181,8 @@ def repeat_may_have_ended_it(endpoint: StepEnd) -> bool:
     last delivery: what the stop shows may be its answer to the repeat. Never an endpoint that
     died by KILL: a TERM, however often, makes an endpoint exit by itself (rc1 exits 1), and a
     KILL is someone's force (rc1's own cleanup KILLs through its launcher: fact 4)."""
-    killed = endpoint.exit_code == KILLED_EXIT
-    return (
-        not killed and endpoint.terms > 1 and endpoint.seconds_after_stop <= endpoint.repeated_after_s + REPEAT_EFFECT_S
-    )
+    soon = endpoint.seconds_after_stop <= endpoint.repeated_after_s + REPEAT_EFFECT_S
+    return endpoint.terms > 1 and soon and endpoint.exit_code != KILLED_EXIT
 
 
 def described_end(endpoint: StepEnd) -> str:
