@@ -79,6 +79,33 @@ _STEP_AWARE_CLEANUP = (
 )
 
 
+# The step-aware cleanup with too short an allowance: it TERMs each endpoint's step as the
+# seed's fix does, but forces (KILLs the step) after 5 s, not the seed's 12 s: streams with more
+# than 5 s left are cut ("force remaining endpoints to stop only after the 12-second allowance").
+_HASTY_CLEANUP = (
+    (
+        CLEANUP,
+        _STEP_AWARE_CLEANUP[0][1],
+        _STEP_AWARE_CLEANUP[0][2].replace(
+            "dd_cleanup_steps() {\n",
+            "dd_kill_endpoint() {\n"
+            "    local step\n"
+            '    step=$(cat "${DD_STEP_IDENTITY_DIR:-/nonexistent}/$1" 2>/dev/null) || return 0\n'
+            '    scancel --signal=KILL "${step}"\n'
+            "}\n\n"
+            "dd_cleanup_steps() {\n",
+        ),
+    ),
+    (
+        CLEANUP,
+        _STEP_AWARE_CLEANUP[1][1],
+        '        kill -0 "${pid}" 2>/dev/null && dd_signal_endpoint "${pid}" || true\n'
+        "    done\n    dd_wait_managed 5\n"
+        '    for pid in "${DD_MANAGED_PIDS[@]}"; do kill -0 "${pid}" 2>/dev/null && dd_kill_endpoint "${pid}"; done\n',
+    ),
+)
+
+
 # A health-watching wait, as the seed pull request's monitor behaves: while the client runs,
 # every required backend's process must live *and* its /health must answer 200 (the URLs
 # come from DD_REQUIRED_HEALTH_URLS, which dd-accept's drill sets); otherwise the attempt
@@ -652,6 +679,13 @@ FAULTS = {
             "not a fault: rc1's cleanup with the seed pull request's fix (the positive control of drain.sut_cleanup)",
             _STEP_AWARE_CLEANUP,
             fixes=_SUT_CLEANUP,
+        ),
+        Fault(
+            "hasty-cleanup",
+            "data-designer-slurm",
+            "the seed pull request's step-aware cleanup, but forcing the endpoint (KILL to its step) 5 s after "
+            "TERM, not after the 12 s allowance",
+            _HASTY_CLEANUP,
         ),
         Fault(
             "health-always-ok",

@@ -14,12 +14,16 @@ window and exits 0 by itself; the controller's 12 s allowance and KILL are the l
   window): the long stream is cut 1.5 s after the window, allowance fails as "overran".
 - done-at-term (the endpoint ends every stream with [DONE] and exits 0): every stream reads as
   whole at the client, but no replica generated it whole: scancel_step fails, 4 lost.
-- step-aware-cleanup (the seed's fix) passes drain.sut_cleanup.*.
+- step-aware-cleanup (the seed's fix) passes drain.sut_cleanup.*; hasty-cleanup (the same, but
+  forcing the endpoint 5 s after TERM, not 12 s) fails them: the drills' streams have 8 s left.
+Each fault runs the phases its checks need: a fault of the endpoint the harness's two stops, a
+fault of the cleanup the drills and the scancel stop it must leave passing; rc1 runs them all.
 - the request ledger (every scenario's): rc1 passes; a second generation of one request and
   an answer lost on the way, planted in a copy of rc1's records, fail naming that request.
 """
 
 import json
+import re
 import shutil
 
 import pytest
@@ -40,6 +44,19 @@ CLEANUP_MODES = ("completion", "failure", "cancel")
 
 def _drain(allocation, run, profile, progress):
     return run_drain(allocation, run, profile, DrainOptions(), progress)
+
+
+def _drain_judging(*checks):
+    """The drain scenario's phases those checks need: a fault of the endpoint is judged by the
+    harness's stops (not the drills, which judge rc1's own cleanup), one of the cleanup by the
+    drills and the scancel stop it must leave passing."""
+    return lambda allocation, run, profile, progress: run_drain(
+        allocation, run, profile, DrainOptions(), progress, checks=checks
+    )
+
+
+STOPS = _drain_judging("drain.scancel_step", "drain.allowance")
+CLEANUP = _drain_judging("drain.scancel_step", "drain.sut_cleanup.*")
 
 
 def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(
@@ -103,37 +120,53 @@ def _assert_the_ledger_reconciles_and_catches_what_is_planted(checks, directory,
 def test_an_endpoint_that_bounds_its_drain_at_the_window_passes_allowance(
     sut_wheelhouse, sut_image, sut_profile, tmp_path
 ):
-    checks = run_with_fault(_drain, "drain-bounded", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    checks = run_with_fault(STOPS, "drain-bounded", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     allowance = checks["drain.allowance"]
     assert allowance.verdict == "pass", allowance
     assert allowance.observed.startswith("1 long stream(s): 1 bounded") and "forced at -" in allowance.observed
     assert 9.5 <= allowance.metrics["endpoint_exit_s"] <= 12.0, allowance
     assert checks["drain.scancel_step"].verdict == "pass", "short streams still complete"
-    for mode in CLEANUP_MODES:  # untouched: rc1's cleanup still cuts every stream
-        assert checks[f"drain.sut_cleanup.{mode}"].observed.startswith("4 of 4 in-flight stream(s) cut")
 
 
 def test_step_aware_cleanup_is_the_positive_control_of_sut_cleanup(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    checks = run_with_fault(_drain, "step-aware-cleanup", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    checks = run_with_fault(CLEANUP, "step-aware-cleanup", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     for mode in CLEANUP_MODES:
         check = checks[f"drain.sut_cleanup.{mode}"]
         assert check.verdict == "pass", check
         assert check.observed.startswith("0 of 4 in-flight stream(s) cut; endpoint exit 0")
         assert "steps left: none" in check.observed and "KILL never" in check.observed
-        assert check.metrics["endpoint_exit_s"] <= 12.0
-    assert checks["drain.scancel_step"].verdict == "pass"
-    assert checks["drain.allowance"].observed.startswith("1 long stream(s): 1 forced"), "proxy untouched"
+        # the drill's streams had about 8 s left at TERM: the endpoint drained them all, inside its window
+        assert 6.0 < check.metrics["endpoint_exit_s"] <= 12.0, check
+    assert checks["drain.scancel_step"].verdict == "pass", "proxy untouched"
+    assert "drain.allowance" not in checks, "only the phases the chosen checks need ran"
+
+
+def test_a_cleanup_that_forces_the_endpoint_before_its_allowance_is_caught_by_sut_cleanup(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """The seed's step-aware cleanup with a 5 s allowance, not 12 s: its TERM reaches the
+    endpoint's task, which drains, and the KILL to its step 5 s later cuts the streams that
+    had about 8 s left. Only the cleanup drills judge the SUT's cleanup; the harness's own
+    stops are untouched."""
+    checks = run_with_fault(CLEANUP, "hasty-cleanup", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    for mode in CLEANUP_MODES:
+        check = checks[f"drain.sut_cleanup.{mode}"]
+        assert check.verdict == "fail" and check.observed.startswith("4 of 4 in-flight stream(s) cut"), check
+        # bash's SECONDS counts whole seconds: its "5 s" wait ends 4 to 5 s after the TERM
+        killed = float(re.search(r"KILL after (\d+\.\d)s", check.observed)[1])
+        assert 3.5 < killed < 6.5 and 3.5 < check.metrics["endpoint_exit_s"] < 7.0, check
+    assert checks["drain.scancel_step"].verdict == "pass", "proxy untouched"
 
 
 def test_exit_on_term_is_caught_by_scancel_step(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    checks = run_with_fault(_drain, "exit-on-term", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    checks = run_with_fault(STOPS, "exit-on-term", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     scancel = checks["drain.scancel_step"]
     assert scancel.verdict == "fail" and "4 lost" in scancel.observed and "endpoint exit 143" in scancel.observed
     assert checks["drain.allowance"].metrics["streams_lost"] == 1
 
 
 def test_a_6s_drain_bound_loses_the_long_stream(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    checks = run_with_fault(_drain, "drain-6s", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    checks = run_with_fault(STOPS, "drain-6s", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     allowance = checks["drain.allowance"]
     assert allowance.verdict == "fail" and "1 lost" in allowance.observed, allowance
     assert allowance.metrics["streams_lost"] == 1 and allowance.metrics["streams_forced"] == 0
@@ -143,7 +176,7 @@ def test_a_6s_drain_bound_loses_the_long_stream(sut_wheelhouse, sut_image, sut_p
 def test_an_endpoint_that_drains_past_its_window_inside_the_allowance_overran(
     sut_wheelhouse, sut_image, sut_profile, tmp_path
 ):
-    checks = run_with_fault(_drain, "drain-overruns-window", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    checks = run_with_fault(STOPS, "drain-overruns-window", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     allowance = checks["drain.allowance"]
     assert allowance.verdict == "fail" and "drained beyond its bound" in allowance.detail, allowance
     assert allowance.metrics["streams_overran"] == 1 and allowance.metrics["streams_forced"] == 0, allowance
@@ -156,7 +189,7 @@ def test_an_endpoint_that_ends_its_streams_with_a_made_up_done_loses_them(
 ):
     """The client reads [DONE] on every stream: only the replicas' records show that none
     was generated whole (base.drain_outcomes.whole_streams)."""
-    checks = run_with_fault(_drain, "done-at-term", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    checks = run_with_fault(STOPS, "done-at-term", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     scancel = checks["drain.scancel_step"]
     assert scancel.verdict == "fail" and "4 lost" in scancel.observed and "endpoint exit 0" in scancel.observed, scancel
     assert checks["drain.allowance"].metrics["streams_lost"] == 1, checks["drain.allowance"]

@@ -79,3 +79,22 @@ def test_a_later_pending_job_is_one_submitted_after_this_one():
         cluster.answers["squeue"] = [(0, pending)]
         assert allocation.later_job_pending() is later, (pending, later)
     assert cluster.ran[-1] == ("squeue", "-h", "-t", "PENDING", "-o", "%i")
+
+
+def test_a_step_still_listed_a_moment_after_its_task_ended_is_not_left_running():
+    """squeue lists an ended step a moment while its node finishes it: read once, a correct
+    stop was blamed for a step left running. One listed until the grace has passed is."""
+    cluster = ScriptedCluster(salloc=[(0, "")], squeue=[(0, "node1\n")], scontrol=[(0, "node1\n")])
+    allocation = Allocation.acquire(cluster, nodes=1)  # type: ignore[arg-type]
+    cluster.answers["squeue"] = [
+        (0, "7.0 replicas\n7.1 proxy\n"),
+        (0, "7.0 replicas\n7.1 proxy\n"),
+        (0, "7.0 replicas\n"),
+    ]
+    assert allocation.steps_left("proxy", grace_s=2.0) == []
+    reads = sum(1 for argv in cluster.ran if argv[:2] == ("squeue", "-h") and "-s" in argv)
+    assert reads == 3, cluster.ran
+    cluster.answers["squeue"] = [(0, "7.0 replicas\n7.1 proxy\n")]
+    assert allocation.steps_left("proxy", grace_s=0.3) == ["7.1"]
+    assert allocation.steps_left("replicas", grace_s=0.3) == ["7.0"]
+    assert allocation.steps_left("drill-endpoint", grace_s=0.3) == []

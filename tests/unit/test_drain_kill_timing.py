@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from dd_accept.acceptance import drain
-from dd_accept.base.errors import ClusterError
+from dd_accept.acceptance import drain_stop as drain
+from dd_accept.base.errors import ClusterError, SutBehaviourMissing
 from dd_accept.slurm_docker.step_exit import StepExit
 
 LOADED = "scancel: select/cons_tres: common_init: select/cons_tres loaded\n"  # scancel --verbose's first lines
@@ -68,7 +68,7 @@ def _stop(
     )
     proxy = SimpleNamespace(node="node1", step=SimpleNamespace(wait=wait), log_tail=lambda lines: "")
     profile = SimpleNamespace(drain=SimpleNamespace(allowance_seconds=12.0))
-    stop_at, forced_at, end = drain.stop_endpoint_step(allocation, proxy, profile)
+    stop_at, forced_at, end = drain.stop_endpoint_step(allocation, proxy, profile, "scancel_step")
     return stop_at, forced_at, end, sent, waits
 
 
@@ -136,3 +136,27 @@ def test_a_log_that_cannot_be_read_is_not_waited_for():
         allocation = SimpleNamespace(cluster=SimpleNamespace(signals_sent=signals_sent))
         moment = drain._term_moment(allocation, "7.1", "node1", fallback=40.0)
         assert (moment, len(reads)) == ({"unreadable": 40.0, "late": 41.5}[kind], len(script)), (kind, reads)
+
+
+def test_an_endpoint_that_ended_before_its_stop_fails_the_check_the_stop_was_for():
+    """The SUT's proxy crashed under the streams: no step to TERM. That is the SUT's behaviour
+    (a failed check named after the stop's, exit 1), not the harness's error (exit 2), and no
+    signal goes out."""
+    sent = []
+    ended = SimpleNamespace(describe=lambda: "exit 1 after 3.2s: srun proxy")
+    allocation = SimpleNamespace(
+        steps_by_name=lambda: {"replicas": ["7.0"]},
+        signal_step_once=lambda step, signal: sent.append(signal),
+        scancel_step=lambda step, signal: sent.append(signal),
+    )
+    proxy = SimpleNamespace(
+        node="node1",
+        step=SimpleNamespace(finished=True, wait=lambda timeout: ended),
+        log_tail=lambda lines: "Traceback: MemoryError",
+    )
+    profile = SimpleNamespace(drain=SimpleNamespace(allowance_seconds=12.0))
+    with pytest.raises(SutBehaviourMissing) as missing:
+        drain.stop_endpoint_step(allocation, proxy, profile, "allowance")
+    assert missing.value.behaviour == "allowance" and sent == []
+    assert "had ended before its stop (exit 1 after 3.2s: srun proxy)" in missing.value.observed
+    assert "MemoryError" in missing.value.observed

@@ -21,6 +21,13 @@ from typing import Any
 from dd_accept import deployment
 from dd_accept.acceptance import drain_checks as checks
 from dd_accept.acceptance.declaration import Scenario
+from dd_accept.acceptance.drain_stop import (
+    RECORD_WAIT_S,
+    LauncherEnd,
+    endpoint_end,
+    plan_endpoint_stop,
+    stop_endpoint_step,
+)
 from dd_accept.acceptance.phases import (
     DeployedRun,
     Phase,
@@ -29,25 +36,23 @@ from dd_accept.acceptance.phases import (
     stopping,
 )
 from dd_accept.acceptance.plan import JOB, NODE, PlannedCommand, Planner
-from dd_accept.base.drain_outcomes import MARKS, kill_that_reached
-from dd_accept.base.errors import ClusterError, SutBehaviourMissing
+from dd_accept.base.drain_outcomes import MARKS
+from dd_accept.base.errors import SutBehaviourMissing
 from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt, of_type
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.deployment.placement import StepLaunch
 from dd_accept.slurm_docker.allocation import (
     Allocation,
     BackgroundCommand,
-    scancel_argv,
-    scancel_once_argv,
     start_background,
 )
 from dd_accept.slurm_docker.interface import first_delivery
 from dd_accept.slurm_docker.layout import NodeLayout
-from dd_accept.slurm_docker.step_exit import signal_requests
 from dd_accept.sut.profile import SutProfile
 
 DRILL = "sut_cleanup_drill.sh"
-RECORD_WAIT_S = 45.0  # for slurmstepd's record of a step's end (see _endpoint_end)
+DRILL_READY_S = 30.0  # for the SUT's register function to return, the endpoint launched
+CLEANUP_RETURN_S = 30.0  # beyond the allowance, for the SUT's stop function to return
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +61,10 @@ class DrainOptions:
     streams: int = 4
     itl_ms: int = 50
     short_tokens: int = 80  # 4 s streams: well inside the drain window
+    # The cleanup drills' streams: 9 s, stopped 1 s in, so about 8 s of each are left at TERM,
+    # inside the window: a cleanup that KILLs any earlier than that (before its allowance) cuts
+    # them. With 4 s streams, a KILL 5 s after TERM found the endpoint gone and passed.
+    drill_tokens: int = 180
     long_tokens: int = 400  # 20 s streams: longer than the drain window and the allowance
     stop_after_s: float = 1.0
     seed: int = 0
@@ -79,56 +88,6 @@ def _load(streams: int, tokens: int) -> dict[str, int]:
     run's and the plan's keywords)."""
     return {"records": streams, "concurrency": streams, "max_tokens": tokens, "max_record_attempts": 1,
             "deadline_s": 60}  # fmt: skip
-
-
-# The KILL goes out this long after the allowance has run from TERM: an endpoint exiting in
-# the allowance's last moment is not killed for the harness's own timing.
-KILL_GRACE_S = 0.5
-
-
-def stop_endpoint_step(
-    allocation: Allocation, proxy: deployment.Proxy, profile: SutProfile
-) -> tuple[float, float | None, checks.StepEnd]:
-    """TERM the endpoint step; KILL it if it is still running when the allowance has passed
-    since TERM reached its task (the controller's escalation, done by the harness). Returns
-    when TERM reached the task, when the KILL was sent (None when the endpoint ended by
-    itself, a KILL that found it exited 0 included: `kill_that_reached`), and how it ended.
-    The allowance runs from TERM, not from when `scancel` and the read of the node's log
-    returned: on a loaded machine those took seconds, and an endpoint that never bounds its
-    drain outlived its streams' end before the KILL came."""
-    (step,) = allocation.steps_by_name()["proxy"]
-    term = allocation.signal_step_once(step, "TERM")
-    requests = signal_requests(term.stderr_tail, step, signal.SIGTERM)
-    if requests == 0:  # scancel said no request: no TERM to judge a drain by, and no fault of the SUT's
-        raise ClusterError(f"the endpoint's TERM was never sent: {term.describe()}")
-    stop_at = _term_moment(allocation, step, proxy.node, term.started_at)
-    forced_at = None
-    kill_at = stop_at + profile.drain.allowance_seconds + KILL_GRACE_S
-    try:
-        record = proxy.step.wait(timeout=max(KILL_GRACE_S, kill_at - time.time()))
-    except TimeoutError:
-        forced_at = time.time()
-        allocation.scancel_step(step, "KILL")
-        record = proxy.step.wait(timeout=30)
-    launcher = LauncherEnd(record.exit_code, record.started_at + record.duration_s)
-    end = _endpoint_end(allocation, step, proxy.node, stop_at, launcher, output=proxy.log_tail(200))
-    deliveries = allocation.cluster.signals_sent(step, proxy.node, signal.SIGTERM)
-    end = checks.harness_stop(end, deliveries, requests, term.duration_s)
-    return stop_at, kill_that_reached(forced_at, stop_at, end.exit_code, end.seconds_after_stop), end
-
-
-def _term_moment(allocation: Allocation, step: str, node: str, fallback: float) -> float:
-    """When slurmstepd delivered TERM to the endpoint's task (the node's own log line), or,
-    where the node's log cannot be read, when `scancel` was started: the earliest moment the
-    TERM can have arrived, so no stream cut by it is missed as 'ended before the stop'. A log
-    that cannot be read (None) is not waited for: it will not become readable."""
-    sent = wait_for_finding(
-        lambda: allocation.cluster.signals_sent(step, node, signal.SIGTERM),
-        lambda sent: sent is None or bool(sent),
-        timeout=3,
-        what=f"Slurm's record of TERM reaching step {step}",
-    )
-    return sent[0] if sent else fallback
 
 
 def _mark(
@@ -181,20 +140,6 @@ def _plan_streams(name: str, count: Callable[[DrainOptions], int], tokens: Calla
     return plan
 
 
-def plan_endpoint_stop(p: Planner) -> list[PlannedCommand]:
-    """What `stop_endpoint_step` submits: TERM to the endpoint's step, KILL at the allowance."""
-    allowance = p.profile.drain.allowance_seconds
-    return [
-        PlannedCommand(
-            "TERM to the endpoint's step (not its srun), sent once (scancel repeats it while a later job pends)",
-            scancel_once_argv("$PROXY_STEP", "TERM"),
-        ),
-        PlannedCommand("KILL, the controller's escalation", scancel_argv("$PROXY_STEP", "KILL")).when(
-            f"the endpoint still runs {allowance:g}s after TERM"
-        ),
-    ]
-
-
 def _streams(name: str, count: Callable[[DrainOptions], int], tokens: Callable[[DrainOptions], int]):
     def drive(s: DrainRun) -> None:
         replicas, proxy = s.deployed
@@ -206,9 +151,9 @@ def _streams(name: str, count: Callable[[DrainOptions], int], tokens: Callable[[
     return drive
 
 
-def _stop_endpoint(name: str, mark_forced: bool):
+def _stop_endpoint(name: str, mark_forced: bool, behaviour: str):
     def stop(s: DrainRun) -> None:
-        s.stop_at, s.forced_at, s.end = stop_endpoint_step(s.allocation, s.deployed[1], s.profile)
+        s.stop_at, s.forced_at, s.end = stop_endpoint_step(s.allocation, s.deployed[1], s.profile, behaviour)
         _mark(s.run, name, s.profile, s.stop_at, s.forced_at if mark_forced else None)
 
     return stop
@@ -223,7 +168,7 @@ def _judged_streams(s: DrainRun, name: str) -> tuple[list[Event], checks.StepEnd
 
 def _judge_scancel(s: DrainRun) -> None:
     streams, end = _judged_streams(s, "scancel")
-    left = s.allocation.steps_by_name().get("proxy", [])
+    left = s.allocation.steps_left("proxy")
     upstream = replica_records(s.replicas, streams)
     drain = s.profile.drain
     judged = checks.scancel_step(streams, upstream, s.stop_at, end, left, drain.window_seconds, drain.allowance_seconds)
@@ -290,13 +235,14 @@ def _plan_cleanup(mode: str) -> Callable[[Planner], list[PlannedCommand]]:
             _drill_argv(p.profile, layout, mode, f"{run}/drill-{mode}", inner),
             {"SLURM_JOB_ID": JOB},
         )
-        return [drill, *_plan_streams(f"cleanup-{mode}", lambda o: o.streams, lambda o: o.short_tokens)(p)]
+        return [drill, *_plan_streams(f"cleanup-{mode}", *DRILLED)(p)]
 
     return plan
 
 
 SHORT = (lambda o: o.streams, lambda o: o.short_tokens)  # streams that fit in the drain window
 LONG = (lambda o: 1, lambda o: o.long_tokens)  # one stream longer than the window and the allowance
+DRILLED = (lambda o: o.streams, lambda o: o.drill_tokens)  # about 8 s left at TERM: inside the window
 
 PHASES: tuple[Phase[DrainRun], ...] = (
     Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,
@@ -305,8 +251,9 @@ PHASES: tuple[Phase[DrainRun], ...] = (
     Phase("deploy", "scancel: deploying the SUT's proxy", deploy_proxy, plan_proxy, segments=("scancel",)),
     Phase("drive", "scancel: streams under way", _streams("scancel", *SHORT), _plan_streams("scancel", *SHORT),
           segments=("scancel",)),
-    Phase("stop", "scancel TERM to the endpoint step", _stop_endpoint("scancel", mark_forced=False),
-          plan_endpoint_stop, segments=("scancel",)),
+    Phase("stop", "scancel TERM to the endpoint step",
+          _stop_endpoint("scancel", mark_forced=False, behaviour="scancel_step"), plan_endpoint_stop,
+          segments=("scancel",)),
     Phase("judge", "scancel: what the streams saw", _judge_scancel, judges=("drain.scancel_step",),
           segments=("scancel",)),
     # -- B: a stream longer than the window and the allowance
@@ -314,8 +261,9 @@ PHASES: tuple[Phase[DrainRun], ...] = (
     Phase("drive", "allowance: one stream longer than the allowance", _streams("allowance", *LONG),
           _plan_streams("allowance", *LONG), fault="a stream longer than the drain allowance: forced by design",
           segments=("allowance",)),
-    Phase("stop", "allowance: TERM, then KILL after the allowance", _stop_endpoint("allowance", mark_forced=True),
-          plan_endpoint_stop, segments=("allowance",)),
+    Phase("stop", "allowance: TERM, then KILL after the allowance",
+          _stop_endpoint("allowance", mark_forced=True, behaviour="allowance"), plan_endpoint_stop,
+          segments=("allowance",)),
     Phase("judge", "allowance: what the stream saw", _judge_allowance, judges=("drain.allowance",),
           segments=("allowance",)),
     # -- C: the SUT's own cleanup stops an endpoint it launched (deploy, drive, stop, judge in one)
@@ -347,9 +295,17 @@ def _cleanup_drill(
     argv, cleanup = endpoint.argv, profile.cleanup
     script = cleanup.script.format(site_packages=layout.site_packages)
     allocation.background.append(drill)
-    wait_until(lambda: (state_host / "ready").exists() or drill.finished, bool, timeout=30, what="the drill to start")
-    if drill.finished:
-        raise RuntimeError(f"the cleanup drill ended early: {drill.wait(1).describe()}")
+    behaviour, launches = (
+        f"sut_cleanup.{mode}",
+        (f"{Path(script).name} sources and its {cleanup.register_function} returns within {DRILL_READY_S:g}s"),
+    )
+    try:
+        wait_until(lambda: (state_host / "ready").exists() or drill.finished, bool, timeout=DRILL_READY_S,
+                   what=f"{cleanup.register_function} to return")  # fmt: skip
+    except WaitTimeout as error:
+        raise SutBehaviourMissing(behaviour, launches, str(error)) from error
+    if drill.finished:  # the drill is dd-accept's, tested on rc1: what ended it is the SUT's script
+        raise SutBehaviourMissing(behaviour, launches, f"the controller ended first: {drill.wait(1).describe()}")
     proxy = deployment.Proxy(allocation, drill, node, deployment.PROXY_PORT, argv, log_cluster, log_host)
     try:
         wait_until(lambda: proxy.get("/health").get("status"), lambda s: s == 200, timeout=30, what="drilled endpoint")
@@ -359,7 +315,7 @@ def _cleanup_drill(
             "the endpoint launched under the SUT's own controller functions answers /health 200 within 30s",
             f"{error}; endpoint log: {proxy.log_tail(5) or 'empty'}",
         ) from error
-    client = _client(allocation, proxy, run, profile, f"cleanup-{mode}", options.streams, options.short_tokens)
+    client = _client(allocation, proxy, run, profile, f"cleanup-{mode}", options.streams, options.drill_tokens)
     replicas.wait_running(options.streams)
     time.sleep(options.stop_after_s)
     stop_at = time.time()  # replaced by the controller's own mark once it has written one
@@ -367,15 +323,24 @@ def _cleanup_drill(
         drill.signal("TERM")
     else:
         allocation.cluster.exec(["touch", f"{state_cluster}/go"])
-    record = drill.wait(timeout=profile.drain.allowance_seconds + 30)
+    returns_s = profile.drain.allowance_seconds + CLEANUP_RETURN_S
+    try:
+        record = drill.wait(timeout=returns_s)
+    except TimeoutError:
+        raise SutBehaviourMissing(
+            behaviour,
+            f"{cleanup.stop_function} returns once the endpoint is stopped, forced after the "
+            f"{profile.drain.allowance_seconds:g}s allowance at the latest",
+            f"it had not returned {returns_s:g}s after the stop began; endpoint log: {proxy.log_tail(5) or 'empty'}",
+        ) from None
     stop_at = _node_mark(state_host / "stop-started", stop_at)
     _mark(run, f"cleanup-{mode}", profile, stop_at)
     client.wait(timeout=60)
-    steps_left = allocation.steps_by_name().get("drill-endpoint", [])
+    steps_left = allocation.steps_left("drill-endpoint")
     step = _drilled_step(state_host)
     status, ended = _node_status(state_host / "launcher-status"), _node_mark(state_host / "launcher-ended", 0.0)
     launcher = LauncherEnd(status, ended, may_be_signalled=True) if status is not None and ended else None
-    end = _endpoint_end(allocation, step, node, stop_at, launcher, RECORD_WAIT_S, proxy.log_tail(200))
+    end = endpoint_end(allocation, step, node, stop_at, launcher, RECORD_WAIT_S, proxy.log_tail(200))
     killed_at = None if step is None else first_delivery(allocation.cluster, step, node, signal.SIGKILL)
     if step is not None:  # the SUT's own scancel: the node's log says how many TERMs came (a login node: the queue)
         deliveries = allocation.cluster.signals_sent(step, node, signal.SIGTERM)
@@ -419,63 +384,6 @@ def _drilled_step(state: Path) -> str | None:
         if step:
             return step
     return None
-
-
-@dataclass(frozen=True, slots=True)
-class LauncherEnd:
-    """How and when the srun launching the endpoint ended, as its parent (the harness, or
-    the drill standing in for the SUT's controller) saw it."""
-
-    exit_code: int | None
-    ended_at: float  # epoch seconds
-    # The SUT's cleanup may signal srun itself (rc1 TERMs its launchers): srun's status is then
-    # its own. The harness never does (it signals the step).
-    may_be_signalled: bool = False
-
-    @property
-    def task_exit(self) -> int | None:
-        """The task's exit status as srun passed it on; None where it may be srun's own: a
-        status over 125 is also what srun shows when a signal ended *it* (a cleanup that TERMs
-        or KILLs a launcher lingering after its task exited 0)."""
-        if self.exit_code is None or (self.may_be_signalled and not 0 <= self.exit_code <= 125):
-            return None
-        return self.exit_code
-
-
-def _endpoint_end(
-    allocation: Allocation,
-    step: str | None,
-    node: str,
-    stop_at: float,
-    launcher: LauncherEnd | None = None,
-    record_wait_s: float | None = None,
-    output: str = "",
-) -> checks.StepEnd:
-    """The endpoint task's exit status and time as Slurm recorded them. Without a record,
-    the status srun passed on to its parent, at the moment srun ended; otherwise unknown
-    (never assumed 0: a launcher nobody waited for tells the harness nothing). The record is
-    waited for `record_wait_s` (by default briefly when srun's status is known, else
-    RECORD_WAIT_S). `output`: the end of the endpoint's output, for the exception it raised."""
-    raised = checks.raised_in(output)
-    launcher_exit = None if launcher is None else launcher.task_exit
-    found = None
-    if step is not None:
-        # slurmstepd writes the record as the task ends; on a loaded machine (CI: two
-        # scenarios at once on two cores) that took over 10 s once, and a correct endpoint
-        # was reported "exit unknown". Waiting costs nothing when the record is there.
-        found = wait_for_finding(
-            lambda: allocation.cluster.step_exit(step, node),
-            lambda exit_: exit_ is not None,
-            timeout=record_wait_s or (RECORD_WAIT_S if launcher_exit is None else 3),
-            what=f"Slurm's record of how step {step} ended",
-        )
-    if found is None and launcher is not None and launcher_exit is not None:
-        return checks.StepEnd(launcher_exit, max(0.0, launcher.ended_at - stop_at), "srun launcher", raised)
-    if found is None:
-        where = f"nowhere: Slurm kept no record of the end of step {step} within {RECORD_WAIT_S:.0f}s"
-        return checks.StepEnd(None, time.time() - stop_at, where, raised)
-    ended = found.ended_at if found.ended_at is not None else time.time()
-    return checks.StepEnd(found.exit_code, max(0.0, ended - stop_at), found.source, raised)
 
 
 SCENARIO = Scenario(

@@ -26,8 +26,8 @@ from dd_accept.acceptance import telemetry_payload_checks as payloads
 from dd_accept.acceptance import telemetry_records
 from dd_accept.acceptance.analysis import with_prefix
 from dd_accept.acceptance.declaration import Scenario
-from dd_accept.acceptance.drain import plan_endpoint_stop, stop_endpoint_step
 from dd_accept.acceptance.drain_checks import StepEnd, judged_on_one_term, repeat_may_have_ended_it
+from dd_accept.acceptance.drain_stop import plan_endpoint_stop, stop_endpoint_step
 from dd_accept.acceptance.phases import (
     DeployedRun,
     Phase,
@@ -365,7 +365,7 @@ def _drain_bound(s: TelemetryRun) -> None:
     client = deployment.run_client(s.allocation, proxy, s.run, mode="raw", profile=s.profile, name=name, **load)
     replicas.wait_running(o.drain_streams)
     time.sleep(1.0)  # the streams under way: each has sent some bytes when TERM comes
-    stop_at, forced_at, s.drain_end = stop_endpoint_step(s.allocation, proxy, s.profile)
+    stop_at, forced_at, s.drain_end = stop_endpoint_step(s.allocation, proxy, s.profile, "incomplete_streams")
     client.wait(timeout=stream_s + 60)
     s.drain_killed_after_s = None if forced_at is None else forced_at - stop_at
     with contextlib.suppress(WaitTimeout):  # a replica records a stream when it next tries to write

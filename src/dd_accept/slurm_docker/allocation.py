@@ -165,6 +165,9 @@ def scancel_once_argv(target: str, signal_name: str) -> list[str]:
 
 # How a job looks in squeue once it has ended (until MinJobAge): NODE_FAIL after a node loss,
 # PREEMPTED after a higher-priority job took its node (slurm_docker.preemption).
+# How long a step whose task has ended may stay listed while its node finishes it (CI once saw
+# a cat's step still listed under proctrack/cgroup on 24.11): one still listed after this was left.
+STEP_END_GRACE_S = 5.0
 ENDED_JOB_STATES = frozenset({"GONE", "COMPLETED", "CANCELLED", "NODE_FAIL", "FAILED", "TIMEOUT", "PREEMPTED"})
 
 
@@ -267,6 +270,16 @@ class Allocation:
                 named.setdefault(name.strip(), []).append(step)
         return named
 
+    def steps_left(self, name: str, grace_s: float = STEP_END_GRACE_S) -> list[str]:
+        """The steps named `name` still listed `grace_s` after their tasks ended: what a stop
+        left running. A step whose task has ended stays listed a moment while its node
+        finishes it (see `release`); read once, a correct stop was blamed for that moment."""
+        found = wait_for_finding(
+            lambda: self.steps_by_name().get(name, []), lambda steps: not steps, timeout=grace_s,
+            what=f"the {name} step to leave the queue",
+        )  # fmt: skip
+        return self.steps_by_name().get(name, []) if found is None else []
+
     def stop_step(
         self, launcher: BackgroundCommand, name: str, signal_name: str = "TERM", timeout: float = 30.0
     ) -> CommandRecord:
@@ -298,11 +311,9 @@ class Allocation:
         record = self.cluster.exec(["squeue", "-h", "-j", self.job_id, "-o", "%T"], timeout=10)
         return record.stdout_tail.strip() or "GONE"
 
-    def release(self, timeout: float = 30.0, grace_s: float = 5.0) -> list[str]:
-        """Cancel the allocation; return the steps that were still running (leaks). A step whose
-        srun has returned can stay listed a moment while its node finishes it (CI once saw
-        a cat's step still listed under proctrack/cgroup on 24.11): a leak is one still listed
-        after `grace_s`."""
+    def release(self, timeout: float = 30.0, grace_s: float = STEP_END_GRACE_S) -> list[str]:
+        """Cancel the allocation; return the steps that were still running (leaks): those still
+        listed `grace_s` after the scenario ended (STEP_END_GRACE_S)."""
         leaked = wait_for_finding(self.steps, lambda steps: not steps, timeout=grace_s, what="steps to end")
         leaked = self.steps() if leaked is None else []
         self.cluster.exec(scancel_argv(self.job_id), timeout=10)
