@@ -23,6 +23,7 @@ from dd_accept.sut.profile import SutProfile
 PROXY = "data_designer/slurm/runtime/proxy.py"
 CONTROLLER = "data_designer/engine/models/request_admission/controller.py"
 ADMISSION_CONFIG = "data_designer/engine/models/request_admission/config.py"
+EXECUTOR = "data_designer/engine/models/clients/model_request_executor.py"
 CLEANUP = "data_designer/slurm/runtime/cleanup.sh"
 BACKPRESSURE = "data_designer/slurm/runtime/backpressure.py"
 _REJECT_RULE = "snapshot.depth is not None and not stale and snapshot.depth > self.settings.max_waiting_requests"
@@ -1207,6 +1208,12 @@ FAULTS = {
             ((CONTROLLER, "state.blocked_until = now + cooldown", "state.blocked_until = now"),),
         ),
         Fault(
+            "long-cooldown",
+            "data-designer-engine",
+            "the client's admission controller holds each cooldown for twice the 429's Retry-After",
+            ((CONTROLLER, "state.blocked_until = now + cooldown", "state.blocked_until = now + 2 * cooldown"),),
+        ),
+        Fault(
             "decrease-every-429",
             "data-designer-engine",
             "the client's admission controller lowers its limit on every 429, not once a round: the leases "
@@ -1224,6 +1231,27 @@ FAULTS = {
             "data-designer-engine",
             "the client's admission controller never increases its limit again",
             ((ADMISSION_CONFIG, "successes_until_increase: int = 25", "successes_until_increase: int = 10**9"),),
+        ),
+        Fault(
+            "hasty-increase",
+            "data-designer-engine",
+            "the client's admission controller raises its limit after 5 successes, not 25",
+            ((ADMISSION_CONFIG, "successes_until_increase: int = 25", "successes_until_increase: int = 5"),),
+        ),
+        Fault(
+            "rate-limit-raises",
+            "data-designer-engine",
+            "the executor tells its controller of each 429 (the limit falls, the cooldown holds) but raises a "
+            "RuntimeError to its caller, not the ProviderError that carries the status and Retry-After",
+            (
+                (
+                    EXECUTOR,
+                    "        self._request_admission.release(lease, outcome)\n",
+                    "        self._request_admission.release(lease, outcome)\n"
+                    "        if exc.kind == ProviderErrorKind.RATE_LIMIT:\n"
+                    '            raise RuntimeError("rate limited") from exc\n',
+                ),
+            ),
         ),
     )
 }

@@ -6,6 +6,7 @@ variant, or the same code under a new version). The profile follows the runtime 
 every wheel of the directory is installed and attested by its sha256 (issue #32)."""
 
 import json
+import re
 import shutil
 from xml.etree import ElementTree
 
@@ -74,6 +75,20 @@ def test_missing_cooldown_is_caught_by_total_cooldown(sut_wheelhouse, tmp_path):
     assert checks["overload.total.retry_after"]["verdict"] == "pass"
 
 
+def test_a_cooldown_twice_the_retry_after_is_caught_by_total_cooldown(sut_wheelhouse, tmp_path):
+    """No request comes inside a window, so only the upper bound sees it: the replicas meet the
+    client's next request about 3 s after its 3 s cooldown has run out."""
+    directory = _directory(sut_wheelhouse, tmp_path, "long-cooldown")
+    checks = _checks(_run(directory, tmp_path, 1)[0])
+    cooldown = checks["overload.total.cooldown"]
+    assert cooldown["verdict"] == "fail" and cooldown["metrics"]["cooldown_overruns"] >= 1, cooldown
+    assert cooldown["metrics"]["cooldown_breaches"] == 0, cooldown
+    late = float(re.search(r"next request (\d+\.\d+)s after", cooldown["detail"])[1])
+    assert 2.0 < late < 4.5, cooldown
+    untouched = ("overload.total.retry_after", "overload.total.admission_decrease", "overload.total.attempts")
+    assert all(checks[name]["verdict"] == "pass" for name in untouched), {n: checks[n] for n in untouched}
+
+
 def test_a_decrease_on_every_429_is_caught_by_admission_decrease(sut_wheelhouse, tmp_path):
     """Its first two values are AIMD's (8 → 6 → 4), so a check of the sequence alone passes it;
     the replicas show no new request between its decreases: one round lowered it again and
@@ -98,6 +113,30 @@ def test_missing_increase_is_caught_by_recovery(sut_wheelhouse, tmp_path):
     )
     assert recovery["metrics"]["limit_breaches"] == 0
     assert checks["overload.total.admission_decrease"]["verdict"] == "pass"
+
+
+def test_a_limit_raised_after_5_successes_is_caught_by_recovery(sut_wheelhouse, tmp_path):
+    """It recovers (the limit rises above its low point, every record completes), but each
+    rise comes after 5 successes, not the controller's 25: counted from its own releases."""
+    directory = _directory(sut_wheelhouse, tmp_path, "hasty-increase")
+    checks = _checks(_run(directory, tmp_path, 1)[0])
+    recovery = checks["overload.recovery"]
+    assert recovery["verdict"] == "fail" and recovery["metrics"]["increases_off_rule"] >= 1, recovery
+    counted = [int(n) for n in re.findall(r"rose \d+ → \d+ after (\d+) successes, not 25", recovery["detail"])]
+    assert counted and max(counted) < 12, recovery  # about 5 each (those in a cooldown count here, not for it)
+    assert recovery["metrics"]["limit_breaches"] == 0
+    assert checks["overload.total.admission_decrease"]["verdict"] == "pass"
+
+
+def test_a_client_that_raises_other_than_its_provider_error_on_429_is_judged_not_an_error(sut_wheelhouse, tmp_path):
+    """The executor lowers its limit and cools down on each 429, then raises a RuntimeError:
+    the caller never sees the 429 or its Retry-After. That is the SUT's behaviour (exit 1,
+    judged by retry_after), not the harness's fault (the client used to crash: exit 2)."""
+    directory = _directory(sut_wheelhouse, tmp_path, "rate-limit-raises")
+    checks = _checks(_run(directory, tmp_path, 1)[0])
+    retry_after = checks["overload.total.retry_after"]
+    assert retry_after["verdict"] == "fail" and retry_after["observed"].startswith("0 client 429(s)"), retry_after
+    assert checks["overload.total.admission_decrease"]["verdict"] == "pass", "the controller was told"
 
 
 def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wheelhouse, tmp_path):

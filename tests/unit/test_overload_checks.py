@@ -294,7 +294,7 @@ def test_admission_at_the_threshold_must_admit_and_retry_after_must_match():
 
 
 def test_the_retry_metric_is_read_where_the_profile_says():
-    from dd_accept.acceptance.overload import metric_value
+    from dd_accept.acceptance.proxy_metrics import metric_value
 
     metrics = {"retries": {"http_429": 4, "connect": 1}, "flag": True}
     assert metric_value(metrics, "retries.http_429") == 4.0
@@ -303,6 +303,10 @@ def test_the_retry_metric_is_read_where_the_profile_says():
     assert metric_value(None, "retries.http_429") is None, "no metrics document: not reported"
     assert metric_value(metrics, "flag") is None, "not a number"
     assert metric_value(metrics, "") is None, "no metric named: not reported"
+    # the seed counts retries by cause, not how a cause is spelled: telemetry reads them alike
+    for spelled in ({"429": 9}, {"status_429": 9}, {"http_429": 9, "timeout": 1}):
+        assert metric_value({"retries": spelled}, "retries.http_429") == 9.0, spelled
+    assert metric_value({"retries": {"503": 2}}, "retries.http_429") == 0.0, "only another status counted"
 
 
 def test_an_admitted_probe_is_the_app_s_own_answer_and_a_5xx_is_no_admission():
@@ -313,3 +317,70 @@ def test_an_admitted_probe_is_the_app_s_own_answer_and_a_5xx_is_no_admission():
     assert refused.verdict == "fail" and "did not admit" in refused.detail, refused
     assert "admitted (the app answers the probe itself: a 400 for its empty body" in refused.expected
     assert "any status below 500 but 429) at or below it" in refused.expected
+
+
+def _released(t, outcome="success"):
+    return AdmissionChange(t=t, event="request_lease_released", reason=outcome)
+
+
+def _recovering(steps, successes_before_each, reset_after=None):
+    """The total phase's decreases 8 → 6 → 4, then rises to each limit in `steps`, each after
+    its count of successful releases (the release completing the streak reported just after
+    the rise, as rc1 reports it); `reset_after`: a 429's release after that many successes of
+    the first streak."""
+    events = [change(1, "request_limit_decreased", 6), change(4, "request_limit_decreased", 4)]
+    events += [request(20 + r / 100, r) for r in range(3)]
+    t = 20.0
+    for limit, successes in zip(steps, successes_before_each, strict=True):
+        for n in range(successes - 1):
+            t += 0.01
+            events.append(_released(t))
+            if reset_after is not None and n + 1 == reset_after:
+                events.append(_released(t, "rate_limited"))
+                reset_after = None
+        events += [change(t + 0.005, "request_limit_increased", limit), _released(t + 0.006)]
+        t += 0.01
+    return events
+
+
+def test_recovery_rises_by_one_after_25_successes_and_not_otherwise():
+    """The controller's AIMD (+1 after 25 successes): a rise by 2, or after 5 successes, or
+    after a streak a 429 broke, fails recovery, with the rise named; the successes are the
+    controller's own releases (rc1 reports the release completing a streak just after the
+    rise it caused)."""
+    rc1 = checks.recovery(_recovering([5, 6], [25, 25]), 3, relieved_at=10.0)
+    assert rc1.verdict == "pass" and rc1.metrics["increases_off_rule"] == 0, rc1
+    by_two = checks.recovery(_recovering([6], [25]), 3, relieved_at=10.0)
+    assert by_two.verdict == "fail" and "the limit rose 4 → 6, not by 1" in by_two.detail, by_two
+    hasty = checks.recovery(_recovering([5, 6], [25, 5]), 3, relieved_at=10.0)
+    assert hasty.verdict == "fail" and "rose 5 → 6 after 5 successes, not 25" in hasty.detail, hasty
+    assert hasty.metrics["increases_off_rule"] == 1
+    broken_streak = checks.recovery(_recovering([5], [25], reset_after=12), 3, relieved_at=10.0)
+    assert broken_streak.verdict == "fail", broken_streak
+    assert "rose 4 → 5 after 12 successes, not 25" in broken_streak.detail, broken_streak
+    unreported = [e for e in _recovering([5, 6], [25, 5]) if getattr(e, "event", "") != "request_lease_released"]
+    assert checks.recovery(unreported, 3, relieved_at=10.0).verdict == "pass", "judged on its steps alone"
+    assert checks.recovery(_recovering([5], [25]), 3, 10.0, increase_step=2).verdict == "fail"
+
+
+def test_a_cooldown_held_beyond_its_retry_after_is_caught_at_the_replicas():
+    """A 429's cooldown is its Retry-After: the client's waiting requests reach the replicas
+    within a second of it running out (rc1: 6 to 11 ms in three runs). Held for twice the
+    Retry-After they come 3 s late; counted from the client's record of the 429, windows that
+    overlap end with the last; a window after which nothing came is not judged."""
+    limited = [
+        request(10.0, 0, 429, "rate_limited", retry_after=3.0),
+        request(11.0, 1, 429, "rate_limited", retry_after=3.0),
+    ]
+    leases = [lease(9.0), lease(14.02)]
+    prompt = checks.total_cooldown(
+        [*limited, *leases], 2.0, [attempt("total-a", 9.0, 0.5), attempt("total-b", 14.02, 0.1)]
+    )
+    assert prompt.verdict == "pass" and prompt.metrics["cooldown_overruns"] == 0, prompt
+    early_in_the_last = checks.total_cooldown([*limited, *leases], 2.0, [attempt("total-b", 13.6, 0.1)])
+    assert early_in_the_last.verdict == "pass", "inside a second of the latest end: the controller learnt earlier"
+    held = checks.total_cooldown([*limited, lease(9.0), lease(17.0)], 2.0, [attempt("total-c", 17.0, 0.1)])
+    assert held.verdict == "fail" and held.metrics["cooldown_overruns"] == 1, held
+    assert "next request 3.00s after its cooldown had run out" in held.detail, held
+    ended = checks.total_cooldown([*limited, *leases], 2.0, [attempt("total-a", 9.0, 0.5)])
+    assert ended.metrics["cooldown_overruns"] == 0, "no request after the window: nothing held"

@@ -131,6 +131,46 @@ def cooldown_breaches(
     return breaches
 
 
+# How long after a cooldown has run out, at the latest, the controller's waiting requests must
+# reach the replicas again: rc1 re-checks every 0.05 s (measured: 3 to 20 ms); a busy machine's
+# event loop and two hops (proxy, replica) stay well inside this; a cooldown held for twice its
+# Retry-After, or Retry-After plus the 2 s default, overruns it by seconds.
+COOLDOWN_LINGER_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class CooldownOverrun:
+    window_end: float  # the latest the cooldown can have run out: the client's 429 + its Retry-After
+    next_attempt: float  # when the replicas next saw a request of this client
+
+
+def cooldown_overruns(
+    events: list[Event], default_s: float, upstream: Iterable[UpstreamAttempt], linger_s: float = COOLDOWN_LINGER_S
+) -> list[CooldownOverrun]:
+    """Cooldowns held longer than the 429 asked: a cooldown lasts the Retry-After (the brief:
+    "a 429 sets cooldown = Retry-After"), and the client's workers wait on it for the record
+    they retry at once, so once the last overlapping window has run out (counted, here, from
+    the client's own record of each 429: the latest the controller can have learnt of it) the
+    replicas see a request of this client within `linger_s`. A window after which no request
+    came at all is not judged (the client had nothing left to send)."""
+    windows = sorted(
+        (e.t, e.t + (float(e.retry_after) if e.retry_after else default_s)) for e in requests(events) if e.status == 429
+    )
+    merged: list[list[float]] = []
+    for start, end in windows:
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    arrivals = sorted(a.started for a in upstream)
+    overruns = []
+    for _, end in merged:
+        after = next((at for at in arrivals if at >= end - linger_s), None)
+        if after is not None and after > end + linger_s:
+            overruns.append(CooldownOverrun(end, after))
+    return overruns
+
+
 # Two replicas' clock readings (one kernel clock here; NTP on a site's) and the scheduling
 # between a span's last byte and its record: a request that starts this close to another's
 # end followed it rather than overlapped it.

@@ -23,6 +23,7 @@ from dd_accept.acceptance.analysis import admission, expected_decreases, request
 from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.phases import DeployedRun, Phase, stop_if_started
 from dd_accept.acceptance.plan import NODE, BackendKind, PlannedCommand, Planner
+from dd_accept.acceptance.proxy_metrics import metric_value
 from dd_accept.base.events import AdmissionChange, Event, of_type
 from dd_accept.base.options import option
 from dd_accept.base.progress import ProgressWriter
@@ -214,31 +215,12 @@ def _hold_partial(s: OverloadRun) -> None:
 
 def _drive_partial(s: OverloadRun) -> None:
     proxy, metric = s.deployed[1], s.profile.proxy.retry_429_metric
-    before = metric_value(proxy.get(s.profile.proxy.metrics_path)["json"], metric)
+    before = metric_value(proxy.get(s.profile.proxy.metrics_path).get("json"), metric)
     client = s.start_client("partial", s.options.records)
     timeout = s.options.partial_deadline_s + WATCH_MARGIN_S
     s.client_events["partial"] = _watch(client, s.run, "partial", s.progress, "partial overload", timeout=timeout)
-    after = metric_value(proxy.get(s.profile.proxy.metrics_path)["json"], metric)
+    after = metric_value(proxy.get(s.profile.proxy.metrics_path).get("json"), metric)
     s.partial_retries_429 = None if after is None else after - (before or 0.0)
-
-
-def metric_value(document: Any, dotted: str) -> float | None:
-    """A number in the proxy's metrics JSON by its dotted path.
-
-    0 where the path's group is there but not its counter (rc1 adds a counter to `retries`
-    when it first counts); None, not reported, where the profile names none or the document
-    has no such group (a release that names it otherwise, or no metrics at all): failover is
-    then judged from the replicas alone, not failed for a name."""
-    if not dotted:
-        return None
-    *groups, counter = dotted.split(".")
-    value: Any = document
-    for key in groups:
-        value = value.get(key) if isinstance(value, dict) else None
-    if not isinstance(value, dict):
-        return None
-    value = value.get(counter, 0)
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _judge_partial(s: OverloadRun) -> None:
@@ -293,7 +275,13 @@ def _judge_total(s: OverloadRun) -> None:
     factor, limit = s.profile.client.decrease_factor, o.admission_limit
     s.result.add(checks.total_admission_decrease(total, limit, factor, upstream=upstream, until=s.relieved_at))
     s.result.add(checks.total_cooldown(total, s.profile.client.cooldown_seconds, upstream))
-    s.result.add(checks.recovery(total, o.recovery_records, s.relieved_at, upstream=upstream, limit=limit))
+    client = s.profile.client
+    s.result.add(
+        checks.recovery(
+            total, o.recovery_records, s.relieved_at, upstream=upstream, limit=limit,
+            successes_until_increase=client.successes_until_increase, increase_step=client.increase_step,
+        )
+    )  # fmt: skip
 
 
 def _plan_client(name: str, records: str, purpose: str) -> Callable[[Planner], list[PlannedCommand]]:

@@ -10,10 +10,12 @@ from collections import Counter
 from typing import Any
 
 from dd_accept.acceptance.analysis import (
+    COOLDOWN_LINGER_S,
     LimitBreach,
     admission,
     attempts_by_request,
     cooldown_breaches,
+    cooldown_overruns,
     decreases_without_a_new_round,
     expected_decreases,
     first_arrivals,
@@ -21,7 +23,7 @@ from dd_accept.acceptance.analysis import (
     requests,
 )
 from dd_accept.acceptance.registry import check
-from dd_accept.base.events import Event, UpstreamAttempt, admitted_probe
+from dd_accept.base.events import AdmissionChange, Event, UpstreamAttempt, admitted_probe, of_type
 from dd_accept.base.percentiles import percentile
 from dd_accept.base.results import CheckResult
 from dd_accept.deployment import AdmissionSample, ColdStart
@@ -247,42 +249,60 @@ def total_admission_decrease(
 def total_cooldown(
     client: list[Event], default_cooldown_s: float, upstream: list[UpstreamAttempt] | None = None
 ) -> CheckResult:
-    """No request is admitted while a cooldown demanded by a 429 (its Retry-After) runs, and
-    the rule was actually exercised: the controller's lease events were recorded and at
-    least one cooldown window was followed by a lease (the client came back after it).
+    """No request is admitted while a cooldown demanded by a 429 (its Retry-After) runs, none
+    is held back long after it (`cooldown_overruns`: the cooldown is the Retry-After, not
+    more), and the rule was actually exercised: the controller's lease events were recorded
+    and at least one cooldown window was followed by a lease (the client came back after it).
     `upstream` dates each 429 where the replicas answered it (cooldown_breaches)."""
     limited = [e for e in requests(client) if e.status == 429]
     leases = admission(client, "request_lease_acquired")
     breaches = cooldown_breaches(client, default_cooldown_s, upstream or ())
+    overruns = cooldown_overruns(client, default_cooldown_s, upstream or ())
     judged = sum(1 for e in limited if any(lease.t > e.t for lease in leases))
-    ok = bool(limited) and bool(leases) and judged > 0 and not breaches
+    ok = bool(limited) and bool(leases) and judged > 0 and not breaches and not overruns
     observed = (
         f"{len(limited)} cooldown window(s) from 429s, {judged} followed by a lease; "
-        f"{len(leases)} lease(s); {len(breaches)} admission(s) inside a window"
+        f"{len(leases)} lease(s); {len(breaches)} admission(s) inside a window; "
+        f"{len(overruns)} cooldown(s) held beyond their Retry-After"
     )
     detail = ""
     if breaches:
         first = breaches[0]
         into, length = first.admitted_at - first.window_start, first.window_end - first.window_start
         detail = f"first: admitted {into:.2f}s into a {length:.2f}s cooldown"
+    elif overruns:
+        worst = max(overruns, key=lambda o: o.next_attempt - o.window_end)
+        detail = (
+            f"the replicas saw the client's next request {worst.next_attempt - worst.window_end:.2f}s after its "
+            f"cooldown had run out (at most {COOLDOWN_LINGER_S:g}s): the controller holds a cooldown longer than "
+            "the Retry-After"
+        )
     elif not limited or not leases or not judged:
         detail = "cooldown not observed: no 429 with a lease after it, so no window could be judged"
     return CheckResult.judge(
         total_cooldown.check_id,
         ok,
-        "no request admitted inside a cooldown window; at least one window judged",
+        "no request admitted inside a cooldown window, nor held back beyond it; at least one window judged",
         observed,
         detail,
-        {"cooldown_breaches": len(breaches), "cooldown_windows_judged": judged},
+        {"cooldown_breaches": len(breaches), "cooldown_windows_judged": judged, "cooldown_overruns": len(overruns)},
     )
 
 
 @check("overload.recovery")
 def recovery(
-    client: list[Event], records: int, relieved_at: float, upstream: list[UpstreamAttempt] | None = None, limit: int = 8
+    client: list[Event],
+    records: int,
+    relieved_at: float,
+    upstream: list[UpstreamAttempt] | None = None,
+    limit: int = 8,
+    successes_until_increase: int = 25,
+    increase_step: int = 1,
 ) -> CheckResult:
-    """After relief every record completes and the limit rises above its low point, while
-    the requests under way at the replicas never exceed the limit the controller reports."""
+    """After relief every record completes and the limit rises above its low point, each rise
+    by `increase_step` after `successes_until_increase` successes (the controller's AIMD: +1
+    after 25), while the requests under way at the replicas never exceed the limit the
+    controller reports."""
     made = requests(client)
     done = {e.record for e in made if e.outcome == "ok"}
     after = [e for e in admission(client, "request_limit_increased") if e.t >= relieved_at]
@@ -291,12 +311,41 @@ def recovery(
     risen = max((e.limit for e in after), default=None)
     after_relief = [e for e in upstream or [] if e.started >= relieved_at]
     breaches = limit_breaches(client, after_relief, limit)
-    ok = len(done) == records and risen is not None and floor is not None and risen > floor and not breaches
+    off = increases_off_contract(client, limit, increase_step, successes_until_increase)
+    ok = len(done) == records and risen is not None and floor is not None and risen > floor
+    ok = ok and not breaches and not off
     return CheckResult.judge(
         recovery.check_id,
         ok,
-        f"{records}/{records} records after overload is lifted; the limit rises above its low point; "
-        "never more requests under way at the replicas than the limit",
-        f"{len(done)}/{records} records; low point {floor}, highest after recovery {risen}; {_breach_text(breaches)}",
-        metrics={"records_done": len(done), "limit_breaches": len(breaches)},
+        f"{records}/{records} records after overload is lifted; the limit rises above its low point, "
+        f"+{increase_step} after {successes_until_increase} successes; never more requests under way at the "
+        "replicas than the limit",
+        f"{len(done)}/{records} records; low point {floor}, highest after recovery {risen}; "
+        f"{len(off)} rise(s) off the rule; {_breach_text(breaches)}",
+        "; ".join(off[:3]),
+        metrics={"records_done": len(done), "limit_breaches": len(breaches), "increases_off_rule": len(off)},
     )
+
+
+def increases_off_contract(client: list[Event], limit: int, step: int, successes: int) -> list[str]:
+    """Each rise of the limit that breaks the additive rule: by other than `step` over the limit
+    before it, or after fewer than `successes` successful releases since the last change or
+    429 (counted from the controller's own `request_lease_released` events, whose reason is
+    the outcome; the release that completes the streak may be reported just after the rise,
+    so one fewer is enough). A controller that reports no releases is judged on its steps."""
+    changes = ("request_limit_decreased", "request_limit_increased")
+    previous, streak, reported, off = limit, 0, False, []
+    for event in sorted(of_type(client, AdmissionChange), key=lambda e: e.t):
+        if event.event == "request_lease_released":
+            reported = True
+            streak = streak + 1 if event.reason == "success" else 0 if event.reason == "rate_limited" else streak
+            continue
+        if event.event not in changes or event.limit is None:
+            continue
+        if event.event == "request_limit_increased":
+            if event.limit - previous != step:
+                off.append(f"the limit rose {previous} → {event.limit}, not by {step}")
+            elif reported and streak < successes - 1:
+                off.append(f"the limit rose {previous} → {event.limit} after {streak} successes, not {successes}")
+        previous, streak = event.limit, 0
+    return off

@@ -19,12 +19,12 @@ appears (no record, no counter) fails, named after what is missing.
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
 from dd_accept.acceptance.drain_checks import StepEnd, described_end
 from dd_accept.acceptance.log_shapes import log_records
+from dd_accept.acceptance.proxy_metrics import retries_by_status
 from dd_accept.acceptance.registry import check
 from dd_accept.acceptance.telemetry_failover_checks import connection_errors as connection_errors  # a telemetry check
 from dd_accept.acceptance.telemetry_records import (
@@ -81,25 +81,6 @@ def reported_counters(phase: TelemetryPhase, profile: TelemetryProfile) -> dict[
         "retries": retries_by_status(phase.delta(profile.retries_metric)),
         "final_statuses": phase.delta(profile.final_statuses_metric),
     }
-
-
-# a status: three digits standing alone, not part of an address or port (`172.18.0.4:8000`)
-_STATUS_IN_KEY = re.compile(r"(?<![\d.:])([1-5]\d\d)(?![\d.:])")
-
-
-def retries_by_status(retries: Any) -> Any:
-    """A proxy's retry causes keyed as `expected_counters` keys them: a key that names an HTTP
-    status (rc1's `http_429`, or `429`, `status_429`) is `http_429`; a cause that names none
-    (`timeout`, `connection_error`) keeps its name; where a key names more than one number
-    (a backend's address beside the status), the last is the status. The seed counts retries
-    by cause; it does not say how a cause is spelled."""
-    if not isinstance(retries, dict):
-        return retries
-    keyed: Counter[str] = Counter()
-    for key, count in retries.items():
-        statuses = _STATUS_IN_KEY.findall(str(key))
-        keyed[f"http_{statuses[-1]}" if statuses else str(key)] += count
-    return dict(sorted(keyed.items()))
 
 
 @check("telemetry.attempt_counters")

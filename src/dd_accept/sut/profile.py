@@ -65,6 +65,7 @@ class ClientProfile:
     decrease_factor: float
     successes_until_increase: int
     cooldown_seconds: float  # the client's cooldown after a 429 that carries no Retry-After
+    increase_step: int = 1  # how far the limit rises after successes_until_increase successes (rc1: +1)
 
 
 @dataclass(frozen=True, slots=True)

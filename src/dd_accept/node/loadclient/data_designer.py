@@ -112,6 +112,10 @@ async def run_sut(workload: Workload, events: EventWriter) -> dict[str, int]:
                 error=error.kind.value,
             )
             return False
+        except Exception as error:  # the SUT's client raised what fact 6 says it does not:
+            # evidence for the checks (a 429 it never reports as one), not a crash that leaves none
+            emit(status=None, outcome="error", error=f"raised {type(error).__name__}")
+            return False
         emit(status=200, outcome="ok", tokens=getattr(getattr(response, "usage", None), "output_tokens", None))
         return True
 
