@@ -244,28 +244,42 @@ SHORT = (lambda o: o.streams, lambda o: o.short_tokens)  # streams that fit in t
 LONG = (lambda o: 1, lambda o: o.long_tokens)  # one stream longer than the window and the allowance
 DRILLED = (lambda o: o.streams, lambda o: o.drill_tokens)  # about 8 s left at TERM: inside the window
 
+
+def _harness_stop(
+    segment: str,
+    drive: str,
+    streams: tuple[Callable[[DrainOptions], int], Callable[[DrainOptions], int]],
+    stop: str,
+    judge: tuple[str, Callable[[DrainRun], None], str],
+    *,
+    forced: bool,
+    fault: str = "",
+) -> tuple[Phase[DrainRun], ...]:
+    """A stop the harness makes (A, B): its own endpoint deployed, streams under way, the
+    endpoint's step stopped, what the streams saw judged by `judge` (title, act, check id).
+    `forced`: the stop's KILL is marked on the drain chart (the allowance's is by design)."""
+    title, act, check_id = judge
+    return (
+        Phase("deploy", f"{segment}: deploying the SUT's proxy", deploy_proxy, plan_proxy, segments=(segment,)),
+        Phase("drive", f"{segment}: {drive}", _streams(segment, *streams), _plan_streams(segment, *streams),
+              fault=fault, segments=(segment,)),
+        Phase("stop", stop, _stop_endpoint(segment, mark_forced=forced, behaviour=check_id.removeprefix("drain.")),
+              plan_endpoint_stop, segments=(segment,)),
+        Phase("judge", f"{segment}: {title}", act, judges=(check_id,), segments=(segment,)),
+    )  # fmt: skip
+
+
 PHASES: tuple[Phase[DrainRun], ...] = (
     Phase("deploy", "deploying replicas", _deploy_replicas, _plan_replicas,
           numbers=lambda s: {"replicas": s.options.replicas}),
     # -- A: scancel --signal=TERM JOB.STEP with short streams in flight
-    Phase("deploy", "scancel: deploying the SUT's proxy", deploy_proxy, plan_proxy, segments=("scancel",)),
-    Phase("drive", "scancel: streams under way", _streams("scancel", *SHORT), _plan_streams("scancel", *SHORT),
-          segments=("scancel",)),
-    Phase("stop", "scancel TERM to the endpoint step",
-          _stop_endpoint("scancel", mark_forced=False, behaviour="scancel_step"), plan_endpoint_stop,
-          segments=("scancel",)),
-    Phase("judge", "scancel: what the streams saw", _judge_scancel, judges=("drain.scancel_step",),
-          segments=("scancel",)),
+    *_harness_stop("scancel", "streams under way", SHORT, "scancel TERM to the endpoint step",
+                   ("what the streams saw", _judge_scancel, "drain.scancel_step"), forced=False),
     # -- B: a stream longer than the window and the allowance
-    Phase("deploy", "allowance: deploying the SUT's proxy", deploy_proxy, plan_proxy, segments=("allowance",)),
-    Phase("drive", "allowance: one stream longer than the allowance", _streams("allowance", *LONG),
-          _plan_streams("allowance", *LONG), fault="a stream longer than the drain allowance: forced by design",
-          segments=("allowance",)),
-    Phase("stop", "allowance: TERM, then KILL after the allowance",
-          _stop_endpoint("allowance", mark_forced=True, behaviour="allowance"), plan_endpoint_stop,
-          segments=("allowance",)),
-    Phase("judge", "allowance: what the stream saw", _judge_allowance, judges=("drain.allowance",),
-          segments=("allowance",)),
+    *_harness_stop("allowance", "one stream longer than the allowance", LONG,
+                   "allowance: TERM, then KILL after the allowance",
+                   ("what the stream saw", _judge_allowance, "drain.allowance"), forced=True,
+                   fault="a stream longer than the drain allowance: forced by design"),
     # -- C: the SUT's own cleanup stops an endpoint it launched (deploy, drive, stop, judge in one)
     *(Phase("stop", f"SUT cleanup: {mode}", _sut_cleanup(mode), _plan_cleanup(mode),
             judges=(f"drain.sut_cleanup.{mode}",), segments=(f"cleanup-{mode}",)) for mode in checks.CLEANUP_MODES),
