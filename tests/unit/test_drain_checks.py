@@ -181,9 +181,22 @@ def test_a_stream_that_stopped_flowing_long_before_the_cut_is_stalled_not_bounde
     assert stalled.verdict == "fail" and "1 stalled" in stalled.observed
 
 
-def test_sut_cleanup_streams_must_complete_even_when_cut_at_the_window():
-    cut_late = _cleanup([flowing(0, 11.0, 10.95)] * 4, checks.StepEnd(0, 10.0))
-    assert cut_late.verdict == "fail" and cut_late.observed.startswith("4 of 4 in-flight stream(s) cut")
+def test_sut_cleanup_streams_stretched_past_the_window_may_be_ended_there_by_the_endpoint():
+    """The drills' streams have about 8 s left at TERM; a busy machine stretches them past the
+    10 s window, where an endpoint that bounds its drain ends them: correct (fact 3), not cut.
+    Without the window only completing counts; a stream silent long before the cut, or cut
+    before the window, is cut."""
+    at_window = [flowing(0, 11.0, 10.95)] * 4
+    bounded = checks.sut_cleanup("completion", at_window, [], 1, checks.StepEnd(0, 10.0), {}, 12, [], None, 10)
+    assert bounded.verdict == "pass", bounded
+    assert bounded.observed.startswith("0 of 4 in-flight stream(s) cut (4 ended by the endpoint at its window)")
+    assert _cleanup(at_window, checks.StepEnd(0, 10.0)).verdict == "fail", "no window given: only completing"
+    stalled = [flowing(0, 11.0, 1.5)] * 4
+    held = checks.sut_cleanup("completion", stalled, [], 1, checks.StepEnd(0, 10.0), {}, 12, [], None, 10)
+    assert held.verdict == "fail" and held.observed.startswith("4 of 4 in-flight stream(s) cut"), held
+    early = [flowing(0, 5.8, 5.75)] * 4  # the hasty cleanup's KILL 4.8 s after the stop
+    hasty = checks.sut_cleanup("completion", early, [], 1, checks.StepEnd(137, 4.8), {}, 12, [], 4.8, 10)
+    assert hasty.verdict == "fail" and hasty.observed.startswith("4 of 4 in-flight stream(s) cut; endpoint exit 137")
 
 
 def test_sut_cleanup_fails_a_kill_before_the_allowance():

@@ -138,7 +138,7 @@ def test_a_log_that_cannot_be_read_is_not_waited_for():
         assert (moment, len(reads)) == ({"unreadable": 40.0, "late": 41.5}[kind], len(script)), (kind, reads)
 
 
-def test_an_endpoint_that_ended_before_its_stop_fails_the_check_the_stop_was_for():
+def test_an_endpoint_that_ended_before_its_stop_fails_the_check_the_stop_was_for(monkeypatch):
     """The SUT's proxy crashed under the streams: no step to TERM. That is the SUT's behaviour
     (a failed check named after the stop's, exit 1), not the harness's error (exit 2), and no
     signal goes out."""
@@ -155,8 +155,14 @@ def test_an_endpoint_that_ended_before_its_stop_fails_the_check_the_stop_was_for
         log_tail=lambda lines: "Traceback: MemoryError",
     )
     profile = SimpleNamespace(drain=SimpleNamespace(allowance_seconds=12.0))
+    monkeypatch.setattr(drain, "STEP_LISTED_S", 0.3)
     with pytest.raises(SutBehaviourMissing) as missing:
         drain.stop_endpoint_step(allocation, proxy, profile, "allowance")
     assert missing.value.behaviour == "allowance" and sent == []
     assert "had ended before its stop (exit 1 after 3.2s: srun proxy)" in missing.value.observed
     assert "MemoryError" in missing.value.observed
+    # squeue that failed or lags while the endpoint's srun still runs: no finding about the SUT
+    proxy.step.finished = False
+    with pytest.raises(ClusterError, match="squeue did not list the endpoint's step"):
+        drain.stop_endpoint_step(allocation, proxy, profile, "allowance")
+    assert sent == []

@@ -384,3 +384,26 @@ def test_a_cooldown_held_beyond_its_retry_after_is_caught_at_the_replicas():
     assert "next request 3.00s after its cooldown had run out" in held.detail, held
     ended = checks.total_cooldown([*limited, *leases], 2.0, [attempt("total-a", 9.0, 0.5)])
     assert ended.metrics["cooldown_overruns"] == 0, "no request after the window: nothing held"
+
+
+def test_a_cooldown_whose_waiters_wait_for_capacity_is_not_judged_by_its_end():
+    """At the window's end the controller reported as many requests in flight as its limit
+    (vLLM replicas still working off the relief): its waiters wait for a slot, not for the
+    cooldown, so a late next request is no overlong cooldown."""
+    limited = request(10.0, 0, 429, "rate_limited", retry_after=3.0)
+    full = AdmissionChange(t=12.9, event="request_wait_started", limit=4, in_flight=4)
+    late = [attempt("total-c", 17.0, 0.1)]
+    assert checks.total_cooldown([limited, full, lease(9.0), lease(17.0)], 2.0, late).metrics["cooldown_overruns"] == 0
+    room = AdmissionChange(t=12.9, event="request_wait_started", limit=4, in_flight=2)
+    assert checks.total_cooldown([limited, room, lease(9.0), lease(17.0)], 2.0, late).metrics["cooldown_overruns"] == 1
+
+
+def test_the_successes_before_a_rise_are_counted_in_the_order_the_controller_reported_them():
+    """The sink stamps each event with the wall clock as it writes it: a clock stepped back
+    between the 24th success and the rise must not move the rise before its successes."""
+    events = [change(1, "request_limit_decreased", 4)]
+    events += [_released(100.0 + n / 1000) for n in range(24)]
+    events += [change(99.95, "request_limit_increased", 5), _released(99.951)]
+    events += [request(100 + r, r) for r in range(3)]
+    fine = checks.recovery(events, 3, relieved_at=10.0)
+    assert fine.verdict == "pass" and fine.metrics["increases_off_rule"] == 0, fine

@@ -132,10 +132,11 @@ def cooldown_breaches(
 
 
 # How long after a cooldown has run out, at the latest, the controller's waiting requests must
-# reach the replicas again: rc1 re-checks every 0.05 s (measured: 3 to 20 ms); a busy machine's
-# event loop and two hops (proxy, replica) stay well inside this; a cooldown held for twice its
-# Retry-After, or Retry-After plus the 2 s default, overruns it by seconds.
-COOLDOWN_LINGER_S = 1.0
+# reach the replicas again: rc1 re-checks every 0.05 s (measured: 6 to 11 ms); this covers a
+# busy machine's event loop, two hops (proxy, replica) and a wall-clock step between the
+# client's and the replicas' readings (CI once saw one of 1.04 s, base.wall_clock); a cooldown
+# held for twice its Retry-After (3 s late), or Retry-After plus the 2 s default, is later.
+COOLDOWN_LINGER_S = 1.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +153,9 @@ def cooldown_overruns(
     they retry at once, so once the last overlapping window has run out (counted, here, from
     the client's own record of each 429: the latest the controller can have learnt of it) the
     replicas see a request of this client within `linger_s`. A window after which no request
-    came at all is not judged (the client had nothing left to send)."""
+    came at all is not judged (the client had nothing left to send), nor one at whose end the
+    controller's last report had as many requests in flight as its limit (its waiters then
+    wait for capacity, not the cooldown: vLLM replicas still working off the relief)."""
     windows = sorted(
         (e.t, e.t + (float(e.retry_after) if e.retry_after else default_s)) for e in requests(events) if e.status == 429
     )
@@ -163,8 +166,12 @@ def cooldown_overruns(
         else:
             merged.append([start, end])
     arrivals = sorted(a.started for a in upstream)
+    reports = [e for e in of_type(events, AdmissionChange) if e.in_flight is not None and e.limit is not None]
     overruns = []
     for _, end in merged:
+        last = next((e for e in reversed(reports) if e.t <= end), None)
+        if last is not None and last.in_flight >= last.limit:
+            continue
         after = next((at for at in arrivals if at >= end - linger_s), None)
         if after is not None and after > end + linger_s:
             overruns.append(CooldownOverrun(end, after))

@@ -37,7 +37,7 @@ from dd_accept.acceptance.phases import (
 )
 from dd_accept.acceptance.plan import JOB, NODE, PlannedCommand, Planner
 from dd_accept.base.drain_outcomes import MARKS
-from dd_accept.base.errors import SutBehaviourMissing
+from dd_accept.base.errors import ClusterError, SutBehaviourMissing
 from dd_accept.base.events import ClientRequest, Event, UpstreamAttempt, of_type
 from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.deployment.placement import StepLaunch
@@ -309,17 +309,9 @@ def _cleanup_drill(
     argv, cleanup = endpoint.argv, profile.cleanup
     script = cleanup.script.format(site_packages=layout.site_packages)
     allocation.background.append(drill)
-    behaviour, launches = (
-        f"sut_cleanup.{mode}",
-        (f"{Path(script).name} sources and its {cleanup.register_function} returns within {DRILL_READY_S:g}s"),
-    )
-    try:
-        wait_until(lambda: (state_host / "ready").exists() or drill.finished, bool, timeout=DRILL_READY_S,
-                   what=f"{cleanup.register_function} to return")  # fmt: skip
-    except WaitTimeout as error:
-        raise SutBehaviourMissing(behaviour, launches, str(error)) from error
-    if drill.finished:  # the drill is dd-accept's, tested on rc1: what ended it is the SUT's script
-        raise SutBehaviourMissing(behaviour, launches, f"the controller ended first: {drill.wait(1).describe()}")
+    behaviour = f"sut_cleanup.{mode}"
+    _drill_ready(drill, state_host, f"{Path(script).name} sources and its {cleanup.register_function} returns",
+                 behaviour)  # fmt: skip
     proxy = deployment.Proxy(allocation, drill, node, deployment.PROXY_PORT, argv, log_cluster, log_host)
     try:
         wait_until(lambda: proxy.get("/health").get("status"), lambda s: s == 200, timeout=30, what="drilled endpoint")
@@ -333,14 +325,15 @@ def _cleanup_drill(
     replicas.wait_running(options.streams)
     time.sleep(options.stop_after_s)
     stop_at = time.time()  # replaced by the controller's own mark once it has written one
-    if mode == "cancel":
-        drill.signal("TERM")
-    else:
-        allocation.cluster.exec(["touch", f"{state_cluster}/go"])
+    go = drill.signal("TERM") if mode == "cancel" else allocation.cluster.exec(["touch", f"{state_cluster}/go"])
+    if not go.ok:
+        raise ClusterError(f"the drill's stop could not be started: {go.describe()}")
     returns_s = profile.drain.allowance_seconds + CLEANUP_RETURN_S
     try:
         record = drill.wait(timeout=returns_s)
     except TimeoutError:
+        if (state_host / "cleanup-status").exists():  # the stop function returned: the drill's own wait is slow
+            raise ClusterError(f"the cleanup drill did not end {returns_s:g}s after its stop") from None
         raise SutBehaviourMissing(
             behaviour,
             f"{cleanup.stop_function} returns once the endpoint is stopped, forced after the "
@@ -371,8 +364,28 @@ def _cleanup_drill(
         profile.drain.allowance_seconds,
         steps_left,
         None if killed_at is None else max(0.0, killed_at - stop_at),
+        profile.drain.window_seconds,
     )
     return judged, end
+
+
+def _drill_ready(drill: BackgroundCommand, state: Path, launches: str, behaviour: str) -> None:
+    """Wait for the drill to launch the endpoint through the SUT's register function and look
+    up its step. What the SUT's script did is the SUT's (`behaviour` fails, exit 1): it did not
+    source, or its register function ended the drill or never returned (the drill writes
+    `launcher-pid` as it returns). After that, the drill and Slurm are dd-accept's (exit 2)."""
+    try:
+        wait_until(lambda: (state / "ready").exists() or drill.finished, bool, timeout=DRILL_READY_S,
+                   what="the drill to launch the endpoint")  # fmt: skip
+    except WaitTimeout as error:
+        if (state / "launcher-pid").exists():
+            raise ClusterError(f"the drill did not find the endpoint's step: {error}") from error
+        raise SutBehaviourMissing(behaviour, f"{launches} within {DRILL_READY_S:g}s", str(error)) from error
+    if drill.finished:
+        ended = f"the controller ended first: {drill.wait(1).describe()}"
+        if (state / "launcher-pid").exists():
+            raise ClusterError(f"the cleanup drill ended after launching the endpoint: {ended}")
+        raise SutBehaviourMissing(behaviour, launches, ended)
 
 
 def _node_mark(path: Path, fallback: float) -> float:

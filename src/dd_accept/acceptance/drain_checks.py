@@ -304,15 +304,19 @@ def sut_cleanup(
     allowance_s: float,
     steps_left: list[str],
     killed_after_s: float | None = None,
+    window_s: float | None = None,
 ) -> CheckResult:
-    """The SUT's own cleanup: every in-flight stream (shorter than the window) completes,
+    """The SUT's own cleanup: every in-flight stream (shorter than the window) completes, or,
+    stretched past the window by a busy machine, is ended by the endpoint at its window
+    (*bounded*, fact 3: correct; `window_s`, None: only completing counts),
     the endpoint task exits 0 within the allowance as Slurm reports it (an exit status
     nobody reported is a failure, never assumed 0), no step of it is left running, and no
     KILL reaches it before the allowance has run out (`killed_after_s`: when Slurm
     delivered SIGKILL to the endpoint step, counted from the stop; None: never)."""
     flying = in_flight(streams, stop_at)
-    counts = _outcomes(flying, upstream, stop_at, None)  # streams shorter than the window: only completing is right
-    cut = len(flying) - counts.get("completed", 0)
+    counts = _outcomes(flying, upstream, stop_at, None, window_s)
+    bounded = counts.get("bounded", 0)
+    cut = len(flying) - counts.get("completed", 0) - bounded
     in_time = endpoint.seconds_after_stop <= allowance_s
     early_kill = killed_after_s is not None and killed_after_s < allowance_s - FORCE_TOLERANCE_S
     ok = bool(flying) and cut == 0 and endpoint.exit_code == 0 and in_time and not steps_left and not early_kill
@@ -321,7 +325,9 @@ def sut_cleanup(
         ok,
         f"the SUT's own cleanup lets every in-flight stream complete; the endpoint task exits 0 within the "
         f"{allowance_s:g}s allowance, never KILLed before it; no step left",
-        f"{cut} of {len(flying)} in-flight stream(s) cut; endpoint {_exit_text(endpoint)} after "
+        f"{cut} of {len(flying)} in-flight stream(s) cut"
+        + (f" ({bounded} ended by the endpoint at its window)" if bounded else "")
+        + f"; endpoint {_exit_text(endpoint)} after "
         f"{endpoint.seconds_after_stop:.1f}s; steps left: {', '.join(steps_left) or 'none'}; "
         f"KILL {'never' if killed_after_s is None else f'after {killed_after_s:.1f}s'}",
         f"{cleanup.get('function', '?')} from {cleanup.get('script', '?')}; controller exit: {cleanup.get('exit')}; "

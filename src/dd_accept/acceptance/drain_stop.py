@@ -19,6 +19,7 @@ from dd_accept.slurm_docker.step_exit import signal_requests
 from dd_accept.sut.profile import SutProfile
 
 RECORD_WAIT_S = 45.0  # for slurmstepd's record of a step's end (see endpoint_end)
+STEP_LISTED_S = 5.0  # for squeue to list the endpoint's step before its stop (one failed read is no finding)
 
 
 # The KILL goes out this long after the allowance has run from TERM: an endpoint exiting in
@@ -36,14 +37,19 @@ def stop_endpoint_step(
     The allowance runs from TERM, not from when `scancel` and the read of the node's log
     returned: on a loaded machine those took seconds, and an endpoint that never bounds its
     drain outlived its streams' end before the KILL came. An endpoint that ended before its
-    stop (it crashed under the streams) fails `behaviour`, the check the stop was for."""
-    running = allocation.steps_by_name().get("proxy", [])
+    stop (it crashed under the streams: its step gone and its srun ended) fails `behaviour`,
+    the check the stop was for."""
+    running = wait_for_finding(
+        lambda: allocation.steps_by_name().get("proxy", []), bool, timeout=STEP_LISTED_S, what="the endpoint's step"
+    )
     if not running:
-        ended = proxy.step.wait(1).describe() if proxy.step.finished else "its srun still running"
+        if not proxy.step.finished:  # squeue failed or lags: Slurm's or the machine's, not the SUT's
+            raise ClusterError(f"squeue did not list the endpoint's step within {STEP_LISTED_S:g}s; its srun runs")
         raise SutBehaviourMissing(
             behaviour,
             "the endpoint serves its streams until it is stopped",
-            f"the endpoint's step had ended before its stop ({ended}); endpoint log: {proxy.log_tail(5) or 'empty'}",
+            f"the endpoint's step had ended before its stop ({proxy.step.wait(1).describe()}); endpoint log: "
+            f"{proxy.log_tail(5) or 'empty'}",
         )
     (step,) = running
     term = allocation.signal_step_once(step, "TERM")
