@@ -51,7 +51,7 @@ from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.sut.profile import SutProfile
 
 DRILL = "sut_cleanup_drill.sh"
-DRILL_READY_S = 30.0  # for the SUT's register function to return, the endpoint launched
+DRILL_READY_S = 30.0  # for the drill to launch the endpoint through the SUT's register function and find its step
 CLEANUP_RETURN_S = 30.0  # beyond the allowance, for the SUT's stop function to return
 
 

@@ -272,10 +272,11 @@ def _judge_total(s: OverloadRun) -> None:
     upstream = with_prefix(s.deployed[0].events(), "total-")
     s.result.add(checks.total_attempts(total, upstream, o.replicas, s.max_attempts))
     s.result.add(checks.total_retry_after(total, o.retry_after, proxy_fallback_retry_after(o.retry_after)))
-    factor, limit = s.profile.client.decrease_factor, o.admission_limit
-    s.result.add(checks.total_admission_decrease(total, limit, factor, upstream=upstream, until=s.relieved_at))
-    s.result.add(checks.total_cooldown(total, s.profile.client.cooldown_seconds, upstream))
-    client = s.profile.client
+    client, limit = s.profile.client, o.admission_limit
+    s.result.add(
+        checks.total_admission_decrease(total, limit, client.decrease_factor, upstream=upstream, until=s.relieved_at)
+    )
+    s.result.add(checks.total_cooldown(total, client.cooldown_seconds, upstream))
     s.result.add(
         checks.recovery(
             total, o.recovery_records, s.relieved_at, upstream=upstream, limit=limit,
