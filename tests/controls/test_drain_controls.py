@@ -149,12 +149,17 @@ def test_a_cleanup_that_forces_the_endpoint_before_its_allowance_is_caught_by_su
     had about 8 s left. Only the cleanup drills judge the SUT's cleanup; the harness's own
     stops are untouched."""
     checks = run_with_fault(CLEANUP, "hasty-cleanup", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    kills = []
     for mode in CLEANUP_MODES:
         check = checks[f"drain.sut_cleanup.{mode}"]
         assert check.verdict == "fail" and check.observed.startswith("4 of 4 in-flight stream(s) cut"), check
         # bash's SECONDS counts whole seconds: its "5 s" wait ends 4 to 5 s after the TERM
-        killed = float(re.search(r"KILL after (\d+\.\d)s", check.observed)[1])
-        assert 3.5 < killed < 6.5 and 3.5 < check.metrics["endpoint_exit_s"] < 7.0, check
+        assert "endpoint exit 137" in check.observed and 3.5 < check.metrics["endpoint_exit_s"] < 7.0, check
+        kill = re.search(r"KILL after (\d+\.\d)s", check.observed)
+        kills.append(float(kill[1]) if kill else None)
+    # the node's log shows the KILL to the step where it could be read in time (once, in the
+    # cancel drill, it was not: "KILL never" beside "exit 137 after 4.5s")
+    assert any(kills) and all(3.5 < k < 6.5 for k in kills if k is not None), kills
     assert checks["drain.scancel_step"].verdict == "pass", "proxy untouched"
 
 
