@@ -24,6 +24,7 @@ from dd_accept.acceptance.declaration import Scenario
 from dd_accept.acceptance.drain_stop import (
     RECORD_WAIT_S,
     LauncherEnd,
+    delivered_at,
     endpoint_end,
     plan_endpoint_stop,
     stop_endpoint_step,
@@ -46,7 +47,6 @@ from dd_accept.slurm_docker.allocation import (
     BackgroundCommand,
     start_background,
 )
-from dd_accept.slurm_docker.interface import first_delivery
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.sut.profile import SutProfile
 
@@ -348,7 +348,10 @@ def _cleanup_drill(
     status, ended = _node_status(state_host / "launcher-status"), _node_mark(state_host / "launcher-ended", 0.0)
     launcher = LauncherEnd(status, ended, may_be_signalled=True) if status is not None and ended else None
     end = endpoint_end(allocation, step, node, stop_at, launcher, RECORD_WAIT_S, proxy.log_tail(200))
-    killed_at = None if step is None else _kill_delivered(allocation, step, node, end.exit_code == checks.KILLED_EXIT)
+    # an endpoint that died by KILL has its KILL's line coming (a control once read "KILL never"
+    # beside "exit 137 after 4.5s"): waited for, so an early KILL is not missed for a read that came first
+    killed_wait_s = 3.0 if end.exit_code == checks.KILLED_EXIT else 0.0
+    killed_at = None if step is None else delivered_at(allocation, step, node, signal.SIGKILL, killed_wait_s)
     if step is not None:  # the SUT's own scancel: the node's log says how many TERMs came (a login node: the queue)
         deliveries = allocation.cluster.signals_sent(step, node, signal.SIGTERM)
         end = checks.cleanup_stop(end, deliveries, deliveries is None and allocation.later_job_pending())
@@ -367,19 +370,6 @@ def _cleanup_drill(
         profile.drain.window_seconds,
     )
     return judged, end
-
-
-def _kill_delivered(allocation: Allocation, step: str, node: str, killed: bool) -> float | None:
-    """When Slurm delivered SIGKILL to the drilled endpoint's step (None: never, or the node's
-    log is unreadable). An endpoint that died by KILL has its line coming: it is waited for a
-    moment (a control once read "KILL never" beside "exit 137 after 4.5s"), so an early KILL
-    is not missed for a read that came first."""
-    return wait_for_finding(
-        lambda: first_delivery(allocation.cluster, step, node, signal.SIGKILL),
-        lambda at: at is not None or not killed,
-        timeout=3 if killed else 0.1,
-        what=f"Slurm's record of KILL reaching step {step}",
-    )
 
 
 def _drill_ready(drill: BackgroundCommand, state: Path, launches: str, behaviour: str) -> None:

@@ -75,15 +75,23 @@ def stop_endpoint_step(
 def _term_moment(allocation: Allocation, step: str, node: str, fallback: float) -> float:
     """When slurmstepd delivered TERM to the endpoint's task (the node's own log line), or,
     where the node's log cannot be read, when `scancel` was started: the earliest moment the
-    TERM can have arrived, so no stream cut by it is missed as 'ended before the stop'. A log
-    that cannot be read (None) is not waited for: it will not become readable."""
+    TERM can have arrived, so no stream cut by it is missed as 'ended before the stop'."""
+    at = delivered_at(allocation, step, node, signal.SIGTERM, wait_s=3)
+    return fallback if at is None else at
+
+
+def delivered_at(allocation: Allocation, step: str, node: str, signal_number: int, wait_s: float) -> float | None:
+    """When slurmstepd first delivered `signal_number` to `step`, its line in the node's log
+    waited for up to `wait_s` (it is written a moment after the delivery). None: none came,
+    or the log cannot be read (a login node), which is not waited for: it will not become
+    readable."""
     sent = wait_for_finding(
-        lambda: allocation.cluster.signals_sent(step, node, signal.SIGTERM),
+        lambda: allocation.cluster.signals_sent(step, node, signal_number),
         lambda sent: sent is None or bool(sent),
-        timeout=3,
-        what=f"Slurm's record of TERM reaching step {step}",
+        timeout=wait_s,
+        what=f"Slurm's record of signal {signal_number} reaching step {step}",
     )
-    return sent[0] if sent else fallback
+    return sent[0] if sent else None
 
 
 def plan_endpoint_stop(p: Planner) -> list[PlannedCommand]:

@@ -12,7 +12,7 @@ import itertools
 import re
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -163,15 +163,22 @@ def scancel_once_argv(target: str, signal_name: str) -> list[str]:
     return ["bash", "-c", _ONE_REQUEST, "scancel", f"--signal={signal_name}", target]
 
 
-# How a job looks in squeue once it has ended (until MinJobAge): NODE_FAIL after a node loss,
-# PREEMPTED after a higher-priority job took its node (slurm_docker.preemption).
 # How long a step whose task has ended may stay listed while its node finishes it (CI once saw
 # a cat's step still listed under proctrack/cgroup on 24.11): one still listed after this was left.
 STEP_END_GRACE_S = 5.0
+# How a job looks in squeue once it has ended (until MinJobAge): NODE_FAIL after a node loss,
+# PREEMPTED after a higher-priority job took its node (slurm_docker.preemption).
 ENDED_JOB_STATES = frozenset({"GONE", "COMPLETED", "CANCELLED", "NODE_FAIL", "FAILED", "TIMEOUT", "PREEMPTED"})
 
 
 NODE_LIST_WAIT_S = 30.0
+
+
+def _still_listed(listed: Callable[[], list[str]], grace_s: float, what: str) -> list[str]:
+    """What `listed` (steps squeue shows) still shows `grace_s` on: a step whose task has ended
+    stays listed a moment while its node finishes it, and is no step left running for that."""
+    gone = wait_for_finding(listed, lambda steps: not steps, timeout=grace_s, what=f"{what} to leave the queue")
+    return listed() if gone is None else []
 
 
 def allocated_hosts(cluster: Cluster, job_id: str, timeout: float = NODE_LIST_WAIT_S) -> list[str]:
@@ -274,11 +281,7 @@ class Allocation:
         """The steps named `name` still listed `grace_s` after their tasks ended: what a stop
         left running. A step whose task has ended stays listed a moment while its node
         finishes it (see `release`); read once, a correct stop was blamed for that moment."""
-        found = wait_for_finding(
-            lambda: self.steps_by_name().get(name, []), lambda steps: not steps, timeout=grace_s,
-            what=f"the {name} step to leave the queue",
-        )  # fmt: skip
-        return self.steps_by_name().get(name, []) if found is None else []
+        return _still_listed(lambda: self.steps_by_name().get(name, []), grace_s, f"the {name} step")
 
     def stop_step(
         self, launcher: BackgroundCommand, name: str, signal_name: str = "TERM", timeout: float = 30.0
@@ -314,8 +317,7 @@ class Allocation:
     def release(self, timeout: float = 30.0, grace_s: float = STEP_END_GRACE_S) -> list[str]:
         """Cancel the allocation; return the steps that were still running (leaks): those still
         listed `grace_s` after the scenario ended (STEP_END_GRACE_S)."""
-        leaked = wait_for_finding(self.steps, lambda steps: not steps, timeout=grace_s, what="steps to end")
-        leaked = self.steps() if leaked is None else []
+        leaked = _still_listed(self.steps, grace_s, "the allocation's steps")
         self.cluster.exec(scancel_argv(self.job_id), timeout=10)
         for command in self.background:
             if not command.finished:
