@@ -516,6 +516,18 @@ FAULTS = {
             ),
         ),
         Fault(
+            "admission-gates-probes",
+            "data-designer-slurm",
+            "the queue admission middleware exempts no path: /health, /metrics and /v1/models get its 429 too",
+            (
+                (
+                    BACKPRESSURE,
+                    '_EXEMPT_PATHS = ("/health", "/ready", "/metrics", "/version", "/v1/models", "/ping")',
+                    "_EXEMPT_PATHS = ()",
+                ),
+            ),
+        ),
+        Fault(
             "admission-at-threshold",
             "data-designer-slurm",
             "the queue admission middleware rejects at the threshold instead of above it (>= for >)",

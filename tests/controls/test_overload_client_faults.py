@@ -150,6 +150,7 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wh
     assert [c["id"] for c in scenario["checks"]] == [
         "overload.partial.completes",
         "overload.partial.failover",
+        "overload.admission.exempt",
         "overload.total.attempts",
         "overload.total.retry_after",
         "overload.total.admission_decrease",
@@ -170,6 +171,13 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wh
     assert "cold start at depth 129 (threshold 128): " in admission["observed"]
     assert 1 <= admission["metrics"]["cold_start_admitted"] <= 5, admission["observed"]  # 1 on an idle machine
     assert admission["metrics"]["cold_start_first_reject_s"] < 0.5
+    # the middleware lets every exempt path through on all 8 replicas held too deep: the app
+    # answers 200 (/health, /metrics, /version, /v1/models) or 404 (/ready, /ping: it has none)
+    exempt = next(c for c in scenario["checks"] if c["id"] == "overload.admission.exempt")
+    assert (
+        "48 GET(s) on 8 replica(s) at depth 7 (threshold 0; 8 rejecting the admission probe): 200: 32, 404: 16"
+        in (exempt["observed"])
+    )
     assert [phase["kind"] for phase in scenario["phases"]][:3] == ["deploy", "deploy", "hold"]
     cooldown = next(c for c in scenario["checks"] if c["id"] == "overload.total.cooldown")
     assert cooldown["metrics"]["cooldown_windows_judged"] > 0 and cooldown["metrics"]["cooldown_breaches"] == 0

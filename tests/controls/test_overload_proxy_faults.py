@@ -9,6 +9,7 @@ import pytest
 from dd_accept import deployment
 from dd_accept.acceptance import overload, overload_checks
 from dd_accept.acceptance.overload import OverloadOptions
+from dd_accept.acceptance.phases import scenario_runner
 from dd_accept.base.results import ScenarioResult
 from tests.controls.controls import run_against_fault, run_with_fault
 
@@ -106,6 +107,38 @@ def test_a_middleware_that_fails_open_long_after_a_cold_start_is_caught(
     assert admission.metrics["admission_wrong"] == 0, "every primed sample answered as it must"
     assert admission.metrics["cold_start_admitted"] >= 20, admission.observed  # 40 probes over 2 s, all admitted
     assert "no 429 in 40 probes" in admission.observed and "beyond 1.5s" in admission.detail
+
+
+def _overload(*titles, replicas=2):
+    """The overload scenario's phases titled `titles` (exactly), on `replicas` replicas."""
+    phases = [p for p in overload.PHASES if p.title in titles]
+    assert len(phases) == len(titles), f"phases {titles} are not all declared"
+    runner = scenario_runner("overload", phases, overload.OverloadRun)
+    options = OverloadOptions(replicas=replicas)
+    return lambda allocation, run, profile, progress: runner(allocation, run, profile, options, progress)
+
+
+# Total overload's hold and the admission phases: what the exempt paths are judged by, and the
+# admission check they must leave passing (no client: the exemption is asked at the replicas).
+_EXEMPTION = _overload(
+    "deploying replicas", "deploying the SUT's proxy", "total overload",
+    "total overload: the paths queue admission exempts", "total overload lifted",
+    "queue admission at the SUT's default threshold, from a cold start", "queue admission",
+    "stopping the proxy", "stopping the replicas",
+)  # fmt: skip
+
+
+def test_a_middleware_that_gates_health_probes_is_caught_by_exempt(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+    checks = run_with_fault(_EXEMPTION, "admission-gates-probes", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    exempt = checks["overload.admission.exempt"]
+    print("admission-gates-probes:", exempt.observed)
+    # 2 replicas held at depth 7, each asked the profile's 6 exempt paths: every one refused
+    assert exempt.verdict == "fail" and exempt.metrics == {"exempt_asked": 12, "exempt_refused": 12}, exempt
+    assert "2 rejecting the admission probe): 429: 12" in exempt.observed, exempt
+    assert "/health: 2" in exempt.observed and exempt.detail.startswith("first refusal: replica 0 answered /health"), (
+        exempt
+    )
+    assert checks["overload.admission.rejects"].verdict == "pass", checks["overload.admission.rejects"]
 
 
 def test_429_passed_on_as_503_is_caught_by_admission_decrease(sut_wheelhouse, sut_image, sut_profile, tmp_path):

@@ -3,7 +3,7 @@
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import expected_decreases
 from dd_accept.base.events import AdmissionChange, ClientRequest, UpstreamAttempt
-from dd_accept.deployment import AdmissionSample, ColdStart
+from dd_accept.deployment import AdmissionSample, ColdStart, ExemptAnswers
 
 
 def request(t, record, status=200, outcome="ok", request_id=None, retry_after=None):
@@ -407,3 +407,42 @@ def test_the_successes_before_a_rise_are_counted_in_the_order_the_controller_rep
     events += [request(100 + r, r) for r in range(3)]
     fine = checks.recovery(events, 3, relieved_at=10.0)
     assert fine.verdict == "pass" and fine.metrics["increases_off_rule"] == 0, fine
+
+
+_EXEMPT = ("/health", "/ready", "/metrics", "/version", "/v1/models", "/ping")
+
+
+def _exempt(statuses_by_path: dict[str, int | None], replicas=(0, 1), rejecting=(0, 1)) -> ExemptAnswers:
+    answers = tuple((r, path, status) for r in replicas for path, status in statuses_by_path.items())
+    return ExemptAnswers(depth=7, threshold=0, rejecting=rejecting, answers=answers)
+
+
+def test_exempt_paths_answered_by_the_app_pass_whatever_its_own_status():
+    statuses = {"/health": 200, "/ready": 404, "/metrics": 200, "/version": 200, "/v1/models": 200, "/ping": 404}
+    answers = _exempt(statuses)
+    result = checks.admission_exempt(answers, _EXEMPT)
+    assert result.verdict == "pass", result
+    assert result.observed == (
+        "12 GET(s) on 2 replica(s) at depth 7 (threshold 0; 2 rejecting the admission probe): 200: 8, 404: 4"
+    )
+    assert result.metrics == {"exempt_asked": 12, "exempt_refused": 0}
+
+
+def test_one_gated_exempt_path_fails_and_is_named_with_its_replica():
+    answers = _exempt({"/health": 429, "/metrics": 200})
+    result = checks.admission_exempt(answers, _EXEMPT)
+    assert result.verdict == "fail" and result.metrics == {"exempt_asked": 4, "exempt_refused": 2}
+    assert result.observed.endswith("; refused: /health: 2"), result.observed
+    assert result.detail == "first refusal: replica 0 answered /health with 429"
+
+
+def test_a_5xx_or_no_answer_on_an_exempt_path_is_a_refusal():
+    for status, said in ((503, "503"), (None, "nothing")):
+        result = checks.admission_exempt(_exempt({"/health": 200, "/metrics": status}, replicas=(3,)), _EXEMPT)
+        assert result.verdict == "fail" and result.detail == f"first refusal: replica 3 answered /metrics with {said}"
+
+
+def test_exempt_paths_never_asked_fail_and_say_so():
+    for answers in (None, ExemptAnswers(7, 0, (), ())):
+        result = checks.admission_exempt(answers, _EXEMPT)
+        assert result.verdict == "fail" and result.observed == "no exempt path was asked"

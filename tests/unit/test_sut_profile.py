@@ -73,6 +73,10 @@ def test_proxy_command_is_rendered_as_the_sut_builds_it():
         (lambda t: t + "\n[extra]\nx = 1\n", "unknown key extra"),
         (lambda t: t.replace("[proxy]", "[proxy"), "not valid TOML"),
         (
+            lambda t: t.replace('exempt_paths = ["/health",', 'exempt_paths = ["health",'),
+            r"profile custom.toml: queue_admission.exempt_paths: each is a URL path, starting with /",
+        ),
+        (
             lambda t: t.replace('"--health-path", "/health"]', '"--health-path", 7]'),
             r"command\[\d+\] must be a string",
         ),

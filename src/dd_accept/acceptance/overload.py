@@ -137,6 +137,7 @@ class OverloadRun(DeployedRun):
     samples: list[deployment.AdmissionSample] = field(default_factory=list)
     relieved_at: float = 0.0
     cold_start: deployment.ColdStart | None = None  # synthetic replicas only (exact depths)
+    exempt: deployment.ExemptAnswers | None = None  # the exempt paths, asked under total overload
     client_events: dict[str, list[Event]] = field(default_factory=dict)  # by phase
     partial_retries_429: float | None = None  # the proxy's own count, where its profile names one
 
@@ -238,8 +239,17 @@ def _relieve_partial(s: OverloadRun) -> None:
 
 
 def _hold_total(s: OverloadRun) -> None:
-    o = s.options
-    s.samples.append(s.deployed[0].overload(None, depth=o.queue_depth, threshold=o.threshold))
+    o, replicas = s.options, s.deployed[0]
+    sample = replicas.overload(None, depth=o.queue_depth, threshold=o.threshold)
+    s.samples.append(sample)
+    s.exempt = replicas.exempt_answers(sample, s.profile.queue_admission.exempt_paths)
+
+
+def _judge_exempt(s: OverloadRun) -> None:
+    s.result.add(checks.admission_exempt(s.exempt, s.profile.queue_admission.exempt_paths))
+    if s.exempt is not None:
+        _, path = s.run.path("admission-exempt.json")
+        path.write_text(json.dumps(s.exempt.to_json()) + "\n")
 
 
 def _drive_total(s: OverloadRun) -> None:
@@ -378,6 +388,8 @@ PHASES: tuple[Phase[OverloadRun], ...] = (
     Phase("relieve", "partial overload lifted", _relieve_partial, _plan_lift(_partial)),
     Phase("hold", "total overload", _hold_total, _plan_pressure(_every),
           numbers=lambda s: {"overloaded": s.options.replicas}),
+    Phase("judge", "total overload: the paths queue admission exempts", _judge_exempt,
+          judges=("overload.admission.exempt",)),
     Phase("drive", "total overload: until two admission decreases", _drive_total,
           _plan_client("total", "recovery_records", TOTAL_CLIENT),
           fault="every replica overloaded: 429s with Retry-After reach the client"),

@@ -26,7 +26,7 @@ from dd_accept.acceptance.registry import check
 from dd_accept.base.events import AdmissionChange, Event, UpstreamAttempt, admitted_probe, of_type
 from dd_accept.base.percentiles import percentile
 from dd_accept.base.results import CheckResult
-from dd_accept.deployment import AdmissionSample, ColdStart
+from dd_accept.deployment import AdmissionSample, ColdStart, ExemptAnswers
 
 
 def _fmt_counts(counter: Counter[Any]) -> str:
@@ -107,6 +107,34 @@ def admission_rejects(
     if cold is not None:
         expected += f"; from a cold start, the first 429 within {bound:g}s (its {stale_after_s:g}s staleness bound)"
     return CheckResult.judge(admission_rejects.check_id, ok, expected, observed, detail, metrics)
+
+
+@check("overload.admission.exempt")
+def admission_exempt(answers: ExemptAnswers | None, paths: tuple[str, ...]) -> CheckResult:
+    """The paths the SUT's queue admission documents as exempt (health, readiness, metrics,
+    model list) are answered by the app however deep the queue: a proxy's health probe or
+    a scrape that the middleware rejected would take an overloaded replica for a failed
+    one. Asked on every replica held too deep, right after their admission probes."""
+    expected = f"{', '.join(paths)} answered by the app (no 429, no 5xx) on every replica held too deep"
+    if answers is None or not answers.answers:
+        return CheckResult.judge(
+            admission_exempt.check_id, False, expected, "no exempt path was asked", "the total overload hold never ran"
+        )
+    refused = [(replica, path, status) for replica, path, status in answers.answers if not admitted_probe(status)]
+    by_path = Counter(path for _, path, _ in refused)
+    statuses = Counter(status for _, _, status in answers.answers)
+    held = len({replica for replica, _, _ in answers.answers})
+    observed = (
+        f"{len(answers.answers)} GET(s) on {held} replica(s) at depth {answers.depth} (threshold "
+        f"{answers.threshold}; {len(answers.rejecting)} rejecting the admission probe): {_fmt_counts(statuses)}"
+    )
+    detail = ""
+    if refused:
+        observed += f"; refused: {_fmt_counts(by_path)}"
+        replica, path, status = refused[0]
+        detail = f"first refusal: replica {replica} answered {path} with {status if status is not None else 'nothing'}"
+    metrics = {"exempt_asked": len(answers.answers), "exempt_refused": len(refused)}
+    return CheckResult.judge(admission_exempt.check_id, not refused, expected, observed, detail, metrics)
 
 
 @check("overload.partial.completes")

@@ -57,6 +57,14 @@ class QueueAdmissionProfile:
     # A middleware may admit until it has a reading (fail-open); from a cold start it must
     # reject a queue held too deep within this bound. The default is rc1's.
     stale_after_seconds: float = 1.0
+    # What the middleware lets through whatever the queue (rc1: backpressure._EXEMPT_PATHS):
+    # probes and metadata, so a queue deep enough to reject inference never fails a health
+    # check. overload.admission.exempt GETs each while the queue is held too deep.
+    exempt_paths: tuple[str, ...] = ("/health", "/ready", "/metrics", "/version", "/v1/models", "/ping")
+
+    def __post_init__(self) -> None:
+        if any(not path.startswith("/") for path in self.exempt_paths):
+            raise ValueError("queue_admission.exempt_paths: each is a URL path, starting with /")
 
 
 @dataclass(frozen=True, slots=True)
