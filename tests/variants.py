@@ -528,6 +528,31 @@ FAULTS = {
             ),
         ),
         Fault(
+            "overload-forgotten",
+            "data-designer-slurm",
+            "the proxy forgets the overload it saw: a request whose last attempt finds no backend listening gets "
+            "502 (backend unavailable), though a replica answered an earlier attempt 429",
+            (
+                (
+                    PROXY,
+                    "                if overload_seen:\n                    headers = {}\n",
+                    "                if False:\n                    headers = {}\n",
+                ),
+            ),
+        ),
+        Fault(
+            "no-5xx-failover",
+            "data-designer-slurm",
+            "the proxy retries 429 and 503 only: a 500, 502 or 504 from a backend reaches the client",
+            (
+                (
+                    PROXY,
+                    "_RETRYABLE_STATUS_CODES = frozenset({429, 500, 502, 503, 504})",
+                    "_RETRYABLE_STATUS_CODES = frozenset({429, 503})",
+                ),
+            ),
+        ),
+        Fault(
             "admission-at-threshold",
             "data-designer-slurm",
             "the queue admission middleware rejects at the threshold instead of above it (>= for >)",

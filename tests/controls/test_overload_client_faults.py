@@ -151,6 +151,7 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wh
         "overload.partial.completes",
         "overload.partial.failover",
         "overload.admission.exempt",
+        "overload.total.unreachable",
         "overload.total.attempts",
         "overload.total.retry_after",
         "overload.total.admission_decrease",
@@ -178,6 +179,11 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wh
         "48 GET(s) on 8 replica(s) at depth 7 (threshold 0; 8 rejecting the admission probe): 200: 32, 404: 16"
         in (exempt["observed"])
     )
+    # replicas 2 and 5 refusing, the rest overloaded: every request met overload, and those whose
+    # last attempt found no backend listening still got 429 with the replicas' Retry-After
+    unreachable = next(c for c in scenario["checks"] if c["id"] == "overload.total.unreachable")
+    assert unreachable["metrics"]["met_overload"] == 12 and unreachable["metrics"]["also_unreachable"] >= 2
+    assert "their client statuses 429: 12, Retry-After 3: 12" in unreachable["observed"], unreachable
     assert [phase["kind"] for phase in scenario["phases"]][:3] == ["deploy", "deploy", "hold"]
     cooldown = next(c for c in scenario["checks"] if c["id"] == "overload.total.cooldown")
     assert cooldown["metrics"]["cooldown_windows_judged"] > 0 and cooldown["metrics"]["cooldown_breaches"] == 0

@@ -7,7 +7,7 @@ numbers show the fault) and that checks the fault does not touch still pass.
 import pytest
 
 from dd_accept import deployment
-from dd_accept.acceptance import overload, overload_checks
+from dd_accept.acceptance import overload, overload_admission, overload_checks
 from dd_accept.acceptance.overload import OverloadOptions
 from dd_accept.acceptance.phases import scenario_runner
 from dd_accept.base.results import ScenarioResult
@@ -79,7 +79,9 @@ def _admission_only(allocation, run, profile, progress):
         ]
     finally:
         replicas.stop()
-    cold, at_default = overload._default_threshold(allocation, profile, options, ())
+    cold, at_default = overload_admission.at_default_threshold(
+        allocation, profile, options.retry_after, options.seed, ()
+    )
     stale_after_s = profile.queue_admission.stale_after_seconds
     result.add(overload_checks.admission_rejects(samples + at_default, options.retry_after, cold, stale_after_s))
     return result
@@ -139,6 +141,33 @@ def test_a_middleware_that_gates_health_probes_is_caught_by_exempt(sut_wheelhous
         exempt
     )
     assert checks["overload.admission.rejects"].verdict == "pass", checks["overload.admission.rejects"]
+
+
+# Total overload with every third replica refusing connections, and the exempt paths: the
+# check the fault leaves passing (no client: the round's requests are the harness's own).
+_UNREACHABLE = _overload(
+    "deploying replicas", "deploying the SUT's proxy", "total overload",
+    "total overload: the paths queue admission exempts", "total overload, some replicas unreachable",
+    "total overload, some replicas unreachable: what the proxy answers", "stopping the proxy", "stopping the replicas",
+    replicas=8,
+)  # fmt: skip
+
+
+def test_a_proxy_that_forgets_the_overload_it_saw_is_caught_by_unreachable(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """rc1 tries backends round a ring, three a request, one at a time here: with replicas 2
+    and 5 refusing, the requests that start at 0 or 3 (4 of 12 on a fresh proxy) end on a
+    refused connection after two 429s. This variant answers those 502."""
+    checks = run_with_fault(_UNREACHABLE, "overload-forgotten", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    unreachable = checks["overload.total.unreachable"]
+    print("overload-forgotten:", unreachable.observed, "|", unreachable.detail)
+    assert unreachable.verdict == "fail" and unreachable.metrics["wrong"] == 4, unreachable
+    assert "12 met overload" in unreachable.observed and "client statuses 429: 8, 502: 4" in unreachable.observed
+    assert "2 of its attempts answered 429 by the replicas, 1 found no backend; the client got 502" in (
+        unreachable.detail
+    ), unreachable
+    assert checks["overload.admission.exempt"].verdict == "pass", checks["overload.admission.exempt"]
 
 
 def test_429_passed_on_as_503_is_caught_by_admission_decrease(sut_wheelhouse, sut_image, sut_profile, tmp_path):

@@ -17,7 +17,8 @@ import re
 import pytest
 
 from dd_accept.acceptance import telemetry_counter_checks as counter_checks
-from dd_accept.acceptance.telemetry import TelemetryOptions, run_telemetry
+from dd_accept.acceptance.phases import scenario_runner
+from dd_accept.acceptance.telemetry import PHASES, TelemetryOptions, TelemetryRun, run_telemetry
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.deployment import RunDirectory
 from tests.controls.controls import run_with_fault, stop_story
@@ -33,7 +34,7 @@ RESPONSES = 4 * OPTIONS.requests - CUT + OPTIONS.exhausted_requests
 LIFECYCLE_RESPONSES = OPTIONS.requests + 2 * OPTIONS.replicas
 # attempts the replicas serve in rc1's five phases: one per request, one more per forced 429
 # and 503, three per exhausted request
-ATTEMPTS = 4 * OPTIONS.requests + OPTIONS.forced_429 + sum(OPTIONS.forced_503) + 3 * OPTIONS.exhausted_requests
+ATTEMPTS = 4 * OPTIONS.requests + OPTIONS.forced_429 + sum(OPTIONS.forced_failures) + 3 * OPTIONS.exhausted_requests
 
 
 DRAINED = OPTIONS.drain_streams  # longer than the drain allowance, running at TERM: the drain bound ends them
@@ -86,9 +87,9 @@ def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_pro
     checks = {c.id: c for c in result.checks}
     counters = checks["telemetry.attempt_counters"]
     assert counters.verdict == "pass", counters
-    # 6 forced 429s on replica 0, 4 and 2 forced 503s on replicas 1 and 2, all retried; the
+    # 6 forced 429s on replica 0, 4 and 2 forced 5xx on replicas 1 and 2, all retried; the
     # exhausted phase's requests each retried twice before the client got the third 503
-    retries = OPTIONS.forced_429 + sum(OPTIONS.forced_503) + 2 * OPTIONS.exhausted_requests
+    retries = OPTIONS.forced_429 + sum(OPTIONS.forced_failures) + 2 * OPTIONS.exhausted_requests
     assert counters.metrics["retries_observed"] == retries, counters
     assert "retry-429: 24 requests, 30 attempts, retries {http_429: 6}" in counters.observed
     assert "exhausted: 4 requests, 12 attempts, retries {http_503: 8}" in counters.observed
@@ -109,6 +110,11 @@ def test_rc1_counts_truly_but_writes_no_record_it_claims(sut_allocation, sut_pro
     leaks = checks["telemetry.no_payloads"]
     assert leaks.verdict == "pass", "rc1 writes no record, and so no payload"
     _connection_errors_retried(checks)
+    # every status rc1 retries was met (replica 1: 500, 502, 503, 504; replica 2: 504, 503; every
+    # replica 503 in the exhausted phase) and retried while attempts were left
+    failover = checks["telemetry.status_failover"]
+    assert failover.verdict == "pass" and failover.metrics["given_up"] == 0, failover
+    assert failover.observed.startswith("met at the replicas: 429: 6, 500: 1, 502: 1, 503: 14, 504: 2;"), failover
     routing = checks["telemetry.probe_routing"]
     # rc1 counts its probe as a request in flight on replica 0: requests one at a time avoid it
     assert routing.verdict == "fail" and routing.metrics["probed_requests"] == 0, routing
@@ -128,7 +134,7 @@ def test_emitted_records_pass_the_record_checks(sut_wheelhouse, sut_image, sut_p
     responses = RESPONSES + LIFECYCLE_RESPONSES
     assert log.verdict == "pass" and log.metrics["records"] == log.metrics["responses"] == responses, log
     # every forced status made a request fail over; every exhausted request did
-    most = OPTIONS.forced_429 + sum(OPTIONS.forced_503) + OPTIONS.exhausted_requests
+    most = OPTIONS.forced_429 + sum(OPTIONS.forced_failures) + OPTIONS.exhausted_requests
     assert OPTIONS.exhausted_requests + 3 <= log.metrics["failovers"] <= most, log
     counters = checks["telemetry.attempt_counters"]
     assert counters.verdict == "pass", counters
@@ -217,6 +223,34 @@ def test_miscounted_attempts_and_last_attempt_records_fail_each_for_its_reason(
     assert leaks.metrics["response_lines"] == 0, "responses are not written"
     assert leaks.detail.startswith("prompt text on the proxy's output (line "), leaks
     assert checks["telemetry.probe_routing"].verdict == "pass", "untouched: probes still out of least-connections"
+
+
+def _phases(*titles):
+    """The telemetry scenario's phases titled `titles` (exactly), with its judge and stops."""
+    chosen = [p for p in PHASES if p.title in titles or p.kind == "judge" or p.teardown or p.kind == "deploy"]
+    assert len([p for p in chosen if p.title in titles]) == len(titles), f"phases {titles} are not all declared"
+    runner = scenario_runner("telemetry", chosen, TelemetryRun)
+    return lambda allocation, run, profile, progress: runner(allocation, run, profile, OPTIONS, progress)
+
+
+def test_a_proxy_that_passes_on_500_502_and_504_is_caught_by_status_failover(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """Negative control of telemetry.status_failover: the proxy retries only 429 and 503.
+    Replica 1 answers 500, 502, 503 and 504, replica 2 504 and 503: the three other 5xx
+    reach the client. Its counters stay true (attempt_counters, untouched, passes)."""
+    scenario = _phases(
+        "replicas 1 and 2 answer the 5xx statuses the proxy retries", "requests while replicas 1 and 2 answer 5xx",
+        "replicas answer what they serve again",
+    )  # fmt: skip
+    checks = run_with_fault(scenario, "no-5xx-failover", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    failover = checks["telemetry.status_failover"]
+    print("no-5xx-failover:", failover.observed, "|", failover.detail)
+    assert failover.verdict == "fail" and failover.metrics["given_up"] == 4, failover
+    assert failover.observed.endswith("4 request(s) given up before 3 attempts (last status 500: 1, 502: 1, 504: 2)")
+    assert re.search(r"failover-5xx: request \S+'s attempt 1 answered 5\d\d by a replica, no attempt after it \(the "
+                     r"client got 5\d\d\)", failover.detail), failover  # fmt: skip
+    assert checks["telemetry.attempt_counters"].verdict == "pass", checks["telemetry.attempt_counters"]
 
 
 def test_a_proxy_that_does_not_retry_connection_errors_fails_connection_errors_alone(

@@ -2,6 +2,7 @@
 
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import expected_decreases
+from dd_accept.acceptance.overload_unreachable import UnreachableRound, refused_replicas
 from dd_accept.base.events import AdmissionChange, ClientRequest, UpstreamAttempt
 from dd_accept.deployment import AdmissionSample, ColdStart, ExemptAnswers
 
@@ -446,3 +447,67 @@ def test_exempt_paths_never_asked_fail_and_say_so():
     for answers in (None, ExemptAnswers(7, 0, (), ())):
         result = checks.admission_exempt(answers, _EXEMPT)
         assert result.verdict == "fail" and result.observed == "no exempt path was asked"
+
+
+def _round(statuses, retry_after="3", attempts=3):
+    client = tuple(
+        ClientRequest(t=1.0, mode="raw", record=i, attempt=1, outcome="x", request_id=f"unreachable-{i}",
+                      status=status, retry_after=retry_after if status == 429 else None)
+        for i, status in enumerate(statuses)
+    )  # fmt: skip
+    return UnreachableRound(refused=(2, 5), attempts=attempts, client=client)
+
+
+def _seen(request: int, *statuses: int) -> list[UpstreamAttempt]:
+    return [
+        UpstreamAttempt(t=1.0, replica=0, path="/v1/chat/completions", outcome="ok", started=0.5, duration_s=0.01,
+                        request_id=f"unreachable-{request}", status=status)
+        for status in statuses
+    ]  # fmt: skip
+
+
+def test_unreachable_passes_when_each_request_that_met_overload_got_429_with_the_replicas_value():
+    # request 0: 429, 429 and a refused connection; request 1: three 429s; request 2: reached no replica (502)
+    upstream = _seen(0, 429, 429) + _seen(1, 429, 429, 429)
+    result = checks.total_unreachable(_round([429, 429, 502]), upstream, 3, 7)
+    assert result.verdict == "pass", result
+    assert result.metrics == {"requests": 3, "met_overload": 2, "also_unreachable": 1, "wrong": 0}
+    assert result.observed.endswith("Retry-After 3: 2; 1 reached no overloaded replica"), result.observed
+
+
+def test_unreachable_fails_a_502_after_overload_and_names_the_request():
+    upstream = _seen(0, 429, 429) + _seen(1, 429, 429, 429)
+    result = checks.total_unreachable(_round([502, 429]), upstream, 3, 7)
+    assert result.verdict == "fail" and result.metrics["wrong"] == 1
+    assert result.detail == (
+        "request unreachable-0: 2 of its attempts answered 429 by the replicas, 1 found no backend; "
+        "the client got 502 (Retry-After None)"
+    )
+
+
+def test_unreachable_tells_the_proxys_own_fallback_from_the_replicas_value():
+    result = checks.total_unreachable(_round([429], retry_after="7"), _seen(0, 429), 3, 7)
+    assert result.verdict == "fail" and result.detail.endswith(
+        ": the proxy's own fallback (7), not the replicas' value"
+    )
+
+
+def test_unreachable_fails_when_no_request_met_overload_and_a_refused_backend():
+    # every request's three attempts answered 429: the proxy's path for a refused last attempt never ran
+    result = checks.total_unreachable(_round([429, 429]), _seen(0, 429, 429, 429) + _seen(1, 429, 429, 429), 3, 7)
+    assert result.verdict == "fail" and result.metrics["also_unreachable"] == 0
+    assert result.detail.startswith("no request met overload and an unreachable backend")
+    assert checks.total_unreachable(None, [], 3, 7).observed == "no request was sent"
+
+
+def test_requests_that_ended_after_the_refusal_are_said_and_not_judged():
+    late = UnreachableRound(refused=(2, 5), attempts=3, client=_round([429]).client, late=11)
+    result = checks.total_unreachable(late, _seen(0, 429, 429), 3, 7)
+    assert result.verdict == "pass" and result.metrics["requests"] == 1, result
+    assert result.observed.endswith("; 11 more ended after the replicas listened again (not judged)")
+
+
+def test_every_attempts_th_replica_refuses_and_replica_0_always_listens():
+    assert refused_replicas(8, 3) == (2, 5)
+    assert refused_replicas(2, 2) == (1,)
+    assert all(0 not in refused_replicas(n, a) for n in range(1, 20) for a in range(2, 5))

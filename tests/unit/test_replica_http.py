@@ -152,6 +152,21 @@ def test_next_k_requests_get_the_forced_status_then_normal_service(local_replica
     assert statuses == [503, 503, 200]
 
 
+def test_a_sequence_of_forced_statuses_is_answered_one_each_in_order(local_replica):
+    replica = local_replica(*FAST)
+    assert replica.control("respond", statuses=[500, 502, 504])["forced_remaining"] == 3
+    statuses = []
+    for _ in range(4):
+        try:
+            _client(replica).completions.create(model="m", prompt="p", max_tokens=1)
+            statuses.append(200)
+        except Exception as error:  # openai.APIStatusError
+            statuses.append(error.status_code)
+    assert statuses == [500, 502, 504, 200]
+    with pytest.raises(Exception, match="400"):
+        replica.control("respond", statuses=[200, 99])
+
+
 def test_closing_keepalive_makes_every_request_a_new_connection(local_replica):
     replica = local_replica(*FAST)
 
@@ -311,9 +326,13 @@ def test_the_admission_probe_is_gated_as_a_completion_and_spends_no_forced_answe
     rejected = wait_until(lambda: probe(url, admission=True), lambda row: row["status"] == 429, timeout=5, what="429")
     assert rejected["retry_after"] == "3" and not admitted_probe(rejected["status"])
     assert probe(f"{replica.url}/health")["status"] == 200, "a plain GET probe is still a GET"
+    # a probe with an id of its own (overload's unreachable round) is recorded under that id, and says when it went
+    named = probe(url, admission=True, request_id="unreachable-0-7")
+    assert named["status"] == 429 and named["request_id"] == "unreachable-0-7" and named["sent"] > 0, named
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     probes = [row for row in rows if row.get("kind") == "upstream" and row["request_id"] == ADMISSION_PROBE_ID]
     assert [row["status"] for row in probes][:1] == [400] and probes[-1]["status"] == 429, probes
+    assert [row["status"] for row in rows if row.get("request_id") == "unreachable-0-7"] == [429]
 
 
 def test_the_request_log_keeps_each_events_send_time_and_probes_still_answer(local_replica, tmp_path):

@@ -811,3 +811,60 @@ def test_timeouts_beyond_a_run_are_judged_not_driven_present_monotone_and_unmove
     assert counters.timeouts(ZERO, slow, [], None).verdict == "unsupported", "no quiet window: nothing judged"
     driven = timed_out(5, 2)
     assert driven.verdict == "pass" and driven.metrics["driven"] == 1.0, "a driven run says so"
+
+
+RETRIED = (429, 500, 502, 503, 504)
+
+
+def _failover_phase(*chains, name="failover-5xx"):
+    """Each chain: (request id, [statuses in order], the client's status)."""
+    upstream = [
+        attempt(rid, i, status, 1.0 + i / 10) for rid, statuses, _ in chains for i, status in enumerate(statuses)
+    ]
+    client = [response(rid, status=got) for rid, _, got in chains]
+    return telemetry_records.TelemetryPhase(name, client, upstream, {}, {})
+
+
+def _every_status_met():
+    return _failover_phase(
+        ("a", [500, 502, 200], 200), ("b", [503, 504, 429], 429), ("c", [200], 200), name="met",
+    )  # fmt: skip
+
+
+def test_status_failover_passes_when_each_retried_status_was_tried_again_or_attempts_ran_out():
+    result = checks.status_failover([_every_status_met()], RETRIED, 3)
+    assert result.verdict == "pass", result
+    assert result.observed == (
+        "met at the replicas: 429: 1, 500: 1, 502: 1, 503: 1, 504: 1; 0 request(s) given up before 3 attempts"
+    )
+
+
+def test_status_failover_fails_a_status_passed_on_with_attempts_left_and_names_it():
+    given_up = _failover_phase(("d", [502], 502), ("e", [504], 504), ("f", [503, 200], 200))
+    result = checks.status_failover([_every_status_met(), given_up], RETRIED, 3)
+    assert result.verdict == "fail" and result.metrics["given_up"] == 2, result
+    assert result.observed.endswith("2 request(s) given up before 3 attempts (last status 502: 1, 504: 1)")
+    assert result.detail == (
+        "failover-5xx: request d's attempt 1 answered 502 by a replica, no attempt after it (the client got 502)"
+    )
+
+
+def test_status_failover_fails_when_a_retried_status_was_never_met():
+    result = checks.status_failover([_failover_phase(("a", [503, 200], 200))], RETRIED, 3)
+    assert result.verdict == "fail" and result.detail == (
+        "never met at the replicas: 429, 500, 502, 504 (the rule was not exercised)"
+    )
+
+
+def test_a_504_a_replica_answered_matches_its_record_though_a_records_504_reads_as_no_response():
+    """A proxy logs a replica's 504 as 504, which the reader takes for its own gateway timeout
+    (no response): the served 504 reads the same, so a true log is not failed for it."""
+    upstream = [attempt("a", 1, 504, 1.0), attempt("a", 2, 200, 1.1)]
+    phase = telemetry_records.TelemetryPhase("failover-5xx", [response("a")], upstream, {}, {})
+    records = [{"backend": 1, "status": 504}, {"backend": 2, "status": 200}]
+    retried = with_attempt_records(retry_phase(), [{"backend": b, "status": st} for b, st in SERVED])
+    result = checks.attempt_log([retried, with_attempt_records(phase, records)], CLAIMED)
+    assert result.verdict == "pass" and result.metrics["attempts_unanswered"] == 0, result
+    wrong = [{"backend": 2, "status": 504}, {"backend": 2, "status": 200}]  # the 504 named on the wrong backend
+    result = checks.attempt_log([with_attempt_records(phase, wrong)], CLAIMED)
+    assert result.verdict == "fail" and "not logged: 1x backend 1 status no response" in result.detail, result

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dd_accept import deployment
+from dd_accept.acceptance import overload_admission, overload_unreachable
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import admission, expected_decreases, requests, with_prefix
 from dd_accept.acceptance.declaration import Scenario
@@ -28,8 +29,7 @@ from dd_accept.base.events import AdmissionChange, Event, of_type
 from dd_accept.base.options import option
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.waiting import WaitTimeout, wait_until
-from dd_accept.slurm_docker.allocation import Allocation, BackgroundCommand, scancel_argv
-from dd_accept.sut.profile import SutProfile
+from dd_accept.slurm_docker.allocation import BackgroundCommand, scancel_argv
 
 
 def _watch(
@@ -138,6 +138,7 @@ class OverloadRun(DeployedRun):
     relieved_at: float = 0.0
     cold_start: deployment.ColdStart | None = None  # synthetic replicas only (exact depths)
     exempt: deployment.ExemptAnswers | None = None  # the exempt paths, asked under total overload
+    unreachable: overload_unreachable.UnreachableRound | None = None  # synthetic replicas only (they refuse)
     client_events: dict[str, list[Event]] = field(default_factory=dict)  # by phase
     partial_retries_429: float | None = None  # the proxy's own count, where its profile names one
 
@@ -252,6 +253,19 @@ def _judge_exempt(s: OverloadRun) -> None:
         path.write_text(json.dumps(s.exempt.to_json()) + "\n")
 
 
+def _drive_unreachable(s: OverloadRun) -> None:
+    attempts = min(s.max_attempts, s.options.replicas)
+    s.unreachable = overload_unreachable.ask_with_replicas_refusing(*s.deployed, s.run, attempts)
+
+
+def _judge_unreachable(s: OverloadRun) -> None:
+    upstream = with_prefix(s.deployed[0].events(), overload_unreachable.ID_PREFIX)
+    retry_after = s.options.retry_after
+    s.result.add(
+        checks.total_unreachable(s.unreachable, upstream, retry_after, proxy_fallback_retry_after(retry_after))
+    )
+
+
 def _drive_total(s: OverloadRun) -> None:
     client = s.start_client("total", s.options.recovery_records)
     factor = s.profile.client.decrease_factor
@@ -345,14 +359,23 @@ def _every(o: OverloadOptions) -> range:
 
 
 def _hold_default_threshold(s: OverloadRun) -> None:
-    s.cold_start, samples = _default_threshold(s.allocation, s.profile, s.options, s.fast)
+    o = s.options
+    s.cold_start, samples = overload_admission.at_default_threshold(
+        s.allocation, s.profile, o.retry_after, o.seed, s.fast
+    )
     s.samples += samples
 
 
 def _plan_default_threshold(p: Planner) -> list[PlannedCommand]:
     purpose = f"one replica at the SUT's default threshold ({p.profile.queue_admission.default_threshold}), no override"
     return [
-        p.replicas(purpose, 1, run=DEFAULT_THRESHOLD_RUN, **_fast(p.options), port_base=DEFAULT_THRESHOLD_PORT_BASE),
+        p.replicas(
+            purpose,
+            1,
+            run=overload_admission.DEFAULT_THRESHOLD_RUN,
+            **_fast(p.options),
+            port_base=overload_admission.DEFAULT_THRESHOLD_PORT_BASE,
+        ),
         PlannedCommand("and its stop once sampled: TERM to its step", scancel_argv("$DEFAULT_REPLICA_STEP", "TERM")),
     ]
 
@@ -360,7 +383,7 @@ def _plan_default_threshold(p: Planner) -> list[PlannedCommand]:
 def _judge_admission(s: OverloadRun) -> None:
     stale_after_s = s.profile.queue_admission.stale_after_seconds
     s.result.add(checks.admission_rejects(s.samples, s.options.retry_after, s.cold_start, stale_after_s))
-    _save_admission(s.run, s.samples, s.cold_start)
+    overload_admission.save_admission(s.run, s.samples, s.cold_start)
 
 
 # -- stop ---------------------------------------------------------------------------------------
@@ -390,6 +413,10 @@ PHASES: tuple[Phase[OverloadRun], ...] = (
           numbers=lambda s: {"overloaded": s.options.replicas}),
     Phase("judge", "total overload: the paths queue admission exempts", _judge_exempt,
           judges=("overload.admission.exempt",)),
+    Phase("drive", "total overload, some replicas unreachable", _drive_unreachable, backends=SYNTHETIC_ONLY,
+          fault="every third replica refuses connections, the others are overloaded: 429s by design"),
+    Phase("judge", "total overload, some replicas unreachable: what the proxy answers", _judge_unreachable,
+          judges=("overload.total.unreachable",), backends=SYNTHETIC_ONLY),
     Phase("drive", "total overload: until two admission decreases", _drive_total,
           _plan_client("total", "recovery_records", TOTAL_CLIENT),
           fault="every replica overloaded: 429s with Retry-After reach the client"),
@@ -411,52 +438,6 @@ PHASES: tuple[Phase[OverloadRun], ...] = (
 def proxy_fallback_retry_after(retry_after: int) -> int:
     """The proxy's own Retry-After: never the replicas' value, so the two can be told apart."""
     return retry_after + 4
-
-
-DEFAULT_THRESHOLD_PORT_BASE = deployment.REPLICA_PORT_BASE + 100  # beside the scenario's replicas
-DEFAULT_THRESHOLD_RUN = "admission-default"  # its own run directory's label
-
-
-def _default_threshold(
-    allocation: Allocation,
-    profile: SutProfile,
-    options: OverloadOptions,
-    fast: tuple[str, ...],
-) -> tuple[deployment.ColdStart, list[deployment.AdmissionSample]]:
-    """One replica left at the SUT's default threshold (no override), started cold: held one
-    above it before its middleware has read the queue (how long does it fail open?), then it
-    admits at that depth and rejects one above it."""
-    default = profile.queue_admission.default_threshold
-    replica = deployment.start_replicas(
-        allocation,
-        1,
-        run=deployment.RunDirectory.create(allocation.cluster, DEFAULT_THRESHOLD_RUN),
-        profile=profile,
-        retry_after=options.retry_after,
-        options=fast,
-        seed=options.seed,
-        port_base=DEFAULT_THRESHOLD_PORT_BASE,
-        prime=False,
-    )
-    # Down from the cold start's deeper queue: rc1 may still judge by that reading for its
-    # staleness bound (1 s), so the depth it must admit at is watched once that has passed.
-    settle_s = profile.queue_admission.stale_after_seconds + 0.5
-    try:
-        cold = replica.cold_start(0, depth=default + 1, threshold=default)
-        return cold, [
-            replica.hold_at(None, depth=default, threshold=default, settle_s=settle_s),
-            replica.overload(None, depth=default + 1, threshold=default),
-        ]
-    finally:
-        replica.stop()
-
-
-def _save_admission(
-    run: deployment.RunDirectory, samples: list[deployment.AdmissionSample], cold: deployment.ColdStart | None
-) -> None:
-    _, path = run.path("admission.jsonl")
-    rows = [sample.to_json() for sample in samples] + ([cold.to_json()] if cold else [])
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
 def client_load(options: OverloadOptions, records: int, deadline_s: float, model: str | None = None) -> dict[str, Any]:

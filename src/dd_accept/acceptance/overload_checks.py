@@ -22,6 +22,7 @@ from dd_accept.acceptance.analysis import (
     limit_breaches,
     requests,
 )
+from dd_accept.acceptance.overload_unreachable import UnreachableRound
 from dd_accept.acceptance.registry import check
 from dd_accept.base.events import AdmissionChange, Event, UpstreamAttempt, admitted_probe, of_type
 from dd_accept.base.percentiles import percentile
@@ -219,6 +220,57 @@ def total_retry_after(client: list[Event], retry_after: int, proxy_fallback: int
         f"{len(limited)} client 429(s); Retry-After values: {_fmt_counts(seen)}",
         detail,
     )
+
+
+@check("overload.total.unreachable")
+def total_unreachable(
+    round_: UnreachableRound | None, upstream: list[UpstreamAttempt], retry_after: int, proxy_fallback: int
+) -> CheckResult:
+    """Every replica overloaded or refusing connections: a request that met overload on an
+    attempt (a replica answered it 429) ends at the client as 429 with the replicas'
+    Retry-After, also when another attempt found no backend listening: the proxy "answers 429
+    + Retry-After when overload was seen" (the brief), never a 502 that takes a full service
+    for a gone one. A request that reached no listening replica is not judged (a 502 is right
+    for it); a round in which no request met both is the path never driven, a failure."""
+    expected = (
+        f"each request a replica answered 429 ends at the client as 429 with Retry-After: {retry_after}, also when "
+        "an attempt found no backend listening (at least one such request)"
+    )
+    if round_ is None or not round_.client:
+        return CheckResult.judge(total_unreachable.check_id, False, expected, "no request was sent", "")
+    by_id = attempts_by_request(upstream)
+    met = [r for r in round_.client if any(a.status == 429 for a in by_id.get(r.request_id or "", ()))]
+    mixed = [r for r in met if len(by_id[r.request_id or ""]) < round_.attempts]  # an attempt reached no replica
+    wrong = [r for r in met if r.status != 429 or not _retry_after_matches(_text(r.retry_after), retry_after)]
+    refused = ", ".join(map(str, round_.refused))
+    observed = (
+        f"{len(round_.client)} request(s) with replicas {refused} refusing: {len(met)} met overload, {len(mixed)} of "
+        f"them also an unreachable backend; their client statuses {_fmt_counts(Counter(r.status for r in met))}, "
+        f"Retry-After {_fmt_counts(Counter(r.retry_after for r in met))}; "
+        f"{len(round_.client) - len(met)} reached no overloaded replica"
+    )
+    if round_.late:
+        observed += f"; {round_.late} more ended after the replicas listened again (not judged)"
+    detail = ""
+    if wrong:
+        first = wrong[0]
+        seen = by_id[first.request_id or ""]
+        detail = (
+            f"request {first.request_id}: {sum(a.status == 429 for a in seen)} of its attempts answered 429 by the "
+            f"replicas, {round_.attempts - len(seen)} found no backend; the client got {first.status} "
+            f"(Retry-After {first.retry_after})"
+        )
+        if _retry_after_matches(_text(first.retry_after), proxy_fallback):
+            detail += f": the proxy's own fallback ({proxy_fallback}), not the replicas' value"
+    elif not mixed:
+        detail = "no request met overload and an unreachable backend: the proxy's path for it was never driven"
+    metrics = {"requests": len(round_.client), "met_overload": len(met), "also_unreachable": len(mixed)}
+    metrics["wrong"] = len(wrong)
+    return CheckResult.judge(total_unreachable.check_id, bool(mixed) and not wrong, expected, observed, detail, metrics)
+
+
+def _text(value: str | float | None) -> str | None:
+    return None if value is None else str(value)
 
 
 def _breach_text(breaches: list[LimitBreach]) -> str:

@@ -67,9 +67,9 @@ class TelemetryOptions:
     concurrency: int = 4
     tokens: int = 8
     forced_429: int = 6  # replica 0 answers 429 (Retry-After 3) to this many requests
-    # replicas 1 and 2 answer 503 to this many: unequal, so no two replicas look alike and a
-    # record naming the wrong backend shows in every permutation
-    forced_503: tuple[int, int] = (4, 2)
+    # replicas 1 and 2 answer a 5xx the proxy retries to this many (`forced_5xx`): unequal, so
+    # no two replicas look alike and a record naming the wrong backend shows in every permutation
+    forced_failures: tuple[int, int] = (4, 2)
     exhausted_requests: int = 4  # sent one at a time while every replica answers 503
     held_streams: int = 2  # replicas 0 and 1 each hold this many back past the proxy's timeouts
     drain_streams: int = 2  # running when the endpoint gets TERM, each longer than its drain allowance
@@ -199,13 +199,22 @@ def _retry_429(s: TelemetryRun) -> None:
     drive_phase(s, "retry-429")
 
 
-def _force_503(s: TelemetryRun) -> None:
-    for replica, count in zip((1, 2), s.options.forced_503, strict=True):
-        s.deployed[0].control([replica], "respond", status=503, count=count)
+def forced_5xx(profile: SutProfile, counts: tuple[int, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """What replicas 1 and 2 answer in the failover phase, in order: each 5xx status the proxy
+    retries (the profile's), replica 1 every one of them at least once (rc1: 500, 502, 503,
+    504), replica 2 from the last (504, 503): telemetry.status_failover judges each retried."""
+    statuses = [status for status in profile.proxy.retried_statuses if status >= 500] or [503]
+    first = tuple(statuses[i % len(statuses)] for i in range(max(counts[0], len(statuses))))
+    return first, tuple(statuses[-1 - i % len(statuses)] for i in range(counts[1]))
 
 
-def _failover_503(s: TelemetryRun) -> None:
-    drive_phase(s, "failover-503")
+def _force_5xx(s: TelemetryRun) -> None:
+    for replica, statuses in zip((1, 2), forced_5xx(s.profile, s.options.forced_failures), strict=True):
+        s.deployed[0].control([replica], "respond", statuses=list(statuses))
+
+
+def _failover_5xx(s: TelemetryRun) -> None:
+    drive_phase(s, "failover-5xx")
 
 
 def _stop_forcing(s: TelemetryRun) -> None:
@@ -418,6 +427,8 @@ def _judge(s: TelemetryRun) -> None:
             else None
         )
         s.result.add(checks.connection_errors(phase.client, phase.upstream, counted, REFUSING, RESETTING))
+    limit = min(s.profile.proxy.max_upstream_attempts, s.options.replicas)
+    s.result.add(checks.status_failover(phases, s.profile.proxy.retried_statuses, limit))
     s.result.add(payloads.no_payloads(settled_log(s), s.canary, payloads.sent_secrets(s.options.client_headers)))
 
 
@@ -428,9 +439,9 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
     Phase("drive", "requests through the proxy, every replica serving", _steady, _plan_sends("steady")),
     Phase("hold", "replica 0 answers 429 with Retry-After", _force_429),
     Phase("drive", "requests while replica 0 answers 429", _retry_429, _plan_sends("retry-429"), fault="forced 429s"),
-    Phase("hold", "replicas 1 and 2 answer 503", _force_503),
-    Phase("drive", "requests while replicas 1 and 2 answer 503", _failover_503, _plan_sends("failover-503"),
-          fault="forced 503s"),
+    Phase("hold", "replicas 1 and 2 answer the 5xx statuses the proxy retries", _force_5xx),
+    Phase("drive", "requests while replicas 1 and 2 answer 5xx", _failover_5xx, _plan_sends("failover-5xx"),
+          fault="forced 5xx answers"),
     Phase("relieve", "replicas answer what they serve again", _stop_forcing),
     Phase("hold", "every replica answers 503", _exhaust),
     Phase("drive", "requests one at a time while every replica answers 503", _exhausted,
@@ -459,7 +470,8 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
     Phase("judge", "the SUT's telemetry against the replicas' and the client's", _judge,
           judges=("telemetry.attempt_counters", "telemetry.request_log", "telemetry.attempt_log",
                   "telemetry.incomplete_streams", "telemetry.connection_lifecycle", "telemetry.timeouts",
-                  "telemetry.probe_routing", "telemetry.connection_errors", "telemetry.no_payloads")),
+                  "telemetry.probe_routing", "telemetry.connection_errors", "telemetry.status_failover",
+                  "telemetry.no_payloads")),
     stopping("proxy"),
     stopping("replicas"),
 )  # fmt: skip

@@ -27,8 +27,8 @@ from dd_accept.acceptance.log_shapes import log_records
 from dd_accept.acceptance.proxy_metrics import retries_by_status
 from dd_accept.acceptance.registry import check
 from dd_accept.acceptance.telemetry_failover_checks import connection_errors as connection_errors  # a telemetry check
+from dd_accept.acceptance.telemetry_failover_checks import status_failover as status_failover  # a telemetry check
 from dd_accept.acceptance.telemetry_records import (
-    NO_RESPONSE,
     AttemptKey,
     RecordKey,
     TelemetryPhase,
@@ -266,7 +266,7 @@ def attempt_log(phases: list[TelemetryPhase], profile: TelemetryProfile) -> Chec
         served += sum(want.values())
         logged += sum(got.values())
         retried += sum(want.values()) - len(phase.chains())
-        unanswered += sum(n for key, n in want.items() if key[1] == NO_RESPONSE)
+        unanswered += sum(1 for a in phase.upstream if a.status is None)
         if got != want:  # records naming no backend or no status are said only where they may be why
             wrong.append(
                 _unequal(f"{phase.name}: %d attempts served, %d logged", want, got, _attempts, "logged but not served")

@@ -1,7 +1,14 @@
-"""Connection errors: the failover path no status code drives.
+"""Failover on what the proxy retries: the statuses it names, and connection errors, the
+failover path no status code drives.
 
 The brief's proxy "retries 429/500/502/503/504 and connection errors" within its three
-attempts. The other phases drive the statuses; this check is judged on a phase in which one
+attempts. `status_failover` is judged on every phase: the forced 429s, replicas 1 and 2
+answering each retried 5xx, every replica answering 503. `connection_errors` is judged on
+one phase of its own, below.
+
+Connection errors:
+
+This check is judged on a phase in which one
 replica's port refuses connections (nothing listens: a backend restarting) and another reads
 each request whole and then resets its connection unanswered (a backend that crashed
 mid-request). With two of four replicas failing that way and three attempts, a proxy that
@@ -43,6 +50,46 @@ def connection_error_retries(delta: Any) -> float | None:
             and "timeout" not in str(reason).lower()
         )
     )
+
+
+@check("telemetry.status_failover")
+def status_failover(phases: list[Any], retried: tuple[int, ...], limit: int) -> CheckResult:
+    """Every status the proxy retries is retried while it has attempts left: a request whose
+    last attempt a replica answered with one of them, after fewer than `limit` attempts, was
+    given up early, and its client got a failure another backend would have spared it. Each
+    of the statuses must have been met at the replicas, or the rule was not exercised."""
+    expected = (
+        f"a request whose attempt a replica answered {', '.join(map(str, retried))} is tried again while fewer than "
+        f"{limit} attempts were made; each of those statuses met"
+    )
+    met: Counter[int] = Counter()
+    given_up: list[tuple[str, str, int, int, int | None]] = []  # phase, request, status, attempts, client status
+    for phase in phases:
+        got = {r.request_id: r.status for r in phase.client if r.request_id}
+        for request, chain in phase.chains().items():
+            met.update(a.status for a in chain if a.status in retried)
+            last = chain[-1].status
+            if last in retried and len(chain) < limit:
+                given_up.append((phase.name, request, last, len(chain), got.get(request)))
+    missing = [status for status in retried if not met[status]]
+    observed = f"met at the replicas: {', '.join(f'{s}: {met[s]}' for s in retried)}; "
+    observed += f"{len(given_up)} request(s) given up before {limit} attempts"
+    if given_up:
+        observed += " (last status " + ", ".join(
+            f"{s}: {n}" for s, n in sorted(Counter(g[2] for g in given_up).items())
+        )
+        observed += ")"
+    problems = []
+    if given_up:
+        phase, request, status, tried, client = given_up[0]
+        problems.append(
+            f"{phase}: request {request}'s attempt {tried} answered {status} by a replica, no attempt after it "
+            f"(the client got {client})"
+        )
+    if missing:
+        problems.append(f"never met at the replicas: {', '.join(map(str, missing))} (the rule was not exercised)")
+    metrics = {"given_up": float(len(given_up)), "statuses_met": float(sum(met.values()))}
+    return CheckResult.judge(status_failover.check_id, not problems, expected, observed, "; ".join(problems), metrics)
 
 
 @check("telemetry.connection_errors")

@@ -215,8 +215,11 @@ def attempt_key(record: dict[str, Any], origins: tuple[str, ...]) -> AttemptKey:
 
 
 def served_key(attempt: UpstreamAttempt) -> AttemptKey:
-    """An attempt as the replica served it; one it never answered had no response."""
-    return str(attempt.replica), NO_RESPONSE if attempt.status is None else str(attempt.status)
+    """An attempt as the replica served it; one it never answered had no response. A 504 a
+    replica answered reads as no response too: a record's 504 cannot be told from the proxy's
+    own gateway timeout (`NO_RESPONSE_CODES`), so both sides say the same of it."""
+    unanswered = attempt.status is None or attempt.status in NO_RESPONSE_CODES
+    return str(attempt.replica), NO_RESPONSE if unanswered else str(attempt.status)
 
 
 def broke_mid_way(attempt: UpstreamAttempt) -> bool:

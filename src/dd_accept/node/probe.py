@@ -1,6 +1,9 @@
-"""`python -m dd_accept.node.probe [--timeout S] [--repeat N --every S] [--admission] URL [URL...]`:
+"""`python -m dd_accept.node.probe [--timeout S] [--repeat N --every S] [--admission] [--id PREFIX] URL [URL...]`:
 GET each URL, one JSON line each (N rounds, S seconds apart, each row with its offset `at_s`);
 with --admission, POST the queue-admission probe instead (base.events.ADMISSION_PROBE_BODY).
+With --id, each request carries its own request id, PREFIX and its number from 0 (else the
+admission probe's own), and its row the id and the wall time it was sent: a request the
+replicas' records can be set beside.
 
 Runs on a cluster node (stdlib only), so the harness can reach services that listen on a
 node's loopback, like the SUT's proxy, through a recorded `docker exec`.
@@ -18,11 +21,11 @@ from dd_accept.base.errors import EXIT_PASS
 from dd_accept.base.events import ADMISSION_PROBE_BODY, ADMISSION_PROBE_ID, REQUEST_ID_HEADER
 
 
-def probe(url: str, timeout: float = 5.0, admission: bool = False) -> dict[str, object]:
-    started = time.monotonic()
-    request = urllib.request.Request(url)
+def probe(url: str, timeout: float = 5.0, admission: bool = False, request_id: str | None = None) -> dict[str, object]:
+    started, sent = time.monotonic(), time.time()
+    request = urllib.request.Request(url, headers={REQUEST_ID_HEADER: request_id} if request_id else {})
     if admission:
-        headers = {"content-type": "application/json", REQUEST_ID_HEADER: ADMISSION_PROBE_ID}
+        headers = {"content-type": "application/json", REQUEST_ID_HEADER: request_id or ADMISSION_PROBE_ID}
         request = urllib.request.Request(url, data=ADMISSION_PROBE_BODY, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -30,34 +33,40 @@ def probe(url: str, timeout: float = 5.0, admission: bool = False) -> dict[str, 
     except urllib.error.HTTPError as error:
         status, body, retry_after = error.code, error.read(), error.headers.get("Retry-After")
     except OSError as error:
-        return {"url": url, "status": None, "error": type(error).__name__, "elapsed_s": time.monotonic() - started}
+        failed = {"url": url, "status": None, "error": type(error).__name__, "elapsed_s": time.monotonic() - started}
+        return failed | ({"request_id": request_id, "sent": round(sent, 6)} if request_id else {})
     try:
         parsed: object = json.loads(body)
     except ValueError:
         parsed = None
     row = {"url": url, "status": status, "json": parsed, "elapsed_s": round(time.monotonic() - started, 6)}
+    row |= {"request_id": request_id, "sent": round(sent, 6)} if request_id else {}
     return row | ({"retry_after": retry_after} if retry_after is not None else {})
 
 
 def main() -> int:
     args = sys.argv[1:]
-    timeout, repeat, every, admission = 5.0, 1, 0.0, False
-    while args[:1] and args[0] in ("--timeout", "--repeat", "--every", "--admission"):
+    timeout, repeat, every, admission, prefix = 5.0, 1, 0.0, False, None
+    while args[:1] and args[0] in ("--timeout", "--repeat", "--every", "--admission", "--id"):
         if args[0] == "--admission":
             admission, args = True, args[1:]
             continue
         flag, value, args = args[0], args[1], args[2:]
         if flag == "--timeout":
             timeout = float(value)
+        elif flag == "--id":
+            prefix = value
         elif flag == "--repeat":
             repeat = int(value)
         else:
             every = float(value)
     # Timed on the node itself: a burst measures the service, not the exec round trip.
-    started = time.monotonic()
+    started, sent = time.monotonic(), 0
     for round_ in range(repeat):
         for url in args:
-            row = probe(url, timeout, admission)
+            request_id = None if prefix is None else f"{prefix}{sent}"
+            row = probe(url, timeout, admission, request_id)
+            sent += 1
             print(json.dumps(row | ({"at_s": round(time.monotonic() - started, 4)} if repeat > 1 else {})), flush=True)
         if round_ + 1 < repeat:
             time.sleep(max(0.0, started + (round_ + 1) * every - time.monotonic()))

@@ -45,6 +45,9 @@ class ProxyProfile:
     # How many upstream connections the proxy holds at most (rc1: TCPConnector(limit=256)):
     # health.probe_isolation saturates exactly that many.
     upstream_connection_limit: int = 256
+    # The upstream statuses the proxy retries on another attempt while it has attempts left
+    # (rc1: _RETRYABLE_STATUS_CODES); telemetry.status_failover forces each of them.
+    retried_statuses: tuple[int, ...] = (429, 500, 502, 503, 504)
 
 
 @dataclass(frozen=True, slots=True)

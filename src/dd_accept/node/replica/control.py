@@ -100,13 +100,16 @@ class ControlRouter:
                 exact=bool(body.get("exact", False)),
                 token_bytes=int(body.get("token_bytes", 0)),
             )
-        elif action == "respond":
-            status = int(body["status"])
-            if not 100 <= status <= 599:
+        elif action == "respond":  # {"status", "count", "retry_after"}, or {"statuses": [...]}: one each, in order
+            if "statuses" in body:
+                forced = [ForcedResponse(int(code)) for code in body["statuses"]]
+            else:
+                retry_after = body.get("retry_after")
+                answer = ForcedResponse(int(body["status"]), None if retry_after is None else int(retry_after))
+                forced = [answer] * int(body.get("count", 1))
+            if not all(100 <= answer.status <= 599 for answer in forced):
                 raise ValueError("status must be an HTTP status code")
-            retry_after = body.get("retry_after")
-            control.forced = ForcedResponse(status, None if retry_after is None else int(retry_after))
-            control.forced_remaining = int(body.get("count", 1))
+            control.forced = forced
         elif action == "keepalive":
             control.close_connections = bool(body["close"])
         elif action == "delay":
