@@ -530,7 +530,7 @@ FAULTS = {
         Fault(
             "overload-forgotten",
             "data-designer-slurm",
-            "the proxy forgets the overload it saw: a request whose last attempt finds no backend listening gets "
+            "the proxy forgets the overload it saw: a request whose last attempt meets a connection error gets "
             "502 (backend unavailable), though a replica answered an earlier attempt 429",
             (
                 (

@@ -136,19 +136,23 @@ def test_a_middleware_that_gates_health_probes_is_caught_by_exempt(sut_wheelhous
     print("admission-gates-probes:", exempt.observed)
     # 2 replicas held at depth 7, each asked the profile's 6 exempt paths: every one refused
     assert exempt.verdict == "fail" and exempt.metrics == {"exempt_asked": 12, "exempt_refused": 12}, exempt
-    assert "2 rejecting the admission probe): 429: 12" in exempt.observed, exempt
+    assert (
+        "on the 2 of 2 replica(s) at depth 7 (threshold 0) rejecting the admission probe before and after: 429: 12"
+        in (exempt.observed)
+    ), exempt
     assert "/health: 2" in exempt.observed and exempt.detail.startswith("first refusal: replica 0 answered /health"), (
         exempt
     )
     assert checks["overload.admission.rejects"].verdict == "pass", checks["overload.admission.rejects"]
 
 
-# Total overload with every third replica refusing connections, and the exempt paths: the
-# check the fault leaves passing (no client: the round's requests are the harness's own).
+# The round with every third replica resetting each request and the others answering 429, and
+# total overload's exempt paths: the check the fault leaves passing (no client: the requests
+# are the harness's own).
 _UNREACHABLE = _overload(
     "deploying replicas", "deploying the SUT's proxy", "total overload",
-    "total overload: the paths queue admission exempts", "total overload, some replicas unreachable",
-    "total overload, some replicas unreachable: what the proxy answers", "stopping the proxy", "stopping the replicas",
+    "total overload: the paths queue admission exempts", "total overload lifted", "overload with backends lost",
+    "overload with backends lost: what the proxy answers", "stopping the proxy", "stopping the replicas",
     replicas=8,
 )  # fmt: skip
 
@@ -157,15 +161,15 @@ def test_a_proxy_that_forgets_the_overload_it_saw_is_caught_by_unreachable(
     sut_wheelhouse, sut_image, sut_profile, tmp_path
 ):
     """rc1 tries backends round a ring, three a request, one at a time here: with replicas 2
-    and 5 refusing, the requests that start at 0 or 3 (4 of 12 on a fresh proxy) end on a
-    refused connection after two 429s. This variant answers those 502."""
+    and 5 resetting, the requests that start at 0 or 3 (4 of 12 on a fresh proxy) end on a
+    reset after two 429s. This variant answers those 502."""
     checks = run_with_fault(_UNREACHABLE, "overload-forgotten", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     unreachable = checks["overload.total.unreachable"]
     print("overload-forgotten:", unreachable.observed, "|", unreachable.detail)
-    assert unreachable.verdict == "fail" and unreachable.metrics["wrong"] == 4, unreachable
+    assert unreachable.verdict == "fail" and unreachable.metrics["wrong"] == unreachable.metrics["ended_on_reset"] == 4
     assert "12 met overload" in unreachable.observed and "client statuses 429: 8, 502: 4" in unreachable.observed
-    assert "2 of its attempts answered 429 by the replicas, 1 found no backend; the client got 502" in (
-        unreachable.detail
+    assert unreachable.detail == (
+        "request unreachable-0-0: attempts 429, 429, reset at the replicas; the client got 502 (Retry-After None)"
     ), unreachable
     assert checks["overload.admission.exempt"].verdict == "pass", checks["overload.admission.exempt"]
 

@@ -2,7 +2,7 @@
 
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import expected_decreases
-from dd_accept.acceptance.overload_unreachable import UnreachableRound, refused_replicas
+from dd_accept.acceptance.overload_unreachable import UnreachableRound, resetting_replicas
 from dd_accept.base.events import AdmissionChange, ClientRequest, UpstreamAttempt
 from dd_accept.deployment import AdmissionSample, ColdStart, ExemptAnswers
 
@@ -414,8 +414,9 @@ _EXEMPT = ("/health", "/ready", "/metrics", "/version", "/v1/models", "/ping")
 
 
 def _exempt(statuses_by_path: dict[str, int | None], replicas=(0, 1), rejecting=(0, 1)) -> ExemptAnswers:
-    answers = tuple((r, path, status) for r in replicas for path, status in statuses_by_path.items())
-    return ExemptAnswers(depth=7, threshold=0, rejecting=rejecting, answers=answers)
+    """The evidence as the harness keeps it: the answers of the replicas that were rejecting."""
+    answers = tuple((r, path, status) for r in rejecting for path, status in statuses_by_path.items())
+    return ExemptAnswers(depth=7, threshold=0, replicas=replicas, rejecting=rejecting, answers=answers)
 
 
 def test_exempt_paths_answered_by_the_app_pass_whatever_its_own_status():
@@ -424,7 +425,8 @@ def test_exempt_paths_answered_by_the_app_pass_whatever_its_own_status():
     result = checks.admission_exempt(answers, _EXEMPT)
     assert result.verdict == "pass", result
     assert result.observed == (
-        "12 GET(s) on 2 replica(s) at depth 7 (threshold 0; 2 rejecting the admission probe): 200: 8, 404: 4"
+        "12 GET(s) on the 2 of 2 replica(s) at depth 7 (threshold 0) rejecting the admission probe before and after: "
+        "200: 8, 404: 4"
     )
     assert result.metrics == {"exempt_asked": 12, "exempt_refused": 0}
 
@@ -439,75 +441,86 @@ def test_one_gated_exempt_path_fails_and_is_named_with_its_replica():
 
 def test_a_5xx_or_no_answer_on_an_exempt_path_is_a_refusal():
     for status, said in ((503, "503"), (None, "nothing")):
-        result = checks.admission_exempt(_exempt({"/health": 200, "/metrics": status}, replicas=(3,)), _EXEMPT)
+        answers = _exempt({"/health": 200, "/metrics": status}, replicas=(3,), rejecting=(3,))
+        result = checks.admission_exempt(answers, _EXEMPT)
         assert result.verdict == "fail" and result.detail == f"first refusal: replica 3 answered /metrics with {said}"
 
 
+def test_only_replicas_rejecting_before_and_after_are_judged_and_none_is_no_pass():
+    # replica 1 admitted meanwhile (its queue drained): only replica 0's answers are judged
+    partly = _exempt({"/health": 429}, replicas=(0, 1), rejecting=(0,))
+    result = checks.admission_exempt(partly, _EXEMPT)
+    assert result.verdict == "fail" and result.metrics == {"exempt_asked": 1, "exempt_refused": 1}, result
+    assert "on the 1 of 2 replica(s)" in result.observed, result
+    judged_ok = _exempt({"/health": 200}, replicas=(0, 1), rejecting=(1,))
+    assert checks.admission_exempt(judged_ok, _EXEMPT).metrics == {"exempt_asked": 1, "exempt_refused": 0}
+    result = checks.admission_exempt(_exempt({"/health": 200}, rejecting=()), _EXEMPT)
+    assert result.verdict == "fail" and result.detail.startswith("no replica rejected the admission probe"), result
+
+
 def test_exempt_paths_never_asked_fail_and_say_so():
-    for answers in (None, ExemptAnswers(7, 0, (), ())):
+    for answers in (None, ExemptAnswers(7, 0, (), (), ())):
         result = checks.admission_exempt(answers, _EXEMPT)
         assert result.verdict == "fail" and result.observed == "no exempt path was asked"
 
 
 def _round(statuses, retry_after="3", attempts=3):
     client = tuple(
-        ClientRequest(t=1.0, mode="raw", record=i, attempt=1, outcome="x", request_id=f"unreachable-{i}",
+        ClientRequest(t=1.0, mode="raw", record=i, attempt=1, outcome="x", request_id=f"unreachable-0-{i}",
                       status=status, retry_after=retry_after if status == 429 else None)
         for i, status in enumerate(statuses)
     )  # fmt: skip
-    return UnreachableRound(refused=(2, 5), attempts=attempts, client=client)
+    return UnreachableRound(resetting=((2, 5),), attempts=attempts, client=client)
 
 
-def _seen(request: int, *statuses: int) -> list[UpstreamAttempt]:
+def _seen(request: int, *statuses: int | None) -> list[UpstreamAttempt]:
+    """A request's attempts in order: a status, or None for a connection the replica reset."""
     return [
-        UpstreamAttempt(t=1.0, replica=0, path="/v1/chat/completions", outcome="ok", started=0.5, duration_s=0.01,
-                        request_id=f"unreachable-{request}", status=status)
-        for status in statuses
+        UpstreamAttempt(t=1.0, replica=i, path="/v1/chat/completions", outcome="ok" if status else "reset",
+                        started=0.5 + i / 10, duration_s=0.01, request_id=f"unreachable-0-{request}", status=status)
+        for i, status in enumerate(statuses)
     ]  # fmt: skip
 
 
 def test_unreachable_passes_when_each_request_that_met_overload_got_429_with_the_replicas_value():
-    # request 0: 429, 429 and a refused connection; request 1: three 429s; request 2: reached no replica (502)
-    upstream = _seen(0, 429, 429) + _seen(1, 429, 429, 429)
-    result = checks.total_unreachable(_round([429, 429, 502]), upstream, 3, 7)
+    # request 0: 429, 429, then a reset (the path); 1: three 429s; 2: reset, 429, 429 (passed on); 3: resets only (502)
+    upstream = _seen(0, 429, 429, None) + _seen(1, 429, 429, 429) + _seen(2, None, 429, 429) + _seen(3, None, None)
+    result = checks.total_unreachable(_round([429, 429, 429, 502]), upstream, 3, 7)
     assert result.verdict == "pass", result
-    assert result.metrics == {"requests": 3, "met_overload": 2, "also_unreachable": 1, "wrong": 0}
-    assert result.observed.endswith("Retry-After 3: 2; 1 reached no overloaded replica"), result.observed
+    assert result.metrics == {"requests": 4, "met_overload": 3, "ended_on_reset": 1, "wrong": 0}
+    assert result.observed == (
+        "4 request(s), replicas 2, 5 resetting each request, the others answering 429: 3 met overload, 1 of them "
+        "ended on a reset; their client statuses 429: 3, Retry-After 3: 3"
+    )
 
 
-def test_unreachable_fails_a_502_after_overload_and_names_the_request():
-    upstream = _seen(0, 429, 429) + _seen(1, 429, 429, 429)
+def test_unreachable_fails_a_502_after_overload_and_names_the_request_with_its_attempts():
+    upstream = _seen(0, 429, 429, None) + _seen(1, 429, 429, 429)
     result = checks.total_unreachable(_round([502, 429]), upstream, 3, 7)
     assert result.verdict == "fail" and result.metrics["wrong"] == 1
     assert result.detail == (
-        "request unreachable-0: 2 of its attempts answered 429 by the replicas, 1 found no backend; "
-        "the client got 502 (Retry-After None)"
+        "request unreachable-0-0: attempts 429, 429, reset at the replicas; the client got 502 (Retry-After None)"
     )
 
 
 def test_unreachable_tells_the_proxys_own_fallback_from_the_replicas_value():
-    result = checks.total_unreachable(_round([429], retry_after="7"), _seen(0, 429), 3, 7)
+    result = checks.total_unreachable(_round([429], retry_after="7"), _seen(0, 429, None), 3, 7)
     assert result.verdict == "fail" and result.detail.endswith(
         ": the proxy's own fallback (7), not the replicas' value"
     )
 
 
-def test_unreachable_fails_when_no_request_met_overload_and_a_refused_backend():
-    # every request's three attempts answered 429: the proxy's path for a refused last attempt never ran
-    result = checks.total_unreachable(_round([429, 429]), _seen(0, 429, 429, 429) + _seen(1, 429, 429, 429), 3, 7)
-    assert result.verdict == "fail" and result.metrics["also_unreachable"] == 0
-    assert result.detail.startswith("no request met overload and an unreachable backend")
+def test_unreachable_fails_when_no_request_ended_on_a_reset_after_a_429():
+    # a reset first or in the middle ends on a replica's 429, passed on: the proxy's own answer never asked
+    upstream = _seen(0, None, 429, 429) + _seen(1, 429, None, 429)
+    result = checks.total_unreachable(_round([429, 429]), upstream, 3, 7)
+    assert result.verdict == "fail" and result.metrics["ended_on_reset"] == 0 and result.metrics["wrong"] == 0
+    assert result.detail.startswith("no request ended on a reset after a 429")
     assert checks.total_unreachable(None, [], 3, 7).observed == "no request was sent"
 
 
-def test_requests_that_ended_after_the_refusal_are_said_and_not_judged():
-    late = UnreachableRound(refused=(2, 5), attempts=3, client=_round([429]).client, late=11)
-    result = checks.total_unreachable(late, _seen(0, 429, 429), 3, 7)
-    assert result.verdict == "pass" and result.metrics["requests"] == 1, result
-    assert result.observed.endswith("; 11 more ended after the replicas listened again (not judged)")
-
-
-def test_every_attempts_th_replica_refuses_and_replica_0_always_listens():
-    assert refused_replicas(8, 3) == (2, 5)
-    assert refused_replicas(2, 2) == (1,)
-    assert all(0 not in refused_replicas(n, a) for n in range(1, 20) for a in range(2, 5))
+def test_every_attempts_th_replica_resets_and_a_shift_moves_them():
+    assert resetting_replicas(8, 3) == (2, 5)
+    assert resetting_replicas(8, 3, 1) == (1, 4, 7) and resetting_replicas(8, 3, 2) == (0, 3, 6)
+    assert resetting_replicas(2, 2) == (1,) and resetting_replicas(2, 2, 1) == (0,)
+    assert all(len(resetting_replicas(n, a, k)) < n for n in range(2, 20) for a in range(2, 4) for k in range(a))

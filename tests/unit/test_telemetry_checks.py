@@ -835,7 +835,8 @@ def test_status_failover_passes_when_each_retried_status_was_tried_again_or_atte
     result = checks.status_failover([_every_status_met()], RETRIED, 3)
     assert result.verdict == "pass", result
     assert result.observed == (
-        "met at the replicas: 429: 1, 500: 1, 502: 1, 503: 1, 504: 1; 0 request(s) given up before 3 attempts"
+        "met at the replicas: 429: 1, 500: 1, 502: 1, 503: 1, 504: 1; 0 request(s) given up before 3 attempts, "
+        "0 tried again on a replica already tried"
     )
 
 
@@ -843,10 +844,20 @@ def test_status_failover_fails_a_status_passed_on_with_attempts_left_and_names_i
     given_up = _failover_phase(("d", [502], 502), ("e", [504], 504), ("f", [503, 200], 200))
     result = checks.status_failover([_every_status_met(), given_up], RETRIED, 3)
     assert result.verdict == "fail" and result.metrics["given_up"] == 2, result
-    assert result.observed.endswith("2 request(s) given up before 3 attempts (last status 502: 1, 504: 1)")
+    assert result.observed.endswith(
+        "2 request(s) given up before 3 attempts (last status 502: 1, 504: 1), 0 tried again on a replica already tried"
+    )
     assert result.detail == (
         "failover-5xx: request d's attempt 1 answered 502 by a replica, no attempt after it (the client got 502)"
     )
+
+
+def test_status_failover_fails_a_retry_on_the_replica_that_just_failed():
+    again = _failover_phase(("g", [500, 200], 200))
+    again = replace(again, upstream=[attempt("g", 1, 500, 1.0), attempt("g", 1, 200, 1.1)])
+    result = checks.status_failover([_every_status_met(), again], RETRIED, 3)
+    assert result.verdict == "fail" and result.metrics["same_backend"] == 1 and result.metrics["given_up"] == 0
+    assert result.detail == "failover-5xx: request g was sent to replica 1 again, not to another backend"
 
 
 def test_status_failover_fails_when_a_retried_status_was_never_met():

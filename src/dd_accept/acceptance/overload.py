@@ -138,7 +138,7 @@ class OverloadRun(DeployedRun):
     relieved_at: float = 0.0
     cold_start: deployment.ColdStart | None = None  # synthetic replicas only (exact depths)
     exempt: deployment.ExemptAnswers | None = None  # the exempt paths, asked under total overload
-    unreachable: overload_unreachable.UnreachableRound | None = None  # synthetic replicas only (they refuse)
+    unreachable: overload_unreachable.UnreachableRound | None = None  # synthetic replicas only (control plane)
     client_events: dict[str, list[Event]] = field(default_factory=dict)  # by phase
     partial_retries_429: float | None = None  # the proxy's own count, where its profile names one
 
@@ -254,8 +254,8 @@ def _judge_exempt(s: OverloadRun) -> None:
 
 
 def _drive_unreachable(s: OverloadRun) -> None:
-    attempts = min(s.max_attempts, s.options.replicas)
-    s.unreachable = overload_unreachable.ask_with_replicas_refusing(*s.deployed, s.run, attempts)
+    attempts, retry_after = min(s.max_attempts, s.options.replicas), s.options.retry_after
+    s.unreachable = overload_unreachable.ask_with_replicas_resetting(*s.deployed, s.run, attempts, retry_after)
 
 
 def _judge_unreachable(s: OverloadRun) -> None:
@@ -413,10 +413,6 @@ PHASES: tuple[Phase[OverloadRun], ...] = (
           numbers=lambda s: {"overloaded": s.options.replicas}),
     Phase("judge", "total overload: the paths queue admission exempts", _judge_exempt,
           judges=("overload.admission.exempt",)),
-    Phase("drive", "total overload, some replicas unreachable", _drive_unreachable, backends=SYNTHETIC_ONLY,
-          fault="every third replica refuses connections, the others are overloaded: 429s by design"),
-    Phase("judge", "total overload, some replicas unreachable: what the proxy answers", _judge_unreachable,
-          judges=("overload.total.unreachable",), backends=SYNTHETIC_ONLY),
     Phase("drive", "total overload: until two admission decreases", _drive_total,
           _plan_client("total", "recovery_records", TOTAL_CLIENT),
           fault="every replica overloaded: 429s with Retry-After reach the client"),
@@ -425,6 +421,10 @@ PHASES: tuple[Phase[OverloadRun], ...] = (
     Phase("judge", "total overload and recovery", _judge_total,
           judges=("overload.total.attempts", "overload.total.retry_after", "overload.total.admission_decrease",
                   "overload.total.cooldown", "overload.recovery")),
+    Phase("drive", "overload with backends lost", _drive_unreachable, backends=SYNTHETIC_ONLY,
+          fault="every third replica resets each request, the others answer 429: 429s by design"),
+    Phase("judge", "overload with backends lost: what the proxy answers", _judge_unreachable,
+          judges=("overload.total.unreachable",), backends=SYNTHETIC_ONLY),
     Phase("hold", "queue admission at the SUT's default threshold, from a cold start", _hold_default_threshold,
           _plan_default_threshold, backends=SYNTHETIC_ONLY),
     Phase("judge", "queue admission", _judge_admission, judges=("overload.admission.rejects",)),

@@ -25,16 +25,10 @@ def at_default_threshold(
     above it before its middleware has read the queue (how long does it fail open?), then it
     admits at that depth and rejects one above it."""
     default = profile.queue_admission.default_threshold
+    run = deployment.RunDirectory.create(allocation.cluster, DEFAULT_THRESHOLD_RUN)
+    launch = {"profile": profile, "retry_after": retry_after, "options": fast, "seed": seed}
     replica = deployment.start_replicas(
-        allocation,
-        1,
-        run=deployment.RunDirectory.create(allocation.cluster, DEFAULT_THRESHOLD_RUN),
-        profile=profile,
-        retry_after=retry_after,
-        options=fast,
-        seed=seed,
-        port_base=DEFAULT_THRESHOLD_PORT_BASE,
-        prime=False,
+        allocation, 1, run=run, port_base=DEFAULT_THRESHOLD_PORT_BASE, prime=False, **launch
     )
     # Down from the cold start's deeper queue: rc1 may still judge by that reading for its
     # staleness bound (1 s), so the depth it must admit at is watched once that has passed.

@@ -22,9 +22,16 @@ from dd_accept.acceptance.analysis import (
     limit_breaches,
     requests,
 )
-from dd_accept.acceptance.overload_unreachable import UnreachableRound
+from dd_accept.acceptance.overload_unreachable import UnreachableRound, ended_on_a_reset_after_overload
 from dd_accept.acceptance.registry import check
-from dd_accept.base.events import AdmissionChange, Event, UpstreamAttempt, admitted_probe, of_type
+from dd_accept.base.events import (
+    RESET_UNANSWERED,
+    AdmissionChange,
+    Event,
+    UpstreamAttempt,
+    admitted_probe,
+    of_type,
+)
 from dd_accept.base.percentiles import percentile
 from dd_accept.base.results import CheckResult
 from dd_accept.deployment import AdmissionSample, ColdStart, ExemptAnswers
@@ -115,27 +122,32 @@ def admission_exempt(answers: ExemptAnswers | None, paths: tuple[str, ...]) -> C
     """The paths the SUT's queue admission documents as exempt (health, readiness, metrics,
     model list) are answered by the app however deep the queue: a proxy's health probe or
     a scrape that the middleware rejected would take an overloaded replica for a failed
-    one. Asked on every replica held too deep, right after their admission probes."""
-    expected = f"{', '.join(paths)} answered by the app (no 429, no 5xx) on every replica held too deep"
-    if answers is None or not answers.answers:
+    one. Judged on the replicas held too deep that rejected the admission probe before and
+    after the paths were asked: a middleware that rejected nothing showed no exemption."""
+    expected = f"{', '.join(paths)} answered by the app (no 429, no 5xx) on every replica rejecting inference"
+    if answers is None or not answers.replicas:
         return CheckResult.judge(
             admission_exempt.check_id, False, expected, "no exempt path was asked", "the total overload hold never ran"
         )
-    refused = [(replica, path, status) for replica, path, status in answers.answers if not admitted_probe(status)]
-    by_path = Counter(path for _, path, _ in refused)
-    statuses = Counter(status for _, _, status in answers.answers)
-    held = len({replica for replica, _, _ in answers.answers})
+    judged = [(replica, path, status) for replica, path, status in answers.answers if replica in answers.rejecting]
+    refused = [(replica, path, status) for replica, path, status in judged if not admitted_probe(status)]
+    held = len(answers.replicas)
     observed = (
-        f"{len(answers.answers)} GET(s) on {held} replica(s) at depth {answers.depth} (threshold "
-        f"{answers.threshold}; {len(answers.rejecting)} rejecting the admission probe): {_fmt_counts(statuses)}"
+        f"{len(judged)} GET(s) on the {len(answers.rejecting)} of {held} replica(s) at depth {answers.depth} "
+        f"(threshold {answers.threshold}) rejecting the admission probe before and after: "
+        f"{_fmt_counts(Counter(status for _, _, status in judged))}"
     )
     detail = ""
     if refused:
-        observed += f"; refused: {_fmt_counts(by_path)}"
+        observed += f"; refused: {_fmt_counts(Counter(path for _, path, _ in refused))}"
         replica, path, status = refused[0]
         detail = f"first refusal: replica {replica} answered {path} with {status if status is not None else 'nothing'}"
-    metrics = {"exempt_asked": len(answers.answers), "exempt_refused": len(refused)}
-    return CheckResult.judge(admission_exempt.check_id, not refused, expected, observed, detail, metrics)
+    elif not judged:
+        detail = "no replica rejected the admission probe before and after: the exemption was not shown"
+    metrics = {"exempt_asked": len(judged), "exempt_refused": len(refused)}
+    return CheckResult.judge(
+        admission_exempt.check_id, bool(judged) and not refused, expected, observed, detail, metrics
+    )
 
 
 @check("overload.partial.completes")
@@ -226,47 +238,47 @@ def total_retry_after(client: list[Event], retry_after: int, proxy_fallback: int
 def total_unreachable(
     round_: UnreachableRound | None, upstream: list[UpstreamAttempt], retry_after: int, proxy_fallback: int
 ) -> CheckResult:
-    """Every replica overloaded or refusing connections: a request that met overload on an
-    attempt (a replica answered it 429) ends at the client as 429 with the replicas'
-    Retry-After, also when another attempt found no backend listening: the proxy "answers 429
-    + Retry-After when overload was seen" (the brief), never a 502 that takes a full service
-    for a gone one. A request that reached no listening replica is not judged (a 502 is right
-    for it); a round in which no request met both is the path never driven, a failure."""
+    """Overload on one attempt, a lost backend on the last: a request that a replica answered
+    429 ends at the client as 429 with the replicas' Retry-After, also when its last attempt
+    was a connection reset unanswered. The proxy "answers 429 + Retry-After when overload
+    was seen" (the brief), never a 502 that takes a full service for a gone one. A request
+    that met no 429 is not judged (a 502 is right for it); a round in which no request ended
+    on a reset after a 429 never drove the path, and fails."""
     expected = (
         f"each request a replica answered 429 ends at the client as 429 with Retry-After: {retry_after}, also when "
-        "an attempt found no backend listening (at least one such request)"
+        "its last attempt was a connection reset (at least one such request)"
     )
     if round_ is None or not round_.client:
         return CheckResult.judge(total_unreachable.check_id, False, expected, "no request was sent", "")
-    by_id = attempts_by_request(upstream)
-    met = [r for r in round_.client if any(a.status == 429 for a in by_id.get(r.request_id or "", ()))]
-    mixed = [r for r in met if len(by_id[r.request_id or ""]) < round_.attempts]  # an attempt reached no replica
+    chains = {rid: sorted(chain, key=lambda a: a.started) for rid, chain in attempts_by_request(upstream).items()}
+    met = [r for r in round_.client if any(a.status == 429 for a in chains.get(r.request_id or "", ()))]
+    driven = [r for r in met if ended_on_a_reset_after_overload(chains[r.request_id or ""])]
     wrong = [r for r in met if r.status != 429 or not _retry_after_matches(_text(r.retry_after), retry_after)]
-    refused = ", ".join(map(str, round_.refused))
+    resetting = " then ".join(", ".join(map(str, lost)) for lost in round_.resetting)
     observed = (
-        f"{len(round_.client)} request(s) with replicas {refused} refusing: {len(met)} met overload, {len(mixed)} of "
-        f"them also an unreachable backend; their client statuses {_fmt_counts(Counter(r.status for r in met))}, "
-        f"Retry-After {_fmt_counts(Counter(r.retry_after for r in met))}; "
-        f"{len(round_.client) - len(met)} reached no overloaded replica"
+        f"{len(round_.client)} request(s), replicas {resetting} resetting each request, the others answering 429: "
+        f"{len(met)} met overload, {len(driven)} of them ended on a reset; their client statuses "
+        f"{_fmt_counts(Counter(r.status for r in met))}, Retry-After {_fmt_counts(Counter(r.retry_after for r in met))}"
     )
-    if round_.late:
-        observed += f"; {round_.late} more ended after the replicas listened again (not judged)"
     detail = ""
     if wrong:
         first = wrong[0]
-        seen = by_id[first.request_id or ""]
+        seen = ", ".join(
+            RESET_UNANSWERED if a.status is None else str(a.status) for a in chains[first.request_id or ""]
+        )
         detail = (
-            f"request {first.request_id}: {sum(a.status == 429 for a in seen)} of its attempts answered 429 by the "
-            f"replicas, {round_.attempts - len(seen)} found no backend; the client got {first.status} "
+            f"request {first.request_id}: attempts {seen} at the replicas; the client got {first.status} "
             f"(Retry-After {first.retry_after})"
         )
         if _retry_after_matches(_text(first.retry_after), proxy_fallback):
             detail += f": the proxy's own fallback ({proxy_fallback}), not the replicas' value"
-    elif not mixed:
-        detail = "no request met overload and an unreachable backend: the proxy's path for it was never driven"
-    metrics = {"requests": len(round_.client), "met_overload": len(met), "also_unreachable": len(mixed)}
+    elif not driven:
+        detail = "no request ended on a reset after a 429: the proxy's answer for it was never asked"
+    metrics = {"requests": len(round_.client), "met_overload": len(met), "ended_on_reset": len(driven)}
     metrics["wrong"] = len(wrong)
-    return CheckResult.judge(total_unreachable.check_id, bool(mixed) and not wrong, expected, observed, detail, metrics)
+    return CheckResult.judge(
+        total_unreachable.check_id, bool(driven) and not wrong, expected, observed, detail, metrics
+    )
 
 
 def _text(value: str | float | None) -> str | None:

@@ -1,5 +1,4 @@
-"""Total overload with some replicas unreachable: what the proxy answers a request that met
-overload on one attempt and found no backend listening on another.
+"""Overload met on one attempt, a lost backend on the last: what the proxy answers then.
 
 The brief's proxy "answers 429 + Retry-After when overload was seen" (rc1's proxy.py keeps
 `overload_seen` across attempts for exactly this). Total overload alone never reaches that
@@ -7,8 +6,16 @@ path: every attempt there is answered 429 and the last one is passed on. A proxy
 answered 502 instead would tell the client the service is gone when it is only full: the
 client would not wait out the Retry-After, and its admission would not decrease.
 
-Kept apart from overload.py, which declares the phases: this is the round's doing (refuse,
-ask, wait) and its evidence; overload_checks.total_unreachable judges it.
+The round runs once the overload is lifted: every third replica resets each request it
+reads (a backend that crashed mid-request: a connection error, as a refused port is, but
+one the replica records, so the order of a request's attempts is known), the others answer
+429 with the run's Retry-After (the control plane's forced answer, as the middleware's).
+Requests go one at a time; the first whose last attempt was a reset after a 429 shows the
+path driven. A proxy that never ends a request that way (its own order of backends) is
+asked again with the resetting replicas moved by one, up to its number of attempts.
+
+Kept apart from overload.py, which declares the phases: this is the round's doing and its
+evidence; overload_checks.total_unreachable judges it.
 """
 
 from __future__ import annotations
@@ -16,90 +23,105 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from dd_accept.acceptance.analysis import attempts_by_request
 from dd_accept.base.errors import ClusterError
-from dd_accept.base.events import ADMISSION_PROBE_PATH, ClientRequest, EventWriter
-from dd_accept.base.waiting import wait_until
+from dd_accept.base.events import ADMISSION_PROBE_PATH, RESET_UNANSWERED, ClientRequest, EventWriter, UpstreamAttempt
 from dd_accept.deployment import Proxy, ReplicaSet, RunDirectory, json_lines
 
-UNREACHABLE_REQUESTS = 12  # one at a time through the proxy, each its own request id
-# How long the refused replicas refuse: the round (well under 1 s on an idle machine) must end
-# inside it, or it is asked again with the next, longer one (a busy machine, not the SUT).
-REFUSE_SECONDS = (3.0, 6.0, 12.0)
+# A sub-round's requests, one at a time through the proxy, each its own id: at least one per
+# replica, so a ring of backends is gone round whole (at 28 replicas and more, 12 requests
+# from some cursors never end a request on a resetting replica, shift as it may).
+UNREACHABLE_REQUESTS = 12
 ID_PREFIX = "unreachable-"  # the round's request ids: no client phase's prefix (partial-, total-)
 CLIENT_FILE = "unreachable"  # its requests, as client events, beside the phases' clients
+FORCED_ANSWERS = 1000  # more than a sub-round can consume: each resetting/429 replica's count
 
 
 @dataclass(frozen=True, slots=True)
 class UnreachableRound:
-    """The round's evidence: which replicas refused connections, how many attempts the proxy
-    may make per request, and each request as the client saw it."""
+    """The round's evidence: the replicas that reset in each sub-round asked, how many
+    attempts the proxy may make per request, and each request as the client saw it."""
 
-    refused: tuple[int, ...]
+    resetting: tuple[tuple[int, ...], ...]
     attempts: int
-    client: tuple[ClientRequest, ...]  # the requests that ended while the replicas refused
-    late: int = 0  # requests that ended after the refusal did: not judged
+    client: tuple[ClientRequest, ...]
 
 
-def refused_replicas(replicas: int, attempts: int) -> tuple[int, ...]:
-    """Every `attempts`-th replica (2 and 5 of 8, with 3 attempts): a proxy that tries its
-    backends in index order from either end, or round a ring as rc1 does, meets overload
-    first and a refused connection last; replica 0 always listens, so no policy can miss
-    overload on every request."""
-    return tuple(index for index in range(replicas) if (index + 1) % attempts == 0)
+def resetting_replicas(replicas: int, attempts: int, shift: int = 0) -> tuple[int, ...]:
+    """Every `attempts`-th replica, moved by `shift` (2 and 5 of 8, with 3 attempts): a proxy
+    that tries its backends in index order from either end, or round a ring as rc1 does,
+    meets overload first and a reset last; at least one replica always answers 429."""
+    return tuple(index for index in range(replicas) if (index + 1 + shift) % attempts == 0)
 
 
-def ask_with_replicas_refusing(
-    replicas: ReplicaSet, proxy: Proxy, run: RunDirectory, attempts: int
+def ended_on_a_reset_after_overload(chain: list[UpstreamAttempt]) -> bool:
+    """A request's attempts, in order: a 429 on one, then its last reset unanswered."""
+    return len(chain) >= 2 and chain[-1].outcome == RESET_UNANSWERED and any(a.status == 429 for a in chain[:-1])
+
+
+def ask_with_replicas_resetting(
+    replicas: ReplicaSet, proxy: Proxy, run: RunDirectory, attempts: int, retry_after: int
 ) -> UnreachableRound:
-    """Refuse connections on `refused_replicas` (every replica is held in overload), send the
-    round's requests through the proxy from its own node, and return once the refused
-    replicas listen again, so the phases after see every replica as before. Only requests
-    that ended while the replicas refused are judged; a round none of which did (the node was
-    slow to start it) is asked again, refusing longer."""
-    refused = refused_replicas(replicas.count, attempts)
-    for number, seconds in enumerate(REFUSE_SECONDS):
-        began = time.time()
-        replicas.control(list(refused), "refuse", seconds=seconds)
-        client = _ask(replicas, proxy, f"{ID_PREFIX}{number}-")  # a round's ids are its own
-        _wait_listening(replicas, refused, seconds)
-        inside = tuple(request for request in client if request.t < began + seconds)
-        if inside:  # else the node took the whole refusal to start the round: a busy machine
+    """The round: sub-rounds until one drove the path (or every shift was tried); each
+    replica serves as before once it returns."""
+    resetting: list[tuple[int, ...]] = []
+    client: list[ClientRequest] = []
+    writer = EventWriter(run.path(f"{CLIENT_FILE}.jsonl")[1], "client")
+    try:
+        for shift in range(attempts):
+            lost = resetting_replicas(replicas.count, attempts, shift)
+            full = [index for index in range(replicas.count) if index not in lost]
+            replicas.control(full, "respond", status=429, retry_after=retry_after, count=FORCED_ANSWERS)
+            replicas.control(list(lost), "reset", count=FORCED_ANSWERS)
+            try:
+                asked = _ask(replicas, proxy, f"{ID_PREFIX}{shift}-", max(UNREACHABLE_REQUESTS, replicas.count))
+            finally:
+                replicas.control(None, "respond", status=200, count=0)
+                replicas.control(list(lost), "reset", count=0)
+            resetting.append(lost)
+            client += asked
+            for request in asked:
+                writer.write(request)
+            if any(ended_on_a_reset_after_overload(chain) for chain in _settled_chains(replicas, _ids(asked))):
+                break
+    finally:
+        writer.close()
+    return UnreachableRound(tuple(resetting), attempts, tuple(client))
+
+
+def _settled_chains(replicas: ReplicaSet, ids: set[str]) -> list[list[UpstreamAttempt]]:
+    """Each request's attempts as the replicas recorded them, in order, once their records
+    stop growing: a replica writes its record as it ends the attempt, around when the client
+    gets its answer."""
+    seen: list[UpstreamAttempt] = []
+    for _ in range(10):
+        found = [a for a in replicas.events() if a.request_id in ids]
+        if found and len(found) == len(seen):
             break
-    else:
-        raise ClusterError(
-            f"no request through the proxy ended within {REFUSE_SECONDS[-1]:g}s of replicas refusing connections: "
-            "the machine is too busy to drive them"
-        )
-    _, path = run.path(f"{CLIENT_FILE}.jsonl")
-    writer = EventWriter(path, "client")
-    for request in client:
-        writer.write(request)
-    writer.close()
-    return UnreachableRound(refused, attempts, inside, late=len(client) - len(inside))
+        seen = found
+        time.sleep(0.2)
+    return [sorted(chain, key=lambda a: a.started) for chain in attempts_by_request(seen).values()]
 
 
-def _ask(replicas: ReplicaSet, proxy: Proxy, prefix: str) -> tuple[ClientRequest, ...]:
+def _ids(requests: list[ClientRequest]) -> set[str]:
+    return {request.request_id for request in requests if request.request_id}
+
+
+def _ask(replicas: ReplicaSet, proxy: Proxy, prefix: str, count: int) -> list[ClientRequest]:
     cluster = replicas.cluster
     argv = [cluster.layout.python, "-m", "dd_accept.node.probe", "--admission", "--timeout", "10"]
-    argv += ["--id", prefix, *[f"{proxy.url}{ADMISSION_PROBE_PATH}"] * UNREACHABLE_REQUESTS]
-    rows = json_lines(cluster.exec(argv, node=proxy.node, timeout=UNREACHABLE_REQUESTS * 12 + 30))
-    return tuple(_as_client_request(index, row) for index, row in enumerate(rows))
-
-
-def _wait_listening(replicas: ReplicaSet, refused: tuple[int, ...], seconds: float) -> None:
-    wait_until(
-        lambda: _listening(replicas, refused),
-        bool,
-        timeout=seconds + 15,
-        interval=0.5,
-        what=f"replicas {', '.join(map(str, refused))} to listen again",
-    )
+    argv += ["--id", prefix, *[f"{proxy.url}{ADMISSION_PROBE_PATH}"] * count]
+    record = cluster.exec(argv, node=proxy.node, timeout=count * 12 + 30)
+    rows = json_lines(record)
+    if not record.ok or len(rows) != count:
+        raise ClusterError(f"the requests through the proxy could not be sent: {record.describe()}")
+    return [_as_client_request(index, row) for index, row in enumerate(rows)]
 
 
 def _as_client_request(index: int, row: dict[str, object]) -> ClientRequest:
     status = row.get("status")
     status = status if isinstance(status, int) else None
-    outcome = "rate_limited" if status == 429 else "error" if status is None else "http_error"
+    outcome = {429: "rate_limited", 200: "ok", None: "error"}.get(status, "http_error")
     sent = float(row.get("sent") or 0.0)  # type: ignore[arg-type]
     retry_after = row.get("retry_after")
     return ClientRequest(
@@ -114,11 +136,3 @@ def _as_client_request(index: int, row: dict[str, object]) -> ClientRequest:
         retry_after=retry_after if isinstance(retry_after, str) else None,
         error=str(row["error"]) if row.get("error") else None,
     )
-
-
-def _listening(replicas: ReplicaSet, refused: tuple[int, ...]) -> bool:
-    try:
-        replicas.control(list(refused), "state")
-    except ClusterError:  # nothing listens yet: the control request was refused too
-        return False
-    return True

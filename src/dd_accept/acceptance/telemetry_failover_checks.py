@@ -28,10 +28,10 @@ from collections import Counter
 from typing import Any
 
 from dd_accept.acceptance.registry import check
-from dd_accept.base.events import ClientRequest, UpstreamAttempt
+from dd_accept.base.events import RESET_UNANSWERED, ClientRequest, UpstreamAttempt
 from dd_accept.base.results import CheckResult
 
-RESET = "reset"  # the replica's outcome for a request whose connection it reset unanswered
+RESET = RESET_UNANSWERED  # the replica's outcome for a request whose connection it reset unanswered
 
 
 def connection_error_retries(delta: Any) -> float | None:
@@ -54,16 +54,19 @@ def connection_error_retries(delta: Any) -> float | None:
 
 @check("telemetry.status_failover")
 def status_failover(phases: list[Any], retried: tuple[int, ...], limit: int) -> CheckResult:
-    """Every status the proxy retries is retried while it has attempts left: a request whose
-    last attempt a replica answered with one of them, after fewer than `limit` attempts, was
-    given up early, and its client got a failure another backend would have spared it. Each
-    of the statuses must have been met at the replicas, or the rule was not exercised."""
+    """Every status the proxy retries is retried on another backend while it has attempts
+    left: a request whose last attempt a replica answered with one of them, after fewer than
+    `limit` attempts, was given up early, and one tried again on a replica it had already
+    tried (while `limit` distinct ones were there to try) was not failed over; either way its
+    client got a failure another backend would have spared it. Each of the statuses must
+    have been met at the replicas, or the rule was not exercised."""
     expected = (
-        f"a request whose attempt a replica answered {', '.join(map(str, retried))} is tried again while fewer than "
-        f"{limit} attempts were made; each of those statuses met"
+        f"a request whose attempt a replica answered {', '.join(map(str, retried))} is tried again on a replica it "
+        f"has not tried while fewer than {limit} attempts were made; each of those statuses met"
     )
     met: Counter[int] = Counter()
     given_up: list[tuple[str, str, int, int, int | None]] = []  # phase, request, status, attempts, client status
+    same: list[tuple[str, str, int]] = []  # phase, request, the replica tried again
     for phase in phases:
         got = {r.request_id: r.status for r in phase.client if r.request_id}
         for request, chain in phase.chains().items():
@@ -71,6 +74,10 @@ def status_failover(phases: list[Any], retried: tuple[int, ...], limit: int) -> 
             last = chain[-1].status
             if last in retried and len(chain) < limit:
                 given_up.append((phase.name, request, last, len(chain), got.get(request)))
+            tried = [a.replica for a in chain]
+            again = next((r for i, r in enumerate(tried) if r in tried[:i] and len(set(tried[:i])) < limit), None)
+            if again is not None:
+                same.append((phase.name, request, again))
     missing = [status for status in retried if not met[status]]
     observed = f"met at the replicas: {', '.join(f'{s}: {met[s]}' for s in retried)}; "
     observed += f"{len(given_up)} request(s) given up before {limit} attempts"
@@ -79,16 +86,24 @@ def status_failover(phases: list[Any], retried: tuple[int, ...], limit: int) -> 
             f"{s}: {n}" for s, n in sorted(Counter(g[2] for g in given_up).items())
         )
         observed += ")"
+    observed += f", {len(same)} tried again on a replica already tried"
     problems = []
     if given_up:
-        phase, request, status, tried, client = given_up[0]
+        phase, request, status, tried_n, client = given_up[0]
         problems.append(
-            f"{phase}: request {request}'s attempt {tried} answered {status} by a replica, no attempt after it "
+            f"{phase}: request {request}'s attempt {tried_n} answered {status} by a replica, no attempt after it "
             f"(the client got {client})"
         )
+    if same:
+        phase, request, replica = same[0]
+        problems.append(f"{phase}: request {request} was sent to replica {replica} again, not to another backend")
     if missing:
         problems.append(f"never met at the replicas: {', '.join(map(str, missing))} (the rule was not exercised)")
-    metrics = {"given_up": float(len(given_up)), "statuses_met": float(sum(met.values()))}
+    metrics = {
+        "given_up": float(len(given_up)),
+        "same_backend": float(len(same)),
+        "statuses_met": float(sum(met.values())),
+    }
     return CheckResult.judge(status_failover.check_id, not problems, expected, observed, "; ".join(problems), metrics)
 
 

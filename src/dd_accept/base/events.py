@@ -52,6 +52,9 @@ COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 ADMISSION_PROBE_PATH = "/v1/chat/completions"
 ADMISSION_PROBE_BODY = b'{"messages":[],"max_tokens":0}'
 ADMISSION_PROBE_ID = "dd-accept-admission-probe"
+# A replica's outcome for a request it read whole and then reset unanswered (the control
+# plane's `reset`): a backend that crashed mid-request, a connection error to the proxy.
+RESET_UNANSWERED = "reset"
 
 
 def sse_payload_bytes(body: bytes) -> int:

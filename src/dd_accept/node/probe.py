@@ -11,6 +11,7 @@ node's loopback, like the SUT's proxy, through a recorded `docker exec`.
 
 from __future__ import annotations
 
+import http.client
 import json
 import sys
 import time
@@ -32,7 +33,7 @@ def probe(url: str, timeout: float = 5.0, admission: bool = False, request_id: s
             status, body, retry_after = response.status, response.read(), response.headers.get("Retry-After")
     except urllib.error.HTTPError as error:
         status, body, retry_after = error.code, error.read(), error.headers.get("Retry-After")
-    except OSError as error:
+    except (OSError, http.client.HTTPException) as error:  # no answer, or one that is not HTTP
         failed = {"url": url, "status": None, "error": type(error).__name__, "elapsed_s": time.monotonic() - started}
         return failed | ({"request_id": request_id, "sent": round(sent, 6)} if request_id else {})
     try:

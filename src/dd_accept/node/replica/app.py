@@ -23,7 +23,14 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from dd_accept.base.events import ADMISSION_PROBE_ID, EventWriter, UpstreamAttempt, sse_payload_bytes, to_tenth_ms
+from dd_accept.base.events import (
+    ADMISSION_PROBE_ID,
+    RESET_UNANSWERED,
+    EventWriter,
+    UpstreamAttempt,
+    sse_payload_bytes,
+    to_tenth_ms,
+)
 from dd_accept.base.wall_clock import WallAnchor
 from dd_accept.node.replica import openai_shapes as shapes
 from dd_accept.node.replica.asgi import (
@@ -338,7 +345,7 @@ class RequestRecorder:
             outcome = "cut"
             raise
         except ConnectionReset:
-            outcome = "reset"
+            outcome = RESET_UNANSWERED
             raise
         except PeerGone:
             outcome = "abandoned"  # nothing to send to a peer that left: the response ends here
