@@ -175,7 +175,9 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wh
     # the middleware lets every exempt path through on all 8 replicas held too deep: the app
     # answers 200 (/health, /metrics, /version, /v1/models) or 404 (/ready, /ping: it has none)
     exempt = next(c for c in scenario["checks"] if c["id"] == "overload.admission.exempt")
-    judged = int(exempt["metrics"]["exempt_asked"]) // 6  # the replicas rejecting before and after (8 on an idle machine)
+    judged = (
+        int(exempt["metrics"]["exempt_asked"]) // 6
+    )  # the replicas rejecting before and after (8 on an idle machine)
     assert exempt["metrics"]["exempt_refused"] == 0 and judged >= 1, exempt
     assert exempt["observed"] == (
         f"{6 * judged} GET(s) on the {judged} of 8 replica(s) at depth 7 (threshold 0) rejecting the admission probe "
