@@ -138,31 +138,28 @@ def test_a_hung_replica_accepts_but_answers_nothing_until_released(local_replica
     assert urllib.request.urlopen(f"{replica.url}/health", timeout=5).status == 200
 
 
+def _answers(replica, count):
+    """(status, Retry-After) of `count` completions one after another, as the client saw them."""
+    answers = []
+    for _ in range(count):
+        try:
+            _client(replica).completions.create(model="m", prompt="p", max_tokens=1)
+            answers.append((200, None))
+        except Exception as error:  # openai.APIStatusError
+            answers.append((error.status_code, error.response.headers.get("retry-after")))
+    return answers
+
+
 def test_next_k_requests_get_the_forced_status_then_normal_service(local_replica):
     replica = local_replica(*FAST)
     replica.control("respond", status=503, count=2, retry_after=4)
-    statuses = []
-    for _ in range(3):
-        try:
-            _client(replica).completions.create(model="m", prompt="p", max_tokens=1)
-            statuses.append(200)
-        except Exception as error:  # openai.APIStatusError
-            statuses.append(error.status_code)
-            assert error.response.headers["retry-after"] == "4"
-    assert statuses == [503, 503, 200]
+    assert _answers(replica, 3) == [(503, "4"), (503, "4"), (200, None)]
 
 
 def test_a_sequence_of_forced_statuses_is_answered_one_each_in_order(local_replica):
     replica = local_replica(*FAST)
     assert replica.control("respond", statuses=[500, 502, 504])["forced_remaining"] == 3
-    statuses = []
-    for _ in range(4):
-        try:
-            _client(replica).completions.create(model="m", prompt="p", max_tokens=1)
-            statuses.append(200)
-        except Exception as error:  # openai.APIStatusError
-            statuses.append(error.status_code)
-    assert statuses == [500, 502, 504, 200]
+    assert [status for status, _ in _answers(replica, 4)] == [500, 502, 504, 200]
     with pytest.raises(Exception, match="400"):
         replica.control("respond", statuses=[200, 99])
 
