@@ -261,8 +261,7 @@ class TelemetryPhase:
 
     def chains(self) -> dict[str, list[UpstreamAttempt]]:
         """Each client request's upstream attempts, in the order they began."""
-        grouped = attempts_by_request(self.upstream)
-        return {key: sorted(attempts, key=lambda a: a.started) for key, attempts in grouped.items()}
+        return attempts_by_request(self.upstream)
 
     def delta(self, dotted: str) -> Any:
         return metrics_delta(self.metrics_before, self.metrics_after, dotted)
