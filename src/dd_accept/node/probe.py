@@ -23,7 +23,8 @@ from dd_accept.base.events import ADMISSION_PROBE_BODY, ADMISSION_PROBE_ID, REQU
 
 
 def probe(url: str, timeout: float = 5.0, admission: bool = False, request_id: str | None = None) -> dict[str, object]:
-    started, sent = time.monotonic(), time.time()
+    started = time.monotonic()
+    named = {"request_id": request_id, "sent": round(time.time(), 6)} if request_id else {}  # for the replicas' records
     request = urllib.request.Request(url, headers={REQUEST_ID_HEADER: request_id} if request_id else {})
     if admission:
         headers = {"content-type": "application/json", REQUEST_ID_HEADER: request_id or ADMISSION_PROBE_ID}
@@ -35,13 +36,13 @@ def probe(url: str, timeout: float = 5.0, admission: bool = False, request_id: s
         status, body, retry_after = error.code, error.read(), error.headers.get("Retry-After")
     except (OSError, http.client.HTTPException) as error:  # no answer, or one that is not HTTP
         failed = {"url": url, "status": None, "error": type(error).__name__, "elapsed_s": time.monotonic() - started}
-        return failed | ({"request_id": request_id, "sent": round(sent, 6)} if request_id else {})
+        return failed | named
     try:
         parsed: object = json.loads(body)
     except ValueError:
         parsed = None
     row = {"url": url, "status": status, "json": parsed, "elapsed_s": round(time.monotonic() - started, 6)}
-    row |= {"request_id": request_id, "sent": round(sent, 6)} if request_id else {}
+    row |= named
     return row | ({"retry_after": retry_after} if retry_after is not None else {})
 
 
