@@ -85,11 +85,12 @@ def run_on_own_cluster(scenario, image, wheelhouse, profile, tmp_path, name, nod
     return {check.id: check for check in result.checks}
 
 
-def run_against_fault(fault_name, wheelhouse, base_image, profile, tmp_path, options=None):
-    """The overload scenario against rc1 with one fault."""
+def run_against_fault(fault_name, wheelhouse, base_image, profile, tmp_path, options=None, checks=None):
+    """The overload scenario against rc1 with one fault; `checks` (patterns, as `--check`
+    takes them) runs only the phases those checks need, and reports only them."""
 
     def overload(allocation, run, profile, progress):
-        return run_overload(allocation, run, profile, options or OverloadOptions(), progress)
+        return run_overload(allocation, run, profile, options or OverloadOptions(), progress, checks=checks)
 
     return run_with_fault(overload, fault_name, wheelhouse, base_image, profile, tmp_path)
 

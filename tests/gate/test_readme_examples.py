@@ -65,8 +65,8 @@ RUN_ELSEWHERE = {
     "dd-accept run overload --replicas 8": (
         "tests/controls/test_overload_client_faults.py::_run",
         "equivalent: with --sut, a directory of rc1's runtime wheel and its engine rebuilt under a new "
-        "version (issue #32's release engineer), and --out in the test's directory; the positive control "
-        "(test_positive_control_rc1_passes_every_overload_check_through_the_cli) and both engine-fault controls run it",
+        "version (issue #32's release engineer), and --out in the test's directory: the positive control "
+        "(test_positive_control_rc1_passes_every_overload_check_through_the_cli) runs it",
         ('"run", "overload", "--replicas", "8", "--sut", str(directory)',),
     ),
     "dd-accept run overload --replicas 8 --sut ./dist/my.whl": (
@@ -76,10 +76,10 @@ RUN_ELSEWHERE = {
         ('"run", "overload", "--replicas", "8", "--sut", str(directory)',),
     ),
     "dd-accept run all": (
-        "tests/existing/test_existing_cluster.py::test_drain_health_and_streaming_judge_rc1_as_on_the_docker_cluster",
-        "equivalent: drain,health,streaming in parallel allocations there, overload beside it; `run all` "
+        "tests/existing/test_existing_cluster.py::test_drain_and_health_judge_rc1_as_on_the_docker_cluster",
+        "equivalent: drain,health in parallel allocations there, overload beside it; `run all` "
         "itself takes 400 s (benchmarks/time_to_verdict.py runs it)",
-        ('"drain,health,streaming", "--parallel", "2"',),
+        ('"drain,health", "--parallel", "2"',),
     ),
     "dd-accept run drain --sut ./dist/my.whl --out evidence/candidate": (
         "tests/gate/test_gate_runs.py::test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts",
