@@ -17,18 +17,17 @@ for release in $(.venv/bin/python -c "from dd_accept.base.slurm_releases import 
     .venv/bin/dd-accept -q cluster build --slurm "$release" & builds+=("$!")
 done
 for build in "${builds[@]}"; do wait "$build" || { kill "${builds[@]}" 2>/dev/null; exit 2; }; done
-# Two stages: everything on four workers (files in collection order: tests/conftest.py puts the
+# Two stages: everything on five workers (files in collection order: tests/conftest.py puts the
 # long cluster files first), then the tests that need the machine to themselves (capacity),
 # alone. Both run whatever the first found (failed tests included); a stage the arguments select nothing of (exit 5)
 # is no failure while the other ran tests.
 shared=0
-# Four workers on 2 cores: a cluster test waits on Slurm, on paced streams and on timeouts far
-# more than it computes (one worker leaves the cores 71% idle), and the checks that time the
-# SUT judge ratios on one clock, not milliseconds a loaded machine stretches. Measured on a
-# fresh clone (2026-12-04): once the CLI's and the replicas' CPU was cut, three workers left
-# the machine 75% busy in the stage's first half and took 21:53; four took 18:56, every test
-# passing. (Before those cuts, with the machine 93% busy, four bought nothing.)
-.venv/bin/pytest -n 4 --dist loadfile --no-loadscope-reorder --durations=40 -m "not exclusive" "$@" || shared=$?
+# Five workers on 2 cores: a cluster test waits on Slurm, on paced streams and on timeouts far
+# more than it computes, and the checks that time the SUT judge ratios on one clock, not
+# milliseconds a loaded machine stretches. Measured on fresh clones (2026-12-06): with four the
+# stage took 23:29 (the machine 73% busy), with five 16:49 (75% busy, the controls trimmed
+# besides: 5160 s of tests before, in files --dist loadfile hands out whole), every test passing.
+.venv/bin/pytest -n 5 --dist loadfile --no-loadscope-reorder --durations=40 -m "not exclusive" "$@" || shared=$?
 # interrupted (Ctrl-C), an internal or a usage error: stop here, as one pytest run would
 if ((shared != 0 && shared != 1 && shared != 5)); then exit "${shared}"; fi
 alone=0

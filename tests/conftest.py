@@ -5,7 +5,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-# `make test` runs four workers, each handed whole files in collection order (--dist
+# `make test` runs five workers, each handed whole files in collection order (--dist
 # loadfile). Started last, a file of several minutes (a login-node cluster, node loss)
 # would run alone at the end while the other worker idles; collected first, the long
 # cluster files overlap and the many short unit files fill the gaps. Longest first, by
