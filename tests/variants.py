@@ -616,6 +616,32 @@ FAULTS = {
             ),
         ),
         Fault(
+            "retried-status-leaks",
+            "data-designer-slurm",
+            "an attempt answered with a status it retries elsewhere (429, 5xx) is never released from the "
+            "least-connections count: the replicas that refused requests get less than their share ever after",
+            (
+                (
+                    PROXY,
+                    "                await _discard_response(response)\n                self.pool.release(index)\n",
+                    "                await _discard_response(response)\n",
+                ),
+            ),
+        ),
+        Fault(
+            "connection-error-leaks",
+            "data-designer-slurm",
+            "an attempt that met a connection error (refused, reset) or a timeout is never released from the "
+            "least-connections count",
+            (
+                (
+                    PROXY,
+                    "                outcomes.append(reason)\n                self.pool.release(index)\n",
+                    "                outcomes.append(reason)\n",
+                ),
+            ),
+        ),
+        Fault(
             "retry-after-lost",
             "data-designer-slurm",
             "Retry-After is treated as a hop-by-hop header and no longer restored",

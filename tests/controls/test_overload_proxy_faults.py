@@ -62,6 +62,22 @@ def test_admission_that_never_rejects_is_a_failed_check_not_an_error(sut_wheelho
     assert checks["overload.total.attempts"].verdict == "fail", "no 429 reaches the client"
 
 
+def test_a_proxy_that_never_releases_a_retried_attempt_is_caught_by_routing_restored(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """Every request still completes (on the others), so only the routing round sees it: the
+    replicas that refused requests get less than their share once all are idle again."""
+    chosen = ("overload.partial.completes", "overload.total.unreachable", "overload.routing_restored")
+    checks = run_against_fault("retried-status-leaks", sut_wheelhouse, sut_image, sut_profile, tmp_path, checks=chosen)
+    routing = checks["overload.routing_restored"]
+    print("retried-status-leaks:", routing.observed)
+    assert routing.verdict == "fail", routing
+    assert "the proxy still counts connections to them that it let go of" in routing.detail, routing
+    assert routing.metrics["uneven_before"] or routing.metrics["uneven_after"], routing
+    assert checks["overload.partial.completes"].verdict == "pass"
+    assert checks["overload.total.unreachable"].verdict == "pass"
+
+
 def _admission_only(allocation, run, profile, progress):
     """The overload scenario's admission samples alone: with a middleware that rejects at
     the threshold every replica rejects, so the full scenario would spend its client

@@ -3,6 +3,8 @@
 import asyncio
 import json
 import signal
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -579,3 +581,26 @@ def test_term_stops_a_replica_at_once_with_exit_0_only_where_asked(local_replica
         assert (status, ended) == (0, "ClientPayloadError") and events < 100, (status, ended, events)
     else:
         assert status == -signal.SIGTERM and ended == "done" and events >= 400, (status, ended, events)
+
+
+def test_requests_sent_at_once_are_in_flight_together_and_a_held_stream_is_answered_whole(local_replica, tmp_path):
+    """overload's routing round: node.probe --stream --at-once sends its requests together, the
+    smallest stream each, under ids of their own; a replica holding its next streams' first
+    byte keeps them all in flight at once, and each is answered 200 whole."""
+    log = tmp_path / "events.jsonl"
+    replica = local_replica(*FAST, "--events", str(log))
+    replica.control("delay", seconds=1.0, count=4)
+    argv = [sys.executable, "-m", "dd_accept.node.probe", "--stream", "--at-once", "--id", "routing-a-"]
+    argv += [f"{replica.url}{ADMISSION_PROBE_PATH}"] * 4
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [row["request_id"] for row in rows] == [f"routing-a-{i}" for i in range(4)], "in the order of the URLs"
+    assert {row["status"] for row in rows} == {200} and all(row["elapsed_s"] >= 1.0 for row in rows), rows
+    assert max(row["sent"] for row in rows) - min(row["sent"] for row in rows) < 0.5, "sent together"
+    records = wait_until(
+        lambda: [r for r in _upstream_records(log) if (r["request_id"] or "").startswith("routing-a-")],
+        lambda found: len(found) == 4, timeout=5, what="the four records",
+    )  # fmt: skip
+    last_start = max(r["started"] for r in records)
+    assert all(r["started"] + r["duration_s"] > last_start for r in records), "all four in flight together"
+    assert all(r["status"] == 200 and r["outcome"] == "ok" and r["data_events"] == 2 for r in records), records

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from dd_accept.base.events import AdmissionChange, ClientRequest, Event, UpstreamAttempt, of_type
 
@@ -22,6 +22,11 @@ R = TypeVar("R", ClientRequest, UpstreamAttempt)
 
 def requests(events: Iterable[Event]) -> list[ClientRequest]:
     return of_type(events, ClientRequest)
+
+
+def counts_text(counter: Counter[Any]) -> str:
+    """`key: count, …` in key order (`none` for none): how the checks show a tally."""
+    return ", ".join(f"{key}: {value}" for key, value in sorted(counter.items(), key=lambda kv: str(kv[0]))) or "none"
 
 
 def with_prefix(events: Iterable[R], prefix: str) -> list[R]:

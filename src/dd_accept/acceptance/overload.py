@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dd_accept import deployment
-from dd_accept.acceptance import overload_admission, overload_unreachable
+from dd_accept.acceptance import overload_admission, overload_routing, overload_unreachable
 from dd_accept.acceptance import overload_checks as checks
 from dd_accept.acceptance.analysis import admission, expected_decreases, requests, with_prefix
 from dd_accept.acceptance.declaration import Scenario
+from dd_accept.acceptance.overload_routing_checks import routing_restored
 from dd_accept.acceptance.phases import DeployedRun, Phase, stop_if_started
 from dd_accept.acceptance.plan import NODE, BackendKind, PlannedCommand, Planner
 from dd_accept.acceptance.proxy_metrics import metric_value
@@ -266,6 +267,10 @@ def _judge_unreachable(s: OverloadRun) -> None:
     )
 
 
+def _judge_routing(s: OverloadRun) -> None:
+    s.result.add(routing_restored(overload_routing.route_round(*s.deployed, s.run)))
+
+
 def _drive_total(s: OverloadRun) -> None:
     client = s.start_client("total", s.options.recovery_records)
     factor = s.profile.client.decrease_factor
@@ -425,6 +430,9 @@ PHASES: tuple[Phase[OverloadRun], ...] = (
           fault="every third replica resets each request, the others answer 429: 429s by design"),
     Phase("judge", "overload with backends lost: what the proxy answers", _judge_unreachable,
           judges=("overload.total.unreachable",), backends=SYNTHETIC_ONLY),
+    Phase("judge", "routing once the faults are over: requests at once to idle replicas", _judge_routing,
+          judges=("overload.routing_restored",), backends=SYNTHETIC_ONLY,
+          fault="every replica holds its streams' first byte back, replica 0 answers 429 and resets, by design"),
     Phase("hold", "queue admission at the SUT's default threshold, from a cold start", _hold_default_threshold,
           _plan_default_threshold, backends=SYNTHETIC_ONLY),
     Phase("judge", "queue admission", _judge_admission, judges=("overload.admission.rejects",)),

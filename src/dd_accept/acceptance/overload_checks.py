@@ -7,7 +7,6 @@ a reader sees in one place what each check id means.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from dd_accept.acceptance.analysis import (
     COOLDOWN_LINGER_S,
@@ -16,6 +15,7 @@ from dd_accept.acceptance.analysis import (
     attempts_by_request,
     cooldown_breaches,
     cooldown_overruns,
+    counts_text,
     decreases_without_a_new_round,
     expected_decreases,
     first_arrivals,
@@ -37,10 +37,6 @@ from dd_accept.base.results import CheckResult
 from dd_accept.deployment import AdmissionSample, ColdStart, ExemptAnswers
 
 
-def _fmt_counts(counter: Counter[Any]) -> str:
-    return ", ".join(f"{key}: {value}" for key, value in sorted(counter.items(), key=lambda kv: str(kv[0]))) or "none"
-
-
 def _retry_after_matches(value: str | None, wanted: int) -> bool:
     try:
         return value is not None and float(value) == float(wanted)
@@ -57,10 +53,10 @@ def _sample_ok(sample: AdmissionSample, retry_after: int) -> bool:
 
 
 def _describe_sample(sample: AdmissionSample) -> str:
-    statuses = _fmt_counts(Counter(sample.statuses))
+    statuses = counts_text(Counter(sample.statuses))
     text = f"threshold {sample.threshold}, depth {sample.depth}: {statuses}"
     if any(status == 429 for status in sample.statuses):
-        text += f" (Retry-After {_fmt_counts(Counter(sample.retry_after))})"
+        text += f" (Retry-After {counts_text(Counter(sample.retry_after))})"
     return text
 
 
@@ -135,11 +131,11 @@ def admission_exempt(answers: ExemptAnswers | None, paths: tuple[str, ...]) -> C
     observed = (
         f"{len(judged)} GET(s) on the {len(answers.rejecting)} of {held} replica(s) at depth {answers.depth} "
         f"(threshold {answers.threshold}) rejecting the admission probe before and after: "
-        f"{_fmt_counts(Counter(status for _, _, status in judged))}"
+        f"{counts_text(Counter(status for _, _, status in judged))}"
     )
     detail = ""
     if refused:
-        observed += f"; refused: {_fmt_counts(Counter(path for _, path, _ in refused))}"
+        observed += f"; refused: {counts_text(Counter(path for _, path, _ in refused))}"
         replica, path, status = refused[0]
         detail = f"first refusal: replica {replica} answered {path} with {status if status is not None else 'nothing'}"
     elif not judged:
@@ -160,7 +156,7 @@ def partial_completes(client: list[Event], records: int, overloaded: int, max_at
     absorbable = overloaded < max_attempts
     ok = len(done) == records and (not absorbable or not visible)
     expected = f"{records}/{records} records" + (", no client-visible error" if absorbable else "")
-    observed = f"{len(done)}/{records} records; client-visible failures by status: {_fmt_counts(visible)}"
+    observed = f"{len(done)}/{records} records; client-visible failures by status: {counts_text(visible)}"
     detail = f"{overloaded} overloaded replica(s), {max_attempts} upstream attempts per request"
     latencies = [e.latency_s for e in made if e.outcome == "ok" and e.latency_s is not None]
     error_rate = sum(visible.values()) / len(made) if made else 1.0
@@ -207,7 +203,7 @@ def total_attempts(
         total_attempts.check_id,
         ok,
         f"every client 429 after exactly {wanted} upstream attempts, all 429",
-        f"{len(limited)} client 429(s); attempts per 429: {_fmt_counts(counts)}; non-429 attempts: {non_429}",
+        f"{len(limited)} client 429(s); attempts per 429: {counts_text(counts)}; non-429 attempts: {non_429}",
         metrics={"client_429s": len(limited)},
     )
 
@@ -229,7 +225,7 @@ def total_retry_after(client: list[Event], retry_after: int, proxy_fallback: int
         total_retry_after.check_id,
         ok,
         f"Retry-After: {retry_after} (the replicas' value) on every 429 the client sees",
-        f"{len(limited)} client 429(s); Retry-After values: {_fmt_counts(seen)}",
+        f"{len(limited)} client 429(s); Retry-After values: {counts_text(seen)}",
         detail,
     )
 
@@ -258,7 +254,7 @@ def total_unreachable(
     observed = (
         f"{len(round_.client)} request(s), replicas {resetting} resetting each request, the others answering 429: "
         f"{len(met)} met overload, {len(driven)} of them ended on a reset; their client statuses "
-        f"{_fmt_counts(Counter(r.status for r in met))}, Retry-After {_fmt_counts(Counter(r.retry_after for r in met))}"
+        f"{counts_text(Counter(r.status for r in met))}, Retry-After {counts_text(Counter(r.retry_after for r in met))}"
     )
     detail = ""
     if wrong:

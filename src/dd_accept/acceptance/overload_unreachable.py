@@ -20,13 +20,12 @@ evidence; overload_checks.total_unreachable judges it.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from dd_accept.acceptance.analysis import attempts_by_request
-from dd_accept.base.errors import ClusterError
-from dd_accept.base.events import ADMISSION_PROBE_PATH, RESET_UNANSWERED, ClientRequest, EventWriter, UpstreamAttempt
-from dd_accept.deployment import Proxy, ReplicaSet, RunDirectory, json_lines
+from dd_accept.acceptance.proxy_requests import send_named, settled_attempts
+from dd_accept.base.events import RESET_UNANSWERED, ClientRequest, EventWriter, UpstreamAttempt
+from dd_accept.deployment import Proxy, ReplicaSet, RunDirectory
 
 # A sub-round's requests, one at a time through the proxy, each its own id: at least one per
 # replica, so a ring of backends is gone round whole (at 28 replicas and more, 12 requests
@@ -74,7 +73,8 @@ def ask_with_replicas_resetting(
             replicas.control(full, "respond", status=429, retry_after=retry_after, count=FORCED_ANSWERS)
             replicas.control(list(lost), "reset", count=FORCED_ANSWERS)
             try:
-                asked = _ask(replicas, proxy, f"{ID_PREFIX}{shift}-", max(UNREACHABLE_REQUESTS, replicas.count))
+                count = max(UNREACHABLE_REQUESTS, replicas.count)
+                asked = send_named(replicas.cluster, proxy, f"{ID_PREFIX}{shift}-", count)
             finally:
                 replicas.control(None, "respond", status=200, count=0)
                 replicas.control(list(lost), "reset", count=0)
@@ -82,57 +82,9 @@ def ask_with_replicas_resetting(
             client += asked
             for request in asked:
                 writer.write(request)
-            if any(ended_on_a_reset_after_overload(chain) for chain in _settled_chains(replicas, _ids(asked))):
+            chains = attempts_by_request(settled_attempts(replicas, asked)).values()  # each in order
+            if any(ended_on_a_reset_after_overload(chain) for chain in chains):
                 break
     finally:
         writer.close()
     return UnreachableRound(tuple(resetting), attempts, tuple(client))
-
-
-def _settled_chains(replicas: ReplicaSet, ids: set[str]) -> list[list[UpstreamAttempt]]:
-    """Each request's attempts as the replicas recorded them, in order, once their records
-    stop growing: a replica writes its record as it ends the attempt, around when the client
-    gets its answer."""
-    seen: list[UpstreamAttempt] = []
-    for _ in range(10):
-        found = [a for a in replicas.events() if a.request_id in ids]
-        if found and len(found) == len(seen):
-            break
-        seen = found
-        time.sleep(0.2)
-    return list(attempts_by_request(seen).values())  # each in the order it began
-
-
-def _ids(requests: list[ClientRequest]) -> set[str]:
-    return {request.request_id for request in requests if request.request_id}
-
-
-def _ask(replicas: ReplicaSet, proxy: Proxy, prefix: str, count: int) -> list[ClientRequest]:
-    cluster = replicas.cluster
-    argv = [cluster.layout.python, "-m", "dd_accept.node.probe", "--admission", "--timeout", "10"]
-    argv += ["--id", prefix, *[f"{proxy.url}{ADMISSION_PROBE_PATH}"] * count]
-    record = cluster.exec(argv, node=proxy.node, timeout=count * 12 + 30)
-    rows = json_lines(record)
-    if not record.ok or len(rows) != count:
-        raise ClusterError(f"the requests through the proxy could not be sent: {record.describe()}")
-    return [_as_client_request(index, row) for index, row in enumerate(rows)]
-
-
-def _as_client_request(index: int, row: dict[str, object]) -> ClientRequest:
-    status = row.get("status")
-    status = status if isinstance(status, int) else None
-    outcome = {429: "rate_limited", 200: "ok", None: "error"}.get(status, "http_error")
-    sent = float(row.get("sent") or 0.0)  # type: ignore[arg-type]
-    retry_after = row.get("retry_after")
-    return ClientRequest(
-        t=sent + float(row.get("elapsed_s") or 0.0),  # type: ignore[arg-type]
-        mode="raw",
-        record=index,
-        attempt=1,
-        outcome=outcome,
-        request_id=str(row.get("request_id") or ""),
-        started=sent,
-        status=status,
-        retry_after=retry_after if isinstance(retry_after, str) else None,
-        error=str(row["error"]) if row.get("error") else None,
-    )

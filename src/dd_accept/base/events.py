@@ -52,6 +52,10 @@ COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions"})
 ADMISSION_PROBE_PATH = "/v1/chat/completions"
 ADMISSION_PROBE_BODY = b'{"messages":[],"max_tokens":0}'
 ADMISSION_PROBE_ID = "dd-accept-admission-probe"
+# The smallest generation a replica streams (one token, then [DONE]): the request the harness
+# sends through the proxy where only its routing is judged (the control plane can hold a
+# stream's first byte back, so requests stay in flight together).
+STREAM_PROBE_BODY = b'{"messages":[],"max_tokens":1,"stream":true}'
 # A replica's outcome for a request it read whole and then reset unanswered (the control
 # plane's `reset`): a backend that crashed mid-request, a connection error to the proxy.
 RESET_UNANSWERED = "reset"

@@ -1,9 +1,12 @@
-"""`python -m dd_accept.node.probe [--timeout S] [--repeat N --every S] [--admission] [--id PREFIX] URL [URL...]`:
-GET each URL, one JSON line each (N rounds, S seconds apart, each row with its offset `at_s`);
-with --admission, POST the queue-admission probe instead (base.events.ADMISSION_PROBE_BODY).
+"""`python -m dd_accept.node.probe [--timeout S] [--repeat N --every S] [--admission|--stream] [--id PREFIX]
+[--at-once] URL...`: GET each URL, one JSON line each (N rounds, S seconds apart, each row with its offset `at_s`);
+with --admission, POST the queue-admission probe instead (base.events.ADMISSION_PROBE_BODY),
+with --stream the smallest streamed generation (base.events.STREAM_PROBE_BODY).
 With --id, each request carries its own request id, PREFIX and its number from 0 (else the
 admission probe's own), and its row the id and the wall time it was sent: a request the
-replicas' records can be set beside.
+replicas' records can be set beside. With --at-once, a round's requests are all sent
+together, each on a thread of its own (its rows in the order of the URLs): requests that are
+in flight at the same time, as a proxy's routing must be judged by.
 
 Runs on a cluster node (stdlib only), so the harness can reach services that listen on a
 node's loopback, like the SUT's proxy, through a recorded `docker exec`.
@@ -17,18 +20,23 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 from dd_accept.base.errors import EXIT_PASS
-from dd_accept.base.events import ADMISSION_PROBE_BODY, ADMISSION_PROBE_ID, REQUEST_ID_HEADER
+from dd_accept.base.events import ADMISSION_PROBE_BODY, ADMISSION_PROBE_ID, REQUEST_ID_HEADER, STREAM_PROBE_BODY
 
 
-def probe(url: str, timeout: float = 5.0, admission: bool = False, request_id: str | None = None) -> dict[str, object]:
+def probe(
+    url: str, timeout: float = 5.0, admission: bool = False, request_id: str | None = None, stream: bool = False
+) -> dict[str, object]:
     started = time.monotonic()
     named = {"request_id": request_id, "sent": round(time.time(), 6)} if request_id else {}  # for the replicas' records
     request = urllib.request.Request(url, headers={REQUEST_ID_HEADER: request_id} if request_id else {})
-    if admission:
+    if admission or stream:
         headers = {"content-type": "application/json", REQUEST_ID_HEADER: request_id or ADMISSION_PROBE_ID}
-        request = urllib.request.Request(url, data=ADMISSION_PROBE_BODY, headers=headers, method="POST")
+        data = STREAM_PROBE_BODY if stream else ADMISSION_PROBE_BODY
+        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             status, body, retry_after = response.status, response.read(), response.headers.get("Retry-After")
@@ -48,10 +56,16 @@ def probe(url: str, timeout: float = 5.0, admission: bool = False, request_id: s
 
 def main() -> int:
     args = sys.argv[1:]
-    timeout, repeat, every, admission, prefix = 5.0, 1, 0.0, False, None
-    while args[:1] and args[0] in ("--timeout", "--repeat", "--every", "--admission", "--id"):
+    timeout, repeat, every, admission, stream, prefix, at_once = 5.0, 1, 0.0, False, False, None, False
+    while args[:1] and args[0] in ("--timeout", "--repeat", "--every", "--admission", "--stream", "--id", "--at-once"):
         if args[0] == "--admission":
             admission, args = True, args[1:]
+            continue
+        if args[0] == "--stream":
+            stream, args = True, args[1:]
+            continue
+        if args[0] == "--at-once":
+            at_once, args = True, args[1:]
             continue
         flag, value, args = args[0], args[1], args[2:]
         if flag == "--timeout":
@@ -62,13 +76,22 @@ def main() -> int:
             repeat = int(value)
         else:
             every = float(value)
+
     # Timed on the node itself: a burst measures the service, not the exec round trip.
+    def ask(url: str, request_id: str | None) -> dict[str, object]:
+        return probe(url, timeout, admission, request_id, stream)
+
     started, sent = time.monotonic(), 0
     for round_ in range(repeat):
-        for url in args:
-            request_id = None if prefix is None else f"{prefix}{sent}"
-            row = probe(url, timeout, admission, request_id)
-            sent += 1
+        ids = [None if prefix is None else f"{prefix}{sent + index}" for index in range(len(args))]
+        sent += len(args)
+        rows: Iterable[dict[str, object]]
+        if at_once:
+            with ThreadPoolExecutor(max_workers=len(args)) as pool:
+                rows = list(pool.map(ask, args, ids))
+        else:
+            rows = map(ask, args, ids)
+        for row in rows:  # one at a time: each printed as it is answered
             print(json.dumps(row | ({"at_s": round(time.monotonic() - started, 4)} if repeat > 1 else {})), flush=True)
         if round_ + 1 < repeat:
             time.sleep(max(0.0, started + (round_ + 1) * every - time.monotonic()))
