@@ -1,7 +1,8 @@
 """overload.routing_restored against least-connections pools modelled on the brief's proxy:
-one that releases every attempt it lets go of passes, whatever its tie-break; one that leaks
-the attempts it retried elsewhere (after a status, or after a connection error) fails,
-before the nudge where its miscounts are uneven and after it where they came out even."""
+one that releases every attempt it lets go of passes, whatever its tie-break, and so does one
+that sets a failing backend aside for a while; one that leaks the attempts it retried
+elsewhere (after a status, or after a connection error) fails, before the nudge where its
+miscounts are uneven and after it where they came out even."""
 
 import itertools
 import random
@@ -9,24 +10,28 @@ import random
 import pytest
 
 from dd_accept.acceptance import overload_routing_checks as checks
-from dd_accept.acceptance.overload_routing import NUDGE, PER_REPLICA, PINNED_S, ROUTING_HOLD_S, AtOnce, RoutingRound
+from dd_accept.acceptance.overload_routing import NUDGE_RESETS, PER_REPLICA, AtOnce, RoutingRound
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
 
 REPLICAS = 8
+RETRIED = (429, 500, 502, 503, 504)
 
 
 class Pool:
     """Least connections over `replicas` backends, ties broken by `tie_break`; `leaks`, the
     attempts it lets go of without releasing them: "status" (a retried 429/5xx), "error" (a
-    retried connection error)."""
+    retried connection error); `ejects`, whether it sets a backend that failed aside until
+    the round's restore wait has passed."""
 
-    def __init__(self, replicas=REPLICAS, tie_break="ring", leaks=(), seed=0):
+    def __init__(self, replicas=REPLICAS, tie_break="ring", leaks=(), seed=0, ejects=False):
         self.active, self.cursor, self.tie_break, self.leaks = [0] * replicas, 0, tie_break, set(leaks)
-        self.random = random.Random(seed)
+        self.random, self.ejects, self.ejected = random.Random(seed), ejects, set()
 
     def acquire(self, excluded=frozenset()):
         size = len(self.active)
         available = [i for i in range(size) if i not in excluded]
+        if self.ejects and any(i not in self.ejected for i in available):
+            available = [i for i in available if i not in self.ejected]
         least = min(self.active[i] for i in available)
         candidates = [i for i in available if self.active[i] == least]
         if self.tie_break == "robin":  # no least connections at all: the next backend in turn
@@ -41,6 +46,12 @@ class Pool:
         self.active[index] += 1
         return index
 
+    def fail(self, index, kind):
+        """An attempt answered `kind` ("status" or "error") and retried elsewhere."""
+        if kind not in self.leaks:
+            self.active[index] -= 1
+        self.ejected.add(index)
+
     def request(self, failing, attempts=3):
         """One request alone: `failing` maps a replica to how it fails ("status" or "error")."""
         tried = set()
@@ -48,60 +59,76 @@ class Pool:
             index = self.acquire(frozenset(tried))
             tried.add(index)
             if index in failing and attempt + 1 < attempts:
-                if failing[index] not in self.leaks:
-                    self.active[index] -= 1
+                self.fail(index, failing[index])
                 continue
             self.active[index] -= 1
             return
 
 
-def _attempt(replica, request_id, started, held_s=0.0, status=200, outcome="ok"):
+def _attempt(replica, request_id, started, status=200, outcome="ok"):
     return UpstreamAttempt(t=1.0, replica=replica, path="/v1/chat/completions", outcome=outcome, status=status,
-                           started=started, duration_s=held_s, request_id=request_id)  # fmt: skip
+                           started=started, duration_s=0.5, request_id=request_id)  # fmt: skip
 
 
-def _sent_at_once(pool, name, prefix, spread_s, held_s):
-    """Two requests a replica at once, each held at its replica: (what was sent, who got each)."""
+def _pinned(pool, name, prefix):
+    """Two requests a replica at once, every one pinned at its replica: (what was sent, who got each)."""
     picked = [pool.acquire() for _ in range(PER_REPLICA * len(pool.active))]
-    upstream = tuple(_attempt(replica, f"{prefix}{i}", i * spread_s, held_s) for i, replica in enumerate(picked))
+    upstream = tuple(_attempt(replica, f"{prefix}{i}", i * 0.001) for i, replica in enumerate(picked))
     client = tuple(
         ClientRequest(t=3.0, mode="raw", record=i, attempt=1, outcome="ok", request_id=f"{prefix}{i}", status=200)
         for i in range(len(picked))
     )
-    return AtOnce(name, client, upstream), picked
+    return AtOnce(name, client, upstream, 0.0), picked
 
 
-def _routing(pool, spread_s=0.01):
-    """The round on `pool`, as overload_routing runs it: `before` pinned (replica 0's two end
-    first), the nudge one request at a time while the others hold theirs (replica 0 answers
-    NUDGE 429s, then resets NUDGE), `after` once all are idle."""
-    before, picked = _sent_at_once(pool, "before the nudge", "routing-a-", spread_s, PINNED_S)
-    for replica in picked:
-        if replica == 0:
-            pool.active[0] -= 1
-    nudge, failures = [], ["status"] * NUDGE + ["error"] * NUDGE
-    for request in range(2 * NUDGE):
+def _nudge(pool):
+    """Replica 0 fails each retried status twice, then resets NUDGE_RESETS, one request at a time."""
+    nudge, failures = [], [("status", status) for status in RETRIED * 2] + [("error", None)] * NUDGE_RESETS
+    for request in range(len(failures)):
         tried = set()
         for attempt in range(3):
             index = pool.acquire(frozenset(tried))
             tried.add(index)
             started = 2.0 + request / 10 + attempt / 100
             if index == 0 and failures and attempt < 2:
-                kind = failures.pop(0)
-                status, outcome = (429, "ok") if kind == "status" else (None, "reset")
+                kind, status = failures.pop(0)
+                outcome = "ok" if kind == "status" else "reset"
                 nudge.append(_attempt(0, f"routing-n-{request}", started, status=status, outcome=outcome))
-                if kind not in pool.leaks:
-                    pool.active[0] -= 1
+                pool.fail(0, kind)
                 continue
             nudge.append(_attempt(index, f"routing-n-{request}", started))
             pool.active[index] -= 1
             break
-    for replica in picked:
-        if replica != 0:
+    return nudge
+
+
+def _until_even(pool, name, prefix, nudge):
+    """As overload_routing runs it: an uneven send is sent once more after the restore wait
+    (a backend set aside is back then); the nudge on the last, replica 0 released first."""
+    sent = []
+    for attempt in range(2):
+        if attempt:
+            pool.ejected.clear()  # the restore wait
+        at_once, picked = _pinned(pool, f"{name}{' again' if attempt else ''}", f"{prefix}{attempt}-")
+        sent.append(at_once)
+        even = at_once.even(len(pool.active))
+        if nudge is not None and (even or attempt == 1):
+            for replica in picked:
+                if replica == 0:
+                    pool.active[0] -= 1
+            nudge.extend(_nudge(pool))
+            picked = [replica for replica in picked if replica != 0]
+        for replica in picked:
             pool.active[replica] -= 1
-    after, picked = _sent_at_once(pool, "after it", "routing-b-", spread_s, ROUTING_HOLD_S)
-    for replica in picked:
-        pool.active[replica] -= 1
+        if even:
+            break
+    return tuple(sent)
+
+
+def _routing(pool):
+    nudge = []
+    before = _until_even(pool, "before the nudge", "routing-a", nudge)
+    after = _until_even(pool, "after it", "routing-b", None)
     return RoutingRound(len(pool.active), before, after, tuple(nudge))
 
 
@@ -128,11 +155,22 @@ def test_a_pool_that_releases_what_it_lets_go_of_passes_whatever_its_tie_break(t
         pool.cursor = cursor
         result = checks.routing_restored(_routing(pool))
         assert result.verdict == "pass", result
-        assert result.metrics == {"uneven_before": 0.0, "uneven_after": 0.0, "nudge_failures": 6.0}
+        assert result.metrics == {"uneven_before": 0.0, "uneven_after": 0.0, "restored": 0.0, "nudge_failures": 13.0}
         assert result.observed.startswith(
             "before the nudge: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2, client statuses "
-            "200: 16; the nudge: its first request to replica 0, 6 failed by replica 0 as told; after it: 16 of 16"
+            "200: 16; the nudge: its first request to replica 0; replica 0 failed 429: 2, 500: 2, 502: 2, 503: 2, "
+            "504: 2, reset: 3; after it: 16 of 16"
         ), result
+
+
+def test_a_pool_that_sets_a_failing_backend_aside_for_a_while_passes_once_it_is_back():
+    """Replica 0, which failed the nudge's requests, is set aside when `after` is sent: judged
+    on the send after the restore wait, when it is back."""
+    result = checks.routing_restored(_routing(Pool(ejects=True)))
+    assert result.verdict == "pass" and result.metrics == {
+        "uneven_before": 0.0, "uneven_after": 1.0, "restored": 1.0, "nudge_failures": 1.0,
+    }, result  # fmt: skip
+    assert "after it again: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2" in result.observed
 
 
 @pytest.mark.parametrize("leaks", LEAKS)
@@ -147,7 +185,12 @@ def test_a_pool_that_leaks_what_it_retried_elsewhere_fails_from_any_state(leaks,
         pool.active = list(state)
         result = checks.routing_restored(_routing(pool))
         assert result.verdict == "fail", (state, result)
-        assert "the proxy still counts connections to them that it let go of" in result.detail, (state, result)
+        assert "got fewer than 2" in result.detail and "later too" in result.detail, (state, result)
+
+
+def test_a_pool_that_leaks_and_sets_aside_still_fails_once_the_backend_is_back():
+    result = checks.routing_restored(_routing(Pool(leaks=("status",), ejects=True)))
+    assert result.verdict == "fail" and result.detail.endswith(", 12 s later too"), result
 
 
 def test_miscounts_that_came_out_even_show_after_the_nudge():
@@ -156,7 +199,7 @@ def test_miscounts_that_came_out_even_show_after_the_nudge():
     result = checks.routing_restored(_routing(pool))
     assert result.verdict == "fail" and result.metrics["uneven_before"] == 0.0, result
     assert result.metrics["uneven_after"] == 1.0 and result.metrics["nudge_failures"] >= 2, result
-    assert result.detail.startswith("after it: replica(s) 0 got fewer than 2 while every replica was idle"), result
+    assert result.detail.startswith("after it again: replica(s) 0 got fewer than 2, replica(s) "), result
 
 
 def test_a_proxy_that_routes_in_turn_is_caught_by_the_nudge_where_both_rounds_are_even():
@@ -169,10 +212,12 @@ def test_a_proxy_that_routes_in_turn_is_caught_by_the_nudge_where_both_rounds_ar
     ), result
 
 
-def test_requests_not_in_flight_together_are_no_pass_whatever_their_spread():
-    result = checks.routing_restored(_routing(Pool(), spread_s=PINNED_S + 0.1))
-    assert result.verdict == "fail", result
-    assert result.detail.startswith("before the nudge: at most 1 of the 16 requests sent at once were in flight")
+def test_ids_no_replica_saw_are_named_as_such():
+    sent = AtOnce("before the nudge", (), (), 0.0)
+    result = checks.routing_restored(RoutingRound(REPLICAS, (sent, sent), (sent,), ()))
+    assert result.verdict == "fail" and result.detail.startswith(
+        "before the nudge: no replica recorded any of the requests' ids"
+    ), result
 
 
 def test_no_round_is_no_pass():

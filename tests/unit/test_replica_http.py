@@ -583,24 +583,34 @@ def test_term_stops_a_replica_at_once_with_exit_0_only_where_asked(local_replica
         assert status == -signal.SIGTERM and ended == "done" and events >= 400, (status, ended, events)
 
 
-def test_requests_sent_at_once_are_in_flight_together_and_a_held_stream_is_answered_whole(local_replica, tmp_path):
+def test_pinned_streams_wait_for_their_release_and_requests_sent_at_once_arrive_together(local_replica, tmp_path):
     """overload's routing round: node.probe --stream --at-once sends its requests together, the
-    smallest stream each, under ids of their own; a replica holding its next streams' first
-    byte keeps them all in flight at once, and each is answered 200 whole."""
+    smallest stream each, under ids of their own; a replica pins the next N streams (no first
+    byte) until `unpin`, counting those that wait, and each is answered 200 whole after."""
     log = tmp_path / "events.jsonl"
     replica = local_replica(*FAST, "--events", str(log))
-    replica.control("delay", seconds=1.0, count=4)
+    replica.control("pin", count=3)
     argv = [sys.executable, "-m", "dd_accept.node.probe", "--stream", "--at-once", "--id", "routing-a-"]
     argv += [f"{replica.url}{ADMISSION_PROBE_PATH}"] * 4
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True)
-    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    sending = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    try:
+        # three pinned, the fourth past the pin's count and served at once
+        state = wait_until(lambda: replica.control("state"), lambda s: s["pinned_now"] == 3, timeout=10, what="pins")
+        assert state["pin_remaining"] == 0, state
+        time.sleep(0.5)
+        assert replica.control("state")["pinned_now"] == 3 and sending.poll() is None, "held until released"
+        replica.control("unpin")
+        out, _ = sending.communicate(timeout=30)
+    finally:
+        sending.kill()
+    rows = [json.loads(line) for line in out.splitlines()]
     assert [row["request_id"] for row in rows] == [f"routing-a-{i}" for i in range(4)], "in the order of the URLs"
-    assert {row["status"] for row in rows} == {200} and all(row["elapsed_s"] >= 1.0 for row in rows), rows
+    assert {row["status"] for row in rows} == {200}, rows
     assert max(row["sent"] for row in rows) - min(row["sent"] for row in rows) < 0.5, "sent together"
     records = wait_until(
         lambda: [r for r in _upstream_records(log) if (r["request_id"] or "").startswith("routing-a-")],
         lambda found: len(found) == 4, timeout=5, what="the four records",
     )  # fmt: skip
-    last_start = max(r["started"] for r in records)
-    assert all(r["started"] + r["duration_s"] > last_start for r in records), "all four in flight together"
+    assert sorted(r["duration_s"] > 0.5 for r in records) == [False, True, True, True], records
     assert all(r["status"] == 200 and r["outcome"] == "ok" and r["data_events"] == 2 for r in records), records
+    assert replica.control("state")["pinned_now"] == 0

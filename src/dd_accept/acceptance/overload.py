@@ -268,7 +268,7 @@ def _judge_unreachable(s: OverloadRun) -> None:
 
 
 def _judge_routing(s: OverloadRun) -> None:
-    s.result.add(routing_restored(overload_routing.route_round(*s.deployed, s.run)))
+    s.result.add(routing_restored(overload_routing.route_round(*s.deployed, s.run, s.profile.proxy.retried_statuses)))
 
 
 def _drive_total(s: OverloadRun) -> None:
@@ -431,8 +431,8 @@ PHASES: tuple[Phase[OverloadRun], ...] = (
     Phase("judge", "overload with backends lost: what the proxy answers", _judge_unreachable,
           judges=("overload.total.unreachable",), backends=SYNTHETIC_ONLY),
     Phase("judge", "routing once the faults are over: requests at once to idle replicas", _judge_routing,
-          judges=("overload.routing_restored",), backends=SYNTHETIC_ONLY,
-          fault="every replica holds its streams' first byte back, replica 0 answers 429 and resets, by design"),
+          judges=("overload.routing_restored",), backends=SYNTHETIC_ONLY, applies=lambda s: s.options.replicas > 1,
+          fault="replicas pin streams until released, replica 0 fails requests as told: by design"),
     Phase("hold", "queue admission at the SUT's default threshold, from a cold start", _hold_default_threshold,
           _plan_default_threshold, backends=SYNTHETIC_ONLY),
     Phase("judge", "queue admission", _judge_admission, judges=("overload.admission.rejects",)),

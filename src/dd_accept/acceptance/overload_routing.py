@@ -7,146 +7,180 @@ the replicas that failed it from then on: after an overload, the replicas that t
 requests away get less than their share of the load when they are idle again, or none.
 Every request still completes, on the others, so no other check sees it.
 
-The round runs after the overload and the lost-backend round, the paths that retry and fail
-over, in two parts:
+The round runs once the overload and the lost backends are over, in three parts:
 
-- *before*: two requests a replica go through the proxy at once while every replica holds
-  its streams' first byte back, so all are in flight together. A proxy that counts its
-  connections truly gives each replica two, whatever order it breaks ties in; one whose
-  miscounts so far differ by two or more between replicas cannot.
-- the nudge, while the others still hold theirs: replica 0, which holds its two for a
-  shorter time, is then the one replica with nothing in flight, so least connections sends
-  it each of NUDGE requests one at a time; it answers them 429, then resets as many
-  (a backend that crashed mid-request). Each is retried elsewhere. A proxy that miscounts
-  either kind of attempt it lets go of keeps counting replica 0 busy by two or more.
+- *before*: two requests a replica go through the proxy at once while every replica pins
+  its streams (no first byte until the harness releases them, once all have come), so all
+  are in flight together. A proxy that counts its connections truly gives each replica two,
+  whatever order it breaks ties in; one whose miscounts so far differ by two or more
+  between replicas cannot.
+- the nudge, while the others still pin theirs: replica 0's two are released first, so it
+  is the one replica with nothing in flight and least connections sends it the nudge's
+  requests one at a time; it answers them with each status the proxy retries (429 and
+  5xx, two of each kind retried), then resets as many connections (a backend that crashed
+  mid-request). Each is retried elsewhere. A proxy that miscounts any kind of attempt it
+  lets go of keeps counting replica 0 busy by two or more.
 - *after*: once every replica is idle, two requests a replica at once again.
 
-Miscounts that differ by one between replicas can hide behind a tie-break; two cannot, so
-`before` or `after` shows any proxy that miscounts either kind (modelled for every pre-state,
-tie-break and leak in tests/unit/test_overload_routing.py). overload_checks.routing_restored
-judges both. Kept apart from overload.py, which declares the phases.
+Miscounts that differ by one between replicas can hide behind a tie-break; two cannot. A
+round that comes out uneven is sent once more after RESTORE_WAIT_S: a proxy that sets a
+failing backend aside for a while (passive ejection, or honouring its Retry-After) has it
+back by then, a miscount never decays. overload_routing_checks.routing_restored judges it.
 """
 
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from dd_accept.acceptance.proxy_requests import send_named, settled_attempts
-from dd_accept.base.errors import ClusterError
 from dd_accept.base.events import RESET_UNANSWERED, ClientRequest, EventWriter, UpstreamAttempt
+from dd_accept.base.waiting import wait_for_finding
 from dd_accept.deployment import Proxy, ReplicaSet, RunDirectory
 
 PER_REPLICA = 2  # requests sent at once for each replica
-ROUTING_HOLD_S = 1.0  # how long every replica holds its streams in `after`
-FREED_AFTER_S = 1.5  # in `before`, replica 0 holds its two this long, the others PINNED_S
-PINNED_S = 4.0  # the nudge: 0.6 s on an idle machine (four recorded commands, six requests)
-NUDGE = 3  # 429s, then as many resets, replica 0 answers in the nudge
+ARRIVAL_WAIT_S = 10.0  # for every request sent at once to reach a replica (a proxy holding some back)
+RESTORE_WAIT_S = 12.0  # before an uneven round is sent once more (nginx's default fail_timeout is 10 s)
+# In the nudge replica 0 answers each status the proxy retries twice (a miscount of one can hide
+# behind a tie-break), one request each, then resets this many connections.
+NUDGE_RESETS = 3
 ID_PREFIX = "routing-"  # the round's request ids: no other phase's prefix
 CLIENT_FILE = "routing"  # its requests, as client events, beside the phases' clients
 
 
 @dataclass(frozen=True, slots=True)
 class AtOnce:
-    """Requests sent together: each as the client saw it, every attempt the replicas recorded."""
+    """Requests sent together: each as the client saw it, every attempt the replicas recorded,
+    and how many of them had reached a replica before they were released (None: all)."""
 
     name: str
     client: tuple[ClientRequest, ...]
     upstream: tuple[UpstreamAttempt, ...]
+    sent_at: float  # wall time
 
     def per_replica(self, replicas: int) -> list[int]:
         return [sum(1 for a in self.upstream if a.replica == index) for index in range(replicas)]
+
+    def even(self, replicas: int) -> bool:
+        return self.per_replica(replicas) == [PER_REPLICA] * replicas
 
 
 @dataclass(frozen=True, slots=True)
 class RoutingRound:
     """The round's evidence: how many replicas there were, the requests sent at once before
-    and after the nudge, and every attempt of the nudge's requests at the replicas."""
+    and after the nudge (a second one where the first came out uneven), and every attempt
+    of the nudge's requests at the replicas."""
 
     replicas: int
-    before: AtOnce
-    after: AtOnce
+    before: tuple[AtOnce, ...]
+    after: tuple[AtOnce, ...]
     nudge: tuple[UpstreamAttempt, ...]
 
     def nudge_failures(self) -> list[UpstreamAttempt]:
-        """The nudge's attempts replica 0 failed as told: 429, or a reset."""
-        return [a for a in self.nudge if a.replica == 0 and (a.status == 429 or a.outcome == RESET_UNANSWERED)]
+        """The nudge's attempts replica 0 failed as told: a status, or a reset."""
+        return [a for a in self.nudge if a.replica == 0 and (a.status != 200 or a.outcome == RESET_UNANSWERED)]
 
 
-def route_round(replicas: ReplicaSet, proxy: Proxy, run: RunDirectory) -> RoutingRound:
-    """The round (each replica serves as before once it returns); every request is written
-    as a client event, so the ledger reconciles them."""
+def route_round(replicas: ReplicaSet, proxy: Proxy, run: RunDirectory, retried: tuple[int, ...]) -> RoutingRound:
+    """The round (each replica serves as before once it returns); `retried`, the statuses the
+    proxy retries (its profile). Every request is written as a client event, so the ledger
+    reconciles them."""
     writer = EventWriter(run.path(f"{CLIENT_FILE}.jsonl")[1], "client")
+    nudged: list[UpstreamAttempt] = []
+
+    def nudge() -> None:
+        nudged.extend(_nudge(replicas, proxy, writer, retried * 2))
+
     try:
-        others = list(range(1, replicas.count))
-        replicas.control([0], "delay", seconds=FREED_AFTER_S, count=PER_REPLICA)
-        replicas.control(others, "delay", seconds=PINNED_S, count=PER_REPLICA)
-        try:
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="routing") as pool:
-                pinned = pool.submit(_at_once, replicas, proxy, "before the nudge", f"{ID_PREFIX}a-", PINNED_S)
-                nudge = _nudge(replicas, proxy, writer, pinned)
-                before = pinned.result()
-        finally:
-            replicas.control(None, "delay", seconds=0, count=0)
-        if before.per_replica(replicas.count) == [PER_REPLICA] * replicas.count:  # else `before` fails already
-            _pinned_throughout(before, nudge)
-        for request in before.client:
-            writer.write(request)
-        replicas.control(None, "delay", seconds=ROUTING_HOLD_S, count=PER_REPLICA)
-        try:
-            after = _at_once(replicas, proxy, "after it", f"{ID_PREFIX}b-", ROUTING_HOLD_S)
-        finally:
-            replicas.control(None, "delay", seconds=0, count=0)
-        for request in after.client:
-            writer.write(request)
+        before = _until_even(replicas, proxy, writer, "before the nudge", f"{ID_PREFIX}a", nudge)
+        after = _until_even(replicas, proxy, writer, "after it", f"{ID_PREFIX}b", None)
     finally:
         writer.close()
-    return RoutingRound(replicas.count, before, after, tuple(sorted(nudge, key=lambda a: a.started)))
+    return RoutingRound(replicas.count, before, after, tuple(sorted(nudged, key=lambda a: a.started)))
 
 
-def _at_once(replicas: ReplicaSet, proxy: Proxy, name: str, prefix: str, held_s: float) -> AtOnce:
-    asked = send_named(
-        replicas.cluster, proxy, prefix, PER_REPLICA * replicas.count, stream=True, at_once=True,
-        timeout_s=held_s + 10,
-    )  # fmt: skip
-    sent = [request.started for request in asked if request.started is not None]
-    if sent and max(sent) - min(sent) >= FREED_AFTER_S / 2:  # the node, not the proxy, spread them
-        raise ClusterError(
-            f"the requests sent at once left the proxy's node over {max(sent) - min(sent):.2f}s, "
-            f"too far apart to be in flight together (each is held {FREED_AFTER_S:g}s at the least)"
-        )
-    return AtOnce(name, tuple(asked), tuple(settled_attempts(replicas, asked)))
-
-
-def _nudge(replicas: ReplicaSet, proxy: Proxy, writer: EventWriter, pinned: Future[AtOnce]) -> list[UpstreamAttempt]:
-    """Once replica 0 has ended its two pinned streams (or `before` is over: a proxy that did
-    not send it two fails there): NUDGE requests one at a time while it answers 429, then
-    NUDGE while it resets; what the replicas recorded of them."""
-    while not pinned.done():  # replica 0's pinned streams end FREED_AFTER_S after they came
-        ended = [a for a in replicas.events() if a.replica == 0 and (a.request_id or "").startswith(f"{ID_PREFIX}a-")]
-        if len(ended) >= PER_REPLICA:
+def _until_even(
+    replicas: ReplicaSet,
+    proxy: Proxy,
+    writer: EventWriter,
+    name: str,
+    prefix: str,
+    nudge: Callable[[], None] | None,
+) -> tuple[AtOnce, ...]:
+    """The requests at once; once more after RESTORE_WAIT_S if they came out uneven. `nudge`,
+    if any, runs on the last send, with replica 0 released and the others still pinned."""
+    sent: list[AtOnce] = []
+    for attempt in range(2):
+        if attempt:
+            time.sleep(RESTORE_WAIT_S)
+        last = attempt == 1
+        pinned = _pinned(replicas, proxy, writer, f"{name}{' again' if attempt else ''}", f"{prefix}{attempt}-",
+                         nudge, last)  # fmt: skip
+        sent.append(pinned)
+        if pinned.even(replicas.count):
             break
-        time.sleep(0.1)
+    return tuple(sent)
+
+
+def _pinned(
+    replicas: ReplicaSet,
+    proxy: Proxy,
+    writer: EventWriter,
+    name: str,
+    prefix: str,
+    nudge: Callable[[], None] | None,
+    last: bool,
+) -> AtOnce:
+    count = PER_REPLICA * replicas.count
+    replicas.control(None, "pin", count=PER_REPLICA)
+    started = time.time()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="routing") as pool:
+        sending = pool.submit(send_named, replicas.cluster, proxy, prefix, count, stream=True, at_once=True,
+                              timeout_s=ARRIVAL_WAIT_S + 30)  # fmt: skip
+        try:
+            states = wait_for_finding(
+                lambda: replicas.control(None, "state"),
+                lambda rows: sum(int(row.get("pinned_now", 0)) for row in rows) + _ended(replicas, prefix) >= count,
+                timeout=ARRIVAL_WAIT_S, what="every request sent at once to reach a replica",
+            )  # fmt: skip
+            even = states is not None and all(int(row.get("pinned_now", 0)) == PER_REPLICA for row in states)
+            if nudge is not None and (even or last):
+                replicas.control([0], "unpin")
+                wait_for_finding(lambda: _ended(replicas, prefix, replica=0), bool, timeout=ARRIVAL_WAIT_S,
+                                 what="replica 0's released streams")  # fmt: skip
+                nudge()
+        finally:  # the others' pinned streams go on, and no later stream is pinned
+            replicas.control(None, "unpin")
+        asked = sending.result()
+    for request in asked:
+        writer.write(request)
+    return AtOnce(name, tuple(asked), tuple(settled_attempts(replicas, asked)), started)
+
+
+def _ended(replicas: ReplicaSet, prefix: str, replica: int | None = None) -> int:
+    """How many of the round's requests a replica has ended (`replica` None: any of them)."""
+    return sum(
+        1
+        for a in replicas.events()
+        if (a.request_id or "").startswith(prefix) and (replica is None or a.replica == replica)
+    )
+
+
+def _nudge(replicas: ReplicaSet, proxy: Proxy, writer: EventWriter, statuses: tuple[int, ...]) -> list[UpstreamAttempt]:
+    """Replica 0 answers one request with each of `statuses`, then resets NUDGE_RESETS;
+    requests go one at a time; what the replicas recorded of them."""
     asked: list[ClientRequest] = []
     try:
-        for action, body in (("respond", {"status": 429, "retry_after": 1}), ("reset", {})):
-            replicas.control([0], action, count=NUDGE, **body)
-            asked += send_named(replicas.cluster, proxy, f"{ID_PREFIX}n{action}-", NUDGE, stream=True)
+        replicas.control([0], "respond", statuses=list(statuses))
+        asked += send_named(replicas.cluster, proxy, f"{ID_PREFIX}n-status-", len(statuses), stream=True)
+        replicas.control([0], "respond", status=200, count=0)
+        replicas.control([0], "reset", count=NUDGE_RESETS)
+        asked += send_named(replicas.cluster, proxy, f"{ID_PREFIX}n-reset-", NUDGE_RESETS, stream=True)
     finally:
         replicas.control([0], "respond", status=200, count=0)
         replicas.control([0], "reset", count=0)
     for request in asked:
         writer.write(request)
     return settled_attempts(replicas, asked)
-
-
-def _pinned_throughout(before: AtOnce, nudge: list[UpstreamAttempt]) -> None:
-    """The nudge reached the replicas while the others still held their pinned streams, as
-    the round needs: else the machine was too slow for it, which says nothing of the SUT."""
-    pinned_ends = [a.started + a.duration_s for a in before.upstream if a.replica != 0]
-    if nudge and pinned_ends and max(a.started for a in nudge) >= min(pinned_ends):
-        raise ClusterError(
-            f"the nudge's requests reached the replicas after their pinned streams ended ({PINNED_S:g}s held): "
-            "the machine was too slow for the routing round"
-        )

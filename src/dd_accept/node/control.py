@@ -30,6 +30,8 @@ ACTIONS = (
     "keepalive",
     "cut",
     "delay",
+    "pin",
+    "unpin",
     "close_idle",
     "health_delay",
     "reset",

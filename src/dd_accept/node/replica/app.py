@@ -52,7 +52,7 @@ from dd_accept.node.replica.connections import ConnectionTable
 from dd_accept.node.replica.control import (
     ControlRouter,
 )
-from dd_accept.node.replica.control_state import ControlState, ForcedResponse
+from dd_accept.node.replica.control_state import PIN_LIMIT_S, ControlState, ForcedResponse
 from dd_accept.node.replica.engine import Engine
 
 VERSION = "0.0.0-dd-accept-synthetic"
@@ -81,6 +81,17 @@ class PeerWatch:
         await asyncio.wait({self._next}, timeout=seconds)
         if self.gone:
             raise PeerGone("the peer closed the connection while the response was held back")
+
+    async def hold_until(self, released: asyncio.Event, limit_s: float) -> None:
+        """Hold the response back until `released` is set (`limit_s` at the most); raise
+        PeerGone as soon as the peer disconnects."""
+        waiting = asyncio.ensure_future(released.wait())
+        try:
+            await asyncio.wait({self._next, waiting}, timeout=limit_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+        if self.gone:
+            raise PeerGone("the peer closed the connection while the response was pinned")
 
     def close(self) -> None:
         self._next.cancel()
@@ -224,6 +235,12 @@ class ReplicaApp:
         close: bool,
     ) -> None:
         cut_after = self.control.take_cut()
+        if self.control.take_pin():  # no first byte until the harness releases it
+            self.control.pinned_now += 1
+            try:
+                await watch.hold_until(self.control.unpinned, PIN_LIMIT_S)
+            finally:
+                self.control.pinned_now -= 1
         delay = self.control.take_delay()
         if delay is not None and delay[0] is None:  # no first byte for a while
             await watch.hold(delay[1])

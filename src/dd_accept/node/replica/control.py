@@ -112,6 +112,12 @@ class ControlRouter:
             control.forced = forced
         elif action == "keepalive":
             control.close_connections = bool(body["close"])
+        elif action == "pin":  # {"count": N}: the next N streams wait for `unpin`
+            control.pin_remaining = int(body.get("count", 1))
+            control.unpinned.clear()
+        elif action == "unpin":  # every pinned stream goes on; no more are pinned
+            control.pin_remaining = 0
+            control.unpinned.set()
         elif action == "delay":
             after = body.get("after_chunks")
             control.delay_after_chunks = None if after is None else int(after)
@@ -175,6 +181,8 @@ class ControlRouter:
             "open_connections_with_requests": sum(1 for carried in metrics.open_connections.values() if carried),
             "chunks_sent": int(metrics.chunks_sent._value.get()),
             "delay_remaining": self.control.delay_remaining,
+            "pin_remaining": self.control.pin_remaining,
+            "pinned_now": self.control.pinned_now,
             "reset_remaining": self.control.reset_remaining,
             "refusing_until": self.control.refusing_until,
             "probe_window": list(self.control.probe_window) if self.control.probe_window else None,
