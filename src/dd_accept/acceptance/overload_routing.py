@@ -88,75 +88,66 @@ def route_round(replicas: ReplicaSet, proxy: Proxy, run: RunDirectory, retried: 
     proxy retries (its profile). Every request is written as a client event, so the ledger
     reconciles them."""
     writer = EventWriter(run.path(f"{CLIENT_FILE}.jsonl")[1], "client")
+    sends = _Sends(replicas, proxy, writer)
     nudged: list[UpstreamAttempt] = []
 
     def nudge() -> None:
         nudged.extend(_nudge(replicas, proxy, writer, retried * 2))
 
     try:
-        before = _until_even(replicas, proxy, writer, "before the nudge", f"{ID_PREFIX}a", nudge)
-        after = _until_even(replicas, proxy, writer, "after it", f"{ID_PREFIX}b", None)
+        before = sends.until_even("before the nudge", f"{ID_PREFIX}a", nudge)
+        after = sends.until_even("after it", f"{ID_PREFIX}b", None)
     finally:
         writer.close()
     return RoutingRound(replicas.count, before, after, tuple(sorted(nudged, key=lambda a: a.started)))
 
 
-def _until_even(
-    replicas: ReplicaSet,
-    proxy: Proxy,
-    writer: EventWriter,
-    name: str,
-    prefix: str,
-    nudge: Callable[[], None] | None,
-) -> tuple[AtOnce, ...]:
-    """The requests at once; once more after RESTORE_WAIT_S if they came out uneven. `nudge`,
-    if any, runs on the last send, with replica 0 released and the others still pinned."""
-    sent: list[AtOnce] = []
-    for attempt in range(2):
-        if attempt:
-            time.sleep(RESTORE_WAIT_S)
-        last = attempt == 1
-        pinned = _pinned(replicas, proxy, writer, f"{name}{' again' if attempt else ''}", f"{prefix}{attempt}-",
-                         nudge, last)  # fmt: skip
-        sent.append(pinned)
-        if pinned.even(replicas.count):
-            break
-    return tuple(sent)
+@dataclass(frozen=True, slots=True)
+class _Sends:
+    """Requests sent at once through the proxy while the replicas pin them."""
 
+    replicas: ReplicaSet
+    proxy: Proxy
+    writer: EventWriter
 
-def _pinned(
-    replicas: ReplicaSet,
-    proxy: Proxy,
-    writer: EventWriter,
-    name: str,
-    prefix: str,
-    nudge: Callable[[], None] | None,
-    last: bool,
-) -> AtOnce:
-    count = PER_REPLICA * replicas.count
-    replicas.control(None, "pin", count=PER_REPLICA)
-    started = time.time()
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="routing") as pool:
-        sending = pool.submit(send_named, replicas.cluster, proxy, prefix, count, stream=True, at_once=True,
-                              timeout_s=ARRIVAL_WAIT_S + 30)  # fmt: skip
-        try:
-            states = wait_for_finding(
-                lambda: replicas.control(None, "state"),
-                lambda rows: sum(int(row.get("pinned_now", 0)) for row in rows) + _ended(replicas, prefix) >= count,
-                timeout=ARRIVAL_WAIT_S, what="every request sent at once to reach a replica",
-            )  # fmt: skip
-            even = states is not None and all(int(row.get("pinned_now", 0)) == PER_REPLICA for row in states)
-            if nudge is not None and (even or last):
-                replicas.control([0], "unpin")
-                wait_for_finding(lambda: _ended(replicas, prefix, replica=0), bool, timeout=ARRIVAL_WAIT_S,
-                                 what="replica 0's released streams")  # fmt: skip
-                nudge()
-        finally:  # the others' pinned streams go on, and no later stream is pinned
-            replicas.control(None, "unpin")
-        asked = sending.result()
-    for request in asked:
-        writer.write(request)
-    return AtOnce(name, tuple(asked), tuple(settled_attempts(replicas, asked)), started)
+    def until_even(self, name: str, prefix: str, nudge: Callable[[], None] | None) -> tuple[AtOnce, ...]:
+        """The requests at once; once more after RESTORE_WAIT_S if they came out uneven.
+        `nudge`, if any, runs on the last send, replica 0 released and the others pinned."""
+        sent: list[AtOnce] = []
+        for attempt in range(2):
+            if attempt:
+                time.sleep(RESTORE_WAIT_S)
+            pinned = self.pinned(f"{name}{' again' if attempt else ''}", f"{prefix}{attempt}-", nudge, attempt == 1)
+            sent.append(pinned)
+            if pinned.even(self.replicas.count):
+                break
+        return tuple(sent)
+
+    def pinned(self, name: str, prefix: str, nudge: Callable[[], None] | None, last: bool) -> AtOnce:
+        replicas, count = self.replicas, PER_REPLICA * self.replicas.count
+        replicas.control(None, "pin", count=PER_REPLICA)
+        started = time.time()
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="routing") as pool:
+            sending = pool.submit(send_named, replicas.cluster, self.proxy, prefix, count, stream=True, at_once=True,
+                                  timeout_s=ARRIVAL_WAIT_S + 30)  # fmt: skip
+            try:
+                states = wait_for_finding(
+                    lambda: replicas.control(None, "state"),
+                    lambda rows: sum(int(r.get("pinned_now", 0)) for r in rows) + _ended(replicas, prefix) >= count,
+                    timeout=ARRIVAL_WAIT_S, what="every request sent at once to reach a replica",
+                )  # fmt: skip
+                even = states is not None and all(int(row.get("pinned_now", 0)) == PER_REPLICA for row in states)
+                if nudge is not None and (even or last):
+                    replicas.control([0], "unpin")
+                    wait_for_finding(lambda: _ended(replicas, prefix, replica=0), bool, timeout=ARRIVAL_WAIT_S,
+                                     what="replica 0's released streams")  # fmt: skip
+                    nudge()
+            finally:  # the others' pinned streams go on, and no later stream is pinned
+                replicas.control(None, "unpin")
+            asked = sending.result()
+        for request in asked:
+            self.writer.write(request)
+        return AtOnce(name, tuple(asked), tuple(settled_attempts(replicas, asked)), started)
 
 
 def _ended(replicas: ReplicaSet, prefix: str, replica: int | None = None) -> int:
