@@ -70,7 +70,7 @@ def _attempt(replica, request_id, started, status=200, outcome="ok"):
                            started=started, duration_s=0.5, request_id=request_id)  # fmt: skip
 
 
-def _pinned(pool, name, prefix):
+def _pinned(pool, name, prefix, sent_at=0.0):
     """Two requests a replica at once, every one pinned at its replica: (what was sent, who got each)."""
     picked = [pool.acquire() for _ in range(PER_REPLICA * len(pool.active))]
     upstream = tuple(_attempt(replica, f"{prefix}{i}", i * 0.001) for i, replica in enumerate(picked))
@@ -78,7 +78,7 @@ def _pinned(pool, name, prefix):
         ClientRequest(t=3.0, mode="raw", record=i, attempt=1, outcome="ok", request_id=f"{prefix}{i}", status=200)
         for i in range(len(picked))
     )
-    return AtOnce(name, client, upstream, 0.0), picked
+    return AtOnce(name, client, upstream, sent_at), picked
 
 
 def _nudge(pool):
@@ -109,7 +109,7 @@ def _until_even(pool, name, prefix, nudge):
     for attempt in range(2):
         if attempt:
             pool.ejected.clear()  # the restore wait
-        at_once, picked = _pinned(pool, f"{name}{' again' if attempt else ''}", f"{prefix}{attempt}-")
+        at_once, picked = _pinned(pool, f"{name}{' again' if attempt else ''}", f"{prefix}{attempt}-", 12.0 * attempt)
         sent.append(at_once)
         even = at_once.even(len(pool.active))
         if nudge is not None and (even or attempt == 1):

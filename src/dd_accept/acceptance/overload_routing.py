@@ -136,11 +136,12 @@ class _Sends:
                     lambda rows: sum(int(r.get("pinned_now", 0)) for r in rows) + _ended(replicas, prefix) >= count,
                     timeout=ARRIVAL_WAIT_S, what="every request sent at once to reach a replica",
                 )  # fmt: skip
-                even = states is not None and all(int(row.get("pinned_now", 0)) == PER_REPLICA for row in states)
-                if nudge is not None and (even or last):
+                pinned = [int(row.get("pinned_now", 0)) for row in states or ()]  # by replica, in order
+                if nudge is not None and (pinned == [PER_REPLICA] * replicas.count or last):
+                    replicas.control(None, "pin", count=0)  # where fewer came, the nudge's retries must not wait
                     replicas.control([0], "unpin")
-                    wait_for_finding(lambda: _ended(replicas, prefix, replica=0), bool, timeout=ARRIVAL_WAIT_S,
-                                     what="replica 0's released streams")  # fmt: skip
+                    wait_for_finding(lambda: _ended(replicas, prefix, replica=0) >= (pinned or [0])[0], bool,
+                                     timeout=ARRIVAL_WAIT_S, what="replica 0's released streams")  # fmt: skip
                     nudge()
             finally:  # the others' pinned streams go on, and no later stream is pinned
                 replicas.control(None, "unpin")

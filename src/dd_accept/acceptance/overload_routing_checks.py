@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from dd_accept.acceptance import overload_routing
 from dd_accept.acceptance.analysis import counts_text
 from dd_accept.acceptance.ledger import attempt_end
-from dd_accept.acceptance.overload_routing import PER_REPLICA, RESTORE_WAIT_S, AtOnce, RoutingRound
+from dd_accept.acceptance.overload_routing import PER_REPLICA, AtOnce, RoutingRound
 from dd_accept.acceptance.registry import check
 from dd_accept.base.results import CheckResult
 
@@ -42,10 +43,11 @@ def routing_restored(round_: RoutingRound | None) -> CheckResult:
     replicas that failed them fewer. A send that comes out uneven is judged on a second one
     RESTORE_WAIT_S later: a backend set aside for a while is back by then, a miscount is not."""
     replicas = round_.replicas if round_ else 0
+    wait_s = overload_routing.RESTORE_WAIT_S
     expected = (
         f"{PER_REPLICA * replicas} requests sent at once through the proxy: {PER_REPLICA} to each of the {replicas} "
         "replicas (least connections), before and after replica 0, then the only one with nothing in flight, "
-        f"failed requests with each retried status and with resets (an uneven send is sent again {RESTORE_WAIT_S:g} s "
+        f"failed requests with each retried status and with resets (an uneven send is sent again {wait_s:g} s "
         "later, and judged on that)"
     )
     if round_ is None or not round_.before or not round_.after:
@@ -55,7 +57,8 @@ def routing_restored(round_: RoutingRound | None) -> CheckResult:
         parts += [_described(sent, replicas) for sent in sends]
         last = sends[-1]
         if not last.even(replicas):
-            problems.append(_uneven(last, replicas) + (f", {RESTORE_WAIT_S:g} s later too" if len(sends) > 1 else ""))
+            again = f", {last.sent_at - sends[0].sent_at:.0f} s later too" if len(sends) > 1 else ""
+            problems.append(_uneven(last, replicas) + again)
         if sends is round_.before:
             first = round_.nudge[0].replica if round_.nudge else None
             failures = Counter(
