@@ -53,7 +53,7 @@ CLIENT_FILE = "routing"  # its requests, as client events, beside the phases' cl
 @dataclass(frozen=True, slots=True)
 class AtOnce:
     """Requests sent together: each as the client saw it, every attempt the replicas recorded,
-    and how many of them had reached a replica before they were released (None: all)."""
+    and when they were sent (a second send is told by how long after the first it went)."""
 
     name: str
     client: tuple[ClientRequest, ...]

@@ -77,10 +77,10 @@ def main() -> int:
         else:
             every = float(value)
 
-    # Timed on the node itself: a burst measures the service, not the exec round trip.
     def ask(url: str, request_id: str | None) -> dict[str, object]:
         return probe(url, timeout, admission, request_id, stream)
 
+    # Timed on the node itself: a burst measures the service, not the exec round trip.
     started, sent = time.monotonic(), 0
     for round_ in range(repeat):
         ids = [None if prefix is None else f"{prefix}{sent + index}" for index in range(len(args))]
