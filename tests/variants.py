@@ -452,6 +452,40 @@ class Fault:
         return dataclasses.replace(base, telemetry=dataclasses.replace(base.telemetry, **dict(self.telemetry_profile)))
 
 
+# A proxy that sets a backend aside for a while after it failed an attempt (a connection error
+# or a 5xx), as nginx's max_fails=1 fail_timeout=10s or Envoy's outlier detection does, trying
+# every backend again where all are set aside (a panic threshold): routing no contract rules out.
+_POOL_INIT = "        self._active = [0] * len(backends)\n        self._cursor = 0\n"
+_NO_BACKEND = '            raise LookupError("no backend remains")\n'
+_PASSIVE_EJECTION = (
+    (
+        PROXY,
+        _POOL_INIT,
+        _POOL_INIT + "        self._aside_until = [0.0] * len(backends)\n\n"
+        "    def set_aside(self, index: int, seconds: float) -> None:\n"
+        "        self._aside_until[index] = time.monotonic() + seconds\n",
+    ),
+    (
+        PROXY,
+        _NO_BACKEND,
+        _NO_BACKEND + "        fresh = tuple(i for i in available if self._aside_until[i] <= time.monotonic())\n"
+        "        available = fresh or available\n",
+    ),
+    (
+        PROXY,
+        "                outcomes.append(reason)\n                self.pool.release(index)\n",
+        "                outcomes.append(reason)\n                self.pool.release(index)\n"
+        "                self.pool.set_aside(index, 10.0)\n",
+    ),
+    (
+        PROXY,
+        "                await _discard_response(response)\n                self.pool.release(index)\n",
+        "                await _discard_response(response)\n                self.pool.release(index)\n"
+        "                if response.status >= 500:\n                    self.pool.set_aside(index, 10.0)\n",
+    ),
+)
+
+
 # What the released rc1 fails, for true reasons (docs/checks.md, "What it finds"): the expected
 # verdicts of the false-alarm benchmark and of the login-node comparison.
 # rc1's telemetry findings: the seed's records and counters it does not emit (telemetry-logged fixes them all).
@@ -551,6 +585,13 @@ FAULTS = {
                     "_RETRYABLE_STATUS_CODES = frozenset({429, 503})",
                 ),
             ),
+        ),
+        Fault(
+            "passive-ejection",
+            "data-designer-slurm",
+            "not a fault: the proxy sets a backend aside for 10 s after a connection error or a 5xx it "
+            "retried, trying every backend again where all are set aside (passive ejection); rc1 otherwise",
+            _PASSIVE_EJECTION,
         ),
         Fault(
             "admission-at-threshold",

@@ -1,6 +1,6 @@
 """The telemetry scenario: phases built to produce what the seed pull request says the proxy
-reports (retries after 429s and 503s, failovers, requests that use every attempt and end in
-503, streams cut mid-way, streams still running at the endpoint's drain bound), each read from both
+reports (retries after 429s and 5xx, failovers, requests that use every attempt and end in
+a 5xx, streams cut mid-way, streams still running at the endpoint's drain bound), each read from both
 sides: the proxy's metrics before and after and the log records it wrote meanwhile, and
 the replicas' and the client's own records of every request.
 
@@ -70,7 +70,7 @@ class TelemetryOptions:
     # replicas 1 and 2 answer a 5xx the proxy retries to this many (`forced_5xx`): unequal, so
     # no two replicas look alike and a record naming the wrong backend shows in every permutation
     forced_failures: tuple[int, int] = (4, 2)
-    exhausted_requests: int = 4  # sent one at a time while every replica answers 503
+    exhausted_requests: int = 4  # sent one at a time while every replica answers a 5xx
     held_streams: int = 2  # replicas 0 and 1 each hold this many back past the proxy's timeouts
     drain_streams: int = 2  # running when the endpoint gets TERM, each longer than its drain allowance
     drain_itl_ms: int = 100  # their pace: a few hundred events, not thousands, over the allowance
@@ -203,9 +203,26 @@ def forced_5xx(profile: SutProfile, counts: tuple[int, int]) -> tuple[tuple[int,
     """What replicas 1 and 2 answer in the failover phase, in order: each 5xx status the proxy
     retries (the profile's), replica 1 every one of them at least once (rc1: 500, 502, 503,
     504), replica 2 from the last (504, 503): telemetry.status_failover judges each retried."""
-    statuses = [status for status in profile.proxy.retried_statuses if status >= 500] or [503]
+    statuses = _retried_5xx(profile)
     first = tuple(statuses[i % len(statuses)] for i in range(max(counts[0], len(statuses))))
     return first, tuple(statuses[-1 - i % len(statuses)] for i in range(counts[1]))
+
+
+def _retried_5xx(profile: SutProfile) -> list[int]:
+    return [status for status in profile.proxy.retried_statuses if status >= 500] or [503]
+
+
+def exhausting_statuses(profile: SutProfile, replicas: int, count: int) -> tuple[tuple[int, ...], ...]:
+    """What each replica answers in the exhausted phase, in order: replica i the i-th 5xx the
+    proxy retries (rc1: 500, 502, 503, 504), then every `replicas`-th after it. Each status is
+    some replica's first answer of the phase, so a proxy that sets a failing backend aside
+    for a while (passive ejection, as nginx's max_fails does) still meets every one of them:
+    with every backend failing it must try them all. A status met only as a replica's second
+    answer would never be met there, and telemetry.status_failover would fail a correct proxy."""
+    statuses = _retried_5xx(profile)
+    return tuple(
+        tuple(statuses[(replica + k * replicas) % len(statuses)] for k in range(count)) for replica in range(replicas)
+    )
 
 
 def _force_5xx(s: TelemetryRun) -> None:
@@ -223,9 +240,12 @@ def _stop_forcing(s: TelemetryRun) -> None:
 
 
 def _exhaust(s: TelemetryRun) -> None:
-    """Every replica answers 503 to more requests than the phase sends: each request uses
-    every attempt the proxy makes, and the client gets the last one's 503."""
-    s.deployed[0].control(None, "respond", status=503, count=s.options.exhausted_requests)
+    """Every replica answers a 5xx the proxy retries (`exhausting_statuses`) to as many
+    requests as the phase sends (each request reaches a replica once at most): each request
+    uses every attempt the proxy makes, and the client gets the last one's status."""
+    each = exhausting_statuses(s.profile, s.options.replicas, s.options.exhausted_requests)
+    for replica, statuses in enumerate(each):
+        s.deployed[0].control([replica], "respond", statuses=list(statuses))
 
 
 def _exhausted(s: TelemetryRun) -> None:
@@ -443,11 +463,11 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
     Phase("drive", "requests while replicas 1 and 2 answer 5xx", _failover_5xx, _plan_sends("failover-5xx"),
           fault="forced 5xx answers"),
     Phase("relieve", "replicas answer what they serve again", _stop_forcing),
-    Phase("hold", "every replica answers 503", _exhaust),
-    Phase("drive", "requests one at a time while every replica answers 503", _exhausted,
+    Phase("hold", "every replica answers a 5xx the proxy retries, each its own", _exhaust),
+    Phase("drive", "requests one at a time while every replica answers 5xx", _exhausted,
           lambda p: [_planned_send(p, "exhausted", p.options.exhausted_requests, 1)],
-          fault="every replica answers 503"),
-    Phase("relieve", "no replica answers 503 any more", _stop_forcing),
+          fault="every replica answers 5xx"),
+    Phase("relieve", "no replica answers 5xx any more", _stop_forcing),
     Phase("hold", "replicas 2 and 3 cut streams mid-way", _cut),
     Phase("drive", "requests while replicas 2 and 3 cut streams", _cut_streams, _plan_sends("cut"),
           fault="streams cut mid-way"),

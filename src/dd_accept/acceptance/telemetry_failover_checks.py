@@ -3,8 +3,9 @@ failover path no status code drives.
 
 The brief's proxy "retries 429/500/502/503/504 and connection errors" within its three
 attempts. `status_failover` is judged on every phase: the forced 429s, replicas 1 and 2
-answering each retried 5xx, every replica answering 503. `connection_errors` is judged on
-one phase of its own, below.
+answering each retried 5xx, every replica answering one of them (each its own, so that a
+proxy that sets a failing backend aside still meets every status). `connection_errors` is
+judged on one phase of its own, below.
 
 Connection errors:
 
