@@ -3,10 +3,13 @@
 Each scenario is run N times through the real CLI against rc1, whose expected verdicts are
 known (`variants.RC1_FAILS`: the true findings; everything else must pass), and against each
 positive control (an rc1 variant that fixes some findings, `Fault.fixes`: those must pass
-too). A *false alarm* is a check that fails where it must pass; a *miss* is one that passes
-where it must fail. Zero of both is the target; any non-zero count needs a cause.
+too). `--correct` adds the correct variants (`CORRECT`: rc1 changed where no contract rules
+it out, its routing, pacing or timing), each judged as rc1 is on every scenario asked: a
+check that fails one of them blames a correct release. A *false alarm* is a check that
+fails where it must pass; a *miss* is one that passes where it must fail. Zero of both is
+the target; any non-zero count needs a cause.
 
-    python benchmarks/false_alarms.py [-n 10] [--scenarios drain,health|all] [--controls [--no-rc1]]
+    python benchmarks/false_alarms.py [-n 10] [--scenarios drain,health|all] [--controls] [--correct] [--no-rc1]
         [--slurm RELEASE] [--slurm-config linuxproc|cgroup] [--hogs N] [--out FILE]
 
 `--hogs N` keeps N busy loops on the host for the whole measurement: a loaded machine (a CI
@@ -51,6 +54,18 @@ CONTROLS = {
     "streaming": ("background-health-monitor",),
     "telemetry": ("telemetry-logged",),
 }
+
+# The correct variants (tests/variants.py, `fixes` empty), run on every scenario with --correct.
+CORRECT = (
+    "passive-ejection",
+    "retry-after-aside",
+    "lowest-index-tie-break",
+    "random-tie-break",
+    "forwards-each-read",
+    "largest-retry-after",
+    "sampler-50ms",
+    "health-cached-1s",
+)
 
 
 def variant_profile(fault: Fault, folder: Path) -> Path | None:
@@ -133,7 +148,8 @@ def main() -> int:
         "in parallel allocations, as `dd-accept run all` does",
     )
     parser.add_argument("--controls", action="store_true", help="also run the positive controls")
-    parser.add_argument("--no-rc1", action="store_true", help="only the positive controls (with --controls)")
+    parser.add_argument("--correct", action="store_true", help="also run the correct variants (CORRECT)")
+    parser.add_argument("--no-rc1", action="store_true", help="only the variants (with --controls or --correct)")
     add_arguments(parser.add_argument, ClusterOptions, only=CLUSTER)  # as `dd-accept run` defines them
     parser.add_argument("--hogs", type=int, default=0, help="busy loops on the host meanwhile (default: 0)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "false_alarms.json")
@@ -144,12 +160,14 @@ def main() -> int:
     targets: list[Target] = []
     if not args.no_rc1:
         targets += [(s, "rc1", None, None, frozenset()) for s in scenarios]
-    if args.controls:
+    if args.controls or args.correct:
         wheelhouse = build_wheelhouse(SutSpec.parse(DEFAULT_SUT))
         (wheel,) = [w for w in wheelhouse.wheels if w.name == "data-designer-slurm"]
         folder = Path(tempfile.mkdtemp(prefix="dd-fa-wheels-"))
         for scenario in scenarios:
-            for name in (c for s in (SCENARIOS if scenario == "all" else [scenario]) for c in CONTROLS.get(s, ())):
+            names = [c for s in (SCENARIOS if scenario == "all" else [scenario]) for c in CONTROLS.get(s, ())]
+            names = (names if args.controls else []) + (list(CORRECT) if args.correct else [])
+            for name in names:
                 variant = make_variant(wheelhouse.path / wheel.file, FAULTS[name], folder)
                 profile = variant_profile(FAULTS[name], folder)
                 targets.append((scenario, name, str(variant), profile and str(profile), FAULTS[name].fixes))

@@ -452,37 +452,61 @@ class Fault:
         return dataclasses.replace(base, telemetry=dataclasses.replace(base.telemetry, **dict(self.telemetry_profile)))
 
 
-# A proxy that sets a backend aside for a while after it failed an attempt (a connection error
-# or a 5xx), as nginx's max_fails=1 fail_timeout=10s or Envoy's outlier detection does, trying
-# every backend again where all are set aside (a panic threshold): routing no contract rules out.
+# Correct variants: rc1 changed in ways no contract rules out (routing, pacing, timing), each
+# judged as rc1 is (`fixes` empty): a check one of them fails blames a correct release.
 _POOL_INIT = "        self._active = [0] * len(backends)\n        self._cursor = 0\n"
 _NO_BACKEND = '            raise LookupError("no backend remains")\n'
-_PASSIVE_EJECTION = (
-    (
-        PROXY,
-        _POOL_INIT,
-        _POOL_INIT + "        self._aside_until = [0.0] * len(backends)\n\n"
-        "    def set_aside(self, index: int, seconds: float) -> None:\n"
-        "        self._aside_until[index] = time.monotonic() + seconds\n",
-    ),
-    (
-        PROXY,
-        _NO_BACKEND,
-        _NO_BACKEND + "        fresh = tuple(i for i in available if self._aside_until[i] <= time.monotonic())\n"
-        "        available = fresh or available\n",
-    ),
-    (
-        PROXY,
-        "                outcomes.append(reason)\n                self.pool.release(index)\n",
-        "                outcomes.append(reason)\n                self.pool.release(index)\n"
-        "                self.pool.set_aside(index, 10.0)\n",
-    ),
-    (
-        PROXY,
-        "                await _discard_response(response)\n                self.pool.release(index)\n",
-        "                await _discard_response(response)\n                self.pool.release(index)\n"
-        "                if response.status >= 500:\n                    self.pool.set_aside(index, 10.0)\n",
-    ),
+_RETRIED_STATUS_RELEASE = (
+    "                await _discard_response(response)\n                self.pool.release(index)\n"
+)
+_CONNECTION_ERROR_RELEASE = "                outcomes.append(reason)\n                self.pool.release(index)\n"
+
+
+def _sets_aside(when: str, seconds: str, *, on_connection_error: bool) -> tuple[tuple[str, str, str], ...]:
+    """The proxy sets a backend aside for `seconds` (an expression) after an attempt answered
+    with a status it retried and for which `when` holds (and, if asked, after a connection
+    error), trying every backend again where all are set aside (a panic threshold)."""
+    edits = [
+        (
+            PROXY,
+            _POOL_INIT,
+            _POOL_INIT + "        self._aside_until = [0.0] * len(backends)\n\n"
+            "    def set_aside(self, index: int, seconds: float) -> None:\n"
+            "        self._aside_until[index] = time.monotonic() + seconds\n",
+        ),
+        (
+            PROXY,
+            _NO_BACKEND,
+            _NO_BACKEND + "        fresh = tuple(i for i in available if self._aside_until[i] <= time.monotonic())\n"
+            "        available = fresh or available\n",
+        ),
+        (
+            PROXY,
+            _RETRIED_STATUS_RELEASE,
+            _RETRIED_STATUS_RELEASE
+            + f"                if {when}:\n                    self.pool.set_aside(index, {seconds})\n",
+        ),
+    ]
+    if on_connection_error:
+        edits.append(
+            (
+                PROXY,
+                _CONNECTION_ERROR_RELEASE,
+                _CONNECTION_ERROR_RELEASE + f"                self.pool.set_aside(index, {seconds})\n",
+            )
+        )
+    return tuple(edits)
+
+
+# rc1's least-connections tie-break (a cursor that turns past each pick)
+_TIE_BREAK = (
+    "        index = next(\n            candidate\n            for offset in range(len(self.backends))\n"
+    "            if (candidate := (self._cursor + offset) % len(self.backends)) in candidates\n        )\n"
+)
+_HEALTH_PROBES = (
+    "        results = await asyncio.gather(\n"
+    "            *(self._probe_backend(index, backend) for index, backend in enumerate(self.pool.backends))\n"
+    "        )\n"
 )
 
 
@@ -590,8 +614,80 @@ FAULTS = {
             "passive-ejection",
             "data-designer-slurm",
             "not a fault: the proxy sets a backend aside for 10 s after a connection error or a 5xx it "
-            "retried, trying every backend again where all are set aside (passive ejection); rc1 otherwise",
-            _PASSIVE_EJECTION,
+            "retried, trying every backend again where all are set aside (passive ejection, as nginx's "
+            "max_fails=1 fail_timeout=10s or Envoy's outlier detection); rc1 otherwise",
+            _sets_aside("response.status >= 500", "10.0", on_connection_error=True),
+        ),
+        Fault(
+            "retry-after-aside",
+            "data-designer-slurm",
+            "not a fault: the proxy sets a backend that answered 429 aside for its Retry-After, trying every "
+            "backend again where all are set aside",
+            _sets_aside(
+                "response.status == 429", "float(response.headers.get('Retry-After', '1'))", on_connection_error=False
+            ),
+        ),
+        Fault(
+            "lowest-index-tie-break",
+            "data-designer-slurm",
+            "not a fault: least-connections breaking a tie for the lowest backend index, not in turn",
+            ((PROXY, _TIE_BREAK, "        index = min(candidates)\n"),),
+        ),
+        Fault(
+            "random-tie-break",
+            "data-designer-slurm",
+            "not a fault: least-connections breaking a tie at random",
+            (
+                (PROXY, _TIE_BREAK, "        index = random.choice(sorted(candidates))\n"),
+                (PROXY, "import socket\nimport time\n", "import random\nimport socket\nimport time\n"),
+            ),
+        ),
+        Fault(
+            "forwards-each-read",
+            "data-designer-slurm",
+            "not a fault: the proxy forwards each read of the upstream body as it comes (iter_any), not in "
+            "chunks of up to 64 KiB",
+            ((PROXY, "iter_chunked(_STREAM_CHUNK_BYTES)", "iter_any()"),),
+        ),
+        Fault(
+            "largest-retry-after",
+            "data-designer-slurm",
+            "not a fault: the proxy's 429 carries the largest Retry-After its attempts were answered with, not "
+            "the last",
+            (
+                (
+                    PROXY,
+                    "                    overload_retry_after = "
+                    'response.headers.get("Retry-After", overload_retry_after)\n',
+                    '                    seen = response.headers.get("Retry-After")\n'
+                    "                    if seen is not None and (overload_retry_after is None or "
+                    "int(seen) > int(overload_retry_after)):\n"
+                    "                        overload_retry_after = seen\n",
+                ),
+            ),
+        ),
+        Fault(
+            "sampler-50ms",
+            "data-designer-slurm",
+            "not a fault: the queue admission middleware reads the queue depth every 0.05 s, not 0.1 s",
+            ((BACKPRESSURE, "    poll_interval_seconds: float = 0.1\n", "    poll_interval_seconds: float = 0.05\n"),),
+        ),
+        Fault(
+            "health-cached-1s",
+            "data-designer-slurm",
+            "not a fault: the proxy's /health answers from its backends' probes of the last second",
+            (
+                (
+                    PROXY,
+                    _HEALTH_PROBES,
+                    "        cached = getattr(self, '_health_cache', None)\n"
+                    "        if cached is not None and time.monotonic() - cached[0] < 1.0:\n"
+                    "            results = cached[1]\n"
+                    "        else:\n"
+                    + _HEALTH_PROBES.replace("        ", "            ")
+                    + "            self._health_cache = (time.monotonic(), results)\n",
+                ),
+            ),
         ),
         Fault(
             "admission-at-threshold",
