@@ -6,6 +6,7 @@ import subprocess
 import zipfile
 
 from benchmarks.false_alarms import CONTROLS, CORRECT
+
 from tests.variants import FAULTS, RC1_FAILS, make_variant
 
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from dd_accept.acceptance.telemetry import exhausting_statuses
+from dd_accept.acceptance.telemetry_forcing import exhausting_statuses
 from dd_accept.sut.profile import profile_for
 
 RC1 = profile_for("data-designer-slurm", "1.0.0rc1")
