@@ -63,6 +63,7 @@ CORRECT = (
     "random-tie-break",
     "forwards-each-read",
     "largest-retry-after",
+    "sse-comment-first",
     "sampler-50ms",
     "health-cached-1s",
 )

@@ -667,6 +667,22 @@ FAULTS = {
             ),
         ),
         Fault(
+            "sse-comment-first",
+            "data-designer-slurm",
+            "not a fault: the proxy opens each event stream with an SSE comment line (': proxied'), which "
+            "every SSE client skips",
+            (
+                (
+                    PROXY,
+                    '        await downstream.prepare(request)\n        if request.method != "HEAD":\n',
+                    "        await downstream.prepare(request)\n"
+                    '        if response.content_type == "text/event-stream":\n'
+                    '            await downstream.write(b": proxied\\n\\n")\n'
+                    '        if request.method != "HEAD":\n',
+                ),
+            ),
+        ),
+        Fault(
             "sampler-50ms",
             "data-designer-slurm",
             "not a fault: the queue admission middleware reads the queue depth every 0.05 s, not 0.1 s",
