@@ -71,7 +71,7 @@ class TelemetryOptions:
     # replicas 1 and 2 answer a 5xx the proxy retries to this many (`forced_5xx`): unequal, so
     # no two replicas look alike and a record naming the wrong backend shows in every permutation
     forced_failures: tuple[int, int] = (4, 2)
-    exhausted_requests: int = 4  # sent one at a time while every replica answers a 5xx
+    exhausted_requests: int = 4  # sent one at a time, every replica answering each a 5xx (one per status)
     held_streams: int = 2  # replicas 0 and 1 each hold this many back past the proxy's timeouts
     drain_streams: int = 2  # running when the endpoint gets TERM, each longer than its drain allowance
     drain_itl_ms: int = 100  # their pace: a few hundred events, not thousands, over the allowance
@@ -214,17 +214,19 @@ def _stop_forcing(s: TelemetryRun) -> None:
     s.deployed[0].control(None, "respond", status=200, count=0)
 
 
-def _exhaust(s: TelemetryRun) -> None:
-    """Every replica answers a 5xx the proxy retries (`exhausting_statuses`) to as many
-    requests as the phase sends (each request reaches a replica once at most): each request
-    uses every attempt the proxy makes, and the client gets the last one's status."""
-    each = exhausting_statuses(s.profile, s.options.replicas, s.options.exhausted_requests)
-    for replica, statuses in enumerate(each):
-        s.deployed[0].control([replica], "respond", statuses=list(statuses))
-
-
 def _exhausted(s: TelemetryRun) -> None:
-    drive_phase(s, "exhausted", requests_sent=s.options.exhausted_requests, concurrency=1)
+    """One request at a time, each while every replica answers it a 5xx the proxy retries
+    (`exhausting_statuses`): each request uses every attempt the proxy makes, and the client
+    gets the last one's status. Each replica answers one request so, and what a replica the
+    proxy did not try still holds is taken back before the next."""
+    for name, status in exhausting_statuses(s.profile, s.options.exhausted_requests):
+        s.deployed[0].control(None, "respond", status=status, count=1)
+        drive_phase(s, name, requests_sent=1, concurrency=1)
+        _stop_forcing(s)
+
+
+def _plan_exhausted(p: Planner) -> list[PlannedCommand]:
+    return [_planned_send(p, name, 1, 1) for name, _ in exhausting_statuses(p.profile, p.options.exhausted_requests)]
 
 
 def _cut(s: TelemetryRun) -> None:
@@ -438,11 +440,8 @@ PHASES: tuple[Phase[TelemetryRun], ...] = (
     Phase("drive", "requests while replicas 1 and 2 answer 5xx", _failover_5xx, _plan_sends("failover-5xx"),
           fault="forced 5xx answers"),
     Phase("relieve", "replicas answer what they serve again", _stop_forcing),
-    Phase("hold", "every replica answers a 5xx the proxy retries, each its own", _exhaust),
-    Phase("drive", "requests one at a time while every replica answers 5xx", _exhausted,
-          lambda p: [_planned_send(p, "exhausted", p.options.exhausted_requests, 1)],
-          fault="every replica answers 5xx"),
-    Phase("relieve", "no replica answers 5xx any more", _stop_forcing),
+    Phase("drive", "requests one at a time, every replica answering each a 5xx the proxy retries", _exhausted,
+          _plan_exhausted, fault="every replica answers 5xx"),
     Phase("hold", "replicas 2 and 3 cut streams mid-way", _cut),
     Phase("drive", "requests while replicas 2 and 3 cut streams", _cut_streams, _plan_sends("cut"),
           fault="streams cut mid-way"),

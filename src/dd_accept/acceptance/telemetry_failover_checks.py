@@ -3,9 +3,10 @@ failover path no status code drives.
 
 The brief's proxy "retries 429/500/502/503/504 and connection errors" within its three
 attempts. `status_failover` is judged on every phase: the forced 429s, replicas 1 and 2
-answering each retried 5xx, every replica answering one of them (each its own, so that a
-proxy that sets a failing backend aside still meets every status). `connection_errors` is
-judged on one phase of its own, below.
+answering each retried 5xx, and one request per retried 5xx while every replica answers it
+that status (so that a proxy that sets a failing backend aside, or breaks ties its own way,
+still meets every status, at every attempt). `connection_errors` is judged on one phase of
+its own, below.
 
 Connection errors:
 

@@ -20,14 +20,19 @@ def _retried_5xx(profile: SutProfile) -> list[int]:
     return [status for status in profile.proxy.retried_statuses if status >= 500] or [503]
 
 
-def exhausting_statuses(profile: SutProfile, replicas: int, count: int) -> tuple[tuple[int, ...], ...]:
-    """What each replica answers in the exhausted phase, in order: replica i the i-th 5xx the
-    proxy retries (rc1: 500, 502, 503, 504), then every `replicas`-th after it. Each status is
-    some replica's first answer of the phase, so a proxy that sets a failing backend aside
-    for a while (passive ejection, as nginx's max_fails does) still meets every one of them:
-    with every backend failing it must try them all. A status met only as a replica's second
-    answer would never be met there, and telemetry.status_failover would fail a correct proxy."""
+def exhausting_statuses(profile: SutProfile, requests: int) -> tuple[tuple[str, int], ...]:
+    """The exhausted phase, request by request: (its name, the status every replica answers
+    it), each 5xx the proxy retries (rc1: 500, 502, 503, 504) in turn, as many requests as
+    `requests` or one per status if there are more. Every backend answers the request's
+    status to each attempt, so the proxy meets it whichever backends it tries, whatever its
+    tie-break and whichever it has set aside for a while (passive ejection, nginx's
+    max_fails, Envoy's outlier detection; a backend still set aside from the failover phase
+    too), and meets it at every attempt number. A status met only as some replica's second
+    answer, or only on one replica, can be routed around by a correct proxy, and
+    telemetry.status_failover would then fail it for a rule it never had the chance to keep."""
     statuses = _retried_5xx(profile)
-    return tuple(
-        tuple(statuses[(replica + k * replicas) % len(statuses)] for k in range(count)) for replica in range(replicas)
-    )
+    plan = []
+    for index in range(max(requests, len(statuses))):
+        status, round_ = statuses[index % len(statuses)], index // len(statuses)
+        plan.append((f"exhausted-{status}" + (f"-{round_ + 1}" if round_ else ""), status))
+    return tuple(plan)
