@@ -795,6 +795,27 @@ FAULTS = {
             ),
         ),
         Fault(
+            "hangup-leaks",
+            "data-designer-slurm",
+            "a streamed response is released from the least-connections count only when it ended well: a client "
+            "that leaves mid-stream (the proxy's write to it fails) leaves its replica counted busy for good",
+            (
+                (
+                    PROXY,
+                    "            self._record_final(final_response.status, outcomes, started_at)\n"
+                    "            return result\n"
+                    "        finally:\n"
+                    "            final_response.release()\n"
+                    "            self.pool.release(final_index)\n",
+                    "            self._record_final(final_response.status, outcomes, started_at)\n"
+                    "            self.pool.release(final_index)\n"
+                    "            return result\n"
+                    "        finally:\n"
+                    "            final_response.release()\n",
+                ),
+            ),
+        ),
+        Fault(
             "retry-after-lost",
             "data-designer-slurm",
             "Retry-After is treated as a hop-by-hop header and no longer restored",

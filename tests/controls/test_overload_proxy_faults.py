@@ -65,13 +65,13 @@ def test_admission_that_never_rejects_is_a_failed_check_not_an_error(sut_wheelho
     assert checks["overload.total.attempts"].verdict == "fail", "no 429 reaches the client"
 
 
-@pytest.mark.parametrize("fault", ["retried-status-leaks", "connection-error-leaks"])
+@pytest.mark.parametrize("fault", ["retried-status-leaks", "connection-error-leaks", "hangup-leaks"])
 def test_a_proxy_that_never_releases_what_it_retried_elsewhere_is_caught_by_routing_restored(
     fault, sut_wheelhouse, sut_image, sut_profile, tmp_path, monkeypatch
 ):
     """Every request still completes (on the others), so only the routing round sees it: the
-    replicas that failed requests (a 429, or a connection error) get less than their share
-    once all are idle again, before the nudge or after it."""
+    replicas that failed requests (a 429, or a connection error) or whose client left
+    mid-stream get less than their share once all are idle again, before the nudge or after it."""
     chosen = ("overload.partial.completes", "overload.total.unreachable", "overload.routing_restored")
     monkeypatch.setattr(overload_routing, "RESTORE_WAIT_S", 2.0)
     checks = run_against_fault(fault, sut_wheelhouse, sut_image, sut_profile, tmp_path, checks=chosen)
@@ -84,6 +84,9 @@ def test_a_proxy_that_never_releases_what_it_retried_elsewhere_is_caught_by_rout
     assert routing.metrics["restored"] == 0.0, routing
     # the nudge drives two miscounts at least where its pin held (the sends before it even)
     assert routing.metrics["uneven_before"] or routing.metrics["nudge_failures"] >= 2, routing
+    if fault == "hangup-leaks":  # nothing before the nudge's hang-ups leaked: replica 0 is short after them
+        assert not routing.metrics["uneven_before"] and routing.metrics["nudge_hangups"] >= 2, routing
+        assert routing.detail.startswith("after it again: replica(s) 0 got fewer than 2"), routing
     assert checks["overload.partial.completes"].verdict == "pass"
     assert checks["overload.total.unreachable"].verdict == "pass"
 

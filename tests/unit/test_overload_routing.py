@@ -1,8 +1,8 @@
 """overload.routing_restored against least-connections pools modelled on the brief's proxy:
 one that releases every attempt it lets go of passes, whatever its tie-break, and so does one
 that sets a failing backend aside for a while; one that leaks the attempts it retried
-elsewhere (after a status, or after a connection error) fails, before the nudge where its
-miscounts are uneven and after it where they came out even."""
+elsewhere (after a status, or after a connection error), or the streams whose client left,
+fails, before the nudge where its miscounts are uneven and after it where they came out even."""
 
 import itertools
 import random
@@ -10,7 +10,15 @@ import random
 import pytest
 
 from dd_accept.acceptance import overload_routing_checks as checks
-from dd_accept.acceptance.overload_routing import NUDGE_RESETS, PER_REPLICA, AtOnce, RoutingRound
+from dd_accept.acceptance.overload_routing import (
+    HANGUP_PREFIX,
+    ID_PREFIX,
+    NUDGE_HANGUPS,
+    NUDGE_RESETS,
+    PER_REPLICA,
+    AtOnce,
+    RoutingRound,
+)
 from dd_accept.base.events import ClientRequest, UpstreamAttempt
 
 REPLICAS = 8
@@ -20,8 +28,8 @@ RETRIED = (429, 500, 502, 503, 504)
 class Pool:
     """Least connections over `replicas` backends, ties broken by `tie_break`; `leaks`, the
     attempts it lets go of without releasing them: "status" (a retried 429/5xx), "error" (a
-    retried connection error); `ejects`, whether it sets a backend that failed aside until
-    the round's restore wait has passed."""
+    retried connection error), "hangup" (a stream whose client left); `ejects`, whether it
+    sets a backend that failed aside until the round's restore wait has passed."""
 
     def __init__(self, replicas=REPLICAS, tie_break="ring", leaks=(), seed=0, ejects=False):
         self.active, self.cursor, self.tie_break, self.leaks = [0] * replicas, 0, tie_break, set(leaks)
@@ -82,7 +90,8 @@ def _pinned(pool, name, prefix, sent_at=0.0):
 
 
 def _nudge(pool):
-    """Replica 0 fails each retried status twice, then resets NUDGE_RESETS, one request at a time."""
+    """Replica 0 fails each retried status twice, then resets NUDGE_RESETS, one request at a
+    time; then NUDGE_HANGUPS streams whose client leaves, one at a time."""
     nudge, failures = [], [("status", status) for status in RETRIED * 2] + [("error", None)] * NUDGE_RESETS
     for request in range(len(failures)):
         tried = set()
@@ -99,6 +108,11 @@ def _nudge(pool):
             nudge.append(_attempt(index, f"routing-n-{request}", started))
             pool.active[index] -= 1
             break
+    for number in range(NUDGE_HANGUPS):
+        index = pool.acquire()
+        nudge.append(_attempt(index, f"{ID_PREFIX}{HANGUP_PREFIX}{number}", 3.0 + number / 10))
+        if index != 0 or "hangup" not in pool.leaks:  # elsewhere the stream ended before its client left
+            pool.active[index] -= 1
     return nudge
 
 
@@ -145,7 +159,7 @@ def _overloaded(pool):
 
 
 TIE_BREAKS = ["ring", "lowest", "random"]
-LEAKS = [("status",), ("error",), ("status", "error")]
+LEAKS = [("status",), ("error",), ("hangup",), ("status", "error")]
 
 
 @pytest.mark.parametrize("tie_break", TIE_BREAKS)
@@ -155,11 +169,13 @@ def test_a_pool_that_releases_what_it_lets_go_of_passes_whatever_its_tie_break(t
         pool.cursor = cursor
         result = checks.routing_restored(_routing(pool))
         assert result.verdict == "pass", result
-        assert result.metrics == {"uneven_before": 0.0, "uneven_after": 0.0, "restored": 0.0, "nudge_failures": 13.0}
+        assert result.metrics == {
+            "uneven_before": 0.0, "uneven_after": 0.0, "restored": 0.0, "nudge_failures": 13.0, "nudge_hangups": 3.0,
+        }  # fmt: skip
         assert result.observed.startswith(
             "before the nudge: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2, client statuses "
             "200: 16; the nudge: its first request to replica 0; replica 0 failed 429: 2, 500: 2, 502: 2, 503: 2, "
-            "504: 2, reset: 3; after it: 16 of 16"
+            "504: 2, reset: 3, streamed 3 its client left; after it: 16 of 16"
         ), result
 
 
@@ -168,7 +184,7 @@ def test_a_pool_that_sets_a_failing_backend_aside_for_a_while_passes_once_it_is_
     on the send after the restore wait, when it is back."""
     result = checks.routing_restored(_routing(Pool(ejects=True)))
     assert result.verdict == "pass" and result.metrics == {
-        "uneven_before": 0.0, "uneven_after": 1.0, "restored": 1.0, "nudge_failures": 1.0,
+        "uneven_before": 0.0, "uneven_after": 1.0, "restored": 1.0, "nudge_failures": 1.0, "nudge_hangups": 0.0,
     }, result  # fmt: skip
     assert "after it again: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2" in result.observed
 

@@ -614,3 +614,33 @@ def test_pinned_streams_wait_for_their_release_and_requests_sent_at_once_arrive_
     assert sorted(r["duration_s"] > 0.5 for r in records) == [False, True, True, True], records
     assert all(r["status"] == 200 and r["outcome"] == "ok" and r["data_events"] == 2 for r in records), records
     assert replica.control("state")["pinned_now"] == 0
+
+
+def test_a_probe_that_hangs_up_leaves_after_the_first_line_one_stream_at_a_time(local_replica, tmp_path):
+    """overload's routing round: node.probe --stream --hangup leaves each 200 after its first
+    line, closing the connection (its row says so), and with --repeat/--every sends the next
+    only that much later; the replica, holding the rest of each stream back, finds its peer
+    gone and records the stream abandoned, not served whole."""
+    log = tmp_path / "events.jsonl"
+    replica = local_replica(*FAST, "--events", str(log))
+    replica.control("delay", after_chunks=1, seconds=0.5, count=2)
+    argv = [sys.executable, "-m", "dd_accept.node.probe", "--stream", "--hangup", "--id", "routing-n-hangup-"]
+    argv += ["--repeat", "2", "--every", "0.8", f"{replica.url}{ADMISSION_PROBE_PATH}"]
+    rows = [
+        json.loads(line)
+        for line in subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.splitlines()
+    ]
+    assert [(row["request_id"], row["status"], row.get("hung_up")) for row in rows] == [
+        ("routing-n-hangup-0", 200, True), ("routing-n-hangup-1", 200, True),
+    ], rows  # fmt: skip
+    assert rows[0]["elapsed_s"] < 0.4, "left after the first line, not after the held-back rest"
+    assert rows[1]["sent"] - rows[0]["sent"] >= 0.75, "the next sent --every later"
+    records = wait_until(
+        lambda: [r for r in _upstream_records(log) if (r["request_id"] or "").startswith("routing-n-hangup-")],
+        lambda found: len(found) == 2, timeout=5, what="the two records",
+    )  # fmt: skip
+    assert all(r["status"] == 200 and r["outcome"] == "abandoned" for r in records), records
+    # the client side as the ledger reads it: the request was left, not lost
+    from dd_accept.acceptance.proxy_requests import client_request
+
+    assert {client_request(0, row).outcome for row in rows} == {"hung_up"}

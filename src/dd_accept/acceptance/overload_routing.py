@@ -18,8 +18,13 @@ The round runs once the overload and the lost backends are over, in three parts:
   is the one replica with nothing in flight and least connections sends it the nudge's
   requests one at a time; it answers them with each status the proxy retries (429 and
   5xx, two of each kind retried), then resets as many connections (a backend that crashed
-  mid-request). Each is retried elsewhere. A proxy that miscounts any kind of attempt it
-  lets go of keeps counting replica 0 busy by two or more.
+  mid-request); each is retried elsewhere. Then it streams three whose client leaves after
+  the first event (a user who stops reading), one at a time, holding the rest of each back
+  HANGUP_DELAY_S so the proxy is still relaying when its client goes (three: a miscount of
+  one before, on every replica but 0, would otherwise hide the two that leak). A proxy
+  that miscounts any kind of attempt it lets go of (one that releases only a stream that
+  ended well, or only on an error but not on a cancellation) keeps counting replica 0 busy
+  by two or more.
 - *after*: once every replica is idle, two requests a replica at once again.
 
 Miscounts that differ by one between replicas can hide behind a tie-break; two cannot. A
@@ -46,6 +51,10 @@ RESTORE_WAIT_S = 12.0  # before an uneven round is sent once more (nginx's defau
 # In the nudge replica 0 answers each status the proxy retries twice (a miscount of one can hide
 # behind a tie-break), one request each, then resets this many connections.
 NUDGE_RESETS = 3
+NUDGE_HANGUPS = 3  # then streams their client leaves after the first event, one at a time:
+HANGUP_DELAY_S = 0.5  # the rest of each held back, so the client is gone before it ends,
+HANGUP_EVERY_S = 0.8  # and the next sent once the proxy has met the hang-up (a correct one, not slow)
+HANGUP_PREFIX = "n-hangup-"
 ID_PREFIX = "routing-"  # the round's request ids: no other phase's prefix
 CLIENT_FILE = "routing"  # its requests, as client events, beside the phases' clients
 
@@ -81,6 +90,10 @@ class RoutingRound:
     def nudge_failures(self) -> list[UpstreamAttempt]:
         """The nudge's attempts replica 0 failed as told: a status, or a reset."""
         return [a for a in self.nudge if a.replica == 0 and (a.status != 200 or a.outcome == RESET_UNANSWERED)]
+
+    def nudge_hangups(self) -> list[UpstreamAttempt]:
+        """The nudge's streams replica 0 served whose client left after the first event."""
+        return [a for a in self.nudge if a.replica == 0 and (a.request_id or "").startswith(ID_PREFIX + HANGUP_PREFIX)]
 
 
 def route_round(replicas: ReplicaSet, proxy: Proxy, run: RunDirectory, retried: tuple[int, ...]) -> RoutingRound:
@@ -161,8 +174,9 @@ def _ended(replicas: ReplicaSet, prefix: str, replica: int | None = None) -> int
 
 
 def _nudge(replicas: ReplicaSet, proxy: Proxy, writer: EventWriter, statuses: tuple[int, ...]) -> list[UpstreamAttempt]:
-    """Replica 0 answers one request with each of `statuses`, then resets NUDGE_RESETS;
-    requests go one at a time; what the replicas recorded of them."""
+    """Replica 0 answers one request with each of `statuses`, then resets NUDGE_RESETS, then
+    streams NUDGE_HANGUPS whose client leaves after the first event; requests go one at a
+    time; what the replicas recorded of them."""
     asked: list[ClientRequest] = []
     try:
         replicas.control([0], "respond", statuses=list(statuses))
@@ -170,9 +184,26 @@ def _nudge(replicas: ReplicaSet, proxy: Proxy, writer: EventWriter, statuses: tu
         replicas.control([0], "respond", status=200, count=0)
         replicas.control([0], "reset", count=NUDGE_RESETS)
         asked += send_named(replicas.cluster, proxy, f"{ID_PREFIX}n-reset-", NUDGE_RESETS, stream=True)
+        replicas.control([0], "reset", count=0)
+        replicas.control([0], "delay", after_chunks=1, seconds=HANGUP_DELAY_S, count=NUDGE_HANGUPS)
+        left = send_named(replicas.cluster, proxy, ID_PREFIX + HANGUP_PREFIX, NUDGE_HANGUPS, stream=True,
+                          hangup=True, every_s=HANGUP_EVERY_S)  # fmt: skip
+        asked += left
+        _ended_streams(replicas, {r.request_id for r in left if r.outcome == "hung_up"})
     finally:
         replicas.control([0], "respond", status=200, count=0)
         replicas.control([0], "reset", count=0)
+        replicas.control([0], "delay", count=0)
     for request in asked:
         writer.write(request)
     return settled_attempts(replicas, asked)
+
+
+def _ended_streams(replicas: ReplicaSet, ids: set[str]) -> None:
+    """Wait for the replicas to end the streams whose client left (each HANGUP_DELAY_S after
+    its first event): the records are settled only then, and the proxy has met the hang-up.
+    One never ended is left to the check, which sees it missing."""
+    wait_for_finding(
+        lambda: {a.request_id for a in replicas.events()}, ids.issubset,
+        timeout=HANGUP_DELAY_S + ARRIVAL_WAIT_S, what="the streams whose client left to end at the replicas",
+    )  # fmt: skip

@@ -25,16 +25,21 @@ def send_named(
     *,
     stream: bool = False,
     at_once: bool = False,
+    hangup: bool = False,
+    every_s: float | None = None,
     timeout_s: float = 10.0,
 ) -> list[ClientRequest]:
     """`count` requests through the proxy, ids PREFIX0, PREFIX1, …: the queue-admission probe
-    (the app answers it 400 at once), or with `stream` the smallest streamed generation; one
-    after another, or with `at_once` all together. A run of node.probe that did not answer
-    for every request is the harness's failure (exit 2), not the SUT's."""
+    (the app answers it 400 at once), or with `stream` the smallest streamed generation (with
+    `hangup`, the client leaves a 200 after its first line); one after another, or with
+    `at_once` all together, or with `every_s` one that often. A run of node.probe that did
+    not answer for every request is the harness's failure (exit 2), not the SUT's."""
     argv = [cluster.layout.python, "-m", "dd_accept.node.probe", "--stream" if stream else "--admission"]
+    argv += ["--hangup"] if hangup else []
     argv += ["--timeout", f"{timeout_s:g}", "--id", prefix, *(["--at-once"] if at_once else [])]
-    argv += [f"{proxy.url}{ADMISSION_PROBE_PATH}"] * count
-    took = timeout_s if at_once else count * (timeout_s + 2)
+    url = f"{proxy.url}{ADMISSION_PROBE_PATH}"
+    argv += ["--repeat", str(count), "--every", f"{every_s:g}", url] if every_s else [url] * count
+    took = timeout_s if at_once else count * (timeout_s + 2 + (every_s or 0))
     record = cluster.exec(argv, node=proxy.node, timeout=took + 30)
     rows = json_lines(record)
     if not record.ok or len(rows) != count:
@@ -47,6 +52,7 @@ def client_request(index: int, row: dict[str, object]) -> ClientRequest:
     status = row.get("status")
     status = status if isinstance(status, int) else None
     outcome = {429: "rate_limited", 200: "ok", None: "error"}.get(status, "http_error")
+    outcome = "hung_up" if row.get("hung_up") else outcome
     sent = float(row.get("sent") or 0.0)  # type: ignore[arg-type]
     retry_after = row.get("retry_after")
     return ClientRequest(

@@ -1,7 +1,9 @@
-"""`python -m dd_accept.node.probe [--timeout S] [--repeat N --every S] [--admission|--stream] [--id PREFIX]
-[--at-once] URL...`: GET each URL, one JSON line each (N rounds, S seconds apart, each row with its offset `at_s`);
-with --admission, POST the queue-admission probe instead (base.events.ADMISSION_PROBE_BODY),
-with --stream the smallest streamed generation (base.events.STREAM_PROBE_BODY).
+"""`python -m dd_accept.node.probe [--timeout S] [--repeat N --every S] [--admission|--stream [--hangup]]
+[--id PREFIX] [--at-once] URL...`: GET each URL, one JSON line each (N rounds, S seconds apart, each row with its
+offset `at_s`); with --admission, POST the queue-admission probe instead (base.events.ADMISSION_PROBE_BODY),
+with --stream the smallest streamed generation (base.events.STREAM_PROBE_BODY); with --hangup, a stream
+answered 200 is left after its first line (the connection closed, the row `hung_up`), as a user who
+stops reading does.
 With --id, each request carries its own request id, PREFIX and its number from 0 (else the
 admission probe's own), and its row the id and the wall time it was sent: a request the
 replicas' records can be set beside. With --at-once, a round's requests are all sent
@@ -28,7 +30,12 @@ from dd_accept.base.events import ADMISSION_PROBE_BODY, ADMISSION_PROBE_ID, REQU
 
 
 def probe(
-    url: str, timeout: float = 5.0, admission: bool = False, request_id: str | None = None, stream: bool = False
+    url: str,
+    timeout: float = 5.0,
+    admission: bool = False,
+    request_id: str | None = None,
+    stream: bool = False,
+    hangup: bool = False,
 ) -> dict[str, object]:
     started = time.monotonic()
     named = {"request_id": request_id, "sent": round(time.time(), 6)} if request_id else {}  # for the replicas' records
@@ -39,7 +46,12 @@ def probe(
         request = urllib.request.Request(url, data=data, headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, body, retry_after = response.status, response.read(), response.headers.get("Retry-After")
+            status, retry_after = response.status, response.headers.get("Retry-After")
+            if hangup and stream and status == 200:  # leaving closes the connection: the proxy's client is gone
+                named |= {"hung_up": True}
+                body = response.readline()
+            else:
+                body = response.read()
     except urllib.error.HTTPError as error:
         status, body, retry_after = error.code, error.read(), error.headers.get("Retry-After")
     except (OSError, http.client.HTTPException) as error:  # no answer, or one that is not HTTP
@@ -56,8 +68,9 @@ def probe(
 
 def main() -> int:
     args = sys.argv[1:]
-    timeout, repeat, every, admission, stream, prefix, at_once = 5.0, 1, 0.0, False, False, None, False
-    while args[:1] and args[0] in ("--timeout", "--repeat", "--every", "--admission", "--stream", "--id", "--at-once"):
+    timeout, repeat, every, admission, stream, prefix, at_once, hangup = 5.0, 1, 0.0, False, False, None, False, False
+    switches = ("--admission", "--stream", "--at-once", "--hangup")
+    while args[:1] and args[0] in ("--timeout", "--repeat", "--every", "--id", *switches):
         if args[0] == "--admission":
             admission, args = True, args[1:]
             continue
@@ -66,6 +79,9 @@ def main() -> int:
             continue
         if args[0] == "--at-once":
             at_once, args = True, args[1:]
+            continue
+        if args[0] == "--hangup":
+            hangup, args = True, args[1:]
             continue
         flag, value, args = args[0], args[1], args[2:]
         if flag == "--timeout":
@@ -78,7 +94,7 @@ def main() -> int:
             every = float(value)
 
     def ask(url: str, request_id: str | None) -> dict[str, object]:
-        return probe(url, timeout, admission, request_id, stream)
+        return probe(url, timeout, admission, request_id, stream, hangup)
 
     # Timed on the node itself: a burst measures the service, not the exec round trip.
     started, sent = time.monotonic(), 0

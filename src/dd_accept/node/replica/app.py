@@ -284,6 +284,8 @@ class ReplicaApp:
                 sent += 1
         finally:
             self.engine.metrics.chunks_sent.inc(sent)  # once per stream, not once per token
+        if delay is not None and delay[0] == sent and sent > 0:  # held after its last token: before the tail
+            await watch.hold(delay[1])
         final = shapes.final_choice(chat)
         tail = chunk(final)
         events = 1
