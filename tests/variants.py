@@ -1425,6 +1425,26 @@ FAULTS = {
             ),
         ),
         Fault(
+            "releases-at-headers",
+            "data-designer-slurm",
+            "the proxy releases a backend from its least-connections count once the response's headers came, not "
+            "when the stream ends: streams in flight count for nothing, so a replica slow to finish them gets its "
+            "even share of new requests",
+            (
+                (
+                    PROXY,
+                    "            final_response = response\n            final_index = index\n            break\n",
+                    "            final_response = response\n            final_index = index\n"
+                    "            self.pool.release(index)\n            break\n",
+                ),
+                (
+                    PROXY,
+                    "            final_response.release()\n            self.pool.release(final_index)\n",
+                    "            final_response.release()\n",
+                ),
+            ),
+        ),
+        Fault(
             "swapped-connection-counters",
             "data-designer-slurm",
             "the proxy's trace hooks count reused connections as opened and the other way round",

@@ -128,6 +128,21 @@ def test_round_robin_routing_is_caught_by_least_connections(sut_wheelhouse, sut_
     assert checks["streaming.connection_accounting"].verdict == "pass"
 
 
+def test_a_proxy_that_counts_a_stream_only_until_its_headers_is_caught_by_least_connections(
+    sut_wheelhouse, sut_image, sut_profile, tmp_path
+):
+    """The stalled replica sends each stream's headers and first token, then stalls: a proxy
+    that releases at the headers sees it idle and keeps sending it requests while it still
+    has streams in flight (before, the stall held the headers back and hid this)."""
+    checks = run_with_fault(_streaming, "releases-at-headers", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    routing = checks["streaming.least_connections"]
+    print("releases-at-headers:", routing.observed, "|", routing.detail)
+    assert routing.verdict == "fail" and routing.metrics["routing_violations"] > 0, routing
+    assert routing.detail.startswith("first: sent to replica "), routing
+    assert checks["streaming.integrity"].verdict == "pass"
+    assert checks["streaming.connection_accounting"].verdict == "pass"
+
+
 def test_a_background_health_monitor_outside_the_counters_is_not_a_miscount(
     sut_wheelhouse, sut_image, sut_profile, tmp_path
 ):

@@ -4,6 +4,7 @@ that sets a failing backend aside for a while; one that leaks the attempts it re
 elsewhere (after a status, or after a connection error), or the streams whose client left,
 fails, before the nudge where its miscounts are uneven and after it where they came out even."""
 
+import dataclasses
 import itertools
 import random
 
@@ -90,9 +91,15 @@ def _pinned(pool, name, prefix, sent_at=0.0):
 
 
 def _nudge(pool):
-    """Replica 0 fails each retried status twice, then resets NUDGE_RESETS, one request at a
-    time; then NUDGE_HANGUPS streams whose client leaves, one at a time."""
-    nudge, failures = [], [("status", status) for status in RETRIED * 2] + [("error", None)] * NUDGE_RESETS
+    """Replica 0 streams NUDGE_HANGUPS whose client leaves, then fails each retried status
+    twice, then resets NUDGE_RESETS, one request at a time."""
+    nudge = []
+    for number in range(NUDGE_HANGUPS):
+        index = pool.acquire()
+        nudge.append(_attempt(index, f"{ID_PREFIX}{HANGUP_PREFIX}{number}", 1.0 + number / 10))
+        if index != 0 or "hangup" not in pool.leaks:  # elsewhere the stream ended before its client left
+            pool.active[index] -= 1
+    failures = [("status", status) for status in RETRIED * 2] + [("error", None)] * NUDGE_RESETS
     for request in range(len(failures)):
         tried = set()
         for attempt in range(3):
@@ -108,11 +115,6 @@ def _nudge(pool):
             nudge.append(_attempt(index, f"routing-n-{request}", started))
             pool.active[index] -= 1
             break
-    for number in range(NUDGE_HANGUPS):
-        index = pool.acquire()
-        nudge.append(_attempt(index, f"{ID_PREFIX}{HANGUP_PREFIX}{number}", 3.0 + number / 10))
-        if index != 0 or "hangup" not in pool.leaks:  # elsewhere the stream ended before its client left
-            pool.active[index] -= 1
     return nudge
 
 
@@ -174,8 +176,9 @@ def test_a_pool_that_releases_what_it_lets_go_of_passes_whatever_its_tie_break(t
         }  # fmt: skip
         assert result.observed.startswith(
             "before the nudge: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2, client statuses "
-            "200: 16; the nudge: its first request to replica 0; replica 0 failed 429: 2, 500: 2, 502: 2, 503: 2, "
-            "504: 2, reset: 3, streamed 3 its client left; after it: 16 of 16"
+            "200: 16; the nudge: its first request to replica 0; replica 0 streamed 3 its client left, failed 429: 2, "
+            "500: 2, 502: 2, 503: 2, "
+            "504: 2, reset: 3; after it: 16 of 16"
         ), result
 
 
@@ -184,7 +187,7 @@ def test_a_pool_that_sets_a_failing_backend_aside_for_a_while_passes_once_it_is_
     on the send after the restore wait, when it is back."""
     result = checks.routing_restored(_routing(Pool(ejects=True)))
     assert result.verdict == "pass" and result.metrics == {
-        "uneven_before": 0.0, "uneven_after": 1.0, "restored": 1.0, "nudge_failures": 1.0, "nudge_hangups": 0.0,
+        "uneven_before": 0.0, "uneven_after": 1.0, "restored": 1.0, "nudge_failures": 1.0, "nudge_hangups": 3.0,
     }, result  # fmt: skip
     assert "after it again: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2" in result.observed
 
@@ -207,6 +210,34 @@ def test_a_pool_that_leaks_what_it_retried_elsewhere_fails_from_any_state(leaks,
 def test_a_pool_that_leaks_and_sets_aside_still_fails_once_the_backend_is_back():
     result = checks.routing_restored(_routing(Pool(leaks=("status",), ejects=True)))
     assert result.verdict == "fail" and result.detail.endswith(", 12 s later too"), result
+
+
+@pytest.mark.parametrize("tie_break", TIE_BREAKS)
+def test_a_pool_that_leaks_hangups_and_sets_aside_fails_whatever_its_tie_break(tie_break):
+    """The hang-ups come first in the nudge: a pool that sets replica 0 aside after its first
+    failure has sent them there all the same."""
+    result = checks.routing_restored(_routing(Pool(tie_break=tie_break, leaks=("hangup",), ejects=True)))
+    assert result.verdict == "fail" and result.metrics["nudge_hangups"] >= 2, result
+    assert result.detail.startswith("after it again: replica(s) 0 got fewer than 2"), result
+
+
+def test_hangups_that_do_not_go_to_the_one_replica_below_the_others_fail():
+    """Least connections sends replica 0 the first two streams whose client leaves, whether or
+    not the proxy has met the hang-ups yet (it is below the others' two pinned streams); the
+    third may find it tied with them."""
+    round_ = _routing(Pool())
+
+    def moved(*numbers):
+        ids = {f"{ID_PREFIX}{HANGUP_PREFIX}{number}" for number in numbers}
+        nudge = tuple(dataclasses.replace(a, replica=3) if a.request_id in ids else a for a in round_.nudge)
+        return checks.routing_restored(dataclasses.replace(round_, nudge=nudge))
+
+    assert moved(2).verdict == "pass" and moved(2).metrics["nudge_hangups"] == 2.0
+    result = moved(1, 2)
+    assert result.verdict == "fail" and result.detail.startswith(
+        "the nudge: 1 of its streams whose client left went to replica 0, though it had fewer in flight than every "
+        "other replica for the first 2"
+    ), result
 
 
 def test_miscounts_that_came_out_even_show_after_the_nudge():

@@ -240,6 +240,27 @@ def test_stalled_tokens_hold_streams_until_released(local_replica):
     assert asyncio.run(scenario())[2][-1] == b"[DONE]"
 
 
+def test_a_stall_after_the_first_token_lets_the_headers_and_that_token_out(local_replica):
+    """streaming's routing phase: the proxy has the response in hand (a stream in flight),
+    and the rest waits for the stall to end."""
+    replica = local_replica(*FAST)
+    replica.control("stall", on=True, after_tokens=1)
+
+    async def scenario():
+        body = {"model": "m", "max_tokens": 3, "stream": True, "messages": [{"role": "user", "content": "x"}]}
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"{replica.url}/v1/chat/completions", json=body) as response:
+                first = await asyncio.wait_for(response.content.readline(), timeout=2)
+                assert response.status == 200 and first.startswith(b"data: "), first
+                rest = asyncio.ensure_future(response.content.read())
+                await asyncio.sleep(0.5)
+                assert not rest.done(), "the second token waits for the stall to end"
+                await asyncio.to_thread(replica.control, "stall", on=False)
+                return await asyncio.wait_for(rest, timeout=5)
+
+    assert asyncio.run(scenario()).rstrip().endswith(b"data: [DONE]")
+
+
 def test_pace_spaces_the_tokens_of_the_next_streams_and_back(local_replica, tmp_path):
     """The sparse streams of no_buffering: the same replicas, their tokens far apart."""
     log = tmp_path / "events.jsonl"
@@ -644,3 +665,12 @@ def test_a_probe_that_hangs_up_leaves_after_the_first_line_one_stream_at_a_time(
     from dd_accept.acceptance.proxy_requests import client_request
 
     assert {client_request(0, row).outcome for row in rows} == {"hung_up"}
+
+
+def test_a_stream_that_breaks_before_its_first_line_is_no_hang_up(local_replica):
+    """Only a client that read a line and left is a hang-up (the ledger excuses it); a 200
+    whose body broke at once is what the proxy did, and its row must not hide it."""
+    replica = local_replica(*FAST)
+    replica.control("cut", after_chunks=0, count=1)
+    row = probe(f"{replica.url}{ADMISSION_PROBE_PATH}", stream=True, hangup=True, request_id="routing-n-hangup-0")
+    assert row["status"] == 200 and "hung_up" not in row, row  # the headers came, then nothing

@@ -16,15 +16,15 @@ The round runs once the overload and the lost backends are over, in three parts:
   between replicas cannot.
 - the nudge, while the others still pin theirs: replica 0's two are released first, so it
   is the one replica with nothing in flight and least connections sends it the nudge's
-  requests one at a time; it answers them with each status the proxy retries (429 and
-  5xx, two of each kind retried), then resets as many connections (a backend that crashed
-  mid-request); each is retried elsewhere. Then it streams three whose client leaves after
-  the first event (a user who stops reading), one at a time, holding the rest of each back
-  HANGUP_DELAY_S so the proxy is still relaying when its client goes (three: a miscount of
-  one before, on every replica but 0, would otherwise hide the two that leak). A proxy
-  that miscounts any kind of attempt it lets go of (one that releases only a stream that
-  ended well, or only on an error but not on a cancellation) keeps counting replica 0 busy
-  by two or more.
+  requests one at a time. First it streams three whose client leaves after the first line
+  (a user who stops reading), holding the rest of each back HANGUP_DELAY_S so the proxy is
+  still relaying when its client goes (three: a miscount of one before, on every replica
+  but 0, would otherwise hide the two that leak; first: a proxy that sets a failing
+  backend aside still sends them there). Then it answers requests with each status the
+  proxy retries (429 and 5xx, two of each kind retried), then resets as many connections
+  (a backend that crashed mid-request); each is retried elsewhere. A proxy that miscounts
+  any kind of attempt it lets go of (one that releases only a stream that ended well, or
+  only on an error but not on a cancellation) keeps counting replica 0 busy by two or more.
 - *after*: once every replica is idle, two requests a replica at once again.
 
 Miscounts that differ by one between replicas can hide behind a tie-break; two cannot. A
@@ -48,12 +48,15 @@ from dd_accept.deployment import Proxy, ReplicaSet, RunDirectory
 PER_REPLICA = 2  # requests sent at once for each replica
 ARRIVAL_WAIT_S = 10.0  # for every request sent at once to reach a replica (a proxy holding some back)
 RESTORE_WAIT_S = 12.0  # before an uneven round is sent once more (nginx's default fail_timeout is 10 s)
-# In the nudge replica 0 answers each status the proxy retries twice (a miscount of one can hide
-# behind a tie-break), one request each, then resets this many connections.
+# In the nudge replica 0 then answers each status the proxy retries twice (a miscount of one can
+# hide behind a tie-break), one request each, then resets this many connections.
 NUDGE_RESETS = 3
-NUDGE_HANGUPS = 3  # then streams their client leaves after the first event, one at a time:
+NUDGE_HANGUPS = 3  # first, streams their client leaves after the first line, one at a time:
 HANGUP_DELAY_S = 0.5  # the rest of each held back, so the client is gone before it ends,
 HANGUP_EVERY_S = 0.8  # and the next sent once the proxy has met the hang-up (a correct one, not slow)
+# Least connections sends replica 0 this many of them at least: the first two find it below
+# the others' two pinned streams whether or not the proxy has met the hang-ups yet.
+HANGUPS_TO_REPLICA_0 = 2
 HANGUP_PREFIX = "n-hangup-"
 ID_PREFIX = "routing-"  # the round's request ids: no other phase's prefix
 CLIENT_FILE = "routing"  # its requests, as client events, beside the phases' clients
@@ -174,22 +177,22 @@ def _ended(replicas: ReplicaSet, prefix: str, replica: int | None = None) -> int
 
 
 def _nudge(replicas: ReplicaSet, proxy: Proxy, writer: EventWriter, statuses: tuple[int, ...]) -> list[UpstreamAttempt]:
-    """Replica 0 answers one request with each of `statuses`, then resets NUDGE_RESETS, then
-    streams NUDGE_HANGUPS whose client leaves after the first event; requests go one at a
-    time; what the replicas recorded of them."""
+    """Replica 0 streams NUDGE_HANGUPS whose client leaves after the first line, then answers
+    one request with each of `statuses`, then resets NUDGE_RESETS; requests go one at a time;
+    what the replicas recorded of them."""
     asked: list[ClientRequest] = []
     try:
-        replicas.control([0], "respond", statuses=list(statuses))
-        asked += send_named(replicas.cluster, proxy, f"{ID_PREFIX}n-status-", len(statuses), stream=True)
-        replicas.control([0], "respond", status=200, count=0)
-        replicas.control([0], "reset", count=NUDGE_RESETS)
-        asked += send_named(replicas.cluster, proxy, f"{ID_PREFIX}n-reset-", NUDGE_RESETS, stream=True)
-        replicas.control([0], "reset", count=0)
         replicas.control([0], "delay", after_chunks=1, seconds=HANGUP_DELAY_S, count=NUDGE_HANGUPS)
         left = send_named(replicas.cluster, proxy, ID_PREFIX + HANGUP_PREFIX, NUDGE_HANGUPS, stream=True,
                           hangup=True, every_s=HANGUP_EVERY_S)  # fmt: skip
         asked += left
         _ended_streams(replicas, {r.request_id for r in left if r.outcome == "hung_up"})
+        replicas.control([0], "delay", count=0)
+        replicas.control([0], "respond", statuses=list(statuses))
+        asked += send_named(replicas.cluster, proxy, f"{ID_PREFIX}n-status-", len(statuses), stream=True)
+        replicas.control([0], "respond", status=200, count=0)
+        replicas.control([0], "reset", count=NUDGE_RESETS)
+        asked += send_named(replicas.cluster, proxy, f"{ID_PREFIX}n-reset-", NUDGE_RESETS, stream=True)
     finally:
         replicas.control([0], "respond", status=200, count=0)
         replicas.control([0], "reset", count=0)

@@ -64,14 +64,20 @@ def routing_restored(round_: RoutingRound | None) -> CheckResult:
             failures = Counter(
                 "reset" if a.status is None or a.outcome != "ok" else str(a.status) for a in round_.nudge_failures()
             )
+            hangups = len(round_.nudge_hangups())
             parts.append(
-                f"the nudge: its first request to replica {first}; replica 0 failed {counts_text(failures)}, "
-                f"streamed {len(round_.nudge_hangups())} its client left"
+                f"the nudge: its first request to replica {first}; replica 0 streamed {hangups} its client left, "
+                f"failed {counts_text(failures)}"
             )
             if not problems and first != 0:
                 problems.append(
                     f"the nudge: its first request went to replica {first}, not to replica 0, the only one with "
                     "nothing in flight"
+                )
+            elif not problems and hangups < overload_routing.HANGUPS_TO_REPLICA_0:
+                problems.append(
+                    f"the nudge: {hangups} of its streams whose client left went to replica 0, though it had fewer in "
+                    f"flight than every other replica for the first {overload_routing.HANGUPS_TO_REPLICA_0}"
                 )
     metrics = {
         "uneven_before": float(not round_.before[0].even(replicas)),

@@ -257,7 +257,10 @@ ROUTING_STREAMS = 32
 
 
 def _stall_first(s: StreamingRun) -> None:
-    s.deployed[0].control([0], "stall", on=True)
+    """Replica 0's streams stall after their first token: the proxy has each response's
+    headers and first bytes, so only a proxy that counts a stream until it ends (not until
+    its headers came) sees replica 0 busy."""
+    s.deployed[0].control([0], "stall", on=True, after_tokens=1)
 
 
 def _drive_routing(s: StreamingRun) -> None:

@@ -459,9 +459,10 @@ def routing_violations(upstream: list[UpstreamAttempt], replicas: int, slack: in
 
 @check("streaming.least_connections")
 def least_connections(upstream: list[UpstreamAttempt], replicas: int, slowed: int, records: int) -> CheckResult:
-    """With one replica slowed (its streams stall), new requests go to the least-loaded
-    replicas: no request is sent to a replica busier than the least-loaded one (beyond the
-    slack), and the slowed replica gets less than an even share."""
+    """With one replica slowed (its streams stall after their first token, so a proxy has
+    their headers: streams in flight), new requests go to the least-loaded replicas: no
+    request is sent to a replica busier than the least-loaded one (beyond the slack), and
+    the slowed replica gets less than an even share."""
     violations = routing_violations(upstream, replicas)
     to_slowed = sum(1 for e in upstream if e.replica == slowed)
     even = len(upstream) / replicas if replicas else 0

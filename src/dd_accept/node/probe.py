@@ -48,8 +48,9 @@ def probe(
         with urllib.request.urlopen(request, timeout=timeout) as response:
             status, retry_after = response.status, response.headers.get("Retry-After")
             if hangup and stream and status == 200:  # leaving closes the connection: the proxy's client is gone
-                named |= {"hung_up": True}
                 body = response.readline()
+                if body:  # left on purpose; a stream that broke before its first line is an error, as it is
+                    named |= {"hung_up": True}
             else:
                 body = response.read()
     except urllib.error.HTTPError as error:

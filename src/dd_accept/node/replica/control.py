@@ -91,8 +91,8 @@ class ControlRouter:
             control.healthy = bool(body["ok"])
         elif action == "hang":
             control.hung = bool(body["on"])
-        elif action == "stall":
-            engine.stall(bool(body["on"]))
+        elif action == "stall":  # {"on": bool, "after_tokens": N}: streams hold from their N-th token on
+            engine.stall(bool(body["on"]), int(body.get("after_tokens", 0)))
         elif action == "pace":  # {"itl_ms": N, "exact": bool, "token_bytes": N}, or {} for the pacing it started with
             itl_ms = body.get("itl_ms")
             engine.pace(
