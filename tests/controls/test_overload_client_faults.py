@@ -200,13 +200,13 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wh
     unreachable = next(c for c in scenario["checks"] if c["id"] == "overload.total.unreachable")
     assert unreachable["metrics"]["met_overload"] == 12 and unreachable["metrics"]["ended_on_reset"] >= 2
     assert unreachable["observed"].endswith("their client statuses 429: 12, Retry-After 3: 12"), unreachable
-    # least connections after the faults: two each at once, before and after replica 0 failed each retried
-    # status twice and reset 3 (each retried elsewhere)
+    # least connections after the faults: two each at once, before and after replica 0 streamed 3 whose client
+    # left, failed each retried status twice and reset 3 (each retried elsewhere)
     routing = next(c for c in scenario["checks"] if c["id"] == "overload.routing_restored")
     assert routing["observed"].startswith(
         "before the nudge: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2, client statuses 200: 16; "
-        "the nudge: its first request to replica 0; replica 0 failed 429: 2, 500: 2, 502: 2, 503: 2, 504: 2, "
-        "reset: 3; after it: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2"
+        "the nudge: its first request to replica 0; replica 0 streamed 3 its client left, failed 429: 2, 500: 2, "
+        "502: 2, 503: 2, 504: 2, reset: 3; after it: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2"
     ), routing
     assert [phase["kind"] for phase in scenario["phases"]][:3] == ["deploy", "deploy", "hold"]
     cooldown = next(c for c in scenario["checks"] if c["id"] == "overload.total.cooldown")
