@@ -816,6 +816,20 @@ FAULTS = {
             ),
         ),
         Fault(
+            "cancel-leaks",
+            "data-designer-slurm",
+            "an attempt is released when the backend call raises an error, but not when the handler is cancelled "
+            "(its client left while the proxy waited for the backend's answer: asyncio.CancelledError is no "
+            "Exception): every client that gives up before its first byte leaves a replica counted busy",
+            (
+                (
+                    PROXY,
+                    "            except BaseException:\n                self.pool.release(index)\n",
+                    "            except Exception:\n                self.pool.release(index)\n",
+                ),
+            ),
+        ),
+        Fault(
             "retry-after-lost",
             "data-designer-slurm",
             "Retry-After is treated as a hop-by-hop header and no longer restored",

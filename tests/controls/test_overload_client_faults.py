@@ -205,8 +205,9 @@ def test_positive_control_rc1_passes_every_overload_check_through_the_cli(sut_wh
     routing = next(c for c in scenario["checks"] if c["id"] == "overload.routing_restored")
     assert routing["observed"].startswith(
         "before the nudge: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2, client statuses 200: 16; "
-        "the nudge: its first request to replica 0; replica 0 streamed 3 its client left, failed 429: 2, 500: 2, "
-        "502: 2, 503: 2, 504: 2, reset: 3; after it: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2"
+        "the nudge: its first request to replica 0; replica 0 streamed 3 its client left, held 3 its client gave up "
+        "on, failed 429: 2, 500: 2, 502: 2, 503: 2, 504: 2, reset: 3; after it: 16 of 16 in flight together, per "
+        "replica 2, 2, 2, 2, 2, 2, 2, 2"
     ), routing
     assert [phase["kind"] for phase in scenario["phases"]][:3] == ["deploy", "deploy", "hold"]
     cooldown = next(c for c in scenario["checks"] if c["id"] == "overload.total.cooldown")

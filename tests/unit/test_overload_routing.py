@@ -12,6 +12,7 @@ import pytest
 
 from dd_accept.acceptance import overload_routing_checks as checks
 from dd_accept.acceptance.overload_routing import (
+    GIVEUP_PREFIX,
     HANGUP_PREFIX,
     ID_PREFIX,
     NUDGE_HANGUPS,
@@ -29,7 +30,8 @@ RETRIED = (429, 500, 502, 503, 504)
 class Pool:
     """Least connections over `replicas` backends, ties broken by `tie_break`; `leaks`, the
     attempts it lets go of without releasing them: "status" (a retried 429/5xx), "error" (a
-    retried connection error), "hangup" (a stream whose client left); `ejects`, whether it
+    retried connection error), "hangup" (a stream whose client left mid-way), "giveup" (one
+    whose client gave up before its first byte); `ejects`, whether it
     sets a backend that failed aside until the round's restore wait has passed."""
 
     def __init__(self, replicas=REPLICAS, tie_break="ring", leaks=(), seed=0, ejects=False):
@@ -91,14 +93,18 @@ def _pinned(pool, name, prefix, sent_at=0.0):
 
 
 def _nudge(pool):
-    """Replica 0 streams NUDGE_HANGUPS whose client leaves, then fails each retried status
-    twice, then resets NUDGE_RESETS, one request at a time."""
+    """Replica 0 streams NUDGE_HANGUPS whose client leaves, as many whose client gives up
+    before the first byte, then fails each retried status twice, then resets NUDGE_RESETS,
+    one request at a time."""
     nudge = []
-    for number in range(NUDGE_HANGUPS):
-        index = pool.acquire()
-        nudge.append(_attempt(index, f"{ID_PREFIX}{HANGUP_PREFIX}{number}", 1.0 + number / 10))
-        if index != 0 or "hangup" not in pool.leaks:  # elsewhere the stream ended before its client left
-            pool.active[index] -= 1
+    for kind, prefix, start in (("hangup", HANGUP_PREFIX, 1.0), ("giveup", GIVEUP_PREFIX, 1.5)):
+        for number in range(NUDGE_HANGUPS):
+            index = pool.acquire()
+            held = kind == "giveup" and index == 0  # its client left before the first byte: no status
+            nudge.append(_attempt(index, f"{ID_PREFIX}{prefix}{number}", start + number / 10,
+                                  **({"status": None, "outcome": "abandoned"} if held else {})))  # fmt: skip
+            if index != 0 or kind not in pool.leaks:  # elsewhere the stream ended before its client left
+                pool.active[index] -= 1
     failures = [("status", status) for status in RETRIED * 2] + [("error", None)] * NUDGE_RESETS
     for request in range(len(failures)):
         tried = set()
@@ -161,7 +167,7 @@ def _overloaded(pool):
 
 
 TIE_BREAKS = ["ring", "lowest", "random"]
-LEAKS = [("status",), ("error",), ("hangup",), ("status", "error")]
+LEAKS = [("status",), ("error",), ("hangup",), ("giveup",), ("status", "error")]
 
 
 @pytest.mark.parametrize("tie_break", TIE_BREAKS)
@@ -173,11 +179,12 @@ def test_a_pool_that_releases_what_it_lets_go_of_passes_whatever_its_tie_break(t
         assert result.verdict == "pass", result
         assert result.metrics == {
             "uneven_before": 0.0, "uneven_after": 0.0, "restored": 0.0, "nudge_failures": 13.0, "nudge_hangups": 3.0,
+            "nudge_giveups": 3.0,
         }  # fmt: skip
         assert result.observed.startswith(
             "before the nudge: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2, client statuses "
-            "200: 16; the nudge: its first request to replica 0; replica 0 streamed 3 its client left, failed 429: 2, "
-            "500: 2, 502: 2, 503: 2, "
+            "200: 16; the nudge: its first request to replica 0; replica 0 streamed 3 its client left, held 3 its "
+            "client gave up on, failed 429: 2, 500: 2, 502: 2, 503: 2, "
             "504: 2, reset: 3; after it: 16 of 16"
         ), result
 
@@ -188,6 +195,7 @@ def test_a_pool_that_sets_a_failing_backend_aside_for_a_while_passes_once_it_is_
     result = checks.routing_restored(_routing(Pool(ejects=True)))
     assert result.verdict == "pass" and result.metrics == {
         "uneven_before": 0.0, "uneven_after": 1.0, "restored": 1.0, "nudge_failures": 1.0, "nudge_hangups": 3.0,
+        "nudge_giveups": 3.0,
     }, result  # fmt: skip
     assert "after it again: 16 of 16 in flight together, per replica 2, 2, 2, 2, 2, 2, 2, 2" in result.observed
 
@@ -212,11 +220,12 @@ def test_a_pool_that_leaks_and_sets_aside_still_fails_once_the_backend_is_back()
     assert result.verdict == "fail" and result.detail.endswith(", 12 s later too"), result
 
 
+@pytest.mark.parametrize("leaks", [("hangup",), ("giveup",)])
 @pytest.mark.parametrize("tie_break", TIE_BREAKS)
-def test_a_pool_that_leaks_hangups_and_sets_aside_fails_whatever_its_tie_break(tie_break):
+def test_a_pool_that_leaks_hangups_and_sets_aside_fails_whatever_its_tie_break(leaks, tie_break):
     """The hang-ups come first in the nudge: a pool that sets replica 0 aside after its first
     failure has sent them there all the same."""
-    result = checks.routing_restored(_routing(Pool(tie_break=tie_break, leaks=("hangup",), ejects=True)))
+    result = checks.routing_restored(_routing(Pool(tie_break=tie_break, leaks=leaks, ejects=True)))
     assert result.verdict == "fail" and result.metrics["nudge_hangups"] >= 2, result
     assert result.detail.startswith("after it again: replica(s) 0 got fewer than 2"), result
 

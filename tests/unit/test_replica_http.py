@@ -248,15 +248,15 @@ def test_a_stall_after_the_first_token_lets_the_headers_and_that_token_out(local
 
     async def scenario():
         body = {"model": "m", "max_tokens": 3, "stream": True, "messages": [{"role": "user", "content": "x"}]}
-        async with aiohttp.ClientSession() as session:
-            async with session.post(f"{replica.url}/v1/chat/completions", json=body) as response:
-                first = await asyncio.wait_for(response.content.readline(), timeout=2)
-                assert response.status == 200 and first.startswith(b"data: "), first
-                rest = asyncio.ensure_future(response.content.read())
-                await asyncio.sleep(0.5)
-                assert not rest.done(), "the second token waits for the stall to end"
-                await asyncio.to_thread(replica.control, "stall", on=False)
-                return await asyncio.wait_for(rest, timeout=5)
+        url = f"{replica.url}/v1/chat/completions"
+        async with aiohttp.ClientSession() as session, session.post(url, json=body) as response:
+            first = await asyncio.wait_for(response.content.readline(), timeout=2)
+            assert response.status == 200 and first.startswith(b"data: "), first
+            rest = asyncio.ensure_future(response.content.read())
+            await asyncio.sleep(0.5)
+            assert not rest.done(), "the second token waits for the stall to end"
+            await asyncio.to_thread(replica.control, "stall", on=False)
+            return await asyncio.wait_for(rest, timeout=5)
 
     assert asyncio.run(scenario()).rstrip().endswith(b"data: [DONE]")
 
@@ -674,3 +674,20 @@ def test_a_stream_that_breaks_before_its_first_line_is_no_hang_up(local_replica)
     replica.control("cut", after_chunks=0, count=1)
     row = probe(f"{replica.url}{ADMISSION_PROBE_PATH}", stream=True, hangup=True, request_id="routing-n-hangup-0")
     assert row["status"] == 200 and "hung_up" not in row, row  # the headers came, then nothing
+
+
+def test_a_probe_that_gives_up_before_the_first_byte_is_a_hang_up(local_replica, tmp_path):
+    """overload's routing round: with --hangup a stream that gives nothing within --timeout is
+    left (the client's own deadline: the row says hung_up, the ledger's excuse); the replica,
+    holding it back, finds its peer gone and records it abandoned."""
+    log = tmp_path / "events.jsonl"
+    replica = local_replica(*FAST, "--events", str(log))
+    replica.control("delay", seconds=1.0, count=1)
+    url = f"{replica.url}{ADMISSION_PROBE_PATH}"
+    row = probe(url, timeout=0.3, stream=True, hangup=True, request_id="routing-n-giveup-0")
+    assert row["status"] is None and row["error"] == "TimeoutError" and row["hung_up"] is True, row
+    (record,) = wait_until(lambda: _upstream_records(log), bool, timeout=5, what="the stream's record")
+    assert record["request_id"] == "routing-n-giveup-0" and record["outcome"] == "abandoned", record
+    # without --hangup the same deadline is an error the ledger sees
+    replica.control("delay", seconds=1.0, count=1)
+    assert "hung_up" not in probe(url, timeout=0.3, stream=True, request_id="routing-n-giveup-1")

@@ -20,7 +20,10 @@ The round runs once the overload and the lost backends are over, in three parts:
   (a user who stops reading), holding the rest of each back HANGUP_DELAY_S so the proxy is
   still relaying when its client goes (three: a miscount of one before, on every replica
   but 0, would otherwise hide the two that leak; first: a proxy that sets a failing
-  backend aside still sends them there). Then it answers requests with each status the
+  backend aside still sends them there). Then three more whose client gives up before the
+  first byte (replica 0 holds it back GIVEUP_HOLD_S, the client waits GIVEUP_AFTER_S): a
+  proxy that cancels its handler when its client goes meets that while it waits for the
+  replica. Then it answers requests with each status the
   proxy retries (429 and 5xx, two of each kind retried), then resets as many connections
   (a backend that crashed mid-request); each is retried elsewhere. A proxy that miscounts
   any kind of attempt it lets go of (one that releases only a stream that ended well, or
@@ -58,6 +61,10 @@ HANGUP_EVERY_S = 0.8  # and the next sent once the proxy has met the hang-up (a 
 # the others' two pinned streams whether or not the proxy has met the hang-ups yet.
 HANGUPS_TO_REPLICA_0 = 2
 HANGUP_PREFIX = "n-hangup-"
+GIVEUP_AFTER_S = 0.4  # then streams their client gives up on before the first byte, one at a time:
+GIVEUP_HOLD_S = 1.0  # replica 0 holds each back this long before its first byte,
+GIVEUP_EVERY_S = 1.3  # and the next goes once a proxy that meets the give-up only at its write has
+GIVEUP_PREFIX = "n-giveup-"
 ID_PREFIX = "routing-"  # the round's request ids: no other phase's prefix
 CLIENT_FILE = "routing"  # its requests, as client events, beside the phases' clients
 
@@ -91,12 +98,23 @@ class RoutingRound:
     nudge: tuple[UpstreamAttempt, ...]
 
     def nudge_failures(self) -> list[UpstreamAttempt]:
-        """The nudge's attempts replica 0 failed as told: a status, or a reset."""
-        return [a for a in self.nudge if a.replica == 0 and (a.status != 200 or a.outcome == RESET_UNANSWERED)]
+        """The nudge's attempts replica 0 failed as told: a status, or a reset (not the streams
+        whose client left: one held before its first byte has no status)."""
+        left = (ID_PREFIX + HANGUP_PREFIX, ID_PREFIX + GIVEUP_PREFIX)
+        return [
+            a
+            for a in self.nudge
+            if a.replica == 0 and (a.status != 200 or a.outcome == RESET_UNANSWERED)
+            and not (a.request_id or "").startswith(left)
+        ]  # fmt: skip
 
     def nudge_hangups(self) -> list[UpstreamAttempt]:
-        """The nudge's streams replica 0 served whose client left after the first event."""
+        """The nudge's streams replica 0 served whose client left after the first line."""
         return [a for a in self.nudge if a.replica == 0 and (a.request_id or "").startswith(ID_PREFIX + HANGUP_PREFIX)]
+
+    def nudge_giveups(self) -> list[UpstreamAttempt]:
+        """The nudge's streams replica 0 held whose client gave up before the first byte."""
+        return [a for a in self.nudge if a.replica == 0 and (a.request_id or "").startswith(ID_PREFIX + GIVEUP_PREFIX)]
 
 
 def route_round(replicas: ReplicaSet, proxy: Proxy, run: RunDirectory, retried: tuple[int, ...]) -> RoutingRound:
@@ -177,9 +195,9 @@ def _ended(replicas: ReplicaSet, prefix: str, replica: int | None = None) -> int
 
 
 def _nudge(replicas: ReplicaSet, proxy: Proxy, writer: EventWriter, statuses: tuple[int, ...]) -> list[UpstreamAttempt]:
-    """Replica 0 streams NUDGE_HANGUPS whose client leaves after the first line, then answers
-    one request with each of `statuses`, then resets NUDGE_RESETS; requests go one at a time;
-    what the replicas recorded of them."""
+    """Replica 0 streams NUDGE_HANGUPS whose client leaves after the first line, as many whose
+    client gives up before the first byte, then answers one request with each of `statuses`,
+    then resets NUDGE_RESETS; requests go one at a time; what the replicas recorded of them."""
     asked: list[ClientRequest] = []
     try:
         replicas.control([0], "delay", after_chunks=1, seconds=HANGUP_DELAY_S, count=NUDGE_HANGUPS)
@@ -187,6 +205,11 @@ def _nudge(replicas: ReplicaSet, proxy: Proxy, writer: EventWriter, statuses: tu
                           hangup=True, every_s=HANGUP_EVERY_S)  # fmt: skip
         asked += left
         _ended_streams(replicas, {r.request_id for r in left if r.outcome == "hung_up"})
+        replicas.control([0], "delay", seconds=GIVEUP_HOLD_S, count=NUDGE_HANGUPS)  # before the first byte
+        gave_up = send_named(replicas.cluster, proxy, ID_PREFIX + GIVEUP_PREFIX, NUDGE_HANGUPS, stream=True,
+                             hangup=True, every_s=GIVEUP_EVERY_S, timeout_s=GIVEUP_AFTER_S)  # fmt: skip
+        asked += gave_up
+        _ended_streams(replicas, {r.request_id for r in gave_up if r.outcome == "hung_up"})
         replicas.control([0], "delay", count=0)
         replicas.control([0], "respond", statuses=list(statuses))
         asked += send_named(replicas.cluster, proxy, f"{ID_PREFIX}n-status-", len(statuses), stream=True)
@@ -203,10 +226,10 @@ def _nudge(replicas: ReplicaSet, proxy: Proxy, writer: EventWriter, statuses: tu
 
 
 def _ended_streams(replicas: ReplicaSet, ids: set[str]) -> None:
-    """Wait for the replicas to end the streams whose client left (each HANGUP_DELAY_S after
-    its first event): the records are settled only then, and the proxy has met the hang-up.
+    """Wait for the replicas to end the streams whose client left (each held back a while):
+    the records are settled only then, and the proxy has met the hang-up.
     One never ended is left to the check, which sees it missing."""
     wait_for_finding(
         lambda: {a.request_id for a in replicas.events()}, ids.issubset,
-        timeout=HANGUP_DELAY_S + ARRIVAL_WAIT_S, what="the streams whose client left to end at the replicas",
+        timeout=GIVEUP_HOLD_S + ARRIVAL_WAIT_S, what="the streams whose client left to end at the replicas",
     )  # fmt: skip

@@ -40,15 +40,17 @@ def routing_restored(round_: RoutingRound | None) -> CheckResult:
     each replica two, before the nudge and after it; in the nudge, with replica 0 the one
     replica with nothing in flight, its first request goes there. A proxy that still counts
     attempts it let go of (a status or a connection error it retried elsewhere, a stream
-    whose client left) gives the replicas that failed them fewer. A send that comes out uneven is judged on a second one
-    RESTORE_WAIT_S later: a backend set aside for a while is back by then, a miscount is not."""
+    whose client left or gave up) gives the replicas that failed them fewer. A send that
+    comes out uneven is judged on a second one RESTORE_WAIT_S later: a backend set aside for
+    a while is back by then, a miscount is not."""
     replicas = round_.replicas if round_ else 0
     wait_s = overload_routing.RESTORE_WAIT_S
     expected = (
         f"{PER_REPLICA * replicas} requests sent at once through the proxy: {PER_REPLICA} to each of the {replicas} "
         "replicas (least connections), before and after replica 0, then the only one with nothing in flight, "
-        "failed requests with each retried status and with resets, and streamed requests whose client left after "
-        f"the first event (an uneven send is sent again {wait_s:g} s later, and judged on that)"
+        "streamed requests whose client left after the first line or gave up before the first byte, and failed "
+        f"requests with each retried status and with resets (an uneven send is sent again {wait_s:g} s later, and "
+        "judged on that)"
     )
     if round_ is None or not round_.before or not round_.after:
         return CheckResult.judge(routing_restored.check_id, False, expected, "no request was sent", "")
@@ -67,7 +69,7 @@ def routing_restored(round_: RoutingRound | None) -> CheckResult:
             hangups = len(round_.nudge_hangups())
             parts.append(
                 f"the nudge: its first request to replica {first}; replica 0 streamed {hangups} its client left, "
-                f"failed {counts_text(failures)}"
+                f"held {len(round_.nudge_giveups())} its client gave up on, failed {counts_text(failures)}"
             )
             if not problems and first != 0:
                 problems.append(
@@ -85,6 +87,7 @@ def routing_restored(round_: RoutingRound | None) -> CheckResult:
         "restored": float(any(len(sends) > 1 and sends[-1].even(replicas) for sends in (round_.before, round_.after))),
         "nudge_failures": float(len(round_.nudge_failures())),
         "nudge_hangups": float(len(round_.nudge_hangups())),
+        "nudge_giveups": float(len(round_.nudge_giveups())),
     }
     detail = "; ".join(problems)
     return CheckResult.judge(routing_restored.check_id, not problems, expected, "; ".join(parts), detail, metrics)

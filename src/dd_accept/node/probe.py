@@ -3,7 +3,7 @@
 offset `at_s`); with --admission, POST the queue-admission probe instead (base.events.ADMISSION_PROBE_BODY),
 with --stream the smallest streamed generation (base.events.STREAM_PROBE_BODY); with --hangup, a stream
 answered 200 is left after its first line (the connection closed, the row `hung_up`), as a user who
-stops reading does.
+stops reading does, and one that gives nothing within --timeout is given up on (`hung_up` too).
 With --id, each request carries its own request id, PREFIX and its number from 0 (else the
 admission probe's own), and its row the id and the wall time it was sent: a request the
 replicas' records can be set beside. With --at-once, a round's requests are all sent
@@ -57,7 +57,8 @@ def probe(
         status, body, retry_after = error.code, error.read(), error.headers.get("Retry-After")
     except (OSError, http.client.HTTPException) as error:  # no answer, or one that is not HTTP
         failed = {"url": url, "status": None, "error": type(error).__name__, "elapsed_s": time.monotonic() - started}
-        return failed | named
+        left = hangup and stream and isinstance(error, TimeoutError)  # the client's own deadline: it left
+        return failed | named | ({"hung_up": True} if left else {})
     try:
         parsed: object = json.loads(body)
     except ValueError:
