@@ -23,9 +23,9 @@ The round runs once the overload and the lost backends are over, in three parts:
   backend aside still sends them there). Then three more whose client gives up before the
   first byte (replica 0 holds it back GIVEUP_HOLD_S, the client waits GIVEUP_AFTER_S): a
   proxy that cancels its handler when its client goes meets that while it waits for the
-  replica. Then it answers requests with each status the
-  proxy retries (429 and 5xx, two of each kind retried), then resets as many connections
-  (a backend that crashed mid-request); each is retried elsewhere. A proxy that miscounts
+  replica. Then it answers requests with each status the proxy retries (429 and 5xx, two
+  of each kind retried), then resets as many connections (a backend that crashed
+  mid-request); each is retried elsewhere. A proxy that miscounts
   any kind of attempt it lets go of (one that releases only a stream that ended well, or
   only on an error but not on a cancellation) keeps counting replica 0 busy by two or more.
 - *after*: once every replica is idle, two requests a replica at once again.
@@ -63,7 +63,7 @@ HANGUPS_TO_REPLICA_0 = 2
 HANGUP_PREFIX = "n-hangup-"
 GIVEUP_AFTER_S = 0.4  # then streams their client gives up on before the first byte, one at a time:
 GIVEUP_HOLD_S = 1.0  # replica 0 holds each back this long before its first byte,
-GIVEUP_EVERY_S = 1.3  # and the next goes once a proxy that meets the give-up only at its write has
+GIVEUP_EVERY_S = 1.3  # and the next once even a proxy that meets the give-up only at its write has
 GIVEUP_PREFIX = "n-giveup-"
 ID_PREFIX = "routing-"  # the round's request ids: no other phase's prefix
 CLIENT_FILE = "routing"  # its requests, as client events, beside the phases' clients
@@ -201,15 +201,9 @@ def _nudge(replicas: ReplicaSet, proxy: Proxy, writer: EventWriter, statuses: tu
     asked: list[ClientRequest] = []
     try:
         replicas.control([0], "delay", after_chunks=1, seconds=HANGUP_DELAY_S, count=NUDGE_HANGUPS)
-        left = send_named(replicas.cluster, proxy, ID_PREFIX + HANGUP_PREFIX, NUDGE_HANGUPS, stream=True,
-                          hangup=True, every_s=HANGUP_EVERY_S)  # fmt: skip
-        asked += left
-        _ended_streams(replicas, {r.request_id for r in left if r.outcome == "hung_up"})
+        asked += _left(replicas, proxy, HANGUP_PREFIX, HANGUP_EVERY_S)
         replicas.control([0], "delay", seconds=GIVEUP_HOLD_S, count=NUDGE_HANGUPS)  # before the first byte
-        gave_up = send_named(replicas.cluster, proxy, ID_PREFIX + GIVEUP_PREFIX, NUDGE_HANGUPS, stream=True,
-                             hangup=True, every_s=GIVEUP_EVERY_S, timeout_s=GIVEUP_AFTER_S)  # fmt: skip
-        asked += gave_up
-        _ended_streams(replicas, {r.request_id for r in gave_up if r.outcome == "hung_up"})
+        asked += _left(replicas, proxy, GIVEUP_PREFIX, GIVEUP_EVERY_S, timeout_s=GIVEUP_AFTER_S)
         replicas.control([0], "delay", count=0)
         replicas.control([0], "respond", statuses=list(statuses))
         asked += send_named(replicas.cluster, proxy, f"{ID_PREFIX}n-status-", len(statuses), stream=True)
@@ -225,11 +219,19 @@ def _nudge(replicas: ReplicaSet, proxy: Proxy, writer: EventWriter, statuses: tu
     return settled_attempts(replicas, asked)
 
 
-def _ended_streams(replicas: ReplicaSet, ids: set[str]) -> None:
-    """Wait for the replicas to end the streams whose client left (each held back a while):
-    the records are settled only then, and the proxy has met the hang-up.
-    One never ended is left to the check, which sees it missing."""
+def _left(
+    replicas: ReplicaSet, proxy: Proxy, prefix: str, every_s: float, timeout_s: float = 10.0
+) -> list[ClientRequest]:
+    """NUDGE_HANGUPS streams, one every `every_s`, whose client leaves (node.probe --hangup:
+    after the first line, or at `timeout_s` if none came); returned once the replicas have
+    ended the ones it left (each held back a while): their records are settled only then,
+    and the proxy has met the hang-up. One never ended is left to the check, which sees it
+    missing."""
+    left = send_named(replicas.cluster, proxy, ID_PREFIX + prefix, NUDGE_HANGUPS, stream=True, hangup=True,
+                      every_s=every_s, timeout_s=timeout_s)  # fmt: skip
+    gone = {r.request_id for r in left if r.outcome == "hung_up"}
     wait_for_finding(
-        lambda: {a.request_id for a in replicas.events()}, ids.issubset,
+        lambda: {a.request_id for a in replicas.events()}, gone.issubset,
         timeout=GIVEUP_HOLD_S + ARRIVAL_WAIT_S, what="the streams whose client left to end at the replicas",
     )  # fmt: skip
+    return left

@@ -31,9 +31,10 @@ def send_named(
 ) -> list[ClientRequest]:
     """`count` requests through the proxy, ids PREFIX0, PREFIX1, …: the queue-admission probe
     (the app answers it 400 at once), or with `stream` the smallest streamed generation (with
-    `hangup`, the client leaves a 200 after its first line); one after another, or with
-    `at_once` all together, or with `every_s` one that often. A run of node.probe that did
-    not answer for every request is the harness's failure (exit 2), not the SUT's."""
+    `hangup`, the client leaves a 200 after its first line, or gives up at `timeout_s`); one
+    after another, or with `at_once` all together, or with `every_s` one that often. A run
+    of node.probe that did not answer for every request is the harness's failure (exit 2),
+    not the SUT's."""
     argv = [cluster.layout.python, "-m", "dd_accept.node.probe", "--stream" if stream else "--admission"]
     argv += ["--hangup"] if hangup else []
     argv += ["--timeout", f"{timeout_s:g}", "--id", prefix, *(["--at-once"] if at_once else [])]
