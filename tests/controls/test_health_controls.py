@@ -7,9 +7,10 @@ controller_restart.attempt_undisturbed and preemption.attempt_failed (any requir
 gone fails the attempt), and the negative control of probe_isolation (its probes share the
 inference pool: a true finding) and of unresponsive.attempt_failed (its wait checks only that
 processes live: the seed's "health failure still permits success"). rc1 with probes on their
-own pool is the positive control of probe_isolation; a /health that ignores its probes and a
-wait that ignores a required step's end are the negative controls of the detection and attempt
-checks. The controls of waits that watch more than rc1's are in test_health_wait_controls.py.
+own pool is the positive control of probe_isolation; a /health that ignores its probes is the
+negative control of the detection checks, and a wait that ignores a required step's end
+(test_health_step_controls.py) of the attempt checks. The controls of waits that watch more
+than rc1's are in test_health_wait_controls.py.
 
 Each control runs the phases its fault is about, plus one whose check the fault must leave
 passing; rc1 runs them all. A lost node needs a cluster with a node beyond the allocation.
@@ -20,9 +21,7 @@ import pytest
 from dd_accept.acceptance.health_node_loss import slurm_detection_bound
 from tests.controls.controls import OWN_JOB, run_on_own_cluster, run_with_fault
 from tests.controls.health_phases import (
-    HEALTHY,
     HEALTHY_APART,
-    LOSS_ATTEMPT,
     LOSS_DETECTION,
     NODE_LOSS,
     PROBE_ISOLATION,
@@ -120,22 +119,3 @@ def test_a_health_endpoint_that_ignores_probes_is_caught_by_detected(sut_wheelho
     assert node_seen.verdict == "fail", node_seen
     assert node_seen.observed.startswith("the proxy's /health did not report the loss within 15s; Slurm: node2")
     assert checks["health.node_loss.attempt_failed"].verdict == "pass", "the controller still learns it from Slurm"
-
-
-def test_an_ignored_required_step_is_caught_by_attempt_failed(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    # node_loss.detected is the check it must leave passing (backend loss's detection, judged
-    # the same way, would only add its 14 s)
-    health = health_phases(HEALTHY, HEALTHY_APART, LOSS_ATTEMPT, NODE_LOSS)
-    fault = "require-running-ignored"
-    checks = run_with_fault(health, fault, sut_wheelhouse, sut_image, sut_profile, tmp_path, nodes=2)
-    failed = checks["health.backend_loss.attempt_failed"]
-    assert failed.verdict == "fail", failed
-    assert "client 24/24 records" in failed.observed and "returned 70" not in failed.observed, failed
-    # Slurm ends the lost node's steps; a wait that ignores them is still waiting for the
-    # client when the bound after Slurm's DOWN has passed.
-    node_attempt = checks["health.node_loss.attempt_failed"]
-    assert node_attempt.verdict == "fail" and node_attempt.observed.startswith("the controller did not end"), (
-        node_attempt
-    )
-    assert "attempt_ended_after_s" not in node_attempt.metrics and "DOWN" in node_attempt.observed
-    assert checks["health.node_loss.detected"].verdict == "pass"

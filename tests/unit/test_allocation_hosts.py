@@ -21,8 +21,8 @@ class ScriptedCluster:
 
     def exec(self, argv, timeout=None, node="ctl"):
         self.ran.append(tuple(argv))
-        code, out = self.answers[argv[0]].pop(0) if len(self.answers[argv[0]]) > 1 else self.answers[argv[0]][0]
-        err = "salloc: Granted job allocation 7\n" if argv[0] == "salloc" else ""
+        code, out, *said = self.answers[argv[0]].pop(0) if len(self.answers[argv[0]]) > 1 else self.answers[argv[0]][0]
+        err = "salloc: Granted job allocation 7\n" if argv[0] == "salloc" else "".join(said)
         return CommandRecord(tuple(argv), node, "2026-12-02T00:00:00Z", 0.01, code, out[-100:], err, stdout=out)
 
     def allocated(self, job_id, nodes):
@@ -98,3 +98,23 @@ def test_a_step_still_listed_a_moment_after_its_task_ended_is_not_left_running()
     assert allocation.steps_left("proxy", grace_s=0.3) == ["7.1"]
     assert allocation.steps_left("replicas", grace_s=0.3) == ["7.0"]
     assert allocation.steps_left("drill-endpoint", grace_s=0.3) == []
+
+
+def test_a_failed_squeue_is_asked_again_never_read_as_no_step():
+    """A busy slurmctld times a query out: its empty output read as 'no step' let a test that
+    leaked a step pass (CI, five workers). Asked again, the leak shows; a job Slurm has
+    forgotten runs no step; a squeue that always fails is the harness's error."""
+    cluster = ScriptedCluster(salloc=[(0, "")], squeue=[(0, "node1\n")], scontrol=[(0, "node1\n")])
+    allocation = Allocation.acquire(cluster, nodes=1)  # type: ignore[arg-type]
+    cluster.answers["squeue"] = [
+        (1, "", "slurm_load_jobs error: Socket timed out on send/recv operation"),
+        (0, "7.0\n"),
+    ]
+    cluster.answers["scancel"] = [(0, "")]
+    allocation.job_state = lambda: "CANCELLED"  # type: ignore[method-assign]
+    assert allocation.release(grace_s=0.3) == ["7.0"]
+    cluster.answers["squeue"] = [(1, "", "slurm_load_jobs error: Invalid job id specified")]
+    assert allocation.steps() == [] and allocation.steps_by_name() == {}
+    cluster.answers["squeue"] = [(1, "", "slurm_load_jobs error: Socket timed out on send/recv operation")]
+    with pytest.raises(ClusterError, match="squeue could not list the steps of job 7"):
+        allocation.steps()

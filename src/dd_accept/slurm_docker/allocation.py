@@ -264,14 +264,27 @@ class Allocation:
 
     def steps(self) -> list[str]:
         """Running step ids (JOB.STEP) of this allocation, excluding Slurm's own extern step."""
-        record = self.cluster.exec(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i"], timeout=10)
-        return [s for s in record.stdout.split() if not s.endswith((".extern", ".batch", ".interactive"))]
+        listed = self._step_lines("%i")
+        return [s for s in listed.split() if not s.endswith((".extern", ".batch", ".interactive"))]
+
+    def _step_lines(self, fields: str, attempts: int = 3) -> str:
+        """squeue's lines for this job's steps, asked again where squeue failed: a busy
+        slurmctld times a query out, and its empty output read as 'no step' let a test that
+        leaked one pass (CI, a fresh clone on five workers). Failing every time is the
+        harness's error, never an empty list."""
+        for attempt in range(attempts):
+            record = self.cluster.exec(["squeue", "-h", "-s", "-j", self.job_id, "-o", fields], timeout=10)
+            if record.ok:
+                return record.stdout
+            if "Invalid job id" in record.stderr_tail:  # the job has left Slurm's memory: no step runs
+                return ""
+            time.sleep(0.5 * (attempt + 1))
+        raise ClusterError(f"squeue could not list the steps of job {self.job_id}: {record.describe()}")
 
     def steps_by_name(self) -> dict[str, list[str]]:
         """Running steps grouped by their `-J` name (e.g. "proxy", "replicas")."""
-        record = self.cluster.exec(["squeue", "-h", "-s", "-j", self.job_id, "-o", "%i %j"], timeout=10)
         named: dict[str, list[str]] = {}
-        for line in record.stdout.splitlines():
+        for line in self._step_lines("%i %j").splitlines():
             step, _, name = line.partition(" ")
             if step and not step.endswith((".extern", ".batch", ".interactive")):
                 named.setdefault(name.strip(), []).append(step)
