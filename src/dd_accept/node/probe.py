@@ -70,20 +70,11 @@ def probe(
 
 def main() -> int:
     args = sys.argv[1:]
-    timeout, repeat, every, admission, stream, prefix, at_once, hangup = 5.0, 1, 0.0, False, False, None, False, False
-    switches = ("--admission", "--stream", "--at-once", "--hangup")
-    while args[:1] and args[0] in ("--timeout", "--repeat", "--every", "--id", *switches):
-        if args[0] == "--admission":
-            admission, args = True, args[1:]
-            continue
-        if args[0] == "--stream":
-            stream, args = True, args[1:]
-            continue
-        if args[0] == "--at-once":
-            at_once, args = True, args[1:]
-            continue
-        if args[0] == "--hangup":
-            hangup, args = True, args[1:]
+    timeout, repeat, every, prefix = 5.0, 1, 0.0, None
+    switched = dict.fromkeys(("--admission", "--stream", "--at-once", "--hangup"), False)
+    while args[:1] and args[0] in ("--timeout", "--repeat", "--every", "--id", *switched):
+        if args[0] in switched:
+            switched[args[0]], args = True, args[1:]
             continue
         flag, value, args = args[0], args[1], args[2:]
         if flag == "--timeout":
@@ -94,6 +85,7 @@ def main() -> int:
             repeat = int(value)
         else:
             every = float(value)
+    admission, stream, at_once, hangup = switched.values()
 
     def ask(url: str, request_id: str | None) -> dict[str, object]:
         return probe(url, timeout, admission, request_id, stream, hangup)
