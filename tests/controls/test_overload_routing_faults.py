@@ -15,7 +15,7 @@ pytestmark = pytest.mark.cluster
 
 
 @pytest.mark.parametrize("fault", ["retried-status-leaks", "connection-error-leaks", "hangup-leaks", "cancel-leaks"])
-def test_a_proxy_that_never_releases_what_it_retried_elsewhere_is_caught_by_routing_restored(
+def test_a_proxy_that_never_releases_what_it_let_go_of_is_caught_by_routing_restored(
     fault, sut_wheelhouse, sut_image, sut_profile, tmp_path, monkeypatch
 ):
     """Every request still completes (on the others), so only the routing round sees it: the

@@ -101,9 +101,9 @@ def test_a_step_still_listed_a_moment_after_its_task_ended_is_not_left_running()
 
 
 def test_a_failed_squeue_is_asked_again_never_read_as_no_step():
-    """A busy slurmctld times a query out: its empty output read as 'no step' let a test that
-    leaked a step pass (CI, five workers). Asked again, the leak shows; a job Slurm has
-    forgotten runs no step; a squeue that always fails is the harness's error."""
+    """A busy slurmctld times a query out: its empty output read as 'no step' would let a
+    leaked step pass for gone. Asked again, the leak shows; a job Slurm has forgotten runs no
+    step; a squeue that always fails is the harness's error."""
     cluster = ScriptedCluster(salloc=[(0, "")], squeue=[(0, "node1\n")], scontrol=[(0, "node1\n")])
     allocation = Allocation.acquire(cluster, nodes=1)  # type: ignore[arg-type]
     cluster.answers["squeue"] = [

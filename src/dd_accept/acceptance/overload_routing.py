@@ -102,19 +102,22 @@ class RoutingRound:
         whose client left: one held before its first byte has no status)."""
         left = (ID_PREFIX + HANGUP_PREFIX, ID_PREFIX + GIVEUP_PREFIX)
         return [
-            a
-            for a in self.nudge
+            a for a in self.nudge
             if a.replica == 0 and (a.status != 200 or a.outcome == RESET_UNANSWERED)
             and not (a.request_id or "").startswith(left)
         ]  # fmt: skip
 
     def nudge_hangups(self) -> list[UpstreamAttempt]:
         """The nudge's streams replica 0 served whose client left after the first line."""
-        return [a for a in self.nudge if a.replica == 0 and (a.request_id or "").startswith(ID_PREFIX + HANGUP_PREFIX)]
+        return self._at_replica_0(HANGUP_PREFIX)
 
     def nudge_giveups(self) -> list[UpstreamAttempt]:
         """The nudge's streams replica 0 held whose client gave up before the first byte."""
-        return [a for a in self.nudge if a.replica == 0 and (a.request_id or "").startswith(ID_PREFIX + GIVEUP_PREFIX)]
+        return self._at_replica_0(GIVEUP_PREFIX)
+
+    def _at_replica_0(self, prefix: str) -> list[UpstreamAttempt]:
+        """The nudge's attempts at replica 0 of the requests named ID_PREFIX + `prefix` and a number."""
+        return [a for a in self.nudge if a.replica == 0 and (a.request_id or "").startswith(ID_PREFIX + prefix)]
 
 
 def route_round(replicas: ReplicaSet, proxy: Proxy, run: RunDirectory, retried: tuple[int, ...]) -> RoutingRound:

@@ -55,6 +55,7 @@ def routing_restored(round_: RoutingRound | None) -> CheckResult:
     if round_ is None or not round_.before or not round_.after:
         return CheckResult.judge(routing_restored.check_id, False, expected, "no request was sent", "")
     parts, problems = [], []
+    failed, hangups, giveups = round_.nudge_failures(), len(round_.nudge_hangups()), len(round_.nudge_giveups())
     for sends in (round_.before, round_.after):
         parts += [_described(sent, replicas) for sent in sends]
         last = sends[-1]
@@ -63,13 +64,10 @@ def routing_restored(round_: RoutingRound | None) -> CheckResult:
             problems.append(_uneven(last, replicas) + again)
         if sends is round_.before:
             first = round_.nudge[0].replica if round_.nudge else None
-            failures = Counter(
-                "reset" if a.status is None or a.outcome != "ok" else str(a.status) for a in round_.nudge_failures()
-            )
-            hangups = len(round_.nudge_hangups())
+            failures = Counter("reset" if a.status is None or a.outcome != "ok" else str(a.status) for a in failed)
             parts.append(
                 f"the nudge: its first request to replica {first}; replica 0 streamed {hangups} its client left, "
-                f"held {len(round_.nudge_giveups())} its client gave up on, failed {counts_text(failures)}"
+                f"held {giveups} its client gave up on, failed {counts_text(failures)}"
             )
             if not problems and first != 0:
                 problems.append(
@@ -85,9 +83,9 @@ def routing_restored(round_: RoutingRound | None) -> CheckResult:
         "uneven_before": float(not round_.before[0].even(replicas)),
         "uneven_after": float(not round_.after[0].even(replicas)),
         "restored": float(any(len(sends) > 1 and sends[-1].even(replicas) for sends in (round_.before, round_.after))),
-        "nudge_failures": float(len(round_.nudge_failures())),
-        "nudge_hangups": float(len(round_.nudge_hangups())),
-        "nudge_giveups": float(len(round_.nudge_giveups())),
+        "nudge_failures": float(len(failed)),
+        "nudge_hangups": float(hangups),
+        "nudge_giveups": float(giveups),
     }
     detail = "; ".join(problems)
     return CheckResult.judge(routing_restored.check_id, not problems, expected, "; ".join(parts), detail, metrics)

@@ -174,6 +174,10 @@ ENDED_JOB_STATES = frozenset({"GONE", "COMPLETED", "CANCELLED", "NODE_FAIL", "FA
 NODE_LIST_WAIT_S = 30.0
 
 
+# Steps Slurm runs for a job itself, not the job's own work: never a leak, never a stop's target.
+SLURM_OWN_STEPS = (".extern", ".batch", ".interactive")
+
+
 def _still_listed(listed: Callable[[], list[str]], grace_s: float, what: str) -> list[str]:
     """What `listed` (steps squeue shows) still shows `grace_s` on: a step whose task has ended
     stays listed a moment while its node finishes it, and is no step left running for that."""
@@ -264,14 +268,14 @@ class Allocation:
 
     def steps(self) -> list[str]:
         """Running step ids (JOB.STEP) of this allocation, excluding Slurm's own extern step."""
-        listed = self._step_lines("%i")
-        return [s for s in listed.split() if not s.endswith((".extern", ".batch", ".interactive"))]
+        return [s for s in self._step_lines("%i").split() if not s.endswith(SLURM_OWN_STEPS)]
 
     def _step_lines(self, fields: str, attempts: int = 3) -> str:
         """squeue's lines for this job's steps, asked again where squeue failed: a busy
-        slurmctld times a query out, and its empty output read as 'no step' let a test that
-        leaked one pass (CI, a fresh clone on five workers). Failing every time is the
-        harness's error, never an empty list."""
+        slurmctld times a query out, and its empty output read as 'no step' would let a step
+        left running pass for gone (the likely cause of a leak check that saw none in CI, on a
+        fresh clone with five workers). Failing every time is the harness's error, never an
+        empty list."""
         for attempt in range(attempts):
             record = self.cluster.exec(["squeue", "-h", "-s", "-j", self.job_id, "-o", fields], timeout=10)
             if record.ok:
@@ -286,7 +290,7 @@ class Allocation:
         named: dict[str, list[str]] = {}
         for line in self._step_lines("%i %j").splitlines():
             step, _, name = line.partition(" ")
-            if step and not step.endswith((".extern", ".batch", ".interactive")):
+            if step and not step.endswith(SLURM_OWN_STEPS):
                 named.setdefault(name.strip(), []).append(step)
         return named
 
