@@ -1162,6 +1162,21 @@ FAULTS = {
             ),
         ),
         Fault(
+            "holds-cut-streams-open",
+            "data-designer-slurm",
+            "the proxy keeps a stream its backend broke off open, a keep-alive comment a second, as if the backend "
+            "might come back: the client waits on an answer that never ends",
+            (
+                (
+                    PROXY,
+                    _LOOP,
+                    _GUARDED_LOOP + "                while True:\n"
+                    '                    await downstream.write(b": keep-alive\\n\\n")\n'
+                    "                    await asyncio.sleep(1.0)\n",
+                ),
+            ),
+        ),
+        Fault(
             "clean-end-on-upstream-error",
             "data-designer-slurm",
             "the proxy ends a stream its backend broke off cleanly, with what it had (to spare clients a "

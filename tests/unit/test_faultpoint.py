@@ -131,6 +131,9 @@ def test_the_slow_links_chunks_leave_in_order_no_sooner_than_latency_and_rate_al
     [
         (b' {"error": {"message": "x"}}', True),
         (b'{"object":"error","message":"x"}', True),
+        (b' {"type":"error","error":{"message":"x"}}', True),  # OpenAI's Responses, Anthropic's streams
+        (b'{"type": "error", "message": "x"}', True),
+        (b' {"id":"c","choices":[{"delta":{"tool_calls":[{"type":"function"}]}}]}', False),
         (b' {"id":"c","choices":[{"delta":{"content":"error"}}]}', False),
         (b' {"id":"c","object":"chat.completion.chunk","choices":[]}', False),
     ],

@@ -200,7 +200,31 @@ def test_the_deadline_bounds_each_wait_for_bytes_not_the_whole_stream(tmp_path, 
     events.close()
     whole, cut = of_type(read_event_file(tmp_path / "e.jsonl"), ClientRequest)
     assert whole.outcome == "ok" and whole.latency_s > 0.4
-    assert cut.outcome == "error" and cut.error in ("TimeoutError", "ServerTimeoutError", "SocketTimeoutError")
+    # a hang the client gave up on, not a body that broke: a proxy that leaves a stream open tells nothing
+    assert cut.outcome == "deadline" and cut.chunks == 1, cut
+    assert cut.error in ("TimeoutError", "ServerTimeoutError", "SocketTimeoutError", "ReadTimeout"), cut
+
+
+def test_a_stream_kept_open_by_comments_ends_at_its_stream_deadline(tmp_path):
+    """`stream_deadline_s` (raw): a stream whose proxy sends keep-alive comments and never its
+    end meets no wait for bytes; the client gives up on it at its own bound and records the
+    hang, after the events that came. Without the bound the same stream ends whole."""
+    kept_open = _streaming(EVENT, *([b": keep-alive\n\n"] * 12), b"data: [DONE]\n\n", pause_s=0.1)
+    events = EventWriter(tmp_path / "e.jsonl", source="client")
+
+    async def run(url, **bound):
+        workload = Workload(endpoint=url, records=1, max_record_attempts=1, deadline_s=0.5, **bound)
+        return await run_raw(workload, events)
+
+    assert asyncio.run(_serve(kept_open, lambda url: run(url, stream_deadline_s=0.6)))["completed"] == 0
+    assert asyncio.run(_serve(kept_open, run))["completed"] == 1
+    events.close()
+    hung, whole = of_type(read_event_file(tmp_path / "e.jsonl"), ClientRequest)
+    assert (hung.outcome, hung.chunks, hung.done) == ("deadline", 1, False) and 0.6 <= hung.latency_s < 1.2, hung
+    assert (whole.outcome, whole.done) == ("ok", True), whole
+    assert Workload("http://x", stream_deadline_s=2.5).to_argv()[-2:] == ["--stream-deadline-s", "2.5"]
+    with pytest.raises(ValueError, match="stream_deadline_s"):
+        Workload("http://x", stream_deadline_s=-1)
 
 
 @CLIENTS

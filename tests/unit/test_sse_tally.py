@@ -74,6 +74,23 @@ def test_an_event_whose_end_never_came_is_timed_at_its_data_line_in_the_record()
     assert record.chunks == 1 and record.ttft_s == 0.5
 
 
+def test_an_event_named_error_is_an_error_whatever_its_data_and_wherever_its_name_stands():
+    """The SSE event type: `event: error` before (or after) the event's data line makes the
+    event an error a client sees, as an error object in its data does; the name ends with the
+    event's blank line, so the next event is a token again."""
+    tally = SseTally()
+    tally.feed(b'event: error\ndata: {"message":"upstream lost"}\n\n', 1.0)
+    tally.feed(b'data: {"t":1}\n\n', 1.1)  # the fast path, after a named event
+    tally.feed(b"event: error\n", 1.2)  # the name in one read, its data (fast path) in the next
+    tally.feed(b'data: {"m":1}\n\n', 1.3)
+    tally.feed(b'data: {"m":2}\nevent: error\n\n', 1.4)  # named after its data line
+    tally.feed(b'event: error\ndata: {"error":{}}\n\n', 1.5)  # named and an error object: one error
+    tally.feed(b"event: error\n\n", 1.6)  # a name with no data: no event
+    tally.feed(b'data: {"t":2}\n\n', 1.7)
+    tally.end(1.8)
+    assert (tally.chunks, tally.errors) == (6, 4)
+
+
 class LinesOnly(SseTally):
     """The tally without its one-whole-event fast path: every read split into lines."""
 
@@ -88,6 +105,8 @@ _EVENT = st.one_of(
     st.just(b"data:x"),
     st.just(b": keep-alive"),
     st.just(b"event: message"),
+    st.just(b"event: error"),
+    st.just(b'data: {"error":{}}'),
 )
 _LINE_END = st.sampled_from([b"\n", b"\n", b"\r\n", b"\r"])  # LF twice as often: what proxies write
 
@@ -121,10 +140,11 @@ def test_the_fast_path_for_whole_events_concludes_what_the_line_loop_does(events
     if ended:
         fast.end(9.0)
         lines.end(9.0)
-    seen = (fast.chunks, fast.done, fast.size, fast.first, fast.last, fast.gaps, fast.offsets, fast.pending, fast.open)
+    seen = (fast.chunks, fast.errors, fast.done, fast.size, fast.first, fast.last, fast.gaps, fast.offsets,
+            fast.pending, fast.open)  # fmt: skip
     assert seen == (
-        lines.chunks, lines.done, lines.size, lines.first, lines.last, lines.gaps, lines.offsets, lines.pending,
-        lines.open,
+        lines.chunks, lines.errors, lines.done, lines.size, lines.first, lines.last, lines.gaps, lines.offsets,
+        lines.pending, lines.open,
     )  # fmt: skip
     attempt = {"mode": "wire", "record": 0, "attempt": 0, "outcome": "ok"}
     assert dataclasses.replace(

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from dd_accept.acceptance import wire_checks as checks
-from dd_accept.acceptance.wire import SlowLinkPart
+from dd_accept.acceptance.wire import FAULTS, STREAM_BOUND_S, SlowLinkPart, WireOptions, _load, stall_seconds
 from dd_accept.base.events import ClientRequest, RelayedResponse, UpstreamAttempt
 from dd_accept.sut.profile import profile_for
 
@@ -274,3 +274,23 @@ def test_the_slow_link_takes_its_streams_length_or_half_the_declared_timeout(tim
     took = part.tokens * link.latency_s + part.tokens * part.token_bytes / link.rate_bytes_s
     assert took == pytest.approx(stream_s) and link.seed == 3
     assert link.jitter_s / link.latency_s == pytest.approx(part.jitter_ms / part.latency_ms)
+
+
+@pytest.mark.parametrize(("timeout_s", "stall_s"), [(3600.0, 10.0), (None, 10.0), (8.0, 4.0)])
+def test_the_client_gives_up_on_a_stream_only_well_past_its_length_and_never_on_a_stream_it_leaves(timeout_s, stall_s):
+    """The parts the client reads whole bound each stream (a proxy holding a cut stream open with
+    keep-alive comments is a hang it records): past the stall in the stall part, past the slow
+    link's length in the slowlink part; a stream it leaves itself is not bounded. The stall is
+    10 s, or half the proxy's declared streaming timeout where that is shorter."""
+    profile = profile_for("data-designer-slurm", "1.0.0rc1")
+    profile = replace(profile, telemetry=replace(profile.telemetry, streaming_timeout_seconds=timeout_s))
+    options = WireOptions()
+    assert stall_seconds(profile) == stall_s
+    bounds = {part: _load(options, part, profile)["stream_deadline_s"] for part in FAULTS}
+    assert bounds == {
+        "split": STREAM_BOUND_S, "reset": STREAM_BOUND_S, "error": STREAM_BOUND_S, "stall": stall_s + STREAM_BOUND_S,
+        "hangup": 0, "slowread": 0, "slowlink": 2 * options.slow_link.stream_s + STREAM_BOUND_S,
+    }  # fmt: skip
+    # every whole stream's bound is longer than the stream: 16 tokens at 20 ms, the stall, the link
+    assert bounds["split"] > options.tokens * options.itl_ms / 1000 + 5
+    assert bounds["stall"] > stall_s + 5 and bounds["slowlink"] > 2 * options.slow_link.stream_s

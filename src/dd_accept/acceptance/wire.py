@@ -4,7 +4,7 @@
   reset — every stream's connection is reset after a few events (a replica or link lost)
   error — every stream is ended after a few events by an in-stream error event and [DONE],
           as vLLM ends a generation that failed
-  stall — every stream goes silent for 3 s after a few events (well inside the proxy's declared
+  stall — every stream goes silent for 10 s after a few events (well inside the proxy's declared
           streaming timeout), then goes on
   hangup — the client hangs up on every stream after a few events (the fault point relays
           untouched): the generation behind it must stop, not run on for nobody
@@ -56,7 +56,14 @@ FAULTS = {  # part: what the fault point does to every stream of it
 # fault point's, it relays untouched).
 POINT_FAULT = {"hangup": "none", "slowread": "none", "slowlink": "slow"}
 T = TypeVar("T", RelayedResponse, UpstreamAttempt)  # a record that names its request
-STALL_S = 3.0  # far above scheduling noise, far below rc1's 3600 s streaming timeout
+# Far above scheduling noise, far below rc1's 3600 s streaming timeout, and longer than the read
+# timeouts a proxy written on a client's defaults ends up with (httpx's 5 s): a model pauses
+# for seconds mid-stream while a long prompt is prefilled beside it or its batch is preempted.
+STALL_S = 10.0
+# How long past its own length (a stall included) the client waits for a stream in the parts it
+# reads whole: a proxy that holds a cut stream open, keep-alive comments and all, is then a hang
+# the client records (`wire.cut_visible`), not one the run waits on until the harness gives up.
+STREAM_BOUND_S = 15.0
 
 
 def stall_seconds(profile: SutProfile) -> float:
@@ -187,22 +194,26 @@ def _plan_deploy(part: str) -> Callable[[Planner], list[PlannedCommand]]:
     return plan
 
 
-def _load(o: WireOptions, part: str) -> dict[str, Any]:
+def _load(o: WireOptions, part: str, profile: SutProfile) -> dict[str, Any]:
     """What the client sends in a part (the run's and the plan's keywords): one attempt per
-    stream, so what a fault did to it is what the client records. In the hangup part the
-    streams are long and the client leaves each after `after_events`."""
+    stream, so what a fault did to it is what the client records, each given up on
+    STREAM_BOUND_S past its length. In the hangup part the streams are long and the client
+    leaves each after `after_events`; in the slowread part, after a few of its slow reads."""
     load = {"records": o.streams, "concurrency": o.concurrency, "max_tokens": o.tokens, "max_record_attempts": 1,
-            "deadline_s": 60}  # fmt: skip
+            "deadline_s": 60, "stream_deadline_s": STREAM_BOUND_S}  # fmt: skip
     if part == "hangup":
-        load |= {"max_tokens": o.hangup_tokens, "hang_up_after": o.after_events}
+        load |= {"max_tokens": o.hangup_tokens, "hang_up_after": o.after_events, "stream_deadline_s": 0}
     if part in ("stall", "slowlink"):  # every stream at once: one slow stretch to wait out, not one per wave
         load |= {"concurrency": o.streams}
-    if part == "slowlink":
-        load |= {"max_tokens": o.slow_link.tokens}
+    if part == "stall":
+        load |= {"stream_deadline_s": stall_seconds(profile) + STREAM_BOUND_S}
+    if part == "slowlink":  # a stream takes the link's time whole (at most stream_s; twice it for the noise)
+        load |= {"max_tokens": o.slow_link.tokens, "stream_deadline_s": 2 * o.slow_link.stream_s + STREAM_BOUND_S}
     if part == "slowread":
         slow = o.slow_reader
         load |= {"records": slow.streams, "concurrency": slow.streams, "max_tokens": slow.tokens,
-                 "hang_up_after": slow.events, "read_bytes_per_s": slow.read_kib_s * 1024}  # fmt: skip
+                 "hang_up_after": slow.events, "read_bytes_per_s": slow.read_kib_s * 1024,
+                 "stream_deadline_s": 0}  # fmt: skip
     return load
 
 
@@ -210,7 +221,7 @@ def _drive(part: str) -> Callable[[WireRun], None]:
     def drive(s: WireRun) -> None:
         assert s.proxy is not None and s.point is not None, "the part's proxy is deployed first"
         client = deployment.run_client(s.allocation, s.proxy, s.run, mode="raw", profile=s.profile, name=part,
-                                       **_load(s.options, part))  # fmt: skip
+                                       **_load(s.options, part, s.profile))  # fmt: skip
         record = client.wait(timeout=120)
         if not record.ok:
             raise RuntimeError(f"load client failed: {record.describe()}")
@@ -251,7 +262,8 @@ def _drive_slow_reader(part: str) -> Callable[[WireRun], None]:
         with _large_tokens(s, 0, s.options.slow_reader.token_bytes):
             before = sample_usage(s.allocation, ("proxy",))
             streams(s)
-            s.proxy_memory_kb = (before.rss_kb["proxy"], _peak_after(s))
+            # the peak so far, not the size now: a proxy's start-up peak is no growth under the reader
+            s.proxy_memory_kb = (max(before.rss_kb["proxy"], before.peak_rss_kb.get("proxy", 0)), _peak_after(s))
 
     return drive
 
@@ -297,7 +309,9 @@ def _records_of(read: Callable[[], list[T]], ids: set[str | None], timeout: floa
 
 def _plan_drive(part: str) -> Callable[[Planner], list[PlannedCommand]]:
     return lambda p: [
-        p.client(f"{p.options.streams} streams through the proxy", part, mode="raw", **_load(p.options, part))
+        p.client(
+            f"{p.options.streams} streams through the proxy", part, mode="raw", **_load(p.options, part, p.profile)
+        )
     ]
 
 

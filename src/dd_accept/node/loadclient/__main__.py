@@ -68,8 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         workload = workload_from_args(args)
-        if (workload.hang_up_after or workload.read_bytes_per_s) and args.mode != "raw":
-            raise ValueError("--hang-up-after and --read-bytes-per-s are a raw client's (--mode raw)")
+        if (workload.hang_up_after or workload.read_bytes_per_s or workload.stream_deadline_s) and args.mode != "raw":
+            raise ValueError(
+                "--hang-up-after, --read-bytes-per-s and --stream-deadline-s are a raw client's (--mode raw)"
+            )
     except ValueError as error:
         print(f"loadclient: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -23,6 +23,7 @@ from data_designer.engine.models.request_admission.controller import AdaptiveReq
 
 from dd_accept.base.events import AdmissionChange, ClientRequest, EventWriter
 from dd_accept.base.wall_clock import WallAnchor
+from dd_accept.node.loadclient.schedule import TIMED_OUT
 from dd_accept.node.loadclient.workload import Workload
 
 PROVIDER = "dd-accept"
@@ -130,7 +131,7 @@ async def run_sut(workload: Workload, events: EventWriter) -> dict[str, int]:
                 try:
                     ok = await asyncio.wait_for(one(record, attempt), timeout=remaining)
                 except TimeoutError:
-                    events.write(ClientRequest(mode="sut", record=record, attempt=attempt, outcome="deadline"))
+                    events.write(ClientRequest(mode="sut", record=record, attempt=attempt, outcome=TIMED_OUT))
                     break
                 if ok:
                     completed += 1

@@ -15,7 +15,7 @@ import aiohttp
 
 from dd_accept.base.events import EventWriter
 from dd_accept.base.wall_clock import WallAnchor
-from dd_accept.node.loadclient.schedule import drive, outcome_of, retry_wait
+from dd_accept.node.loadclient.schedule import TIMED_OUT, drive, outcome_of, retry_wait
 from dd_accept.node.loadclient.sse import SseTally
 from dd_accept.node.loadclient.workload import Workload
 
@@ -32,9 +32,10 @@ async def _one(
     error = None
     try:
         headers = {**dict(workload.request_headers), "x-dd-request-id": request_id}
-        async with session.post(
-            f"{workload.endpoint}/v1/chat/completions", json=workload.body(), headers=headers
-        ) as response:
+        async with (
+            asyncio.timeout(workload.stream_deadline_s or None),
+            session.post(f"{workload.endpoint}/v1/chat/completions", json=workload.body(), headers=headers) as response,
+        ):
             status = response.status
             retry_after = response.headers.get("Retry-After")
             now = time.monotonic()
@@ -50,7 +51,9 @@ async def _one(
             else:
                 tally.end(now)
                 outcome = outcome_of(status, workload.stream, tally.done)
-    except (TimeoutError, aiohttp.ClientError) as caught:
+    except TimeoutError as caught:  # the session bounds only reads (sock_read), the stream its whole
+        outcome, error = TIMED_OUT, type(caught).__name__
+    except aiohttp.ClientError as caught:
         outcome, error = "error", type(caught).__name__
     events.write(
         tally.request(

@@ -20,6 +20,12 @@ from dd_accept.node.step_usage import machine_cpu
 Attempt = Callable[[int, int], Awaitable[tuple[int, float | None]]]
 
 
+# An attempt the client gave up on, waiting: no byte for `deadline_s`, or the stream not over
+# `stream_deadline_s` after it was sent. A hang, told apart from a body that broke ("error"):
+# a proxy that leaves a cut stream open has not told its client anything.
+TIMED_OUT = "deadline"
+
+
 def outcome_of(status: int, stream: bool, done: bool) -> str:
     """How an attempt that got a whole response ended."""
     if status != 200:

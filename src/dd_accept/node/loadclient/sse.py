@@ -22,17 +22,23 @@ from dd_accept.base.wall_clock import WallAnchor
 MAX_CHUNK_OFFSETS = 2048  # as the replica records them, so the two lists line up
 
 
+_ERROR_TYPES = (b'"object":"error"', b'"object": "error"', b'"type":"error"', b'"type": "error"')
+
+
 def is_error_event(payload: bytes) -> bool:
-    """Whether an event's data is an error object: `{"error": {...}}` (vLLM, OpenAI) or an
-    error response itself (`{"object": "error", ...}`, older vLLM). Read at its start only: a
-    token's text comes after the chunk's id and cannot be mistaken for it."""
+    """Whether an event's data is an error object: `{"error": {...}}` (vLLM, OpenAI), an error
+    response itself (`{"object": "error", ...}`, older vLLM), or one typed as an error
+    (`{"type": "error", ...}`, OpenAI's Responses and Anthropic's streams). Read at its start
+    only: a token's text comes after the chunk's id and cannot be mistaken for it. An event
+    named `event: error` is one too, whatever its data (`SseTally` reads the name)."""
     head = payload[:48].lstrip()
-    return head.startswith(b'{"error"') or b'"object":"error"' in head or b'"object": "error"' in head
+    return head.startswith(b'{"error"') or any(kind in head for kind in _ERROR_TYPES)
 
 
 class SseTally:
     __slots__ = (
-        "chunks", "done", "errors", "first", "gaps", "last", "offsets", "open", "opened", "payload", "pending", "size",
+        "chunks", "done", "errors", "first", "gaps", "last", "named_error", "offsets", "open", "open_error",
+        "opened", "payload", "pending", "size",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -47,6 +53,8 @@ class SseTally:
         self.pending = b""
         self.open = False  # a data event counted, its ending blank line not yet read
         self.opened = 0.0  # when that event's data line was read
+        self.named_error = False  # the event being read was named `event: error` (the SSE event type)
+        self.open_error = False  # the open event was counted an error
 
     def feed(self, data: bytes, now: float) -> None:
         """Body bytes as read at `now` (monotonic)."""
@@ -68,9 +76,10 @@ class SseTally:
             else:
                 self.chunks += 1
                 self.payload += len(value)
-                if is_error_event(data[5:]):
+                if self.named_error or is_error_event(data[5:]):
                     self.errors += 1
                 self._dispatched(now)
+            self.named_error = False  # its blank line ended the event a read before may have named
             return
         self._feed_lines(data, now)
 
@@ -86,8 +95,10 @@ class SseTally:
         for line in whole:
             if line:
                 self._line(line, now)
-            elif self.open:
-                self._dispatched(now)
+            else:  # an event's end: its name goes with it, data or not
+                self.named_error = False
+                if self.open:
+                    self._dispatched(now)
 
     def end(self, now: float) -> None:
         """The body ended: a last line without its newline still counts, and an event whose
@@ -100,6 +111,11 @@ class SseTally:
 
     def _line(self, line: bytes, now: float) -> None:
         if not line.startswith(b"data:"):
+            if line.startswith(b"event:"):
+                named = line[6:].strip() == b"error"
+                if named and self.open and not self.named_error and not self.open_error:
+                    self.errors += 1  # named after its data line: the event is an error all the same
+                self.named_error = named
             return
         value = line[5:].strip()
         if value == b"[DONE]":
@@ -112,8 +128,8 @@ class SseTally:
             return
         self.chunks += 1
         self.payload += len(value)
-        if is_error_event(line[5:]):
-            self.errors += 1
+        self.open_error = self.named_error or is_error_event(line[5:])
+        self.errors += self.open_error
         self.open, self.opened = True, now
 
     def _dispatched(self, now: float) -> None:

@@ -21,7 +21,7 @@ import httptools
 
 from dd_accept.base.events import EventWriter
 from dd_accept.base.wall_clock import WallAnchor
-from dd_accept.node.loadclient.schedule import drive, outcome_of, retry_wait
+from dd_accept.node.loadclient.schedule import TIMED_OUT, drive, outcome_of, retry_wait
 from dd_accept.node.loadclient.sse import SseTally
 from dd_accept.node.loadclient.workload import Workload
 
@@ -30,6 +30,10 @@ CONNECT_TIMEOUT_S = 10.0
 
 class ServerDisconnected(ConnectionError):
     """The connection closed before the response was whole."""
+
+
+class ReadTimeout(TimeoutError):
+    """No byte from the server for the workload's deadline: the client gave up waiting."""
 
 
 class WireConnection(asyncio.Protocol):
@@ -112,7 +116,7 @@ class WireConnection(asyncio.Protocol):
         while not answered.done():
             await asyncio.wait((answered,), timeout=max(0.0, self.now + timeout - time.monotonic()))
             if not answered.done() and time.monotonic() - self.now >= timeout:
-                raise TimeoutError(f"no byte from the server for {timeout:g} s")
+                raise ReadTimeout(f"no byte from the server for {timeout:g} s")
         answered.result()
 
     def close(self) -> None:
@@ -162,6 +166,8 @@ class WireClient:
             connection = await self._connection()
             await connection.exchange(self.head + request_id.encode() + b"\r\n\r\n" + self.body, workload.deadline_s)
             outcome = outcome_of(connection.status, workload.stream, connection.tally.done)
+        except ReadTimeout as caught:  # a connection not made in time is an error, as in raw mode
+            outcome, error = TIMED_OUT, type(caught).__name__
         except (TimeoutError, OSError, httptools.HttpParserError) as caught:
             outcome, error = "error", type(caught).__name__
         tally = connection.tally if connection is not None else SseTally()

@@ -46,6 +46,9 @@ class Workload:
     hang_up_after: int = _flag(0, "raw: close each stream after N data events (a user who leaves)")
     # the proxy must then hold back what it has not yet sent, not gather it
     read_bytes_per_s: int = _flag(0, "raw: read each stream at most this fast (a client on a slow link)")
+    # a stream kept open with keep-alive comments never meets deadline_s (a wait for bytes): a
+    # proxy that hangs a cut stream that way is then a hang the client records, not one it joins
+    stream_deadline_s: float = _flag(0.0, "raw: give up on a stream this long after sending it (0: no bound)")
 
     def __post_init__(self) -> None:
         if self.canary and not CANARY.fullmatch(self.canary):
@@ -61,8 +64,8 @@ class Workload:
             raise ValueError("a rate (> 0) is given with, and only with, a constant or poisson arrival")
         if self.duration_s < 0:
             raise ValueError("duration_s must be >= 0")
-        if self.hang_up_after < 0 or self.read_bytes_per_s < 0:
-            raise ValueError("hang_up_after and read_bytes_per_s must be >= 0")
+        if self.hang_up_after < 0 or self.read_bytes_per_s < 0 or self.stream_deadline_s < 0:
+            raise ValueError("hang_up_after, read_bytes_per_s and stream_deadline_s must be >= 0")
 
     @property
     def connections(self) -> int:
