@@ -8,6 +8,7 @@ missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)  # the HTML report's browser test
+command -v jq >/dev/null 2>&1 || missing+=(jq)  # the SUT's own launch path reads a manifest with it (a test)
 command -v python3 >/dev/null 2>&1 || missing+=(python3)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 if ((${#missing[@]})); then

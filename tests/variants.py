@@ -25,6 +25,7 @@ CONTROLLER = "data_designer/engine/models/request_admission/controller.py"
 ADMISSION_CONFIG = "data_designer/engine/models/request_admission/config.py"
 EXECUTOR = "data_designer/engine/models/clients/model_request_executor.py"
 CLEANUP = "data_designer/slurm/runtime/cleanup.sh"
+STEP_RUNNER = "data_designer/slurm/runtime/step_runner.sh"
 BACKPRESSURE = "data_designer/slurm/runtime/backpressure.py"
 _REJECT_RULE = "snapshot.depth is not None and not stale and snapshot.depth > self.settings.max_waiting_requests"
 
@@ -77,6 +78,46 @@ _STEP_AWARE_CLEANUP = (
         '        kill -0 "${pid}" 2>/dev/null && dd_signal_endpoint "${pid}" || true\n'
         "    done\n    dd_wait_managed 12\n",
     ),
+)
+
+
+# The seed's fix as its pull request words it, the identity recorded by the launch path: "each
+# endpoint task records its Slurm job/step identity before executing the proxy, and cleanup
+# validates that identity against the current allocation before sending scancel --signal=TERM
+# to that exact step". dd_start_step runs each step's command behind a line that writes the
+# task's JOB.STEP beside its output; the cleanup looks it up by launcher, checks the step is
+# one of this job's, TERMs it, keeps everything alive the 12 s allowance, then forces the rest.
+# Nothing of dd-accept's drill is read: it passes only where the endpoint is launched through
+# the SUT's own launch path.
+_LAUNCH_RECORDED_CLEANUP = (
+    (
+        STEP_RUNNER,
+        "dd_validate_environment_name() {\n",
+        "declare -gA DD_STEP_IDENTITY_FILES=()\n\ndd_validate_environment_name() {\n",
+    ),
+    (
+        STEP_RUNNER,
+        '        exec "${DD_SRUN_COMMAND[@]}" -- "${DD_STEP_COMMAND[@]}"\n'
+        '    ) >"${DD_STEP_STDOUT}" 2>"${DD_STEP_STDERR}" &\n'
+        "    DD_LAST_PID=$!\n",
+        '        exec "${DD_SRUN_COMMAND[@]}" -- bash -c \'printf "%s.%s\\n" "${SLURM_JOB_ID}" "${SLURM_STEP_ID}" >"$0" '
+        '&& exec "$@"\' \\\n'
+        '            "${DD_STEP_STDOUT}.step" "${DD_STEP_COMMAND[@]}"\n'
+        '    ) >"${DD_STEP_STDOUT}" 2>"${DD_STEP_STDERR}" &\n'
+        "    DD_LAST_PID=$!\n"
+        '    DD_STEP_IDENTITY_FILES[${DD_LAST_PID}]="${DD_STEP_STDOUT}.step"\n',
+    ),
+    (
+        CLEANUP,
+        _STEP_AWARE_CLEANUP[0][1],
+        _STEP_AWARE_CLEANUP[0][2].replace(
+            '    step=$(cat "${DD_STEP_IDENTITY_DIR:-/nonexistent}/$1" 2>/dev/null) || { kill -TERM "$1"; return; }\n',
+            '    local file=${DD_STEP_IDENTITY_FILES[$1]:-}\n'
+            '    step=$(cat "${file:-/nonexistent}" 2>/dev/null) || { kill -TERM "$1"; return; }\n'
+            '    squeue -h -s -j "${SLURM_JOB_ID}" -o %i | grep -qxF "${step}" || { kill -TERM "$1"; return; }\n',
+        ),
+    ),
+    _STEP_AWARE_CLEANUP[1],
 )
 
 
@@ -930,6 +971,15 @@ FAULTS = {
             "data-designer-slurm",
             "not a fault: rc1's cleanup with the seed pull request's fix (the positive control of drain.sut_cleanup)",
             _STEP_AWARE_CLEANUP,
+            fixes=_SUT_CLEANUP,
+        ),
+        Fault(
+            "launch-recorded-cleanup",
+            "data-designer-slurm",
+            "not a fault: the seed pull request's fix with each endpoint's identity recorded by the SUT's own launch "
+            "path (dd_start_step) and validated against the job's steps before its TERM (a positive control of "
+            "drain.sut_cleanup that reads nothing of dd-accept's drill)",
+            _LAUNCH_RECORDED_CLEANUP,
             fixes=_SUT_CLEANUP,
         ),
         Fault(

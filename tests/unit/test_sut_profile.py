@@ -80,6 +80,10 @@ def test_proxy_command_is_rendered_as_the_sut_builds_it():
             lambda t: t.replace('"--health-path", "/health"]', '"--health-path", 7]'),
             r"command\[\d+\] must be a string",
         ),
+        (  # a launch path without the manifest it reads: the drill could not start the endpoint through it
+            lambda t: t.replace('manifest_variable = "DD_RUNTIME_MANIFEST"\n', ""),
+            r"profile custom.toml: cleanup.launch_script, launch_function and manifest_variable are declared together",
+        ),
     ],
 )
 def test_bad_profiles_are_rejected_with_the_key_named(edit, needle):

@@ -49,8 +49,10 @@ from dd_accept.slurm_docker.allocation import (
 )
 from dd_accept.slurm_docker.layout import NodeLayout
 from dd_accept.sut.profile import SutProfile
+from dd_accept.sut.runtime_manifest import ENDPOINT_STEP_ID, endpoint_manifest
 
 DRILL = "sut_cleanup_drill.sh"
+MANIFEST = "runtime-manifest.json"  # in the drill's state directory, where the drill names it to the SUT
 DRILL_READY_S = 30.0  # for the drill to launch the endpoint through the SUT's register function and find its step
 CLEANUP_RETURN_S = 30.0  # beyond the allowance, for the SUT's stop function to return
 
@@ -212,16 +214,28 @@ def _drilled_endpoint(
     profile: SutProfile, layout: NodeLayout, backends: list[tuple[str, int]], node: str, log: str
 ) -> StepLaunch:
     """The endpoint the SUT's controller functions launch in a cleanup drill: its proxy."""
-    return deployment.proxy_launch(profile, layout, backends, node, log, name="drill-endpoint")
+    return deployment.proxy_launch(profile, layout, backends, node, log, name=ENDPOINT_STEP_ID)
 
 
 def _drill_argv(profile: SutProfile, layout: NodeLayout, mode: str, state: str, srun: list[str]) -> list[str]:
     """The drill on the controller's host: the SUT's cleanup script sourced, the endpoint
-    launched through its register function, stopped through its stop function (`mode`)."""
+    launched through the SUT's own launch path where its profile names one (from the runtime
+    manifest in `state`), else with `srun` and the register function, then stopped through
+    its stop function (`mode`)."""
     cleanup = profile.cleanup
-    script = cleanup.script.format(site_packages=layout.site_packages)
+    paths = (cleanup.script, cleanup.launch_script)
+    script, launch = (path.format(site_packages=layout.site_packages) for path in paths)
     functions = [cleanup.register_function, cleanup.stop_function]
-    return ["bash", layout.drill(DRILL), mode, script, *functions, state, "--", *srun]
+    launched = [launch, cleanup.launch_function, cleanup.manifest_variable]
+    return ["bash", layout.drill(DRILL), mode, script, *functions, state, *launched, "--", *([] if launch else srun)]
+
+
+def _write_manifest(profile: SutProfile, state: Path, endpoint: StepLaunch, node: str, log: str) -> None:
+    """The runtime manifest the SUT's launch path starts the endpoint from (none without one)."""
+    if profile.cleanup.launch_function:
+        state.mkdir(parents=True, exist_ok=True)
+        text = endpoint_manifest(endpoint.argv, node, stdout_path=f"{log}.stdout", stderr_path=log)
+        (state / MANIFEST).write_text(text)
 
 
 def _plan_cleanup(mode: str) -> Callable[[Planner], list[PlannedCommand]]:
@@ -301,6 +315,7 @@ def _cleanup_drill(
     node = allocation.first_node
     endpoint = _drilled_endpoint(profile, layout, replicas.backends, node, log_cluster)
     srun = allocation.srun_argv(endpoint.argv, endpoint.options)
+    _write_manifest(profile, state_host, endpoint, node, log_cluster)
     drill = start_background(
         allocation.cluster,
         _drill_argv(profile, layout, mode, state_cluster, srun),
@@ -343,8 +358,8 @@ def _cleanup_drill(
     stop_at = _node_mark(state_host / "stop-started", stop_at)
     _mark(run, f"cleanup-{mode}", profile, stop_at)
     client.wait(timeout=60)
-    steps_left = allocation.steps_left("drill-endpoint")
     step = _drilled_step(state_host)
+    steps_left = allocation.steps_left(ENDPOINT_STEP_ID) if step is None else allocation.step_left(step)
     status, ended = _node_status(state_host / "launcher-status"), _node_mark(state_host / "launcher-ended", 0.0)
     launcher = LauncherEnd(status, ended, may_be_signalled=True) if status is not None and ended else None
     end = endpoint_end(allocation, step, node, stop_at, launcher, RECORD_WAIT_S, proxy.log_tail(200))

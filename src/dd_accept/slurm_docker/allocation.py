@@ -300,6 +300,10 @@ class Allocation:
         finishes it (see `release`); read once, a correct stop was blamed for that moment."""
         return _still_listed(lambda: self.steps_by_name().get(name, []), grace_s, f"the {name} step")
 
+    def step_left(self, step: str, grace_s: float = STEP_END_GRACE_S) -> list[str]:
+        """`step` (JOB.STEP) if it is still listed `grace_s` after its tasks ended (see `steps_left`)."""
+        return _still_listed(lambda: [s for s in self.steps() if s == step], grace_s, f"step {step}")
+
     def stop_step(
         self, launcher: BackgroundCommand, name: str, signal_name: str = "TERM", timeout: float = 30.0
     ) -> CommandRecord:

@@ -40,6 +40,10 @@ PACKAGES = (
     "python3-venv",
     "procps",
     "iproute2",
+    # what a SUT's allocation runtime asks of a node (data-designer-slurm's entrypoint checks for
+    # jq and curl): its own launch path reads its runtime manifest with jq (the drain drill)
+    "jq",
+    "curl",
 )
 RECIPE_VERSION = "1"  # bump to force a rebuild when the build procedure itself changes
 BASE_REPOSITORY = "dd-accept/base"

@@ -87,6 +87,19 @@ class CleanupProfile:
     wait_function: str  # waits for the client, failing when a required step is gone
     # The status the wait function documents for a failed attempt (rc1: dd_require_running → 70).
     failure_status: int = 70
+    # How the SUT's controller launches an endpoint step, where it has its own launch path: a
+    # script to source (after `script`) and a function that starts every endpoint of the runtime
+    # manifest named by `manifest_variable` and registers each (the manifest's shape is
+    # `sut.runtime_manifest`'s). Empty: the drill starts the endpoint with srun and registers it
+    # through `register_function` itself.
+    launch_script: str = ""
+    launch_function: str = ""
+    manifest_variable: str = ""
+
+    def __post_init__(self) -> None:
+        declared = [bool(self.launch_script), bool(self.launch_function), bool(self.manifest_variable)]
+        if any(declared) and not all(declared):
+            raise ValueError("cleanup.launch_script, launch_function and manifest_variable are declared together")
 
 
 @dataclass(frozen=True, slots=True)
