@@ -81,6 +81,11 @@ _STEP_AWARE_CLEANUP = (
 )
 
 
+def _step_aware_edit(old: str, new: str) -> tuple[str, str, str]:
+    """The step-aware cleanup's first edit, with `old` in what it inserts replaced by `new`."""
+    return (CLEANUP, _STEP_AWARE_CLEANUP[0][1], _STEP_AWARE_CLEANUP[0][2].replace(old, new))
+
+
 # The seed's fix as its pull request words it, the identity recorded by the launch path: "each
 # endpoint task records its Slurm job/step identity before executing the proxy, and cleanup
 # validates that identity against the current allocation before sending scancel --signal=TERM
@@ -100,22 +105,18 @@ _LAUNCH_RECORDED_CLEANUP = (
         '        exec "${DD_SRUN_COMMAND[@]}" -- "${DD_STEP_COMMAND[@]}"\n'
         '    ) >"${DD_STEP_STDOUT}" 2>"${DD_STEP_STDERR}" &\n'
         "    DD_LAST_PID=$!\n",
-        '        exec "${DD_SRUN_COMMAND[@]}" -- bash -c \'printf "%s.%s\\n" "${SLURM_JOB_ID}" "${SLURM_STEP_ID}" >"$0" '
-        '&& exec "$@"\' \\\n'
+        '        exec "${DD_SRUN_COMMAND[@]}" -- bash -c '
+        '\'printf "%s.%s\\n" "${SLURM_JOB_ID}" "${SLURM_STEP_ID}" >"$0" && exec "$@"\' \\\n'
         '            "${DD_STEP_STDOUT}.step" "${DD_STEP_COMMAND[@]}"\n'
         '    ) >"${DD_STEP_STDOUT}" 2>"${DD_STEP_STDERR}" &\n'
         "    DD_LAST_PID=$!\n"
         '    DD_STEP_IDENTITY_FILES[${DD_LAST_PID}]="${DD_STEP_STDOUT}.step"\n',
     ),
-    (
-        CLEANUP,
-        _STEP_AWARE_CLEANUP[0][1],
-        _STEP_AWARE_CLEANUP[0][2].replace(
-            '    step=$(cat "${DD_STEP_IDENTITY_DIR:-/nonexistent}/$1" 2>/dev/null) || { kill -TERM "$1"; return; }\n',
-            '    local file=${DD_STEP_IDENTITY_FILES[$1]:-}\n'
-            '    step=$(cat "${file:-/nonexistent}" 2>/dev/null) || { kill -TERM "$1"; return; }\n'
-            '    squeue -h -s -j "${SLURM_JOB_ID}" -o %i | grep -qxF "${step}" || { kill -TERM "$1"; return; }\n',
-        ),
+    _step_aware_edit(
+        '    step=$(cat "${DD_STEP_IDENTITY_DIR:-/nonexistent}/$1" 2>/dev/null) || { kill -TERM "$1"; return; }\n',
+        "    local file=${DD_STEP_IDENTITY_FILES[$1]:-}\n"
+        '    step=$(cat "${file:-/nonexistent}" 2>/dev/null) || { kill -TERM "$1"; return; }\n'
+        '    squeue -h -s -j "${SLURM_JOB_ID}" -o %i | grep -qxF "${step}" || { kill -TERM "$1"; return; }\n',
     ),
     _STEP_AWARE_CLEANUP[1],
 )
@@ -125,18 +126,14 @@ _LAUNCH_RECORDED_CLEANUP = (
 # seed's fix does, but forces (KILLs the step) after 5 s, not the seed's 12 s: streams with more
 # than 5 s left are cut ("force remaining endpoints to stop only after the 12-second allowance").
 _HASTY_CLEANUP = (
-    (
-        CLEANUP,
-        _STEP_AWARE_CLEANUP[0][1],
-        _STEP_AWARE_CLEANUP[0][2].replace(
-            "dd_cleanup_steps() {\n",
-            "dd_kill_endpoint() {\n"
-            "    local step\n"
-            '    step=$(cat "${DD_STEP_IDENTITY_DIR:-/nonexistent}/$1" 2>/dev/null) || return 0\n'
-            '    scancel --signal=KILL "${step}"\n'
-            "}\n\n"
-            "dd_cleanup_steps() {\n",
-        ),
+    _step_aware_edit(
+        "dd_cleanup_steps() {\n",
+        "dd_kill_endpoint() {\n"
+        "    local step\n"
+        '    step=$(cat "${DD_STEP_IDENTITY_DIR:-/nonexistent}/$1" 2>/dev/null) || return 0\n'
+        '    scancel --signal=KILL "${step}"\n'
+        "}\n\n"
+        "dd_cleanup_steps() {\n",
     ),
     (
         CLEANUP,
