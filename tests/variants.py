@@ -122,6 +122,37 @@ _LAUNCH_RECORDED_CLEANUP = (
 )
 
 
+# The step-aware cleanup made not to hold its controller up: it TERMs each endpoint's step and
+# returns at once, leaving the allowance and the force to a background subshell. Every stream
+# still completes where the controller waits on nothing else (as in dd-accept's drill), but in
+# production the controller goes on and its job ends while the endpoint drains: "keep launchers
+# and backends alive for the drain window" is the stop function's to keep.
+_DETACHED_CLEANUP = (
+    _STEP_AWARE_CLEANUP[0],
+    (
+        CLEANUP,
+        '        kill -0 "${pid}" 2>/dev/null && kill -TERM "${pid}" 2>/dev/null || true\n'
+        "    done\n"
+        "    dd_sleep 0.2\n"
+        "    for ((position = ${#indices[@]} - 1; position >= 0; position--)); do\n"
+        "        index=${indices[position]}\n"
+        "        pid=${DD_MANAGED_PIDS[index]}\n"
+        '        kill -0 "${pid}" 2>/dev/null && kill -KILL "${pid}" 2>/dev/null || true\n'
+        "    done\n"
+        "    for ((position = ${#indices[@]} - 1; position >= 0; position--)); do\n"
+        "        index=${indices[position]}\n"
+        '        wait "${DD_MANAGED_PIDS[index]}" 2>/dev/null || true\n'
+        "    done\n",
+        '        kill -0 "${pid}" 2>/dev/null && dd_signal_endpoint "${pid}" || true\n'
+        "    done\n"
+        "    (\n"
+        "        dd_wait_managed 12\n"
+        '        for pid in "${DD_MANAGED_PIDS[@]}"; do kill -0 "${pid}" 2>/dev/null && kill -KILL "${pid}"; done\n'
+        "    ) </dev/null >/dev/null 2>&1 &\n",
+    ),
+)
+
+
 # The step-aware cleanup with too short an allowance: it TERMs each endpoint's step as the
 # seed's fix does, but forces (KILLs the step) after 5 s, not the seed's 12 s: streams with more
 # than 5 s left are cut ("force remaining endpoints to stop only after the 12-second allowance").
@@ -978,6 +1009,14 @@ FAULTS = {
             "drain.sut_cleanup that reads nothing of dd-accept's drill)",
             _LAUNCH_RECORDED_CLEANUP,
             fixes=_SUT_CLEANUP,
+        ),
+        Fault(
+            "detached-cleanup",
+            "data-designer-slurm",
+            "the seed pull request's step-aware cleanup, but returning at once after each TERM, the allowance and "
+            "the force left to a background subshell (so the controller is not held up): the job ends under a "
+            "drain still running",
+            _DETACHED_CLEANUP,
         ),
         Fault(
             "hasty-cleanup",

@@ -207,6 +207,28 @@ def test_sut_cleanup_fails_a_kill_before_the_allowance():
     assert "KILL never" in _cleanup_killed(done, None).observed
 
 
+def test_sut_cleanup_fails_a_stop_function_that_returns_while_its_endpoint_drains():
+    """The seed keeps launchers and backends alive for the drain and forces only after the
+    allowance: the stop function returns once its endpoint has ended. One that TERMs and
+    returns at once (the wait left to the background) lets its controller go on, and the job
+    end, under a drain still running, even where every stream completed here. Slurm's record
+    of the end follows the launcher the stop waited on by a moment (up to 1 s allowed)."""
+    done = [stream(0, 3) for _ in range(4)]
+
+    def returned(after_s, ended_s=8.0):
+        end = checks.StepEnd(0, ended_s)
+        return checks.sut_cleanup("completion", done, served(done), 1, end, {}, 12, [], None, 10, after_s)
+
+    detached = returned(0.1)
+    assert detached.verdict == "fail" and detached.observed.endswith("KILL never; stop returned after 0.1s"), detached
+    assert "returned 7.9s before its endpoint ended" in detached.detail, detached
+    assert detached.metrics["stop_returned_s"] == 0.1
+    assert returned(8.2).verdict == "pass", "returned once its endpoint had ended"
+    assert returned(7.5).verdict == "pass", "Slurm's record of the end 0.5 s after the launcher's"
+    assert returned(6.9).verdict == "fail"
+    assert returned(None).verdict == "pass" and "stop returned" not in returned(None).observed, "not recorded"
+
+
 def _cleanup_killed(streams, killed_after):
     return checks.sut_cleanup("failure", streams, served(streams), 1, checks.StepEnd(0, 2.5), {}, 12, [], killed_after)
 

@@ -356,6 +356,7 @@ def _cleanup_drill(
             f"it had not returned {returns_s:g}s after the stop began; endpoint log: {proxy.log_tail(5) or 'empty'}",
         ) from None
     stop_at = _node_mark(state_host / "stop-started", stop_at)
+    returned_at = _node_mark(state_host / "cleanup-returned", 0.0)
     _mark(run, f"cleanup-{mode}", profile, stop_at)
     client.wait(timeout=60)
     step = _drilled_step(state_host)
@@ -383,6 +384,7 @@ def _cleanup_drill(
         steps_left,
         None if killed_at is None else max(0.0, killed_at - stop_at),
         profile.drain.window_seconds,
+        returned_at - stop_at if returned_at else None,
     )
     return judged, end
 

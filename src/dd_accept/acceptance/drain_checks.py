@@ -63,6 +63,9 @@ class StepEnd:
     term_by: str = "the harness asked once"
 
 
+# A stop function may return this long before Slurm's record of its endpoint's end: the record
+# (slurmstepd's, to the millisecond) follows the srun launcher's end, which a stop waits on.
+RETURN_TOLERANCE_S = 1.0
 # An endpoint that ended this soon after a repeated TERM may have ended because of it.
 REPEAT_EFFECT_S = 1.0
 KILLED_EXIT = 128 + 9  # a task ended by SIGKILL, as Slurm records it
@@ -305,6 +308,7 @@ def sut_cleanup(
     steps_left: list[str],
     killed_after_s: float | None = None,
     window_s: float | None = None,
+    returned_after_s: float | None = None,
 ) -> CheckResult:
     """The SUT's own cleanup: every in-flight stream (shorter than the window) completes, or,
     stretched past the window by a busy machine, is ended by the endpoint at its window
@@ -312,14 +316,30 @@ def sut_cleanup(
     the endpoint task exits 0 within the allowance as Slurm reports it (an exit status
     nobody reported is a failure, never assumed 0), no step of it is left running, and no
     KILL reaches it before the allowance has run out (`killed_after_s`: when Slurm
-    delivered SIGKILL to the endpoint step, counted from the stop; None: never)."""
+    delivered SIGKILL to the endpoint step, counted from the stop; None: never), and the stop
+    function does not return while the endpoint still drains (`returned_after_s`, from the
+    stop; None: not recorded): the seed keeps launchers and backends alive for the drain and
+    forces only after the allowance, so the controller goes on (and its job ends, taking the
+    backends the drain still reads from) only once the endpoint is stopped."""
     flying = in_flight(streams, stop_at)
     counts = _outcomes(flying, upstream, stop_at, None, window_s)
     bounded = counts.get("bounded", 0)
     cut = len(flying) - counts.get("completed", 0) - bounded
     in_time = endpoint.seconds_after_stop <= allowance_s
     early_kill = killed_after_s is not None and killed_after_s < allowance_s - FORCE_TOLERANCE_S
+    early_return = returned_after_s is not None and endpoint.seconds_after_stop - returned_after_s > RETURN_TOLERANCE_S
     ok = bool(flying) and cut == 0 and endpoint.exit_code == 0 and in_time and not steps_left and not early_kill
+    ok = ok and not early_return
+    detail = (
+        f"{cleanup.get('function', '?')} from {cleanup.get('script', '?')}; controller exit: {cleanup.get('exit')}; "
+        f"endpoint exit read from {endpoint.source}"
+    )
+    if early_return:
+        detail = (
+            f"the stop function returned {endpoint.seconds_after_stop - returned_after_s:.1f}s before its endpoint "
+            "ended: the controller goes on, and its job ends, while the endpoint still drains; " + detail
+        )
+    returned = "" if returned_after_s is None else f"; stop returned after {returned_after_s:.1f}s"
     return CheckResult.judge(
         f"drain.sut_cleanup.{mode}",
         ok,
@@ -329,8 +349,8 @@ def sut_cleanup(
         + (f" ({bounded} ended by the endpoint at its window)" if bounded else "")
         + f"; endpoint {_exit_text(endpoint)} after "
         f"{endpoint.seconds_after_stop:.1f}s; steps left: {', '.join(steps_left) or 'none'}; "
-        f"KILL {'never' if killed_after_s is None else f'after {killed_after_s:.1f}s'}",
-        f"{cleanup.get('function', '?')} from {cleanup.get('script', '?')}; controller exit: {cleanup.get('exit')}; "
-        f"endpoint exit read from {endpoint.source}",
-        {"streams_cut": cut, "endpoint_exit_s": endpoint.seconds_after_stop},
+        f"KILL {'never' if killed_after_s is None else f'after {killed_after_s:.1f}s'}{returned}",
+        detail,
+        {"streams_cut": cut, "endpoint_exit_s": endpoint.seconds_after_stop}
+        | ({} if returned_after_s is None else {"stop_returned_s": returned_after_s}),
     )
