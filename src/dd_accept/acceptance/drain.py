@@ -52,7 +52,7 @@ from dd_accept.sut.profile import SutProfile
 from dd_accept.sut.runtime_manifest import ENDPOINT_STEP_ID, endpoint_manifest
 
 DRILL = "sut_cleanup_drill.sh"
-MANIFEST = "runtime-manifest.json"  # in the drill's state directory, where the drill names it to the SUT
+MANIFEST = "runtime-manifest.json"  # in the drill's state directory; the drill names it to the SUT
 DRILL_READY_S = 30.0  # for the drill to launch the endpoint through the SUT's register function and find its step
 CLEANUP_RETURN_S = 30.0  # beyond the allowance, for the SUT's stop function to return
 
@@ -226,7 +226,8 @@ def _drill_argv(profile: SutProfile, layout: NodeLayout, mode: str, state: str, 
     paths = (cleanup.script, cleanup.launch_script)
     script, launch = (path.format(site_packages=layout.site_packages) for path in paths)
     functions = [cleanup.register_function, cleanup.stop_function]
-    launched = [launch, cleanup.launch_function, cleanup.manifest_variable]
+    manifest = f"{cleanup.manifest_variable}={state}/{MANIFEST}" if launch else ""
+    launched = [launch, cleanup.launch_function, manifest]
     return ["bash", layout.drill(DRILL), mode, script, *functions, state, *launched, "--", *([] if launch else srun)]
 
 
