@@ -1,8 +1,12 @@
 import time
 
 from dd_accept.acceptance import health_checks as checks
+from dd_accept.acceptance import health_drills
+from dd_accept.acceptance.health import HealthOptions
 from dd_accept.acceptance.health_drills import first_report, records_done_by
+from dd_accept.base.errors import SutBehaviourMissing
 from dd_accept.base.events import ClientRequest
+from dd_accept.deployment import RunDirectory
 from dd_accept.slurm_docker.controller_restart import ControllerRestart
 from dd_accept.slurm_docker.preemption import Preemption
 from dd_accept.slurm_docker.step_exit import StepExit
@@ -315,3 +319,55 @@ def test_records_done_are_counted_when_the_sut_s_wait_returned():
     assert records_done_by(rows, 22.0) == 13 and records_done_by(rows, None) == 48
     outcome = checks.AttemptOutcome(70, 2.0, records_done_by(rows, 22.0), 48)
     assert not outcome.client_finished
+
+
+class _StuckProxy:
+    """A proxy whose /health reports one replica not ready long after it serves again (a
+    backend set aside for a while), recording the requests made of it."""
+
+    def __init__(self, recovers_after: int) -> None:
+        self.asked, self.recovers_after, self.stopped = 0, recovers_after, False
+
+    def get(self, path, timeout=30):
+        self.asked += 1
+        ready = self.asked > self.recovers_after
+        return {"status": 200 if ready else 503, "body": {"backends_ready": 4 if ready else 3}, "t": time.time()}
+
+    def stop(self):
+        self.stopped = True
+
+
+class _Replicas:
+    def control(self, indices, action, **values):
+        pass
+
+    def stop(self, signal_name):
+        pass
+
+
+def test_a_health_that_never_recovers_fails_detected_by_name_not_the_harness(monkeypatch):
+    """unresponsive_detection waits for /health to answer 200 again after each fault is lifted:
+    where it never does (within RECOVERY_WAIT_S), that is the SUT's /health, a failed
+    health.unresponsive.detected (SutBehaviourMissing, exit 1), never a harness error; one
+    that recovers late but within the wait is judged as usual."""
+    monkeypatch.setattr(RunDirectory, "create", staticmethod(lambda cluster, name: None))
+    monkeypatch.setattr(health_drills, "RECOVERY_WAIT_S", 0.5)
+    probe = checks.Probe(503, 0.01, {"status": "degraded", "backends_ready": 3}, 0.5)
+    monkeypatch.setattr(health_drills, "first_report", lambda *args: probe)
+
+    class Allocation:
+        cluster = None
+
+    stuck = _StuckProxy(recovers_after=10**6)
+    monkeypatch.setattr(health_drills, "_serving", lambda *args: (_Replicas(), stuck))
+    try:
+        health_drills.unresponsive_detection(Allocation(), None, HealthOptions())
+    except SutBehaviourMissing as missing:
+        assert missing.behaviour == "unresponsive.detected" and "answers 200 again within 0.5s" in missing.expected
+    else:
+        raise AssertionError("a /health that never recovers must fail the check")
+    assert stuck.stopped, "the proxy is stopped all the same"
+    late = _StuckProxy(recovers_after=2)
+    monkeypatch.setattr(health_drills, "_serving", lambda *args: (_Replicas(), late))
+    judged = health_drills.unresponsive_detection(Allocation(), None, HealthOptions())
+    assert judged.id == "health.unresponsive.detected", judged

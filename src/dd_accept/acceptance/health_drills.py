@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 from dd_accept import deployment
 from dd_accept.acceptance import health_checks as checks
 from dd_accept.acceptance.analysis import requests
-from dd_accept.base.waiting import wait_for_finding, wait_until
+from dd_accept.base.errors import SutBehaviourMissing
+from dd_accept.base.waiting import WaitTimeout, wait_for_finding, wait_until
 from dd_accept.node.environment import TOKEN_ENV
 from dd_accept.slurm_docker.allocation import Allocation, start_background
 from dd_accept.slurm_docker.layout import NodeLayout
@@ -173,6 +174,12 @@ def loss_detection(
         replicas.stop("KILL")
 
 
+# For /health to report a replica ready again once it serves: a proxy that sets a failed
+# backend aside for a while before it tries it again (Envoy's base ejection is 30 s) is given
+# that and more; rc1, probing on demand, answers 200 at once.
+RECOVERY_WAIT_S = 90.0
+
+
 def unresponsive_detection(allocation: Allocation, profile: SutProfile, options: HealthOptions) -> checks.CheckResult:
     """A replica that stops answering, then one whose /health fails while it generates: the
     proxy's /health must report each within the bound."""
@@ -189,12 +196,20 @@ def unresponsive_detection(allocation: Allocation, profile: SutProfile, options:
             replicas.control([index], action, **on)
             found[mode] = first_report(proxy, since, bound, f"a {mode} replica", options.replicas - 1)
             replicas.control([index], action, **off)
-            wait_until(
-                lambda: proxy.get("/health", timeout=30).get("status"),
-                lambda status: status == 200,
-                timeout=30,
-                what="the proxy's /health to recover",
-            )
+            try:
+                wait_until(
+                    lambda: proxy.get("/health", timeout=30).get("status"),
+                    lambda status: status == 200,
+                    timeout=RECOVERY_WAIT_S,
+                    what="the proxy's /health to recover",
+                )
+            except WaitTimeout as error:  # the SUT's /health, never the harness's: a failed check
+                raise SutBehaviourMissing(
+                    "unresponsive.detected",
+                    f"the proxy's /health answers 200 again within {RECOVERY_WAIT_S:g}s of replica {index} serving "
+                    "again, so the next fault is seen on its own",
+                    str(error),
+                ) from error
         return checks.unresponsive_detected(found, options.replicas, bound)
     finally:
         proxy.stop()
