@@ -48,6 +48,7 @@ from dd_accept.slurm_docker.allocation import (
     start_background,
 )
 from dd_accept.slurm_docker.layout import NodeLayout
+from dd_accept.slurm_docker.step_exit import SACCT
 from dd_accept.sut.profile import SutProfile
 from dd_accept.sut.runtime_manifest import ENDPOINT_STEP_ID, endpoint_manifest
 
@@ -385,9 +386,18 @@ def _cleanup_drill(
         steps_left,
         None if killed_at is None else max(0.0, killed_at - stop_at),
         profile.drain.window_seconds,
-        returned_at - stop_at if returned_at else None,
+        _returned_after(returned_at, stop_at, end),
     )
     return judged, end
+
+
+def _returned_after(returned_at: float, stop_at: float, end: checks.StepEnd) -> float | None:
+    """When the SUT's stop function returned, from the stop, where the endpoint's end is known
+    to a fraction of a second on a clock the drill's shares (the node's record, the launcher's
+    end); None (not judged) for an unknown end or sacct's whole seconds on another host."""
+    if not returned_at or end.exit_code is None or end.source == SACCT:
+        return None
+    return returned_at - stop_at
 
 
 def _drill_ready(drill: BackgroundCommand, state: Path, launches: str, behaviour: str) -> None:
@@ -399,14 +409,23 @@ def _drill_ready(drill: BackgroundCommand, state: Path, launches: str, behaviour
         wait_until(lambda: (state / "ready").exists() or drill.finished, bool, timeout=DRILL_READY_S,
                    what="the drill to launch the endpoint")  # fmt: skip
     except WaitTimeout as error:
+        _harness_error(state)
         if (state / "launcher-pid").exists():
             raise ClusterError(f"the drill did not find the endpoint's step: {error}") from error
         raise SutBehaviourMissing(behaviour, f"{launches} within {DRILL_READY_S:g}s", str(error)) from error
     if drill.finished:
+        _harness_error(state)
         ended = f"the controller ended first: {drill.wait(1).describe()}"
         if (state / "launcher-pid").exists():
             raise ClusterError(f"the cleanup drill ended after launching the endpoint: {ended}")
         raise SutBehaviourMissing(behaviour, launches, ended)
+
+
+def _harness_error(state: Path) -> None:
+    """The drill's own failure before the SUT's functions ran (squeue, the launched step not
+    found, a tool the manifest needs), as the drill named it: the harness's (exit 2)."""
+    if (state / "harness-error").exists():
+        raise ClusterError(f"the cleanup drill: {(state / 'harness-error').read_text().strip()}")
 
 
 def _node_mark(path: Path, fallback: float) -> float:

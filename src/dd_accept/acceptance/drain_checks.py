@@ -63,8 +63,9 @@ class StepEnd:
     term_by: str = "the harness asked once"
 
 
-# A stop function may return this long before Slurm's record of its endpoint's end: the record
-# (slurmstepd's, to the millisecond) follows the srun launcher's end, which a stop waits on.
+# A stop function may return this long before the record of its endpoint's end it is judged
+# against: slurmstepd logs the task's end (to the millisecond) before srun, the launcher a stop
+# waits on, learns of it; the margin is for the two containers' moments of writing.
 RETURN_TOLERANCE_S = 1.0
 # An endpoint that ended this soon after a repeated TERM may have ended because of it.
 REPEAT_EFFECT_S = 1.0

@@ -267,9 +267,12 @@ def unresponsive_attempt_failed(
 
 
 @check("health.unresponsive.detected")
-def unresponsive_detected(found: dict[str, Probe | None], replicas: int, bound_s: float) -> CheckResult:
+def unresponsive_detected(
+    found: dict[str, Probe | None], replicas: int, bound_s: float, unrecovered: str | None = None
+) -> CheckResult:
     """Each way of being alive but not serving is reported by the proxy's /health (503 with
-    one backend fewer ready) within the bound."""
+    one backend fewer ready) within the bound, and /health answers 200 again once the replica
+    serves, so the next way is seen on its own (`unrecovered`: what it did instead)."""
 
     def fine(probe: Probe | None) -> bool:
         ready = (probe.body or {}).get("backends_ready") if probe else None
@@ -283,14 +286,14 @@ def unresponsive_detected(found: dict[str, Probe | None], replicas: int, bound_s
         ready = (probe.body or {}).get("backends_ready")
         return f"{mode}: /health {probe.status}, backends_ready {ready}, {probe.seconds_after_loss:.1f}s after"
 
-    ok = bool(found) and all(fine(probe) for probe in found.values())
+    ok = bool(found) and all(fine(probe) for probe in found.values()) and unrecovered is None
     slowest = max((p.seconds_after_loss for p in found.values() if p is not None), default=None)
     return CheckResult.judge(
         unresponsive_detected.check_id,
         ok,
         f"/health answers 503 with backends_ready {replicas - 1} of {replicas} within {bound_s:g}s, "
-        "for a hung replica and for one whose /health fails",
-        "; ".join(shown(mode, probe) for mode, probe in found.items()),
+        "for a hung replica and for one whose /health fails, and 200 again once each serves again",
+        "; ".join([*(shown(mode, probe) for mode, probe in found.items()), *([unrecovered] if unrecovered else [])]),
         metrics={} if slowest is None else {"detected_after_s": slowest},
     )
 

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 SLURMD_LOG = "/var/log/slurm/slurmd.log"  # SlurmdLogFile in the docker cluster's slurm.conf
+# A site's record of a step's end: slurmctld's moment of completion, in whole seconds, on the
+# controller's clock (not the node's, nor the login node's a drill marks its own moments on).
+SACCT = "sacct"
 
 # [2026-11-30T05:36:50.121] [1.3] Sent signal 9 to StepId=1.3
 _SIGNAL_SENT = re.compile(r"^\[(?P<at>[0-9T:.-]+)\] \[(?P<step>\d+\.\d+)\] Sent signal (?P<signal>\d+) to StepId=")
@@ -114,5 +117,5 @@ def from_sacct(text: str) -> StepExit | None:
                 ended = datetime.fromisoformat(end).astimezone(UTC).timestamp()
             except ValueError:
                 ended = None
-        return StepExit(exit_code, ended, "sacct")
+        return StepExit(exit_code, ended, SACCT)
     return None
