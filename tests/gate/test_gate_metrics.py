@@ -224,6 +224,20 @@ def test_vs_baseline_pairs_each_phase_with_the_baselines_same_phase():
     assert same.verdict == "pass", same
 
 
+def test_a_phase_the_baseline_measured_as_0_gives_no_ratio_and_is_left_out_said():
+    """CI: the same wheel twice, the baseline's p50 gap 0 ms in one phase (its events all came in
+    one read), the candidate's 16.5 ms: "3 x 0" failed a release against itself. That phase is
+    left out of the ratio and named; the other phases are held to theirs."""
+    gate = parse_gate(TWO + "[metrics.streaming]\np50_itl_ms = { vs_baseline = 3.0 }\n", "g.toml")
+    baseline = _phased([("sparse", {"p50_itl_ms": 20.0}, ""), ("closing", {"p50_itl_ms": 0.0}, "")])
+    candidate = _phased([("sparse", {"p50_itl_ms": 21.0}, ""), ("closing", {"p50_itl_ms": 16.5}, "")])
+    check = _by_id(judge(gate, candidate, baseline=baseline))["gate.metric.streaming.p50_itl_ms"]
+    assert check.verdict == "pass" and check.observed == "21 ms", check
+    assert check.detail.endswith("left out, the baseline measuring 0 there (no ratio to hold): closing"), check
+    slower = _phased([("sparse", {"p50_itl_ms": 61.0}, ""), ("closing", {"p50_itl_ms": 16.5}, "")])
+    assert _by_id(judge(gate, slower, baseline=baseline))["gate.metric.streaming.p50_itl_ms"].verdict == "fail"
+
+
 def test_goodput_leaves_out_the_attempts_of_phases_that_drive_a_fault_by_design(tmp_path):
     fine = [_attempt(0.1, 1.1, started=101.0) for _ in range(3)]  # in the first phase
     stalled = [_attempt(1.4, 2.4, started=111.0) for _ in range(3)]  # in the stalled phase

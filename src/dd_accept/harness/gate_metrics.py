@@ -179,7 +179,13 @@ def judge_metric(demand: MetricDemand, candidate: dict[str, Any], baseline: dict
             (value - limit if op == "<=" else limit - value) for op, limit in demand.bounds(before_values.get(title))
         )
 
-    judged = [t for t in values if demand.vs_baseline is None or t in before_values]
+    # A lower-is-better metric the baseline measured as 0 in a phase (a p50 gap of streams whose
+    # events all came in one read) gives no ratio to hold: any candidate above 0 would break
+    # "3 x 0". Such a phase is left out of the ratio, and said.
+    unscaled = [t for t in values if demand.vs_baseline is not None and not higher and before_values.get(t) == 0]
+    judged = [t for t in values if (demand.vs_baseline is None or t in before_values) and t not in unscaled]
+    if unscaled:
+        left_out += f"; left out, the baseline measuring 0 there (no ratio to hold): {', '.join(unscaled)}"
     if not judged:
         wording = " and ".join(
             f"{demand.metric} {'≤' if op == '<=' else '≥'} {v:.4g}{unit}" for op, v in demand.bounds(None)
