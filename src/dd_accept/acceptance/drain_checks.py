@@ -328,16 +328,18 @@ def sut_cleanup(
     cut = len(flying) - counts.get("completed", 0) - bounded
     in_time = endpoint.seconds_after_stop <= allowance_s
     early_kill = killed_after_s is not None and killed_after_s < allowance_s - FORCE_TOLERANCE_S
-    early_return = returned_after_s is not None and endpoint.seconds_after_stop - returned_after_s > RETURN_TOLERANCE_S
-    ok = bool(flying) and cut == 0 and endpoint.exit_code == 0 and in_time and not steps_left and not early_kill
-    ok = ok and not early_return
+    # how long before its endpoint's end the stop function returned (None: not recorded)
+    returned_early_s = None if returned_after_s is None else endpoint.seconds_after_stop - returned_after_s
+    early_return = returned_early_s is not None and returned_early_s > RETURN_TOLERANCE_S
+    ok = bool(flying) and cut == 0 and endpoint.exit_code == 0 and in_time
+    ok = ok and not (steps_left or early_kill or early_return)
     detail = (
         f"{cleanup.get('function', '?')} from {cleanup.get('script', '?')}; controller exit: {cleanup.get('exit')}; "
         f"endpoint exit read from {endpoint.source}"
     )
     if early_return:
         detail = (
-            f"the stop function returned {endpoint.seconds_after_stop - returned_after_s:.1f}s before its endpoint "
+            f"the stop function returned {returned_early_s:.1f}s before its endpoint "
             "ended: the controller goes on, and its job ends, while the endpoint still drains; " + detail
         )
     returned = "" if returned_after_s is None else f"; stop returned after {returned_after_s:.1f}s"

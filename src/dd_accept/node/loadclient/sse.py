@@ -112,10 +112,10 @@ class SseTally:
     def _line(self, line: bytes, now: float) -> None:
         if not line.startswith(b"data:"):
             if line.startswith(b"event:"):
-                named = line[6:].strip() == b"error"
-                if named and self.open and not self.named_error and not self.open_error:
-                    self.errors += 1  # named after its data line: the event is an error all the same
-                self.named_error = named
+                self.named_error = line[6:].strip() == b"error"
+                if self.named_error and self.open and not self.open_error:
+                    self.open_error = True  # named after its data line: the event is an error all the same
+                    self.errors += 1
             return
         value = line[5:].strip()
         if value == b"[DONE]":
