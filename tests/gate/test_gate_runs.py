@@ -90,7 +90,9 @@ def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_
         "max_error_rate = 0.0\n"
         "[metrics.streaming]\n"  # positive controls of the serving-metric demands and of goodput
         "p99_ttft_ms = { max = 2000 }\n"
-        "p50_itl_ms = { vs_baseline = 3.0 }\n"  # the same wheel twice
+        # the same wheel twice, held by TPOT: a loaded machine bunches the client's reads, which
+        # moves p50 ITL (CI: 4.55 and 16.8 ms for one wheel, its streams paced at 20 ms), not TPOT
+        "p50_tpot_ms = { vs_baseline = 3.0 }\n"
         '[goodput]\nscenario = "streaming"\nttft_ms = 2000\nmin_fraction = 0.9\n'
     )
     out = tmp_path / "gate"
@@ -112,8 +114,8 @@ def test_a_gate_with_a_threshold_the_sut_misses_fails_and_compares_two_suts(tmp_
     # judged per phase: the stalled replica's and the sparse streams' phases, faults by design, left out
     assert "left out as faults by design: " in ttft["detail"] and "routing with one replica stalled" in ttft["detail"]
     assert "sparse streams: each event before the next" in ttft["detail"], ttft
-    itl = checks["gate.metric.streaming.p50_itl_ms"]
-    assert itl["verdict"] == "pass" and itl["metrics"]["baseline_p50_itl_ms"] > 0, itl
+    tpot = checks["gate.metric.streaming.p50_tpot_ms"]
+    assert tpot["verdict"] == "pass" and tpot["metrics"]["baseline_p50_tpot_ms"] > 10, tpot  # paced at 20 ms
     good = checks["gate.goodput.streaming"]
     assert good["verdict"] == "pass" and good["metrics"]["goodput_fraction"] >= 0.9, good
     assert sorted(document["bundles"]) == ["baseline", "candidate"]
