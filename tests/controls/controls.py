@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 from contextlib import contextmanager
 
+from dd_accept.acceptance import overload
 from dd_accept.acceptance.overload import OverloadOptions, run_overload
+from dd_accept.acceptance.phases import scenario_runner
 from dd_accept.base.progress import ProgressWriter
 from dd_accept.base.results import write_results
 from dd_accept.base.slurm_releases import RELEASES
@@ -93,6 +95,30 @@ def run_against_fault(fault_name, wheelhouse, base_image, profile, tmp_path, opt
         return run_overload(allocation, run, profile, options or OverloadOptions(), progress, checks=checks)
 
     return run_with_fault(overload, fault_name, wheelhouse, base_image, profile, tmp_path)
+
+
+def overload_phases(*titles, options=None):
+    """The overload scenario's phases titled `titles` (exactly), with `options` (its defaults
+    when None): a control that needs some phases and none of those between them (which
+    `--check` keeps, taking every phase up to the last one a chosen check needs)."""
+    phases = [p for p in overload.PHASES if p.title in titles]
+    assert len(phases) == len(titles), f"phases {titles} are not all declared"
+    runner = scenario_runner("overload", phases, overload.OverloadRun)
+    chosen = options or OverloadOptions()
+    return lambda allocation, run, profile, progress: runner(allocation, run, profile, chosen, progress)
+
+
+# The rounds after recovery (backends lost, routing), which only their own checks read.
+LATE_ROUNDS = (
+    "overload with backends lost", "overload with backends lost: what the proxy answers",
+    "routing once the faults are over: requests at once to idle replicas",
+)  # fmt: skip
+
+
+def overload_without_late_rounds(options=None):
+    """The overload scenario but its late rounds: every check but total.unreachable and
+    routing_restored judged as in a whole run."""
+    return overload_phases(*(p.title for p in overload.PHASES if p.title not in LATE_ROUNDS), options=options)
 
 
 def stop_story(records, since: int = 0) -> str:

@@ -7,11 +7,10 @@ numbers show the fault) and that checks the fault does not touch still pass.
 import pytest
 
 from dd_accept import deployment
-from dd_accept.acceptance import overload, overload_admission, overload_checks
+from dd_accept.acceptance import overload_admission, overload_checks
 from dd_accept.acceptance.overload import OverloadOptions
-from dd_accept.acceptance.phases import scenario_runner
 from dd_accept.base.results import ScenarioResult
-from tests.controls.controls import run_against_fault, run_with_fault
+from tests.controls.controls import overload_phases, overload_without_late_rounds, run_against_fault, run_with_fault
 
 pytestmark = pytest.mark.cluster
 
@@ -44,7 +43,8 @@ def test_lost_retry_after_is_caught_by_total_retry_after(sut_wheelhouse, sut_ima
 
 def test_a_substituted_retry_after_is_told_from_the_replicas_value(sut_wheelhouse, sut_image, sut_profile, tmp_path):
     """The proxy's own fallback (7) differs from the replicas' value (3) by design."""
-    checks = run_against_fault("retry-after-substituted", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    scenario = overload_without_late_rounds()
+    checks = run_with_fault(scenario, "retry-after-substituted", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     retry_after = checks["overload.total.retry_after"]
     assert retry_after.verdict == "fail" and "Retry-After values: 7.0:" in retry_after.observed, retry_after
     assert "substituted its fallback" in retry_after.detail
@@ -57,7 +57,8 @@ def test_admission_that_never_rejects_is_a_failed_check_not_an_error(sut_wheelho
     record gets through an overloaded replica that never rejects, so each phase lasts as long
     as the client's deadline: shorter ones here show the same findings sooner."""
     options = OverloadOptions(partial_deadline_s=20.0, total_deadline_s=25.0)
-    checks = run_against_fault("admission-never-rejects", sut_wheelhouse, sut_image, sut_profile, tmp_path, options)
+    scenario = overload_without_late_rounds(options)
+    checks = run_with_fault(scenario, "admission-never-rejects", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     admission = checks["overload.admission.rejects"]
     assert admission.verdict == "fail" and "threshold 0, depth 7: 400: 2" in admission.observed, admission
     assert "did not reject" in admission.detail
@@ -115,12 +116,7 @@ def test_a_middleware_that_fails_open_long_after_a_cold_start_is_caught(
 
 
 def _overload(*titles, replicas=2):
-    """The overload scenario's phases titled `titles` (exactly), on `replicas` replicas."""
-    phases = [p for p in overload.PHASES if p.title in titles]
-    assert len(phases) == len(titles), f"phases {titles} are not all declared"
-    runner = scenario_runner("overload", phases, overload.OverloadRun)
-    options = OverloadOptions(replicas=replicas)
-    return lambda allocation, run, profile, progress: runner(allocation, run, profile, options, progress)
+    return overload_phases(*titles, options=OverloadOptions(replicas=replicas))
 
 
 # Total overload's hold and the admission phases: what the exempt paths are judged by, and the

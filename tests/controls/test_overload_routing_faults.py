@@ -8,10 +8,22 @@ the fault) and that checks the fault does not touch still pass.
 
 import pytest
 
-from dd_accept.acceptance import overload_routing
-from tests.controls.controls import run_against_fault
+from dd_accept.acceptance import overload, overload_routing
+from tests.controls.controls import overload_phases, run_with_fault
 
 pytestmark = pytest.mark.cluster
+
+
+# Partial overload's failovers, the round with backends lost, then routing (each leak drives
+# its miscount in one of them, or in the routing round's own nudge): total overload and
+# recovery, between them in the scenario, judge nothing these controls assert.
+_LEAKS = overload_phases(
+    "deploying replicas", "deploying the SUT's proxy", "partial overload", overload.PARTIAL_CLIENT,
+    "partial overload: completion and failover", "partial overload lifted", "overload with backends lost",
+    "overload with backends lost: what the proxy answers",
+    "routing once the faults are over: requests at once to idle replicas",
+    "stopping the proxy", "stopping the replicas",
+)  # fmt: skip
 
 
 @pytest.mark.parametrize("fault", ["retried-status-leaks", "connection-error-leaks", "hangup-leaks", "cancel-leaks"])
@@ -21,9 +33,8 @@ def test_a_proxy_that_never_releases_what_it_let_go_of_is_caught_by_routing_rest
     """Every request still completes (on the others), so only the routing round sees it: the
     replicas that failed requests (a 429, or a connection error) or whose client left
     mid-stream get less than their share once all are idle again, before the nudge or after it."""
-    chosen = ("overload.partial.completes", "overload.total.unreachable", "overload.routing_restored")
     monkeypatch.setattr(overload_routing, "RESTORE_WAIT_S", 2.0)
-    checks = run_against_fault(fault, sut_wheelhouse, sut_image, sut_profile, tmp_path, checks=chosen)
+    checks = run_with_fault(_LEAKS, fault, sut_wheelhouse, sut_image, sut_profile, tmp_path)
     routing = checks["overload.routing_restored"]
     print(f"{fault}:", routing.observed)
     assert routing.verdict == "fail", routing

@@ -19,6 +19,22 @@ def _streaming(allocation, run, profile, progress):
     return run_streaming(allocation, run, profile, StreamingOptions(), progress)
 
 
+def _judging(*checks):
+    """The streaming scenario up to the last phase these checks need (`--check`), no further:
+    a control whose fault and untouched checks are all judged by then skips the phases after
+    (routing with a stalled replica, the ledger), which judge nothing it asserts."""
+
+    def streaming(allocation, run, profile, progress):
+        return run_streaming(allocation, run, profile, StreamingOptions(), progress, checks=checks)
+
+    return streaming
+
+
+# What the sparse streams judge, and the connection accounting after them.
+DELIVERY = ("streaming.integrity", "streaming.no_buffering")
+ACCOUNTING = (*DELIVERY, "streaming.connection_accounting")
+
+
 def _not_passed(checks):
     """The whole of each check that did not pass: its numbers are the reason."""
     return "\n".join(f"{c.id} {c.verdict}: {c.observed} | {c.detail}" for c in checks.values() if c.verdict != "pass")
@@ -70,7 +86,7 @@ def test_a_proxy_that_hedges_every_request_is_caught_by_the_ledger(sut_wheelhous
 
 
 def test_a_buffering_proxy_is_caught_by_no_buffering(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    checks = run_with_fault(_streaming, "buffering", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    checks = run_with_fault(_judging(*ACCOUNTING), "buffering", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     buffering = checks["streaming.no_buffering"]
     assert buffering.verdict == "fail" and buffering.metrics["added_ttft_p95_s"] > 0.5, buffering
     assert buffering.metrics["streams_held"] == 64 and buffering.metrics["held_share_max"] > 0.8, buffering
@@ -84,7 +100,7 @@ def test_a_proxy_holding_all_but_the_first_chunk_is_caught_by_no_buffering(
 ):
     """Its first chunk comes in time: a TTFT bound would pass it, and only judging every chunk
     (the held share, the delay per event) catches it."""
-    checks = run_with_fault(_streaming, "hold-after-first", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    checks = run_with_fault(_judging(*DELIVERY), "hold-after-first", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     buffering = checks["streaming.no_buffering"]
     assert buffering.verdict == "fail", buffering
     # the first chunk is not what is held: it comes with what a loaded machine adds (0.60 s p95
@@ -103,7 +119,9 @@ def test_a_proxy_lingering_for_a_batch_is_caught_by_the_sparse_streams(
 ):
     """Batches of four or a one-second linger: dense streams (an event every 20 ms) barely
     notice, no sparse event waits a whole gap, yet the typical one waits the linger."""
-    checks = run_with_fault(_streaming, "flush-every-4-events-or-1s", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    checks = run_with_fault(
+        _judging(*DELIVERY), "flush-every-4-events-or-1s", sut_wheelhouse, sut_image, sut_profile, tmp_path
+    )
     buffering = checks["streaming.no_buffering"]
     assert buffering.verdict == "fail" and "the proxy holds it back" in buffering.detail, buffering
     assert 0.8 < buffering.metrics["sparse_delay_p50_s"] < 1.5, buffering  # the linger, under the 1.5 s gap
@@ -112,7 +130,9 @@ def test_a_proxy_lingering_for_a_batch_is_caught_by_the_sparse_streams(
 
 
 def test_swapped_counters_are_caught_by_connection_accounting(sut_wheelhouse, sut_image, sut_profile, tmp_path):
-    checks = run_with_fault(_streaming, "swapped-connection-counters", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    checks = run_with_fault(
+        _judging(*ACCOUNTING), "swapped-connection-counters", sut_wheelhouse, sut_image, sut_profile, tmp_path
+    )
     accounting = checks["streaming.connection_accounting"]
     assert accounting.verdict == "fail" and "sequential: proxy opened 16, reused 0" in accounting.observed, accounting
     assert "sequential" in accounting.detail

@@ -297,7 +297,13 @@ def test_a_proxy_that_does_not_retry_connection_errors_fails_connection_errors_a
     """Negative control of telemetry.connection_errors: a refused or reset attempt ends its
     request with 502. Statuses still fail over, so the checks it does not touch keep rc1's
     verdicts: its counters are true, it writes no record and no payload."""
-    checks = run_with_fault(_telemetry, "no-connection-retry", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    scenario = _phases(  # 429s retried (what attempt_counters sees), then the refusals and resets
+        "replica 0 answers 429 with Retry-After", "requests while replica 0 answers 429",
+        "replicas answer what they serve again",
+        "replica 0 refuses connections, replica 1 resets each request it reads",
+        "requests while replicas refuse and reset connections", "replicas 0 and 1 serve again",
+    )  # fmt: skip
+    checks = run_with_fault(scenario, "no-connection-retry", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     failover = checks["telemetry.connection_errors"]
     numbers = failover.metrics
     print("no-connection-retry:", failover.observed, "|", failover.detail)
