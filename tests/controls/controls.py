@@ -116,7 +116,7 @@ LATE_ROUNDS = (
 
 
 def overload_without_late_rounds(options=None):
-    """The overload scenario but its late rounds: every check but total.unreachable and
+    """The overload scenario without its late rounds: every check but total.unreachable and
     routing_restored judged as in a whole run."""
     return overload_phases(*(p.title for p in overload.PHASES if p.title not in LATE_ROUNDS), options=options)
 
