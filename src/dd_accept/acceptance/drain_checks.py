@@ -32,6 +32,7 @@ from dd_accept.acceptance.registry import check
 from dd_accept.base.drain_outcomes import (
     FORCE_TOLERANCE_S,
     GOOD_OUTCOMES,
+    STOP_RECORD_TOLERANCE_S,
     WINDOW_OVERRUN_S,
     classify,
     kill_that_reached,
@@ -90,8 +91,9 @@ def in_flight(events: list[Event], stop_at: float) -> list[ClientRequest]:
     had already ended whole, the stop came too late to test anything: the machine delayed
     the harness (a RuntimeError, exit 2), never a failure of the SUT's drain."""
     streams = requests(events)
-    flying = [e for e in streams if e.began < stop_at <= e.t]
-    if streams and not flying and all(e.done and e.outcome == "ok" and e.t < stop_at for e in streams):
+    earliest = stop_at - STOP_RECORD_TOLERANCE_S  # the stop's line is written a moment after it
+    flying = [e for e in streams if e.began < stop_at and earliest <= e.t]
+    if streams and not flying and all(e.done and e.outcome == "ok" and e.t < earliest for e in streams):
         late = stop_at - max(e.t for e in streams)
         raise RuntimeError(
             f"all {len(streams)} stream(s) had ended whole {late:.1f}s and more before the stop: it came too late "

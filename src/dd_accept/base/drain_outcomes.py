@@ -13,6 +13,11 @@ from dd_accept.base.events import ClientRequest, UpstreamAttempt
 
 MARKS = "drain-marks.jsonl"  # when each stop began (and was forced): the drain chart's axis marks
 FORCE_TOLERANCE_S = 0.5  # a cut this close before the KILL counts as caused by it
+# A stream that ended this close before the stop's recorded moment may have been ended by it:
+# slurmstepd writes its line of TERM's delivery a moment after delivering it, and an endpoint
+# that answers TERM at once is read ending first (CI: a [DONE] made up at TERM read 1.5 ms
+# before the line's moment, and the stop was taken for one that came after every stream).
+STOP_RECORD_TOLERANCE_S = 0.25
 WINDOW_TOLERANCE_S = 0.5  # a cut this close before the window's end counts as the endpoint's bound
 # A cut this long after the window's end still counts as the endpoint's bound (its timer and
 # the cut's way to the client on a busy machine): half the way from a 10 s window to its
@@ -33,7 +38,7 @@ def classify(
     completion: the endpoint ended the stream early, however it said so."""
     if stream.done and stream.outcome == "ok" and whole:
         return "completed"
-    if stream.t < stop_at:
+    if stream.t < stop_at - STOP_RECORD_TOLERANCE_S:
         return "ended before the stop"
     if forced_at is not None and stream.t >= forced_at - FORCE_TOLERANCE_S:
         return "forced"
