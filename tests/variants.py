@@ -176,6 +176,19 @@ _HASTY_CLEANUP = (
 )
 
 
+# The step-aware cleanup with no bound on its wait: it TERMs each endpoint's step and waits for
+# its launcher to end, however long, so an endpoint that does not bound its own drain (rc1's
+# proxy, fact 3) is never forced ("bounded escalation", the seed's regression coverage names).
+_UNBOUNDED_CLEANUP = (
+    _STEP_AWARE_CLEANUP[0],
+    (
+        CLEANUP,
+        _STEP_AWARE_CLEANUP[1][1],
+        _STEP_AWARE_CLEANUP[1][2].replace("dd_wait_managed 12", "dd_wait_managed 86400"),
+    ),
+)
+
+
 # A health-watching wait, as the seed pull request's monitor behaves: while the client runs,
 # every required backend's process must live *and* its /health must answer 200 (the URLs
 # come from DD_REQUIRED_HEALTH_URLS, which dd-accept's drill sets); otherwise the attempt
@@ -599,6 +612,7 @@ RC1_FAILS = (
             "drain.sut_cleanup.completion",
             "drain.sut_cleanup.failure",
             "drain.sut_cleanup.cancel",
+            "drain.sut_escalation",
             "health.unresponsive.attempt_failed",
             "health.probe_isolation",
         }
@@ -617,7 +631,9 @@ _GUARDED_LOOP = (
     "                    await downstream.write(chunk)\n"
     "            except (ClientError, ConnectionError):\n"
 )
-_SUT_CLEANUP = frozenset({"drain.sut_cleanup.completion", "drain.sut_cleanup.failure", "drain.sut_cleanup.cancel"})
+_SUT_CLEANUP = frozenset(
+    {"drain.sut_cleanup.completion", "drain.sut_cleanup.failure", "drain.sut_cleanup.cancel", "drain.sut_escalation"}
+)
 
 
 FAULTS = {
@@ -1017,6 +1033,13 @@ FAULTS = {
             "the force left to a background subshell (so the controller is not held up): the job ends under a "
             "drain still running",
             _DETACHED_CLEANUP,
+        ),
+        Fault(
+            "unbounded-cleanup",
+            "data-designer-slurm",
+            "the seed pull request's step-aware cleanup, but waiting for its endpoints without a bound: an endpoint "
+            "that does not end by itself is never forced at the 12 s allowance",
+            _UNBOUNDED_CLEANUP,
         ),
         Fault(
             "hasty-cleanup",

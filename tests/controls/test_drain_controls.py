@@ -4,7 +4,8 @@ The contract (seed pull request, brief fact 3): an endpoint drains for at most i
 window and exits 0 by itself; the controller's 12 s allowance and KILL are the last resort.
 - rc1 passes drain.scancel_step and fails drain.allowance (it does not bound its drain: the
   20 s stream is still running at 12 s and must be forced) and drain.sut_cleanup.* (its
-  cleanup TERMs srun launchers, so every stream is cut: a true finding).
+  cleanup TERMs srun launchers, so every stream is cut: a true finding), and drain.sut_escalation
+  (with a stream longer than the allowance, the same KILL comes at once, 12 s too early).
 - drain-bounded (the endpoint ends what is left at its window and exits 0) passes allowance.
 - drain-6s (the endpoint exits 6 s after TERM) loses the long stream: allowance fails. The 4 s
   streams of the scancel phase, launched 1 s before TERM, need 3 s of it: a 3 s bound left
@@ -56,7 +57,7 @@ def _drain_judging(*checks):
 
 
 STOPS = _drain_judging("drain.scancel_step", "drain.allowance")
-CLEANUP = _drain_judging("drain.scancel_step", "drain.sut_cleanup.*")
+CLEANUP = _drain_judging("drain.scancel_step", "drain.sut_cleanup.*", "drain.sut_escalation")
 
 
 def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(
@@ -90,6 +91,10 @@ def test_rc1_is_forced_at_the_allowance_and_its_own_cleanup_cuts_every_stream(
         assert "slurmd step record" in check.detail, "the exit status is Slurm's record, not a default"
         assert check.metrics["endpoint_exit_s"] < 2.0, "rc1 KILLs 0.2 s after its TERM"
         assert "KILL after 0." in check.observed, "srun turns the launcher's TERM into a KILL of the task at once"
+    # with a stream longer than the allowance, the same: forced at once, 12 s too early
+    escalation = checks["drain.sut_escalation"]
+    assert escalation.verdict == "fail" and "before the 12s allowance had run" in escalation.detail, escalation
+    assert escalation.metrics["forced_s"] < 2.0 and "endpoint exit 137" in escalation.observed, escalation
     # what `run drain --dry-run` prints is what this run submitted, both ways
     assert_the_dry_run_planned_what_the_run_did(sut_cluster.records, scenario="drain", job=sut_allocation.job_id)
 
@@ -139,6 +144,9 @@ def test_step_aware_cleanup_is_the_positive_control_of_sut_cleanup(sut_wheelhous
         assert 6.0 < check.metrics["endpoint_exit_s"] <= 12.0, check
     assert checks["drain.scancel_step"].verdict == "pass", "proxy untouched"
     assert "drain.allowance" not in checks, "only the phases the chosen checks need ran"
+    # a stream longer than the allowance: rc1's proxy drains on, and the cleanup forces it after its 12 s wait
+    escalation = checks["drain.sut_escalation"]
+    assert escalation.verdict == "pass" and 10.5 <= escalation.metrics["forced_s"] <= 15.0, escalation
 
 
 def test_a_cleanup_that_forces_the_endpoint_before_its_allowance_is_caught_by_sut_cleanup(
@@ -161,6 +169,10 @@ def test_a_cleanup_that_forces_the_endpoint_before_its_allowance_is_caught_by_su
     # cancel drill, it was not: "KILL never" beside "exit 137 after 4.5s")
     assert any(kills) and all(3.5 < k < 6.5 for k in kills if k is not None), kills
     assert checks["drain.scancel_step"].verdict == "pass", "proxy untouched"
+    # with a stream longer than the allowance, the same early force, by its moment
+    escalation = checks["drain.sut_escalation"]
+    assert escalation.verdict == "fail" and "before the 12s allowance had run" in escalation.detail, escalation
+    assert 3.5 < escalation.metrics["forced_s"] < 7.0, escalation
 
 
 def test_exit_on_term_is_caught_by_scancel_step(sut_wheelhouse, sut_image, sut_profile, tmp_path):

@@ -21,20 +21,22 @@ pytestmark = pytest.mark.cluster
 CLEANUP_MODES = ("completion", "failure", "cancel")
 
 
-def _cleanup(allocation, run, profile, progress):
-    return run_drain(allocation, run, profile, DrainOptions(), progress, checks=("drain.sut_cleanup.*",))
+def _drills(allocation, run, profile, progress):
+    checks = ("drain.sut_cleanup.*", "drain.sut_escalation")
+    return run_drain(allocation, run, profile, DrainOptions(), progress, checks=checks)
 
 
-def _cleanup_and_scancel(allocation, run, profile, progress):
-    checks = ("drain.scancel_step", "drain.sut_cleanup.*")
+def _drills_and_scancel(allocation, run, profile, progress):
+    checks = ("drain.scancel_step", "drain.sut_cleanup.*", "drain.sut_escalation")
     return run_drain(allocation, run, profile, DrainOptions(), progress, checks=checks)
 
 
 def test_a_cleanup_that_finds_steps_by_what_the_sut_launch_path_recorded_passes_sut_cleanup(
     sut_wheelhouse, sut_image, sut_profile, tmp_path
 ):
-    checks = run_with_fault(_cleanup, "launch-recorded-cleanup", sut_wheelhouse, sut_image, sut_profile, tmp_path)
-    assert set(checks) == {f"drain.sut_cleanup.{mode}" for mode in CLEANUP_MODES}, "only the drills ran"
+    checks = run_with_fault(_drills, "launch-recorded-cleanup", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    drills = {f"drain.sut_cleanup.{mode}" for mode in CLEANUP_MODES} | {"drain.sut_escalation"}
+    assert set(checks) == drills, "only the drills ran"
     for mode in CLEANUP_MODES:
         check = checks[f"drain.sut_cleanup.{mode}"]
         assert check.verdict == "pass", check
@@ -44,12 +46,18 @@ def test_a_cleanup_that_finds_steps_by_what_the_sut_launch_path_recorded_passes_
         assert 6.0 < check.metrics["endpoint_exit_s"] <= 12.0, check
         # its stop function waited for the endpoint: it returned once the endpoint had ended
         assert check.metrics["stop_returned_s"] >= check.metrics["endpoint_exit_s"] - 1.0, check
+    # a stream longer than the allowance: rc1's proxy drains on (fact 3), and the cleanup forces it at 12 s
+    escalation = checks["drain.sut_escalation"]
+    print("launch-recorded-cleanup:", escalation.observed, "|", escalation.detail)
+    assert escalation.verdict == "pass", escalation
+    assert 10.5 <= escalation.metrics["forced_s"] <= escalation.metrics["endpoint_exit_s"] <= 15.0, escalation
+    assert escalation.metrics["stop_returned_s"] >= escalation.metrics["endpoint_exit_s"] - 1.0, escalation
 
 
 def test_a_cleanup_that_returns_while_its_endpoint_drains_is_caught_by_sut_cleanup(
     sut_wheelhouse, sut_image, sut_profile, tmp_path
 ):
-    checks = run_with_fault(_cleanup_and_scancel, "detached-cleanup", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    checks = run_with_fault(_drills_and_scancel, "detached-cleanup", sut_wheelhouse, sut_image, sut_profile, tmp_path)
     for mode in CLEANUP_MODES:
         check = checks[f"drain.sut_cleanup.{mode}"]
         print("detached-cleanup:", check.observed, "|", check.detail)
@@ -57,4 +65,26 @@ def test_a_cleanup_that_returns_while_its_endpoint_drains_is_caught_by_sut_clean
         # the reason is the return alone: every stream completed, the endpoint exited 0 on its one TERM
         assert check.observed.startswith("0 of 4 in-flight stream(s) cut; endpoint exit 0"), check
         assert check.metrics["stop_returned_s"] < 2.0 and check.metrics["endpoint_exit_s"] > 6.0, check
+    escalation = checks["drain.sut_escalation"]
+    print("detached-cleanup:", escalation.observed, "|", escalation.detail)
+    assert escalation.verdict == "fail" and "before its endpoint ended" in escalation.detail, escalation
+    assert escalation.metrics["stop_returned_s"] < 2.0 and escalation.metrics["endpoint_exit_s"] > 10.0, escalation
     assert checks["drain.scancel_step"].verdict == "pass", "proxy untouched"
+
+
+def test_a_cleanup_that_never_forces_is_caught_by_sut_escalation(sut_wheelhouse, sut_image, sut_profile, tmp_path):
+    """The seed's step-aware cleanup waiting for its endpoint without a bound. The drills'
+    streams end inside the window, the endpoint exits 0 and the wait returns: every
+    drain.sut_cleanup check passes. With a stream longer than the allowance, rc1's proxy
+    drains on (fact 3) and is never forced: the stop function returns only once the stream
+    has ended, about 19 s after the stop."""
+    checks = run_with_fault(_drills, "unbounded-cleanup", sut_wheelhouse, sut_image, sut_profile, tmp_path)
+    for mode in CLEANUP_MODES:
+        check = checks[f"drain.sut_cleanup.{mode}"]
+        assert check.verdict == "pass", check
+    escalation = checks["drain.sut_escalation"]
+    print("unbounded-cleanup:", escalation.observed, "|", escalation.detail)
+    assert escalation.verdict == "fail" and "(unbounded escalation)" in escalation.detail, escalation
+    assert "KILL never" in escalation.observed and escalation.metrics["endpoint_exit_s"] > 15.0, escalation
+    # the reason is the missing force alone: the stop function did wait for its endpoint
+    assert escalation.metrics["stop_returned_s"] >= escalation.metrics["endpoint_exit_s"] - 1.0, escalation

@@ -360,3 +360,68 @@ def test_a_cleanup_drill_sets_aside_only_scancels_own_repeat_and_reads_the_queue
     for deliveries in (None, (100.0, 100.004)):
         kill_at_once = judged(checks.cleanup_stop(checks.StepEnd(137, 0.2), deliveries, True))
         assert kill_at_once.checks == [drill] and kill_at_once.error is None, (deliveries, kill_at_once.error)
+
+
+def _escalation(end, killed_after=None, returned_after=None, left=(), streams=None):
+    long = streams if streams is not None else [stream(0, 13.2, False, "error")]  # 20 s long, stopped 1 s in
+    return checks.sut_escalation(long, 1, end, {}, 12, list(left), killed_after, returned_after)
+
+
+def test_sut_escalation_passes_a_force_at_the_allowance_and_an_endpoint_that_bounds_itself():
+    """The seed's step-aware cleanup waits 12 s (bash's SECONDS: 11 to 12 s) and forces: the
+    long stream is cut then, by design. An endpoint that ends it at its 10 s window and exits
+    by itself needs no force (fact 3): no KILL at all is fine."""
+    forced = _escalation(checks.StepEnd(137, 11.6), killed_after=11.5, returned_after=11.7)
+    assert forced.verdict == "pass", forced
+    assert (
+        forced.id == "drain.sut_escalation"
+        and "endpoint exit 137" in forced.observed
+        and "KILL after 11.5s" in (forced.observed)
+    )
+    assert forced.metrics == {"endpoint_exit_s": 11.6, "forced_s": 11.5, "stop_returned_s": 11.7}
+    bounded = _escalation(checks.StepEnd(0, 10.0), returned_after=10.1)
+    assert bounded.verdict == "pass" and "KILL never" in bounded.observed, bounded
+    assert _escalation(checks.StepEnd(137, 14.9), killed_after=14.8).verdict == "pass", "3 s for the KILL to land"
+
+
+def test_sut_escalation_fails_a_force_before_the_allowance_by_its_moment():
+    early = _escalation(checks.StepEnd(137, 9.3), killed_after=9.2, returned_after=9.4)
+    assert early.verdict == "fail" and "forced 9.2s after the stop, before the 12s allowance" in early.detail, early
+    # killed, the KILL's line not read: the end is when it was forced at the latest
+    unread = _escalation(checks.StepEnd(137, 0.3))
+    assert unread.verdict == "fail" and "KILL after 0.3s" in unread.observed and "forced 0.3s" in unread.detail
+    assert _escalation(checks.StepEnd(137, 10.6), killed_after=10.5).verdict == "pass", "within 1.5 s of it"
+    assert _escalation(checks.StepEnd(137, 10.4), killed_after=10.4).verdict == "fail"
+
+
+def test_sut_escalation_fails_an_endpoint_left_draining_past_the_allowance():
+    """A stop function that waits for its endpoint without a bound (never forces): rc1's
+    proxy drains a 19 s remainder to its end, and the stop returns only then."""
+    unbounded = _escalation(checks.StepEnd(0, 19.1), returned_after=19.2)
+    assert unbounded.verdict == "fail" and "still ran 19.1s after the stop" in unbounded.detail, unbounded
+    assert "unbounded escalation" in unbounded.detail and "KILL never" in unbounded.observed
+    assert _escalation(checks.StepEnd(0, 15.1)).verdict == "fail", "more than 3 s past the allowance"
+    unknown = _escalation(checks.StepEnd(None, 11.0, "nowhere"))
+    assert unknown.verdict == "fail" and "exit was not recorded" in unknown.detail
+
+
+def test_sut_escalation_fails_an_early_return_and_a_step_left():
+    detached = _escalation(checks.StepEnd(137, 11.8), killed_after=11.7, returned_after=0.1)
+    assert detached.verdict == "fail" and "returned 11.7s before its endpoint ended" in detached.detail, detached
+    left = _escalation(checks.StepEnd(137, 11.8), killed_after=11.7, left=["7.4"])
+    assert left.verdict == "fail" and "steps left: 7.4" in left.observed
+    nothing = _escalation(checks.StepEnd(0, 2.0), streams=[stream(0, 0.5, False, "error")])  # failed before it
+    assert nothing.verdict == "fail" and "nothing was tested" in nothing.detail
+
+
+def test_a_stream_ended_by_the_term_just_before_its_logged_moment_is_in_flight():
+    """slurmstepd writes its line of TERM's delivery a moment after delivering it: an endpoint
+    that answers TERM at once with a made-up [DONE] is read ending first (CI: 1.5 ms before).
+    Such a stream is in flight and lost, not a stop that came after every stream (exit 2);
+    one that ended well before the stop still is that."""
+    made_up = [stream(0, 0.9985, chunks=20)]  # [DONE] after 20 of the 400 events the replica was to write
+    judged = checks.allowance(made_up, served(made_up, events=400, outcome="disconnected"), 1, None, 10, 12,
+                              checks.StepEnd(0, 0.5))  # fmt: skip
+    assert judged.verdict == "fail" and judged.metrics["streams_lost"] == 1, judged
+    with pytest.raises(RuntimeError, match="came too late"):
+        checks.allowance([stream(0, 0.7)], [], 1, None, 10, 12, checks.StepEnd(0, 0.5))

@@ -5,6 +5,8 @@
                    has passed (the controller's escalation, done here by the harness)
   C sut_cleanup  — the SUT's own cleanup stops the endpoint at normal completion, after a
                    failure, and on controller cancellation (`sut_cleanup_drill.sh`)
+  D sut_escalation — the same drill with a stream longer than the allowance: the cleanup
+                   forces the endpoint at its allowance, not before, and not never
 Replicas stay up throughout: only the endpoint is stopped, as in production shutdown order.
 """
 
@@ -56,6 +58,7 @@ DRILL = "sut_cleanup_drill.sh"
 MANIFEST = "runtime-manifest.json"  # in the drill's state directory; the drill names it to the SUT
 DRILL_READY_S = 30.0  # for the drill to launch the endpoint through the SUT's register function and find its step
 CLEANUP_RETURN_S = 30.0  # beyond the allowance, for the SUT's stop function to return
+ESCALATION_MODE = "completion"  # the controller's exit whose stop meets a stream longer than the allowance
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,10 @@ class DrainOptions:
     long_tokens: int = 400  # 20 s streams: longer than the drain window and the allowance
     stop_after_s: float = 1.0
     seed: int = 0
+
+
+# A stop's streams: how many, and how many tokens each, from the options.
+Streams = tuple[Callable[[DrainOptions], int], Callable[[DrainOptions], int]]
 
 
 def _client(
@@ -204,11 +211,39 @@ def replica_records(replicas: deployment.ReplicaSet | None, streams: list[Event]
 
 def _sut_cleanup(mode: str):
     def drill(s: DrainRun) -> None:
-        assert s.replicas is not None, "the replicas are deployed first"
-        judged, end = _cleanup_drill(s.allocation, s.replicas, s.run, s.profile, s.options, mode)
-        checks.judged_on_one_term(s.result, judged, end)
+        seen = _cleanup_drill(s, mode, mode, *(f(s.options) for f in DRILLED))
+        judged = checks.sut_cleanup(
+            mode, seen.streams, replica_records(s.replicas, seen.streams), seen.stop_at, seen.end, seen.cleanup,
+            s.profile.drain.allowance_seconds, seen.steps_left, seen.killed_after_s, s.profile.drain.window_seconds,
+            seen.returned_after_s,
+        )  # fmt: skip
+        checks.judged_on_one_term(s.result, judged, seen.end)
 
     return drill
+
+
+def _sut_escalation(s: DrainRun) -> None:
+    seen = _cleanup_drill(s, ESCALATION_MODE, "escalation", *(f(s.options) for f in LONG))
+    judged = checks.sut_escalation(
+        seen.streams, seen.stop_at, seen.end, seen.cleanup, s.profile.drain.allowance_seconds, seen.steps_left,
+        seen.killed_after_s, seen.returned_after_s,
+    )  # fmt: skip
+    checks.judged_on_one_term(s.result, judged, seen.end)
+
+
+@dataclass(frozen=True, slots=True)
+class DrillSeen:
+    """What a cleanup drill saw: the client's streams, the stop's moment, how the endpoint
+    ended, the controller's stop function and exit, the endpoint's steps still running, and
+    when (from the stop) a KILL reached the endpoint and the stop function returned."""
+
+    streams: list[Event]
+    stop_at: float
+    end: checks.StepEnd
+    cleanup: dict[str, Any]
+    steps_left: list[str]
+    killed_after_s: float | None
+    returned_after_s: float | None
 
 
 def _drilled_endpoint(
@@ -240,18 +275,18 @@ def _write_manifest(profile: SutProfile, state: Path, endpoint: StepLaunch, node
         (state / MANIFEST).write_text(text)
 
 
-def _plan_cleanup(mode: str) -> Callable[[Planner], list[PlannedCommand]]:
+def _plan_cleanup(mode: str, label: str, streams: Streams | None = None) -> Callable[[Planner], list[PlannedCommand]]:
     def plan(p: Planner) -> list[PlannedCommand]:
         o, layout, run = p.options, p.target.layout, p.run_path()
         backends = [(NODE, deployment.REPLICA_PORT_BASE + index) for index in range(o.replicas)]
-        endpoint = _drilled_endpoint(p.profile, layout, backends, NODE, f"{run}/drill-{mode}-endpoint.log")
+        endpoint = _drilled_endpoint(p.profile, layout, backends, NODE, f"{run}/drill-{label}-endpoint.log")
         inner = p.srun("", endpoint.argv, endpoint.options).argv
         drill = PlannedCommand(
-            f"the SUT's controller functions launch the endpoint, then stop it ({mode}); on the controller's host",
-            _drill_argv(p.profile, layout, mode, f"{run}/drill-{mode}", inner),
+            f"the SUT's controller functions launch the endpoint, then stop it ({label}); on the controller's host",
+            _drill_argv(p.profile, layout, mode, f"{run}/drill-{label}", inner),
             {"SLURM_JOB_ID": JOB},
         )
-        return [drill, *_plan_streams(f"cleanup-{mode}", *DRILLED)(p)]
+        return [drill, *_plan_streams(f"cleanup-{label}", *(streams or DRILLED))(p)]
 
     return plan
 
@@ -264,7 +299,7 @@ DRILLED = (lambda o: o.streams, lambda o: o.drill_tokens)  # about 8 s left at T
 def _harness_stop(
     segment: str,
     drive: str,
-    streams: tuple[Callable[[DrainOptions], int], Callable[[DrainOptions], int]],
+    streams: Streams,
     stop: str,
     judge: tuple[str, Callable[[DrainRun], None], str],
     *,
@@ -297,23 +332,25 @@ PHASES: tuple[Phase[DrainRun], ...] = (
                    ("what the stream saw", _judge_allowance, "drain.allowance"), forced=True,
                    fault="a stream longer than the drain allowance: forced by design"),
     # -- C: the SUT's own cleanup stops an endpoint it launched (deploy, drive, stop, judge in one)
-    *(Phase("stop", f"SUT cleanup: {mode}", _sut_cleanup(mode), _plan_cleanup(mode),
+    *(Phase("stop", f"SUT cleanup: {mode}", _sut_cleanup(mode), _plan_cleanup(mode, mode),
             judges=(f"drain.sut_cleanup.{mode}",), segments=(f"cleanup-{mode}",)) for mode in checks.CLEANUP_MODES),
+    # -- D: the SUT's own cleanup with a stream longer than the allowance: it must force, then and not before
+    Phase("stop", "SUT cleanup: a stream longer than the allowance", _sut_escalation,
+          _plan_cleanup(ESCALATION_MODE, "escalation", LONG), judges=("drain.sut_escalation",),
+          segments=("cleanup-escalation",), fault="a stream longer than the drain allowance: forced by design"),
     stopping("replicas"),
 )  # fmt: skip
 
 
-def _cleanup_drill(
-    allocation: Allocation,
-    replicas: deployment.ReplicaSet,
-    run: deployment.RunDirectory,
-    profile: SutProfile,
-    options: DrainOptions,
-    mode: str,
-) -> tuple[checks.CheckResult, checks.StepEnd]:
+def _cleanup_drill(s: DrainRun, mode: str, label: str, count: int, tokens: int) -> DrillSeen:
+    """The SUT's controller functions launch the endpoint, `count` streams of `tokens` get
+    under way through it, and its stop function stops it by way of `mode` (the controller's
+    exit); `label` names the drill's files and its streams' segment (`cleanup-LABEL`)."""
+    allocation, replicas, run, profile, options = s.allocation, s.replicas, s.run, s.profile, s.options
+    assert replicas is not None, "the replicas are deployed first"
     layout = allocation.cluster.layout
-    state_cluster, state_host = run.path(f"drill-{mode}")
-    log_cluster, log_host = run.path(f"drill-{mode}-endpoint.log")
+    state_cluster, state_host = run.path(f"drill-{label}")
+    log_cluster, log_host = run.path(f"drill-{label}-endpoint.log")
     node = allocation.first_node
     endpoint = _drilled_endpoint(profile, layout, replicas.backends, node, log_cluster)
     srun = allocation.srun_argv(endpoint.argv, endpoint.options)
@@ -326,7 +363,7 @@ def _cleanup_drill(
     argv, cleanup = endpoint.argv, profile.cleanup
     script = cleanup.script.format(site_packages=layout.site_packages)
     allocation.background.append(drill)
-    behaviour = f"sut_cleanup.{mode}"
+    behaviour = f"sut_cleanup.{mode}" if label == mode else f"sut_{label}"
     _drill_ready(drill, state_host, f"{Path(script).name} sources and its {cleanup.register_function} returns",
                  behaviour)  # fmt: skip
     proxy = deployment.Proxy(allocation, drill, node, deployment.PROXY_PORT, argv, log_cluster, log_host)
@@ -338,8 +375,8 @@ def _cleanup_drill(
             "the endpoint launched under the SUT's own controller functions answers /health 200 within 30s",
             f"{error}; endpoint log: {proxy.log_tail(5) or 'empty'}",
         ) from error
-    client = _client(allocation, proxy, run, profile, f"cleanup-{mode}", options.streams, options.drill_tokens)
-    replicas.wait_running(options.streams)
+    client = _client(allocation, proxy, run, profile, f"cleanup-{label}", count, tokens)
+    replicas.wait_running(count)
     time.sleep(options.stop_after_s)
     stop_at = time.time()  # replaced by the controller's own mark once it has written one
     go = drill.signal("TERM") if mode == "cancel" else allocation.cluster.exec(["touch", f"{state_cluster}/go"])
@@ -359,7 +396,7 @@ def _cleanup_drill(
         ) from None
     stop_at = _node_mark(state_host / "stop-started", stop_at)
     returned_at = _node_mark(state_host / "cleanup-returned", 0.0)
-    _mark(run, f"cleanup-{mode}", profile, stop_at)
+    _mark(run, f"cleanup-{label}", profile, stop_at)
     client.wait(timeout=60)
     step = _drilled_step(state_host)
     steps_left = allocation.steps_left(ENDPOINT_STEP_ID) if step is None else allocation.step_left(step)
@@ -374,21 +411,11 @@ def _cleanup_drill(
         deliveries = allocation.cluster.signals_sent(step, node, signal.SIGTERM)
         end = checks.cleanup_stop(end, deliveries, deliveries is None and allocation.later_job_pending())
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
-    streams = deployment.read_events(run, f"cleanup-{mode}")
-    judged = checks.sut_cleanup(
-        mode,
-        streams,
-        replica_records(replicas, streams),
-        stop_at,
-        end,
-        details,
-        profile.drain.allowance_seconds,
-        steps_left,
-        None if killed_at is None else max(0.0, killed_at - stop_at),
-        profile.drain.window_seconds,
-        _returned_after(returned_at, stop_at, end),
+    streams = deployment.read_events(run, f"cleanup-{label}")
+    killed_after = None if killed_at is None else max(0.0, killed_at - stop_at)
+    return DrillSeen(
+        streams, stop_at, end, details, steps_left, killed_after, _returned_after(returned_at, stop_at, end)
     )
-    return judged, end
 
 
 def _returned_after(returned_at: float, stop_at: float, end: checks.StepEnd) -> float | None:

@@ -359,3 +359,75 @@ def sut_cleanup(
         {"streams_cut": cut, "endpoint_exit_s": endpoint.seconds_after_stop}
         | ({} if returned_after_s is None else {"stop_returned_s": returned_after_s}),
     )
+
+
+# How much earlier than its allowance a stop function's KILL may come: bash's SECONDS counts
+# whole seconds, so a 12 s wait written with it ends 11 to 12 s after it began (hasty-cleanup's
+# 5 s wait ended 4 to 5 s after its TERM, measured), and the wait starts after the TERM is sent.
+ESCALATION_EARLY_S = 1.5
+# How long after the allowance the endpoint may still be running: the KILL to its launcher,
+# srun's end and slurmd's teardown of the task, on a busy machine.
+ESCALATION_LATE_S = 3.0
+
+
+@check("drain.sut_escalation")
+def sut_escalation(
+    streams: list[ClientRequest],
+    stop_at: float,
+    endpoint: StepEnd,
+    cleanup: dict[str, Any],
+    allowance_s: float,
+    steps_left: list[str],
+    killed_after_s: float | None = None,
+    returned_after_s: float | None = None,
+) -> CheckResult:
+    """The SUT's stop function forces an endpoint still draining at the allowance, never
+    before it (bounded escalation). The seed forces "remaining endpoints to stop only after
+    the 12-second allowance"; an endpoint that does not bound its own drain (rc1's, fact 3)
+    is what that force is for. A stream longer than the allowance is in flight when the SUT's
+    stop function begins; the endpoint may end it at its window and exit by itself (correct)
+    or drain on (then the stop function must force it). Either way it is gone soon after the
+    allowance, no KILL reaches it before, no step is left, and the stop function returns once
+    the endpoint has ended. How the stream ended is not this check's: a forced stream is cut
+    by design, and whether the endpoint bounds its drain is drain.allowance's question."""
+    flying = in_flight(streams, stop_at)
+    forced_s = killed_after_s
+    if forced_s is None and endpoint.exit_code == KILLED_EXIT:
+        forced_s = endpoint.seconds_after_stop  # killed, its KILL's line not read: forced by then
+    early = forced_s is not None and forced_s < allowance_s - ESCALATION_EARLY_S
+    late = endpoint.exit_code is None or endpoint.seconds_after_stop > allowance_s + ESCALATION_LATE_S
+    returned_early_s = None if returned_after_s is None else endpoint.seconds_after_stop - returned_after_s
+    early_return = returned_early_s is not None and returned_early_s > RETURN_TOLERANCE_S
+    ok = bool(flying) and not (early or late or early_return or steps_left)
+    reasons = [
+        *(["no stream was in flight at the stop: nothing was tested"] if not flying else []),
+        *([f"forced {forced_s:.1f}s after the stop, before the {allowance_s:g}s allowance had run"] if early else []),
+        *(["the endpoint's exit was not recorded: when it ended is unknown"] if endpoint.exit_code is None else []),
+        *(
+            [
+                f"the endpoint still ran {endpoint.seconds_after_stop:.1f}s after the stop: the stop function did "
+                f"not force it at the {allowance_s:g}s allowance (unbounded escalation)"
+            ]
+            if late and endpoint.exit_code is not None
+            else []
+        ),
+        *([f"the stop function returned {returned_early_s:.1f}s before its endpoint ended"] if early_return else []),
+        *(["a step of the endpoint was left running"] if steps_left else []),
+    ]
+    detail = "; ".join(reasons) or "stopped by the allowance, never forced before it"
+    returned = "" if returned_after_s is None else f"; stop returned after {returned_after_s:.1f}s"
+    return CheckResult.judge(
+        sut_escalation.check_id,
+        ok,
+        f"with a stream longer than the {allowance_s:g}s allowance in flight, the SUT's stop function has the "
+        f"endpoint stopped within {ESCALATION_LATE_S:g}s after the allowance, never KILLed before it "
+        f"(less {ESCALATION_EARLY_S:g}s); no step left; it returns once the endpoint has ended",
+        f"{len(flying)} long stream(s) in flight; endpoint {_exit_text(endpoint)} after "
+        f"{endpoint.seconds_after_stop:.1f}s; KILL {'never' if forced_s is None else f'after {forced_s:.1f}s'}; "
+        f"steps left: {', '.join(steps_left) or 'none'}{returned}",
+        f"{detail}; {cleanup.get('function', '?')} from {cleanup.get('script', '?')}; "
+        f"controller exit: {cleanup.get('exit')}; endpoint exit read from {endpoint.source}",
+        {"endpoint_exit_s": endpoint.seconds_after_stop}
+        | ({} if forced_s is None else {"forced_s": forced_s})
+        | ({} if returned_after_s is None else {"stop_returned_s": returned_after_s}),
+    )
