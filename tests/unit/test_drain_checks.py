@@ -378,7 +378,7 @@ def test_sut_escalation_passes_a_force_at_the_allowance_and_an_endpoint_that_bou
         and "endpoint exit 137" in forced.observed
         and "KILL after 11.5s" in (forced.observed)
     )
-    assert forced.metrics == {"endpoint_exit_s": 11.6, "forced_s": 11.5, "stop_returned_s": 11.7}
+    assert forced.metrics == {"endpoint_exit_s": 11.6, "term_s": 0.0, "forced_s": 11.5, "stop_returned_s": 11.7}
     bounded = _escalation(checks.StepEnd(0, 10.0), returned_after=10.1)
     assert bounded.verdict == "pass" and "KILL never" in bounded.observed, bounded
     assert _escalation(checks.StepEnd(137, 14.9), killed_after=14.8).verdict == "pass", "3 s for the KILL to land"
@@ -386,10 +386,14 @@ def test_sut_escalation_passes_a_force_at_the_allowance_and_an_endpoint_that_bou
 
 def test_sut_escalation_fails_a_force_before_the_allowance_by_its_moment():
     early = _escalation(checks.StepEnd(137, 9.3), killed_after=9.2, returned_after=9.4)
-    assert early.verdict == "fail" and "forced 9.2s after the stop, before the 12s allowance" in early.detail, early
+    assert early.verdict == "fail" and "forced 9.2s after the TERM, before the 12s allowance" in early.detail, early
     # killed, the KILL's line not read: the end is when it was forced at the latest
     unread = _escalation(checks.StepEnd(137, 0.3))
-    assert unread.verdict == "fail" and "KILL after 0.3s" in unread.observed and "forced 0.3s" in unread.detail
+    assert (
+        unread.verdict == "fail"
+        and "KILL after 0.3s" in unread.observed
+        and "forced 0.3s after the TERM" in unread.detail
+    )
     assert _escalation(checks.StepEnd(137, 10.6), killed_after=10.5).verdict == "pass", "within 1.5 s of it"
     assert _escalation(checks.StepEnd(137, 10.4), killed_after=10.4).verdict == "fail"
 
@@ -398,7 +402,7 @@ def test_sut_escalation_fails_an_endpoint_left_draining_past_the_allowance():
     """A stop function that waits for its endpoint without a bound (never forces): rc1's
     proxy drains a 19 s remainder to its end, and the stop returns only then."""
     unbounded = _escalation(checks.StepEnd(0, 19.1), returned_after=19.2)
-    assert unbounded.verdict == "fail" and "still ran 19.1s after the stop" in unbounded.detail, unbounded
+    assert unbounded.verdict == "fail" and "still ran 19.1s after the TERM" in unbounded.detail, unbounded
     assert "unbounded escalation" in unbounded.detail and "KILL never" in unbounded.observed
     assert _escalation(checks.StepEnd(0, 15.1)).verdict == "fail", "more than 3 s past the allowance"
     unknown = _escalation(checks.StepEnd(None, 11.0, "nowhere"))
@@ -408,6 +412,8 @@ def test_sut_escalation_fails_an_endpoint_left_draining_past_the_allowance():
 def test_sut_escalation_fails_an_early_return_and_a_step_left():
     detached = _escalation(checks.StepEnd(137, 11.8), killed_after=11.7, returned_after=0.1)
     assert detached.verdict == "fail" and "returned 11.7s before its endpoint ended" in detached.detail, detached
+    # a KILL to srun ends the launcher a stop function waits on before slurmd records the task's end
+    assert _escalation(checks.StepEnd(137, 14.2), killed_after=12.0, returned_after=12.1).verdict == "pass"
     left = _escalation(checks.StepEnd(137, 11.8), killed_after=11.7, left=["7.4"])
     assert left.verdict == "fail" and "steps left: 7.4" in left.observed
     nothing = _escalation(checks.StepEnd(0, 2.0), streams=[stream(0, 0.5, False, "error")])  # failed before it
@@ -425,3 +431,16 @@ def test_a_stream_ended_by_the_term_just_before_its_logged_moment_is_in_flight()
     assert judged.verdict == "fail" and judged.metrics["streams_lost"] == 1, judged
     with pytest.raises(RuntimeError, match="came too late"):
         checks.allowance([stream(0, 0.7)], [], 1, None, 10, 12, checks.StepEnd(0, 0.5))
+
+
+def test_sut_escalation_counts_the_allowance_from_the_term_and_ignores_a_kill_after_a_clean_exit():
+    """A cleanup that looks its step up in the queue first TERMs it seconds after the stop
+    began: its 12 s run from that TERM. A KILL logged after the endpoint's own exit 0 (a
+    launcher stopped once the endpoint had ended by itself) reached nothing of it."""
+    slow = checks.sut_escalation([stream(0, 16.0, False, "error")], 1, checks.StepEnd(137, 15.1), {}, 12, [], 14.9,
+                                 15.2, term_after_s=2.5)  # fmt: skip
+    assert slow.verdict == "pass" and "TERM after 2.5s" in slow.observed and slow.metrics["term_s"] == 2.5, slow
+    late = checks.sut_escalation([stream(0, 19.0, False, "error")], 1, checks.StepEnd(137, 15.1), {}, 12, [], 14.9)
+    assert late.verdict == "fail" and "(its KILL at 14.9s)" in late.detail, "counted from the stop: 3.1 s late"
+    bounded = _escalation(checks.StepEnd(0, 10.0), killed_after=10.3, returned_after=10.4)
+    assert bounded.verdict == "pass" and "KILL never" in bounded.observed, bounded

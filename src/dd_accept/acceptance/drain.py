@@ -226,7 +226,7 @@ def _sut_escalation(s: DrainRun) -> None:
     seen = _cleanup_drill(s, ESCALATION_MODE, "escalation", *(f(s.options) for f in LONG))
     judged = checks.sut_escalation(
         seen.streams, seen.stop_at, seen.end, seen.cleanup, s.profile.drain.allowance_seconds, seen.steps_left,
-        seen.killed_after_s, seen.returned_after_s,
+        seen.killed_after_s, seen.returned_after_s, seen.term_after_s,
     )  # fmt: skip
     checks.judged_on_one_term(s.result, judged, seen.end)
 
@@ -244,6 +244,7 @@ class DrillSeen:
     steps_left: list[str]
     killed_after_s: float | None
     returned_after_s: float | None
+    term_after_s: float = 0.0  # the first TERM's delivery to the endpoint's step (0: not recorded)
 
 
 def _drilled_endpoint(
@@ -407,15 +408,16 @@ def _cleanup_drill(s: DrainRun, mode: str, label: str, count: int, tokens: int) 
     # beside "exit 137 after 4.5s"): waited for, so an early KILL is not missed for a read that came first
     killed_wait_s = 3.0 if end.exit_code == checks.KILLED_EXIT else 0.0
     killed_at = None if step is None else delivered_at(allocation, step, node, signal.SIGKILL, killed_wait_s)
+    term_after = 0.0  # when the first TERM reached the endpoint's step, from the stop (0: not recorded)
     if step is not None:  # the SUT's own scancel: the node's log says how many TERMs came (a login node: the queue)
         deliveries = allocation.cluster.signals_sent(step, node, signal.SIGTERM)
         end = checks.cleanup_stop(end, deliveries, deliveries is None and allocation.later_job_pending())
+        term_after = max(0.0, deliveries[0] - stop_at) if deliveries else 0.0
     details = {"function": cleanup.stop_function, "script": Path(script).name, "exit": record.exit_code}
     streams = deployment.read_events(run, f"cleanup-{label}")
     killed_after = None if killed_at is None else max(0.0, killed_at - stop_at)
-    return DrillSeen(
-        streams, stop_at, end, details, steps_left, killed_after, _returned_after(returned_at, stop_at, end)
-    )
+    returned_after = _returned_after(returned_at, stop_at, end)
+    return DrillSeen(streams, stop_at, end, details, steps_left, killed_after, returned_after, term_after)
 
 
 def _returned_after(returned_at: float, stop_at: float, end: checks.StepEnd) -> float | None:

@@ -380,6 +380,7 @@ def sut_escalation(
     steps_left: list[str],
     killed_after_s: float | None = None,
     returned_after_s: float | None = None,
+    term_after_s: float = 0.0,
 ) -> CheckResult:
     """The SUT's stop function forces an endpoint still draining at the allowance, never
     before it (bounded escalation). The seed forces "remaining endpoints to stop only after
@@ -389,24 +390,37 @@ def sut_escalation(
     or drain on (then the stop function must force it). Either way it is gone soon after the
     allowance, no KILL reaches it before, no step is left, and the stop function returns once
     the endpoint has ended. How the stream ended is not this check's: a forced stream is cut
-    by design, and whether the endpoint bounds its drain is drain.allowance's question."""
+    by design, and whether the endpoint bounds its drain is drain.allowance's question. The
+    allowance runs from the first TERM's delivery to the endpoint's step (`term_after_s`, from
+    the stop; 0 where none was recorded): what a cleanup does before it (an identity looked up
+    in the queue) is not counted against it."""
     flying = in_flight(streams, stop_at)
     forced_s = killed_after_s
     if forced_s is None and endpoint.exit_code == KILLED_EXIT:
         forced_s = endpoint.seconds_after_stop  # killed, its KILL's line not read: forced by then
-    early = forced_s is not None and forced_s < allowance_s - ESCALATION_EARLY_S
-    late = endpoint.exit_code is None or endpoint.seconds_after_stop > allowance_s + ESCALATION_LATE_S
+    if forced_s is not None and endpoint.exit_code == 0 and forced_s > endpoint.seconds_after_stop:
+        forced_s = None  # a KILL after the endpoint's own exit 0 reached nothing of it
+    since_term = endpoint.seconds_after_stop - term_after_s
+    early = forced_s is not None and forced_s - term_after_s < allowance_s - ESCALATION_EARLY_S
+    late = endpoint.exit_code is None or since_term > allowance_s + ESCALATION_LATE_S
     returned_early_s = None if returned_after_s is None else endpoint.seconds_after_stop - returned_after_s
-    early_return = returned_early_s is not None and returned_early_s > RETURN_TOLERANCE_S
+    # the force's way to the task's end is the same 3 s the late rule allows (a KILL to srun ends
+    # the launcher a stop function waits on before slurmd records the task's end)
+    early_return = returned_early_s is not None and returned_early_s > ESCALATION_LATE_S
     ok = bool(flying) and not (early or late or early_return or steps_left)
     reasons = [
         *(["no stream was in flight at the stop: nothing was tested"] if not flying else []),
-        *([f"forced {forced_s:.1f}s after the stop, before the {allowance_s:g}s allowance had run"] if early else []),
+        *(
+            [f"forced {forced_s - term_after_s:.1f}s after the TERM, before the {allowance_s:g}s allowance had run"]
+            if early and forced_s is not None
+            else []
+        ),
         *(["the endpoint's exit was not recorded: when it ended is unknown"] if endpoint.exit_code is None else []),
         *(
             [
-                f"the endpoint still ran {endpoint.seconds_after_stop:.1f}s after the stop: the stop function did "
-                f"not force it at the {allowance_s:g}s allowance (unbounded escalation)"
+                f"the endpoint still ran {since_term:.1f}s after the TERM: the stop function did not have it "
+                f"stopped at the {allowance_s:g}s allowance"
+                + (" (unbounded escalation)" if forced_s is None else f" (its KILL at {forced_s - term_after_s:.1f}s)")
             ]
             if late and endpoint.exit_code is not None
             else []
@@ -422,12 +436,12 @@ def sut_escalation(
         f"with a stream longer than the {allowance_s:g}s allowance in flight, the SUT's stop function has the "
         f"endpoint stopped within {ESCALATION_LATE_S:g}s after the allowance, never KILLed before it "
         f"(less {ESCALATION_EARLY_S:g}s); no step left; it returns once the endpoint has ended",
-        f"{len(flying)} long stream(s) in flight; endpoint {_exit_text(endpoint)} after "
-        f"{endpoint.seconds_after_stop:.1f}s; KILL {'never' if forced_s is None else f'after {forced_s:.1f}s'}; "
+        f"{len(flying)} long stream(s) in flight; TERM after {term_after_s:.1f}s; endpoint {_exit_text(endpoint)} "
+        f"after {endpoint.seconds_after_stop:.1f}s; KILL {'never' if forced_s is None else f'after {forced_s:.1f}s'}; "
         f"steps left: {', '.join(steps_left) or 'none'}{returned}",
         f"{detail}; {cleanup.get('function', '?')} from {cleanup.get('script', '?')}; "
         f"controller exit: {cleanup.get('exit')}; endpoint exit read from {endpoint.source}",
-        {"endpoint_exit_s": endpoint.seconds_after_stop}
+        {"endpoint_exit_s": endpoint.seconds_after_stop, "term_s": term_after_s}
         | ({} if forced_s is None else {"forced_s": forced_s})
         | ({} if returned_after_s is None else {"stop_returned_s": returned_after_s}),
     )
