@@ -42,7 +42,7 @@ def test_the_catalog_is_read_from_the_registered_checks():
         prefix = f"dd_accept.acceptance.{registered.scenario}_"
         every = "dd_accept.acceptance.ledger_checks"  # the request ledger's, judged in every scenario
         assert (module.startswith(prefix) and module.endswith("checks")) or module == every, registered
-    assert len(ALL_CHECKS) == len(REGISTRY) + len(SCENARIOS) == 72  # 2 ledger checks in each scenario
+    assert len(ALL_CHECKS) == len(REGISTRY) + len(SCENARIOS) == 73  # 2 ledger checks in each scenario
 
 
 def test_a_check_that_reports_an_unregistered_id_is_a_harness_fault():
