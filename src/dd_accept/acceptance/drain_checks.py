@@ -299,6 +299,15 @@ def allowance(
     )
 
 
+def _cleanup_text(cleanup: dict[str, Any], endpoint: StepEnd) -> str:
+    """Which stop function of which script stopped the endpoint, how its controller exited,
+    and where the endpoint's exit was read: the drills' detail."""
+    return (
+        f"{cleanup.get('function', '?')} from {cleanup.get('script', '?')}; controller exit: {cleanup.get('exit')}; "
+        f"endpoint exit read from {endpoint.source}"
+    )
+
+
 @check(*(f"drain.sut_cleanup.{mode}" for mode in CLEANUP_MODES))
 def sut_cleanup(
     mode: str,
@@ -335,10 +344,7 @@ def sut_cleanup(
     early_return = returned_early_s is not None and returned_early_s > RETURN_TOLERANCE_S
     ok = bool(flying) and cut == 0 and endpoint.exit_code == 0 and in_time
     ok = ok and not (steps_left or early_kill or early_return)
-    detail = (
-        f"{cleanup.get('function', '?')} from {cleanup.get('script', '?')}; controller exit: {cleanup.get('exit')}; "
-        f"endpoint exit read from {endpoint.source}"
-    )
+    detail = _cleanup_text(cleanup, endpoint)
     if early_return:
         detail = (
             f"the stop function returned {returned_early_s:.1f}s before its endpoint "
@@ -398,8 +404,7 @@ def sut_escalation(
     forced_s = killed_after_s
     if forced_s is None and endpoint.exit_code == KILLED_EXIT:
         forced_s = endpoint.seconds_after_stop  # killed, its KILL's line not read: forced by then
-    if forced_s is not None and endpoint.exit_code == 0 and forced_s > endpoint.seconds_after_stop:
-        forced_s = None  # a KILL after the endpoint's own exit 0 reached nothing of it
+    forced_s = kill_that_reached(forced_s, 0.0, endpoint.exit_code, endpoint.seconds_after_stop)  # from the stop
     since_term = endpoint.seconds_after_stop - term_after_s
     early = forced_s is not None and forced_s - term_after_s < allowance_s - ESCALATION_EARLY_S
     late = endpoint.exit_code is None or since_term > allowance_s + ESCALATION_LATE_S
@@ -439,8 +444,7 @@ def sut_escalation(
         f"{len(flying)} long stream(s) in flight; TERM after {term_after_s:.1f}s; endpoint {_exit_text(endpoint)} "
         f"after {endpoint.seconds_after_stop:.1f}s; KILL {'never' if forced_s is None else f'after {forced_s:.1f}s'}; "
         f"steps left: {', '.join(steps_left) or 'none'}{returned}",
-        f"{detail}; {cleanup.get('function', '?')} from {cleanup.get('script', '?')}; "
-        f"controller exit: {cleanup.get('exit')}; endpoint exit read from {endpoint.source}",
+        f"{detail}; {_cleanup_text(cleanup, endpoint)}",
         {"endpoint_exit_s": endpoint.seconds_after_stop, "term_s": term_after_s}
         | ({} if forced_s is None else {"forced_s": forced_s})
         | ({} if returned_after_s is None else {"stop_returned_s": returned_after_s}),
